@@ -1,0 +1,1011 @@
+#!/usr/bin/env python3
+"""decode-analyze: where a decoded token's time goes, and what its flash reads are made of.
+
+Reads the two traces a traced BigMoeOnEdge decode writes: the compute trace (ct.csv: one row per
+graph node, or per layer segment, per token) and the I/O trace (io.csv: one row per flash read).
+Standard library only.
+
+  decode-analyze compute ct.csv               where compute goes: by op, by fault, by layer
+  decode-analyze compute ct.csv --layers      ... and by layer
+  decode-analyze io io.csv                    the flash floor: latency, size, waste, lanes
+  decode-analyze io io.csv --adjacent         ... and how much of a token's reads could coalesce
+  decode-analyze compute ct.csv --format json the same report as one JSON object
+
+A traced run is not a benchmark run: isolating every node costs a barrier per node and forbids
+operator fusion, and every read takes a lock. Compare shares, not absolutes.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import signal
+import sys
+from array import array
+from collections import Counter, defaultdict
+from itertools import accumulate, chain, compress, groupby, repeat
+from operator import add, and_, gt, itemgetter, mul
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trace_io import Trace, TraceError, plain_integer  # noqa: E402
+
+SCHEMA = 1
+NS_PER_MS = 1e6
+MIB = 1 << 20
+DECODE, PREFILL = 1, 0
+
+# ── node classification (../shared/spec/node-names.md) ─────────────────────────────────────────
+# Base names, matched exactly after decorations and the -<il> suffix are stripped; a trailing
+# '*' matches by prefix (the spec's own wildcards only). One edit here covers a new architecture.
+CATEGORY_NAMES = {
+    "embedding": "inp_tokens inp_embd embd inp_scaled inp_per_layer*",
+    "norm": "attn_norm ffn_norm ffn_norm_1 ffn_norm_2 norm norm_w attn_post_norm ffn_post_norm "
+            "layer_out_norm",
+    "attention": "Qcur Kcur Vcur Qcur_normed Kcur_normed Vcur_normed Qcur_pos Kcur_pos Vcur_pos "
+                 "wqkv q k v q_nope q_pe k_pe kv_cmpr kv kq kq_soft_max kq_mask kqv kqv_merged "
+                 "kqv_merged_cont kqv_out kqv_mla fattn_mla __fattn__ k_cache_view v_cache_view "
+                 "attn_out cache_k* cache_v*",
+    "router": "ffn_moe_logits ffn_moe_logits_biased ffn_moe_probs ffn_moe_probs_biased "
+              "ffn_moe_probs_masked ffn_moe_argsort ffn_moe_topk ffn_moe_group_topk "
+              "ffn_moe_weights ffn_moe_weights_softmax ffn_moe_weights_sum "
+              "ffn_moe_weights_sum_clamped ffn_moe_weights_norm ffn_moe_weights_scaled",
+    "experts": "ffn_moe_gate_up ffn_moe_up ffn_moe_gate ffn_moe_swiglu ffn_moe_geglu ffn_moe_silu "
+               "ffn_moe_gelu ffn_moe_swiglu_oai ffn_moe_down ffn_moe_weighted ffn_moe_out ffn_moe",
+    "shared_expert": "ffn_shexp ffn_shexp_gate_inp ffn_shexp_gate ffn_shexp_out ffn_mlp",
+    "dense_ffn": "ffn_up ffn_gate ffn_gate_par ffn_swiglu ffn_geglu ffn_silu ffn_gelu ffn_down "
+                 "ffn_out",
+    "output": "result_norm result_output",
+    "residual": "ffn_inp l_out ffn_moe_combined out_scaled",
+}
+CATEGORIES = list(CATEGORY_NAMES) + ["other"]
+# Ops that decide the category whatever the node is called.
+OP_CATEGORY = {"MUL_MAT_ID": "experts", "FLASH_ATTN_EXT": "attention"}
+# One name, two meanings, told apart by the op (gemma4's residual add is called attn_out).
+NAME_OP_CATEGORY = {("attn_out", "ADD"): "residual"}
+# In a layer that routes to experts, the dense-FFN helper builds the shared expert, and ffn_out
+# is the MoE output.
+IN_MOE_LAYER = {"dense_ffn": "shared_expert"}
+IN_MOE_LAYER_NAME = {"ffn_out": "experts"}
+MOE_CATEGORIES = {"router", "experts"}
+
+_EXACT = {name: cat for cat, names in CATEGORY_NAMES.items()
+          for name in names.split() if not name.endswith("*")}
+_PREFIX = [(name[:-1], cat) for cat, names in CATEGORY_NAMES.items()
+           for name in names.split() if name.endswith("*")]
+_DECORATION = re.compile(r" \((?:view|reshaped|permuted|transposed|cont|copy of )|, part ")
+_LAYER_SUFFIX = re.compile(r"-\d+$")
+_UNNAMED = re.compile(r"node_\d+$")
+INHERIT = None  # category of an unnamed node: its nearest preceding named node's
+
+
+def base_name(name):
+    """'Qcur-0 (view) (permuted)' -> 'Qcur': decorations and the layer suffix stripped."""
+    cut = _DECORATION.search(name)
+    return _LAYER_SUFFIX.sub("", name[: cut.start()] if cut else name)
+
+
+def classify(name, op):
+    """(base name, category) of one node; category INHERIT for unnamed node_<N> nodes."""
+    if op in OP_CATEGORY:
+        return base_name(name), OP_CATEGORY[op]
+    base = base_name(name)
+    if _UNNAMED.match(base):
+        return base, INHERIT
+    category = NAME_OP_CATEGORY.get((base, op)) or _EXACT.get(base)
+    if category is None:
+        category = next((cat for prefix, cat in _PREFIX if base.startswith(prefix)), "other")
+    return base, category
+
+
+def infer_layers(layers):
+    """Layer -1 nodes that execute between two nodes of the same layer belong to that layer."""
+    inferred = list(layers)
+    run_start = None
+    previous = -1
+    for i, layer in enumerate(layers):
+        if layer == -1:
+            if run_start is None:
+                run_start = i
+            continue
+        if run_start is not None and previous == layer and previous != -1:
+            inferred[run_start:i] = [layer] * (i - run_start)
+        run_start, previous = None, layer
+    return inferred
+
+
+# ── selection ─────────────────────────────────────────────────────────────────────────────────
+class Selection:
+    """Which tokens a report covers. phase None = decode, or all when there is no decode."""
+
+    def __init__(self, phase=None, turns=None, steps=(None, None), skip=0):
+        self.phase, self.turns, self.steps, self.skip = phase, turns, steps, skip
+
+    def admits(self, turn, phase, step, ordinal):
+        """ordinal: the token's index among its turn's tokens of the same phase."""
+        if self.phase == "decode" and phase != DECODE or self.phase == "prefill" and phase != PREFILL:
+            return False
+        if self.turns and turn not in self.turns:
+            return False
+        low, high = self.steps
+        if low is not None and step < low or high is not None and step > high:
+            return False
+        return ordinal >= self.skip
+
+    def describe(self):
+        parts = []
+        if self.turns:
+            parts.append("turn " + ",".join(map(str, sorted(self.turns))))
+        low, high = self.steps
+        if low is not None or high is not None:
+            parts.append(f"steps {'' if low is None else low}:{'' if high is None else high}")
+        if self.skip:
+            parts.append(f"first {self.skip} token(s) of each turn skipped")
+        return parts
+
+
+class TokenBook:
+    """Every token seen (for the 'file contains' message) and the selected ones, in trace order.
+
+    A token is one (turn, phase, step); its rows may come in several stretches. The token
+    columns are validated here, once per stretch, rather than once per row by the reader.
+    """
+
+    def __init__(self, selection, trace):
+        self.selection, self.trace = selection, trace
+        self.by_text = {}  # (turn, phase, step) as written -> record, or False
+        self.by_value = {}  # (turn, phase, step) -> record, or False
+        self.ordinals = defaultdict(int)  # (turn, phase) -> tokens seen
+        self.inventory = {}  # (turn, phase) -> [tokens, min step, max step]
+        self.selected = []  # [turn, phase, step, ns or reads, majflt or bytes], trace order
+
+    def lookup(self, turn, phase, step, rows):
+        """The record of this token if it is selected, else None."""
+        record = self.by_text.get((turn, phase, step))
+        if record is None:
+            key = self._values(("turn", turn), ("phase", phase), ("step", step))
+            if key is None:
+                self.trace.skip_rows(rows, f"bad token columns {turn!r},{phase!r},{step!r}")
+                return None
+            record = self.by_value.get(key)
+            if record is None:
+                record = self.by_value[key] = self._decide(*key)
+            self.by_text[turn, phase, step] = record
+        return record or None
+
+    def _values(self, *columns):
+        values = []
+        for column, text in columns:
+            if not plain_integer(text):
+                if self.trace.skip_bad_rows:
+                    return None
+                raise TraceError(self.trace.name, self.trace.locate(column, text),
+                                 f"column {column}: {text!r} is not a non-negative integer")
+            values.append(int(text))
+        return tuple(values)
+
+    def _decide(self, turn, phase, step):
+        ordinal = self.ordinals[turn, phase]
+        self.ordinals[turn, phase] = ordinal + 1
+        seen = self.inventory.setdefault((turn, phase), [0, step, step])
+        seen[0] += 1
+        seen[1], seen[2] = min(seen[1], step), max(seen[2], step)
+        if not self.selection.admits(turn, phase, step, ordinal):
+            return False
+        record = [turn, phase, step, 0, 0]
+        self.selected.append(record)
+        return record
+
+    def contents(self):
+        """What the file holds, for an empty-selection error."""
+        parts = []
+        for (turn, phase), (count, low, high) in sorted(self.inventory.items()):
+            name = "decode" if phase == DECODE else "prefill" if phase == PREFILL else f"phase {phase}"
+            parts.append(f"turn {turn} {name}: {count} token(s), steps {low}-{high}")
+        return "; ".join(parts) or "no rows"
+
+
+def token_runs(batch, pending, final=False):
+    """Split a batch into runs of rows of one token.
+
+    Returns (batch, runs, carry): runs are (turn, phase, step, start, end) over the returned
+    batch. Unless `final`, the last run may continue in the next batch, so it is held back:
+    `carry` holds its columns, to be passed as `pending` with the next batch.
+    """
+    if pending:
+        batch = {name: pending[name] + column for name, column in batch.items()}
+    turns, phases, steps = batch["turn"], batch["phase"], batch["step"]
+    runs = []
+    start = 0
+    for step, run in groupby(steps):
+        end = start + len(list(run))
+        if turns[start:end].count(turns[start]) == end - start and \
+                phases[start:end].count(phases[start]) == end - start:
+            runs.append((turns[start], phases[start], step, start, end))
+        else:  # rare: one step value shared by neighbouring turns or phases
+            for (turn, phase), inner in groupby(zip(turns[start:end], phases[start:end])):
+                inner_end = start + len(list(inner))
+                runs.append((turn, phase, step, start, inner_end))
+                start = inner_end
+        start = end
+    if final or not runs:
+        return batch, runs, None
+    held_start = runs.pop()[3]
+    return batch, runs, {name: column[held_start:] for name, column in batch.items()}
+
+
+def nearest_rank(sorted_values, num, den):
+    """The nearest-rank percentile num/den: sorted[min(n-1, floor(n*num/den))] (exact ints)."""
+    n = len(sorted_values)
+    return sorted_values[min(n - 1, n * num // den)] if n else None
+
+
+def ratio(numerator, denominator):
+    """numerator/denominator, or None (printed n/a, JSON null) when undefined."""
+    return numerator / denominator if denominator else None
+
+
+def chosen_phases(selection, phases_present):
+    """Phases a report covers, and its label: the default is decode, else everything."""
+    if selection.phase == "decode":
+        return {DECODE}, "decode"
+    if selection.phase == "prefill":
+        return {PREFILL}, "prefill"
+    if selection.phase is None and DECODE in phases_present:
+        return {DECODE}, "decode"
+    return set(phases_present), "all"
+
+
+def selected_tokens(trace, book, selection, phases_present):
+    phases, label = chosen_phases(selection, phases_present)
+    tokens = [t for t in book.selected if t[1] in phases]
+    if not tokens:
+        what = ", ".join([f"phase {selection.phase or 'decode'}"] + selection.describe())
+        raise TraceError(trace.name, 0, f"no tokens match the selection ({what}); "
+                                         f"the file has: {book.contents()}")
+    return phases, label, tokens
+
+
+# ── compute ───────────────────────────────────────────────────────────────────────────────────
+SYNTHETIC_OPS = {"BMOE_DECODE", "BMOE_CALLBACK"}
+COMPUTE_COLUMNS = ("turn", "phase", "step", "layer", "op", "name", "wall_ns", "majflt")
+
+
+class Plan:
+    """One distinct token structure (its sequence of (op, name, layer)), with per-node sums.
+
+    The tokens of a decode run share their graph, so sums are kept per node position and added
+    at C speed with map(add, ...); the nodes are classified once per structure, at the end.
+    """
+
+    __slots__ = ("ops", "names", "layers", "runs", "wall", "majflt", "fault_wall", "history")
+
+    def __init__(self, ops, names, layers):
+        self.ops, self.names, self.layers = ops, names, layers
+        n = len(ops)
+        self.runs = 0
+        self.wall, self.majflt, self.fault_wall = [0] * n, [0] * n, [0] * n
+        # Every node's wall_ns, token after token, for the per-op percentiles: 8 bytes a row.
+        self.history = array("Q")
+
+    def add(self, walls, faults):
+        self.runs += 1
+        self.wall = list(map(add, self.wall, walls))
+        if any(faults):
+            self.majflt = list(map(add, self.majflt, faults))
+            self.fault_wall = list(map(add, self.fault_wall, map(mul, walls, map(bool, faults))))
+        self.history.extend(walls)
+
+    def op_walls(self):
+        """{op: [array of single-node wall_ns]}, from the history, one slice per position."""
+        width = len(self.ops)
+        by_op = defaultdict(list)
+        for position, op in enumerate(self.ops):
+            by_op[op].append(self.history[position::width])
+        return by_op
+
+    def nodes(self):
+        """Per node position: (op, name, layer, inferred layer, base name, category)."""
+        layers = [int(layer) for layer in self.layers]
+        inferred = infer_layers(layers)
+        named = [classify(name, op) for name, op in zip(self.names, self.ops)]
+        moe_layers = {il for il, (_, cat) in zip(inferred, named) if cat in MOE_CATEGORIES}
+        out = []
+        previous = "other"
+        for op, name, layer, il, (base, cat) in zip(self.ops, self.names, layers, inferred, named):
+            if cat is INHERIT:
+                cat = previous
+            else:
+                if il in moe_layers and il != -1:
+                    cat = IN_MOE_LAYER_NAME.get(base) or IN_MOE_LAYER.get(cat, cat)
+                previous = cat
+            out.append((op, name, layer, il, base, cat))
+        return out
+
+
+SLOWEST = 5
+
+
+class ComputeFold:
+    """Folds compute-trace batches into per-structure sums, kept per phase."""
+
+    def __init__(self, selection, trace):
+        self.book = TokenBook(selection, trace)
+        self.plans = {}  # phase -> {structure: Plan}
+        self.rows = defaultdict(int)  # phase -> rows
+        self._pending = None
+        self._last = {}  # phase -> the plan of its latest token
+
+    def feed(self, batch):
+        batch, runs, self._pending = token_runs(batch, self._pending)
+        self._fold(batch, runs)
+
+    def finish(self):
+        if self._pending:
+            batch, runs, _ = token_runs(self._pending, None, final=True)
+            self._fold(batch, runs)
+            self._pending = None
+
+    def _fold(self, batch, runs):
+        ops, names, layers = batch["op"], batch["name"], batch["layer"]
+        walls, faults = batch["wall_ns"], batch["majflt"]
+        for turn, phase, step, start, end in runs:
+            record = self.book.lookup(turn, phase, step, end - start)
+            if record is None:
+                continue
+            token_walls, token_faults = walls[start:end], faults[start:end]
+            record[3] += sum(token_walls)
+            record[4] += sum(token_faults)
+            phase_id = record[1]
+            self.rows[phase_id] += end - start
+            self._plan(phase_id, ops[start:end], names[start:end], layers[start:end]).add(
+                token_walls, token_faults)
+
+    def _plan(self, phase, ops, names, layers):
+        """The plan of this structure; most tokens repeat the previous one's, which is checked
+        first because comparing equal strings is cheaper than hashing fresh ones."""
+        last = self._last.get(phase)
+        if last is not None and last.ops == ops and last.names == names and last.layers == layers:
+            return last
+        plans = self.plans.setdefault(phase, {})
+        structure = (tuple(ops), tuple(names), tuple(layers))
+        plan = plans.get(structure)
+        if plan is None:
+            plan = plans[structure] = Plan(ops, names, layers)
+        self._last[phase] = plan
+        return plan
+
+
+def read_compute(path, selection, skip_bad_rows=False, warn=None):
+    """Stream a compute trace into a ComputeFold; returns (trace, fold)."""
+    with Trace(path, skip_bad_rows, warn) as trace:
+        trace.require("compute", COMPUTE_COLUMNS)
+        fold = ComputeFold(selection, trace)
+        for batch in trace.batches(ints=("wall_ns", "majflt"), signed_keys=("layer",),
+                                   strings=("turn", "phase", "step", "op", "name"),
+                                   drop=("op", SYNTHETIC_OPS)):
+            fold.feed(batch)
+        fold.finish()
+    report_skipped(trace, warn)
+    return trace, fold
+
+
+def report_skipped(trace, warn):
+    if trace.skipped and warn:
+        warn(f"{trace.name}: skipped {trace.skipped} bad row(s) (first: {trace.first_skipped})")
+
+
+def compute_report(trace, fold, selection):
+    """The whole compute report as a plain dict (the JSON output; text is rendered from it)."""
+    phases, label, tokens = selected_tokens(trace, fold.book, selection, fold.plans.keys())
+    n_tokens = len(tokens)
+    total_ns = sum(t[3] for t in tokens)
+    total_majflt = sum(t[4] for t in tokens)
+    plans = [plan for phase in phases for plan in fold.plans.get(phase, {}).values()]
+    rows = sum(fold.rows[phase] for phase in phases)
+    sums = _fold_nodes(plans)
+    per_token = lambda value: value / n_tokens  # noqa: E731
+    share = lambda ns: ratio(ns, total_ns)  # noqa: E731
+    ms = lambda ns: ns / NS_PER_MS / n_tokens  # noqa: E731
+
+    op_walls = defaultdict(list)
+    for plan in plans:
+        for op, parts in plan.op_walls().items():
+            op_walls[op].extend(parts)
+    by_op = []
+    for op, (ns, count, majflt) in sorted(sums["op"].items(), key=lambda kv: (-kv[1][0], kv[0])):
+        walls = sorted(chain.from_iterable(op_walls[op]))
+        by_op.append({"op": op, "count": count, "ms_per_token": ms(ns), "share": share(ns),
+                      "majflt_per_token": per_token(majflt), "nodes_per_token": per_token(count),
+                      "avg_us": ns / count / 1e3, "p50_us": nearest_rank(walls, 1, 2) / 1e3,
+                      "p99_us": nearest_rank(walls, 99, 100) / 1e3, "max_us": walls[-1] / 1e3})
+        del walls
+    faulting_ns = sum(ns for _, ns in sums["fault"].values())
+    faults = {
+        "majflt_per_token": per_token(total_majflt), "ms_per_token": ms(faulting_ns),
+        "share": share(faulting_ns),
+        "by_op": [{"op": op, "majflt_per_token": per_token(majflt), "ms_per_token": ms(ns),
+                   "share": share(ns)}
+                  for op, (majflt, ns) in sorted(sums["fault"].items(),
+                                                 key=lambda kv: (-kv[1][0], -kv[1][1], kv[0]))],
+    }
+    layer_rows = lambda table: [  # noqa: E731
+        {"layer": layer, "ms_per_token": ms(ns), "majflt_per_token": per_token(majflt),
+         "share": share(ns)} for layer, (ns, majflt) in sorted(table.items())]
+    granularity = "layer" if plans and all(set(p.ops) == {"LAYER"} for p in plans) else "node"
+    segments = [] if granularity == "node" else [
+        {"name": name, "ms_per_token": ms(ns), "majflt_per_token": per_token(majflt),
+         "share": share(ns)} for name, (ns, majflt) in sorted(sums["segment"].items(),
+                                                              key=lambda kv: segment_order(kv[0]))]
+    by_category = [] if granularity == "layer" else [
+        {"category": cat, "ms_per_token": ms(ns), "share": share(ns),
+         "majflt_per_token": per_token(majflt), "nodes_per_token": per_token(count)}
+        for cat, (ns, majflt, count) in sorted(sums["category"].items(),
+                                               key=lambda kv: (-kv[1][0], kv[0]))]
+    unclassified = [{"name": name, "ms_per_token": ms(ns)}
+                    for name, ns in sorted(sums["unclassified"].items(),
+                                           key=lambda kv: (-kv[1], kv[0]))]
+    token_ms = [t[3] / NS_PER_MS for t in tokens]
+    ladder = sorted(token_ms)
+    return {
+        "schema": SCHEMA, "kind": "compute", "path": trace.name, "meta": trace.meta,
+        "version": trace.version, "phase": label, "selection": selection_dict(selection),
+        "tokens": n_tokens, "granularity": granularity, "rows": rows,
+        "nodes_per_token": rows / n_tokens, "ms_per_token": ms(total_ns),
+        "majflt_per_token": per_token(total_majflt),
+        "by_op": by_op, "faults": faults,
+        "by_layer": layer_rows(sums["layer"]),
+        "by_layer_column": layer_rows(sums["layer_column"]),
+        "reattributed_ms_per_token": ms(sums["reattributed"]),
+        "segments": segments, "by_category": by_category, "unclassified": unclassified,
+        "token_ms": {"p50": nearest_rank(ladder, 1, 2), "p90": nearest_rank(ladder, 9, 10),
+                     "p99": nearest_rank(ladder, 99, 100), "max": ladder[-1]},
+        "slowest": [token_dict(t, "ms", "majflt", NS_PER_MS)
+                    for t in sorted(tokens, key=lambda t: -t[3])[:SLOWEST]],
+        "per_token": [token_dict(t, "ms", "majflt", NS_PER_MS) for t in tokens],
+    }
+
+
+def token_dict(token, value_name, count_name, scale):
+    turn, phase, step, value, count = token
+    return {"turn": turn, "phase": phase, "step": step, value_name: value / scale,
+            count_name: count}
+
+
+def selection_dict(selection):
+    low, high = selection.steps
+    return {"phase": selection.phase or "default", "turns": sorted(selection.turns or []),
+            "steps": [low, high], "skip": selection.skip}
+
+
+def segment_order(name):
+    """pre, blk.0 .. blk.N in numeric order, post, then anything else by name."""
+    if name == "pre":
+        return (0, 0, "")
+    match = re.fullmatch(r"blk\.(\d+)", name)
+    if match:
+        return (1, int(match.group(1)), "")
+    return (2, 0, "") if name == "post" else (3, 0, name)
+
+
+def _fold_nodes(plans):
+    """Add every plan's per-node sums into the report's tables."""
+    sums = {"op": defaultdict(lambda: [0, 0, 0]), "fault": defaultdict(lambda: [0, 0]),
+            "layer": defaultdict(lambda: [0, 0]), "layer_column": defaultdict(lambda: [0, 0]),
+            "segment": defaultdict(lambda: [0, 0]), "category": defaultdict(lambda: [0, 0, 0]),
+            "unclassified": defaultdict(int), "reattributed": 0}
+    for plan in plans:
+        runs = plan.runs
+        for (op, name, layer, il, base, cat), ns, majflt, fault_ns in zip(
+                plan.nodes(), plan.wall, plan.majflt, plan.fault_wall):
+            entry = sums["op"][op]
+            entry[0] += ns
+            entry[1] += runs
+            entry[2] += majflt
+            if majflt:
+                entry = sums["fault"][op]
+                entry[0] += majflt
+                entry[1] += fault_ns
+            for table, key in (("layer", il), ("layer_column", layer), ("segment", name)):
+                entry = sums[table][key]
+                entry[0] += ns
+                entry[1] += majflt
+            if il != layer:
+                sums["reattributed"] += ns
+            entry = sums["category"][cat]
+            entry[0] += ns
+            entry[1] += majflt
+            entry[2] += runs
+            if cat == "other":
+                sums["unclassified"][base] += ns
+    return sums
+
+
+# ── io ────────────────────────────────────────────────────────────────────────────────────────
+IO_COLUMNS = ("turn", "phase", "step", "layer", "expert", "lane", "spec", "offset", "req_bytes",
+              "read_bytes", "latency_ns")
+
+
+class IntCache(dict):
+    """text -> int for columns of few distinct values: map(cache.__getitem__, column)."""
+
+    def __missing__(self, text):
+        value = self[text] = int(text)
+        return value
+
+
+class IoPhase:
+    """The sums of one phase's selected reads, bounded by the model's shape, not the run's
+    length: keyed by (layer, expert, size) and by (lane, size, spec, layer) as joined text."""
+
+    def __init__(self):
+        self.by_expert = Counter()  # "layer,expert,read_bytes" -> reads
+        self.by_lane = Counter()  # "lane,read_bytes,spec,layer" -> reads
+        self.lane_ns = defaultdict(int)  # "lane,read_bytes,spec,layer" -> latency_ns
+        self.latency = {"0": array("Q"), "1": array("Q")}  # spec -> latency_ns of each read
+        self.req_bytes = 0
+        self.runs = 0  # contiguous runs, with adjacent
+
+    def add(self, layers, experts, lanes, specs, sizes, latencies):
+        self.by_expert.update(map(",".join, zip(layers, experts, sizes)))
+        keys = list(map(",".join, zip(lanes, sizes, specs, layers)))
+        self.by_lane.update(keys)
+        lane_ns = self.lane_ns
+        for key, latency in zip(keys, latencies):
+            lane_ns[key] += latency
+        if "1" in specs:
+            self.latency["1"].extend(compress(latencies, map("1".__eq__, specs)))
+            self.latency["0"].extend(compress(latencies, map("1".__ne__, specs)))
+        else:
+            self.latency["0"].extend(latencies)
+
+
+class IoFold:
+    """Folds io-trace batches into an IoPhase per phase, plus the per-token sums."""
+
+    def __init__(self, selection, trace, adjacent=False):
+        self.book = TokenBook(selection, trace)
+        self.adjacent = adjacent
+        self.phases = {}  # phase -> IoPhase
+        self.sizes = IntCache()
+        self._pending = None
+
+    def feed(self, batch):
+        batch, runs, self._pending = token_runs(batch, self._pending)
+        self._fold(batch, runs)
+
+    def finish(self):
+        if self._pending:
+            batch, runs, _ = token_runs(self._pending, None, final=True)
+            self._fold(batch, runs)
+            self._pending = None
+
+    def _fold(self, batch, runs):
+        """Token sums and adjacency per token run; then each phase's selected rows of the batch
+        are added at once, so that the per-read work stays inside C builtins."""
+        sizes = list(map(self.sizes.__getitem__, batch["read_bytes"]))
+        wanted, offsets = batch["req_bytes"], batch["offset"]
+        spans = defaultdict(list)  # phase -> [(start, end)] of its selected runs
+        for turn, phase, step, start, end in runs:
+            record = self.book.lookup(turn, phase, step, end - start)
+            if record is None:
+                continue
+            totals = self.phases.get(record[1]) or self.phases.setdefault(record[1], IoPhase())
+            record[3] += end - start
+            record[4] += sum(sizes[start:end])
+            totals.req_bytes += sum(wanted[start:end])
+            if self.adjacent:
+                totals.runs += contiguous_runs(offsets[start:end], wanted[start:end])
+            spans[record[1]].append((start, end))
+        columns = [batch[name] for name in ("layer", "expert", "lane", "spec", "read_bytes",
+                                              "latency_ns")]
+        for phase, phase_spans in spans.items():
+            if len(phase_spans) > 1 or phase_spans[0] != (0, len(sizes)):
+                keep = [False] * len(sizes)
+                for start, end in phase_spans:
+                    keep[start:end] = [True] * (end - start)
+                self.phases[phase].add(*(list(compress(column, keep)) for column in columns))
+            else:
+                self.phases[phase].add(*columns)
+
+
+def contiguous_runs(offsets, lengths):
+    """How many runs the extents [offset, offset+length) form: sorted by offset, a run breaks
+    where an extent starts after the furthest end so far (touching extents merge)."""
+    if not offsets:
+        return 0
+    starts, ends = zip(*sorted(zip(offsets, map(add, offsets, lengths))))
+    furthest = accumulate(ends, max)
+    return 1 + sum(map(gt, starts[1:], furthest))
+
+
+def read_io(path, selection, adjacent=False, skip_bad_rows=False, warn=None):
+    """Stream an io trace into an IoFold; returns (trace, fold)."""
+    with Trace(path, skip_bad_rows, warn) as trace:
+        trace.require("io", IO_COLUMNS)
+        fold = IoFold(selection, trace, adjacent)
+        for batch in trace.batches(ints=("offset", "req_bytes", "latency_ns"),
+                                   keys=("expert", "lane", "spec", "read_bytes"),
+                                   signed_keys=("layer",),
+                                   strings=("turn", "phase", "step"), drop=("kind", {"wait"})):
+            fold.feed(batch)
+        fold.finish()
+    report_skipped(trace, warn)
+    return trace, fold
+
+
+def size_bucket(read_bytes):
+    """KiB bucket: the largest power of two <= read_bytes // 1024 (0 under 1 KiB)."""
+    kib = read_bytes // 1024
+    return 1 << (kib.bit_length() - 1) if kib else 0
+
+
+def bucket_label(kib):
+    if kib == 0:
+        return "<1 KiB"
+    return f"{kib} KiB" if kib == 1 else f"{kib}-{2 * kib - 1} KiB"
+
+
+def io_report(trace, fold, selection):
+    """The whole io report as a plain dict (the JSON output; text is rendered from it)."""
+    phases, label, tokens = selected_tokens(trace, fold.book, selection, fold.phases.keys())
+    n_tokens = len(tokens)
+    per_token = lambda value: value / n_tokens  # noqa: E731
+    mib_per_s = lambda nbytes, ns: ratio(nbytes / MIB, ns / 1e9)  # noqa: E731
+    by_size = defaultdict(lambda: [0, 0, 0])  # reads, bytes, ns
+    by_lane = defaultdict(lambda: [0, 0, 0])
+    by_spec = defaultdict(lambda: [0, 0, 0])
+    by_layer = defaultdict(lambda: [0, 0, 0])
+    chosen = [fold.phases[phase] for phase in phases if phase in fold.phases]
+    for totals in chosen:
+        for key, count in totals.by_lane.items():
+            lane, size, spec, layer = key.split(",")
+            size = int(size)
+            ns = totals.lane_ns[key]
+            for table, group in ((by_size, size_bucket(size)), (by_lane, int(lane)),
+                                 (by_spec, spec), (by_layer, int(layer))):
+                entry = table[group]
+                entry[0] += count
+                entry[1] += count * size
+                entry[2] += ns
+    reads = sum(entry[0] for entry in by_lane.values())
+    read_bytes = sum(entry[1] for entry in by_lane.values())
+    busy_ns = sum(entry[2] for entry in by_lane.values())
+    req_bytes = sum(totals.req_bytes for totals in chosen)
+    runs = sum(totals.runs for totals in chosen)
+    latency = sorted(chain.from_iterable(totals.latency[spec]
+                                         for totals in chosen for spec in ("0", "1")))
+    spec_reads, spec_bytes, _ = by_spec.get("1", (0, 0, 0))
+    return {
+        "schema": SCHEMA, "kind": "io", "path": trace.name, "meta": trace.meta,
+        "version": trace.version, "phase": label, "selection": selection_dict(selection),
+        "tokens": n_tokens,
+        "reads": reads, "read_bytes": read_bytes, "req_bytes": req_bytes,
+        "reads_per_token": per_token(reads), "mib_per_token": per_token(read_bytes / MIB),
+        "busy_ms_per_token": per_token(busy_ns / NS_PER_MS),
+        "busy_mib_per_s": mib_per_s(read_bytes, busy_ns),
+        "waste_pct": None if not read_bytes else (read_bytes - req_bytes) / read_bytes * 100,
+        "waste_mib_per_token": per_token((read_bytes - req_bytes) / MIB),
+        "latency_us": {"p50": nearest_rank(latency, 1, 2) / 1e3,
+                       "p90": nearest_rank(latency, 9, 10) / 1e3,
+                       "p99": nearest_rank(latency, 99, 100) / 1e3, "max": latency[-1] / 1e3},
+        "by_size": [{"kib": kib, "label": bucket_label(kib), "reads": count, "mib": nbytes / MIB,
+                     "mib_per_s": mib_per_s(nbytes, ns), "us_per_read": ns / count / 1e3}
+                    for kib, (count, nbytes, ns) in sorted(by_size.items())],
+        "by_lane": [{"lane": lane, "reads_per_token": per_token(count),
+                     "mib_per_token": per_token(nbytes / MIB),
+                     "busy_ms_per_token": per_token(ns / NS_PER_MS),
+                     "mib_per_s": mib_per_s(nbytes, ns)}
+                    for lane, (count, nbytes, ns) in sorted(by_lane.items())],
+        "spec": {"reads": spec_reads, "mib_per_token": per_token(spec_bytes / MIB),
+                 "share_of_bytes": ratio(spec_bytes, read_bytes)},
+        "adjacency": {"reads_per_token": per_token(reads),
+                      "runs_per_token": per_token(runs) if fold.adjacent else None,
+                      "coalesce_factor": ratio(reads, runs) if fold.adjacent else None},
+    }
+
+
+# ── text rendering ────────────────────────────────────────────────────────────────────────────
+BAR_WIDTH = 20
+_UNPRINTABLE = re.compile(r"[^\S ]|[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def safe(text):
+    """Trace strings are untrusted: control characters (an ANSI escape, a newline in a node
+    name) are shown as escapes, never sent to the terminal."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def num(value, spec, missing="n/a"):
+    """format(value, spec), or 'n/a' for an undefined figure."""
+    return missing if value is None else format(value, spec)
+
+
+def pct(fraction, spec="5.1f"):
+    return "n/a" if fraction is None else format(fraction * 100, spec) + "%"
+
+
+def bar(fraction, width=BAR_WIDTH):
+    filled = int(round(max(0.0, min(1.0, fraction or 0.0)) * width))
+    return "#" * filled + "." * (width - filled)
+
+
+def header_lines(report, keys):
+    meta = report["meta"]
+    line = " ".join(f"{key}={safe(meta.get(key, '?'))}" for key in keys)
+    lines = [line]
+    picked = [f"phase {report['phase']}"] + selection_words(report["selection"])
+    return lines, ", ".join(picked)
+
+
+def selection_words(selection):
+    words = []
+    if selection["turns"]:
+        words.append("turn " + ",".join(map(str, selection["turns"])))
+    low, high = selection["steps"]
+    if low is not None or high is not None:
+        words.append(f"steps {'' if low is None else low}:{'' if high is None else high}")
+    if selection["skip"]:
+        words.append(f"first {selection['skip']} token(s) of each turn skipped")
+    return words
+
+
+def render_compute(report, top=12, show_layers=False):
+    lines, picked = header_lines(report, ("model", "arch", "n_layer", "n_threads"))
+    lines[0] = lines[0].replace("n_threads=", "threads=")
+    fallback = " (no decode rows: all rows used)" if report["phase"] == "all" and \
+        report["selection"]["phase"] == "default" else ""
+    lines.append(f"tokens={report['tokens']} ({picked}){fallback}  "
+                 f"{report['granularity']} granularity  "
+                 f"nodes/token={report['nodes_per_token']:.0f}  "
+                 f"measured compute={report['ms_per_token']:.2f} ms/token  "
+                 f"majflt={report['majflt_per_token']:.1f}/token")
+    if report["granularity"] == "layer":
+        lines += ["", "note: one barrier per layer, so these absolutes sit close to an untraced "
+                      "run; there is no per-op detail inside a segment."]
+        lines += render_segments(report)
+        return "\n".join(lines) + "\n"
+    lines += ["", "note: every node was isolated and synchronized to be measured; the barriers "
+                  "inflate the absolutes. Compare shares."]
+    lines += render_by_op(report, top)
+    lines += render_faults(report)
+    if show_layers:
+        lines += render_layers(report)
+    return "\n".join(lines) + "\n"
+
+
+def render_by_op(report, top):
+    ops = report["by_op"]
+    shown = ops[:top]
+    lines = ["", f"by op ({len(shown)} of {len(ops)}, slowest first; us = one node's wall time)",
+             f"{'op':<16}{'ms/token':>9}{'share':>7}{'majflt/tok':>11}{'nodes/tok':>10}"
+             f"{'avg us':>9}{'p50 us':>9}{'p99 us':>9}{'max us':>10}  "]
+    for op in shown:
+        lines.append(f"{safe(op['op']):<16}{op['ms_per_token']:9.2f}{pct(op['share'], '6.1f'):>7}"
+                     f"{op['majflt_per_token']:11.1f}{op['nodes_per_token']:10.1f}"
+                     f"{op['avg_us']:9.1f}{op['p50_us']:9.1f}{op['p99_us']:9.1f}"
+                     f"{op['max_us']:10.1f}  {bar(op['share'])}")
+    return lines
+
+
+def render_faults(report):
+    faults = report["faults"]
+    if not faults["by_op"]:
+        return []
+    lines = ["", "fault attribution: nodes that took major page faults (flash reads billed "
+                 "as compute)"]
+    for op in faults["by_op"][:8]:
+        lines.append(f"  {safe(op['op']):<16}{op['majflt_per_token']:9.1f} majflt/tok  in "
+                     f"{op['ms_per_token']:8.2f} ms/tok ({pct(op['share'], '.1f')} of compute)")
+    lines.append(f"  {'TOTAL':<16}{faults['majflt_per_token']:9.1f} majflt/tok  in "
+                 f"{faults['ms_per_token']:8.2f} ms/tok ({pct(faults['share'], '.1f')} of compute)")
+    lines.append("  ^ the time of faulting nodes is mostly flash wait, not arithmetic: take it "
+                 "out before calling the model compute-bound.")
+    return lines
+
+
+def render_layers(report):
+    rows = report["by_layer"]
+    peak = max((row["ms_per_token"] for row in rows), default=0) or 1
+    lines = ["", "by layer (layer -1: outside every layer, i.e. embeddings and output head; "
+                 "nodes with no layer index that run inside a layer are counted in it, "
+                 f"{report['reattributed_ms_per_token']:.2f} ms/token re-attributed)",
+             f"  {'layer':>5}{'ms/token':>10}{'share':>7}{'majflt/tok':>11}"]
+    for row in rows:
+        lines.append(f"  {row['layer']:>5}{row['ms_per_token']:10.2f}"
+                     f"{pct(row['share'], '6.1f'):>7}{row['majflt_per_token']:11.1f}  "
+                     f"{bar(row['ms_per_token'] / peak)}")
+    return lines
+
+
+def render_segments(report):
+    rows = report["segments"]
+    peak = max((row["ms_per_token"] for row in rows), default=0) or 1
+    lines = ["", f"{'segment':<12}{'ms/token':>9}{'share':>7}{'majflt/tok':>11}"]
+    for row in rows:
+        lines.append(f"{safe(row['name']):<12}{row['ms_per_token']:9.2f}"
+                     f"{pct(row['share'], '6.1f'):>7}{row['majflt_per_token']:11.1f}  "
+                     f"{bar(row['ms_per_token'] / peak)}")
+    return lines
+
+
+def render_io(report):
+    lines, picked = header_lines(report, ("model", "io_threads", "o_direct", "overlap"))
+    per = "per read-token"
+    lines.append(f"read-tokens={report['tokens']} ({picked}; tokens that read: a token served "
+                 f"entirely from cache has no rows)")
+    lines.append(f"reads={report['reads']} ({report['reads_per_token']:.1f} {per})  "
+                 f"read={report['mib_per_token']:.2f} MiB {per}")
+    lines.append(f"lane-busy bandwidth={num(report['busy_mib_per_s'], '.0f')} MiB/s over all "
+                 f"lanes ({report['busy_ms_per_token']:.1f} ms lane-busy {per})")
+    lines.append(f"alignment waste={num(report['waste_pct'], '.1f')}% "
+                 f"({report['waste_mib_per_token']:.2f} MiB {per} read but not wanted)")
+    latency = report["latency_us"]
+    lines += ["", "per-read latency (us)"]
+    lines += [f"  {name:<5}{latency[name]:10.1f}" for name in ("p50", "p90", "p99", "max")]
+    lines += ["", "by read size (bucket: largest power of two <= KiB read)",
+              f"  {'size':<14}{'reads':>9}{'MiB':>10}{'MiB/s':>9}{'us/read':>10}"]
+    for row in report["by_size"]:
+        lines.append(f"  {row['label']:<14}{row['reads']:>9}{row['mib']:10.1f}"
+                     f"{num(row['mib_per_s'], '9.0f'):>9}{row['us_per_read']:10.1f}")
+    lines += ["", "by lane (uneven busy time means a starved lane, not a full drive)",
+              f"  {'lane':>4}{'reads/tok':>11}{'MiB/tok':>10}{'busy ms/tok':>13}{'MiB/s':>8}"]
+    for row in report["by_lane"]:
+        lines.append(f"  {row['lane']:>4}{row['reads_per_token']:11.1f}{row['mib_per_token']:10.2f}"
+                     f"{row['busy_ms_per_token']:13.2f}{num(row['mib_per_s'], '.0f'):>8}")
+    spec = report["spec"]
+    if spec["reads"]:
+        lines += ["", f"speculative: {spec['reads']} reads, {spec['mib_per_token']:.2f} MiB {per} "
+                      f"({pct(spec['share_of_bytes'], '.1f')} of bytes read)"]
+    adjacency = report["adjacency"]
+    if adjacency["runs_per_token"] is not None:
+        lines += ["", "adjacency: the coalescing ceiling (requested extents, merged when they "
+                      "touch or overlap)",
+                  f"  {adjacency['reads_per_token']:.1f} reads/token span "
+                  f"{adjacency['runs_per_token']:.1f} contiguous runs/token",
+                  f"  coalescing factor {num(adjacency['coalesce_factor'], '.2f')}: perfectly "
+                  f"coalesced, that many times fewer requests for the same bytes"]
+    return "\n".join(lines) + "\n"
+
+
+# ── command line ──────────────────────────────────────────────────────────────────────────────
+EPILOG = """\
+examples:
+  decode-analyze compute ct.csv                 by op, faults (text)
+  decode-analyze compute ct.csv --layers        ... and by layer
+  decode-analyze compute ct.csv --top 30        more ops
+  decode-analyze io io.csv --adjacent           ... and the coalescing ceiling
+  decode-analyze io io.csv --format json        the whole report as JSON
+  zcat ct.csv.gz | decode-analyze compute -     stdin ('-'); .gz files are read as they are
+
+exit status: 0 ok, 1 bad or unreadable input, 2 usage, 130 interrupted.
+"""
+
+
+def steps_range(text):
+    """'A:B', inclusive; either side may be empty."""
+    low, sep, high = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return (int(low) if low else None, int(high) if high else None)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected A:B (either side optional), got {text!r}")
+
+
+def non_negative(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="decode-analyze", description=__doc__.split("\n\n")[0] + "\n\n" +
+        "\n\n".join(__doc__.split("\n\n")[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
+    commands = parser.add_subparsers(dest="command", metavar="{compute,io}", required=True)
+
+    def subcommand(name, help_text, description):
+        sub = commands.add_parser(name, help=help_text, description=description,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  epilog=EPILOG)
+        sub.add_argument("path", help="the trace file ('-' for stdin; gzip is detected)")
+        sub.add_argument("--format", choices=("text", "json"), default="text",
+                         help="text tables (default) or the report as one JSON object")
+        sub.add_argument("--phase", choices=("decode", "prefill", "all"),
+                         help="rows to use (default: decode, or all rows when there are "
+                              "no decode rows)")
+        sub.add_argument("--turn", type=non_negative, action="append", metavar="N",
+                         help="only this session turn (repeatable)")
+        sub.add_argument("--steps", type=steps_range, metavar="A:B",
+                         help="only tokens whose step is in A..B, inclusive (A: or :B too)")
+        sub.add_argument("--skip", type=non_negative, default=0, metavar="N",
+                         help="drop the first N tokens of each turn (warm-up)")
+        sub.add_argument("--skip-bad-rows", action="store_true",
+                         help="skip malformed rows (counted on stderr) instead of stopping")
+        return sub
+
+    compute = subcommand("compute", "where compute time goes: by op, faults, layers",
+                         "Where a token's compute time goes, from a compute trace (ct.csv).")
+    compute.add_argument("--top", type=non_negative, default=12, metavar="N",
+                         help="how many ops the by-op table lists (default 12; JSON has all)")
+    compute.add_argument("--layers", action="store_true", help="also print the by-layer table")
+    io_parser = subcommand("io", "the flash floor: latency, size, waste, lanes",
+                           "What the flash reads are made of, from an io trace (io.csv).")
+    io_parser.add_argument("--adjacent", action="store_true",
+                           help="compute the coalescing ceiling (contiguous runs per token)")
+    return parser
+
+
+class Warnings:
+    """Collects warnings for stderr (and the JSON report), each said once."""
+
+    def __init__(self, stream):
+        self.stream, self.said = stream, []
+
+    def __call__(self, message):
+        if message not in self.said:
+            self.said.append(message)
+            print(f"decode-analyze: warning: {safe(message)}", file=self.stream)
+
+
+def selection_from(args):
+    return Selection(phase=args.phase, turns=set(args.turn) if args.turn else None,
+                     steps=args.steps or (None, None), skip=args.skip)
+
+
+def run(args, out, warn):
+    selection = selection_from(args)
+    if args.command == "compute":
+        trace, fold = read_compute(args.path, selection, args.skip_bad_rows, warn)
+        report = compute_report(trace, fold, selection)
+        render = lambda r: render_compute(r, args.top, args.layers)  # noqa: E731
+    else:
+        trace, fold = read_io(args.path, selection, args.adjacent, args.skip_bad_rows, warn)
+        report = io_report(trace, fold, selection)
+        render = render_io
+    report["warnings"] = list(warn.said)
+    if args.format == "json":
+        out.write(json.dumps(report, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
+    else:
+        out.write(render(report))
+    out.flush()
+
+
+def main(argv=None, out=None, err=None):
+    """Run the CLI; returns the exit status (0 ok, 1 bad input, 2 usage, 130 interrupted)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 2
+    warn = Warnings(err)
+    try:
+        run(args, out, warn)
+    except TraceError as problem:
+        print(f"decode-analyze: {safe(problem)}", file=err)
+        return 1
+    except BrokenPipeError:
+        # The reader (head, less) went away: stop quietly, and keep Python from complaining
+        # about the unflushable stdout at exit.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Shared helpers: run the CLI in-process, write tiny traces, find ../shared."""
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import decode_analyze  # noqa: E402
+
+SHARED = ROOT.parent / "shared"
+TRACES = SHARED / "traces"
+REFERENCE = SHARED / "reference" / "decode-analyze.py"
+
+CT_HEADER = "turn,phase,step,seq,layer,op,name,wall_ns,majflt"
+IO_HEADER = "turn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns"
+
+
+class Result:
+    def __init__(self, code, out, err):
+        self.code, self.out, self.err = code, out, err
+
+    @property
+    def json(self):
+        return json.loads(self.out)
+
+
+def run(*argv):
+    """main(argv) in-process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    code = decode_analyze.main([str(a) for a in argv], out=out, err=err)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def report(*argv):
+    """The JSON report of a run that must succeed with no warning."""
+    result = run(*argv, "--format", "json")
+    assert result.code == 0, result.err
+    assert result.err == "", result.err
+    return result.json
+
+
+def ct_text(rows, preamble="# compute_trace v1\n# model=m.gguf arch=qwen3moe n_layer=2 "
+                           "n_threads=4\n", header=CT_HEADER):
+    return preamble + header + "\n" + "".join(row + "\n" for row in rows)
+
+
+def io_text(rows, preamble="# io_trace v1\n# model=m.gguf io_threads=2 o_direct=1 overlap=0\n",
+            header=IO_HEADER):
+    return preamble + header + "\n" + "".join(row + "\n" for row in rows)
+
+
+@pytest.fixture
+def write(tmp_path):
+    """write(text, name='t.csv', mode='w') -> path of a file in a fresh directory."""
+    def _write(text, name="t.csv"):
+        path = tmp_path / name
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text, newline="")
+        return path
+    return _write
+
+
+def shared_trace(name):
+    path = TRACES / name
+    if not path.exists():
+        pytest.skip(f"{path} is not here (../shared is beside the checkout in CI)")
+    return path

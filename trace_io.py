@@ -1,0 +1,353 @@
+"""Read the engine's preamble-CSV traces: `#` key=value lines, a header, then rows.
+
+A trace is read in batches of whole lines and handed out by column (name -> list), so that the
+per-row work (splitting, integer conversion, validation) happens inside C builtins; only lines
+that need it (quoted fields, bad rows) take the slow, line-by-line path. Nothing holds more than
+one batch of rows. See ../shared/spec/trace-format.md for the format.
+
+Problems come out as TraceError("FILE:LINE: what is wrong"), never as a traceback; problems that
+still leave a usable trace (a truncated last line, an unknown version, skipped bad rows) go to the
+`warn` callback.
+"""
+import csv
+import gzip
+import io
+import re
+import sys
+import zlib
+from itertools import compress, repeat
+
+KINDS = {"compute_trace": "compute", "io_trace": "io"}
+KNOWN_VERSIONS = {"v1", "v2"}
+# A file with no kind line is recognised by columns only its kind has.
+KIND_COLUMNS = {"compute": {"wall_ns", "op"}, "io": {"latency_ns", "read_bytes"}}
+BATCH_CHARS = 1 << 18
+_KEY_START = re.compile(r"(?:^|\s)([^\s=]+)=")
+
+
+class TraceError(Exception):
+    """An input problem, printed as 'FILE:LINE: message' (LINE omitted when it is not one)."""
+
+    def __init__(self, path, line, message):
+        super().__init__(message)
+        self.path, self.line, self.message = path, line, message
+
+    def __str__(self):
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        return f"{where}: {self.message}"
+
+
+def parse_preamble_line(text):
+    """Split one preamble line (without '#') into (leading words, {key: value}).
+
+    A value runs up to the next `key=` token, so a value may hold spaces (`model=tiny moe.gguf`).
+    """
+    starts = list(_KEY_START.finditer(text))
+    if not starts:
+        return text.split(), {}
+    words = text[: starts[0].start(1)].split()
+    meta = {}
+    for this, following in zip(starts, starts[1:] + [None]):
+        end = following.start(1) if following else len(text)
+        meta[this.group(1)] = text[this.end(): end].strip()
+    return words, meta
+
+
+def _open_binary(path):
+    if path == "-":
+        return sys.stdin.buffer, False
+    try:
+        return open(path, "rb"), True
+    except IsADirectoryError:
+        raise TraceError(path, 0, "is a directory, not a trace file") from None
+    except FileNotFoundError:
+        raise TraceError(path, 0, "no such file") from None
+    except PermissionError:
+        raise TraceError(path, 0, "permission denied") from None
+    except OSError as exc:
+        raise TraceError(path, 0, f"cannot open: {exc.strerror or exc}") from None
+
+
+def _plain_integers(values, floor, end=""):
+    """True iff every value is written as plain ASCII digits (or is '-1' when floor is -1),
+    each followed by `end` (the newline the last column keeps in the fast path).
+
+    Checked on the joined text, at C speed; the slow path strips blanks first.
+    """
+    joined = "".join(values)
+    if end:
+        joined = joined.replace(end, "")
+    if floor < 0:
+        minus_ones = values.count("-1" + end)
+        if joined.count("-") != minus_ones:
+            return False
+        joined = joined.replace("-", "")
+        if minus_ones == len(values):
+            return True
+    return joined.isascii() and joined.isdigit() and end not in values
+
+
+def plain_integer(text):
+    """True iff text is a non-negative integer written in plain ASCII digits."""
+    return text.isascii() and text.isdigit()
+
+
+class Trace:
+    """One open trace: `kind`, `version`, `meta` and `columns` are known after construction;
+    `batches()` then streams the rows. Use as a context manager."""
+
+    def __init__(self, path, skip_bad_rows=False, warn=None):
+        self.path = path
+        self.name = "<stdin>" if path == "-" else path
+        self.skip_bad_rows = skip_bad_rows
+        self.warn = warn or (lambda message: None)
+        self.kind = self.kind_word = self.version = None
+        self.meta = {}
+        self.columns = []
+        self.skipped = 0
+        self.first_skipped = None
+        self.line = 0  # number of the last line consumed
+        binary, self._owned = _open_binary(path)
+        self._binary = binary
+        try:
+            if binary.peek(2)[:2] == b"\x1f\x8b":
+                binary = gzip.GzipFile(fileobj=binary)
+            # utf-8-sig drops a BOM; universal newlines fold CRLF; undecodable bytes in a node
+            # name must not stop the analysis, they are shown as U+FFFD.
+            self._text = io.TextIOWrapper(binary, encoding="utf-8-sig", errors="replace")
+            self._read_head()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- head --------------------------------------------------------------------------------
+    def _read_head(self):
+        while True:
+            line = self._readline()
+            if not line:
+                raise TraceError(self.name, 0, "empty file: no header line"
+                                 if self.line == 0 else "no header line after the preamble")
+            if line.startswith("#"):
+                words, meta = parse_preamble_line(line[1:])
+                if words and self.kind_word is None:
+                    self.kind_word = words[0]
+                    self.version = words[1] if len(words) > 1 else None
+                self.meta.update(meta)
+                continue
+            if not line.strip():
+                continue
+            self.columns = [c.strip() for c in next(csv.reader([line.rstrip("\n")]))]
+            self.header_line = self.line
+            break
+        self._recognise_kind()
+
+    def _readline(self):
+        try:
+            line = self._text.readline()
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceError(self.name, self.line + 1, f"cannot read: {exc}") from None
+        if line:
+            self.line += 1
+        return line
+
+    def _recognise_kind(self):
+        if self.kind_word in KINDS:
+            self.kind = KINDS[self.kind_word]
+            if self.version not in KNOWN_VERSIONS:
+                self.warn(f"{self.name}:1: unknown {self.kind_word} version "
+                          f"{self.version or '(none)'}; reading columns by name")
+            return
+        present = set(self.columns)
+        for kind, needed in KIND_COLUMNS.items():
+            if needed <= present:
+                self.kind = kind
+                return
+
+    def require(self, kind, columns):
+        """Fail unless this trace is of `kind` and has every one of `columns`."""
+        if self.kind is None:
+            raise TraceError(self.name, self.header_line,
+                             "not a decode trace: no '# compute_trace' / '# io_trace' line and "
+                             "the header has neither wall_ns nor latency_ns")
+        if self.kind != kind:
+            how = (" ".join(filter(None, ("#", self.kind_word, self.version)))
+                   if self.kind_word else "recognised by its columns")
+            raise TraceError(self.name, 1 if self.kind_word else self.header_line,
+                             f"this is {'an' if self.kind == 'io' else 'a'} {self.kind} trace "
+                             f"({how}), not {'an' if kind == 'io' else 'a'} {kind} trace; "
+                             f"read it with 'decode-analyze {self.kind}'")
+        missing = [c for c in columns if c not in self.columns]
+        if missing:
+            raise TraceError(self.name, self.header_line,
+                             f"missing required column{'s' if len(missing) > 1 else ''}: "
+                             f"{', '.join(missing)} (header has: {', '.join(self.columns)})")
+
+    # -- rows --------------------------------------------------------------------------------
+    def batches(self, ints=(), keys=(), signed_keys=(), strings=(), drop=None):
+        """Yield {column: list} for runs of rows, in file order.
+
+        `ints` come back as non-negative ints. `keys` are validated as non-negative integers
+        (`signed_keys`: integers >= -1, the layer column) but stay text: they have few distinct
+        values, which the caller converts once each. `strings` are text.
+        `drop=(column, values)` leaves out rows whose column is in values (the v2 synthetic
+        rows). Bad rows raise TraceError, or are counted and skipped with skip_bad_rows.
+        """
+        index = {c: i for i, c in enumerate(self.columns)}
+        # v1 writers have no synthetic rows: checking for them would cost a pass per batch.
+        if self.version == "v1":
+            drop = None
+        drop_column, drop_values = drop if drop and drop[0] in index else (None, None)
+        wanted = [c for c in (*ints, *keys, *signed_keys, *strings) if c in index]
+        if drop_column and drop_column not in wanted:
+            wanted.append(drop_column)
+        floors = {**{c: 0 for c in (*ints, *keys)}, **{c: -1 for c in signed_keys}}
+        self._shape = (index, wanted, set(ints), floors)
+        remainder = ""
+        while True:
+            try:
+                chunk = self._text.read(BATCH_CHARS)
+            except (OSError, EOFError, zlib.error, UnicodeError) as exc:
+                raise TraceError(self.name, self.line + 1, f"cannot read: {exc}") from None
+            if not chunk:
+                break
+            chunk = remainder + chunk
+            cut = chunk.rfind("\n") + 1
+            remainder = chunk[cut:]
+            if cut:
+                batch = self._batch(chunk[:cut], last=False)
+                if batch is not None:
+                    yield self._drop(batch, drop_column, drop_values)
+        if remainder:
+            batch = self._batch(remainder + "\n", last=True)
+            if batch is not None:
+                yield self._drop(batch, drop_column, drop_values)
+
+    def skip_rows(self, count, problem):
+        """Count rows the caller found bad (with skip_bad_rows)."""
+        self.skipped += count
+        if self.first_skipped is None:
+            self.first_skipped = problem
+
+    def locate(self, column, value):
+        """Line number of the first row whose `column` is `value`, or 0 if it cannot be told.
+
+        For error messages about columns validated by the caller: it reads the file again.
+        """
+        if self.path == "-" or column not in self.columns:
+            return 0
+        position = self.columns.index(column)
+        try:
+            with Trace(self.path) as again:
+                for number, line in enumerate(again._text, again.line + 1):
+                    fields = next(csv.reader([line.rstrip("\n")]), [])
+                    if len(fields) > position and fields[position] == value:
+                        return number
+        except (TraceError, OSError, UnicodeError, EOFError, zlib.error):
+            pass
+        return 0
+
+    @staticmethod
+    def _drop(batch, column, values):
+        if column is None or values.isdisjoint(batch[column]):
+            return batch
+        keep = [value not in values for value in batch[column]]
+        return {name: list(compress(col, keep)) for name, col in batch.items()}
+
+    def _batch(self, text, last):
+        """Columns of the complete lines in `text`, or None when no row survives."""
+        first_line = self.line + 1
+        n_lines = text.count("\n")
+        self.line += n_lines
+        columns = None if last or '"' in text else self._fast_batch(text, n_lines)
+        if columns is None:
+            lines = text.split("\n")
+            lines.pop()
+            columns = self._slow_batch(lines, first_line, last)
+        return columns
+
+    def _fast_batch(self, text, n_lines):
+        """Split a batch of plain lines at C speed; None sends it to the slow path.
+
+        Each line keeps its newline on its last field, so the batch is aligned (every line has
+        exactly `width` fields) iff the n slots that should end the n lines hold all n newlines.
+        """
+        index, wanted, ints, floors = self._shape
+        width = len(self.columns)
+        flat = text.replace("\n", "\n,").split(",")
+        flat.pop()
+        if len(flat) != n_lines * width or "".join(flat[width - 1::width]).count("\n") != n_lines:
+            return None
+        columns = {}
+        for name in wanted:
+            column = flat[index[name]::width]
+            if name in ints:
+                if not _plain_integers(column, 0, "\n" if index[name] == width - 1 else ""):
+                    return None  # the slow path names the line and the column
+                column = self._to_ints(column)
+            else:
+                if index[name] == width - 1:
+                    column = list(map(str.rstrip, column))
+                if name in floors and not _plain_integers(column, floors[name]):
+                    return None
+            columns[name] = column
+        return columns
+
+    @staticmethod
+    def _to_ints(column):
+        """int() of every (valid) value; columns of few distinct values convert each once."""
+        distinct = set(column[:64])
+        if len(distinct) < 8:
+            distinct = set(column)
+            if len(distinct) < 256:
+                value_of = {text: int(text) for text in distinct}
+                return list(map(value_of.__getitem__, column))
+        return list(map(int, column))
+
+    def _slow_batch(self, lines, first_line, last):
+        index, wanted, ints, floors = self._shape
+        width = len(self.columns)
+        rows = []
+        for number, line in enumerate(lines, first_line):
+            if not line.strip() or line.startswith("#"):
+                continue
+            fields = next(csv.reader([line])) if '"' in line else line.split(",")
+            problem = None
+            if len(fields) != width:
+                problem = f"expected {width} fields, found {len(fields)}"
+            else:
+                row = []
+                for name in wanted:
+                    value = fields[index[name]]
+                    floor = floors.get(name)
+                    if floor is not None:
+                        text = value.strip()
+                        if not _plain_integers([text], floor):
+                            kind = "a non-negative integer" if floor == 0 else "an integer >= -1"
+                            problem = f"column {name}: {value!r} is not {kind}"
+                            break
+                        value = int(text) if name in ints else text
+                    row.append(value)
+            if problem is None:
+                rows.append(row)
+            elif last:
+                self.warn(f"{self.name}:{number}: truncated last line ignored "
+                          f"(no newline at the end; {problem})")
+            elif self.skip_bad_rows:
+                self.skipped += 1
+                if self.first_skipped is None:
+                    self.first_skipped = f"line {number}: {problem}"
+            else:
+                raise TraceError(self.name, number, problem)
+        if not rows:
+            return None
+        return {name: list(values) for name, values in zip(wanted, zip(*rows))}
+
+    def close(self):
+        if self._owned:
+            self._binary.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

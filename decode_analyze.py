@@ -24,10 +24,10 @@ import sys
 from array import array
 from collections import Counter, defaultdict
 from itertools import accumulate, chain, compress, groupby, repeat
-from operator import add, and_, gt, itemgetter, mul
+from operator import add, gt
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trace_io import Trace, TraceError, plain_integer  # noqa: E402
+from trace_io import Trace, TraceError, integers_ok, plain_integer  # noqa: E402
 
 SCHEMA = 1
 NS_PER_MS = 1e6
@@ -173,15 +173,9 @@ class TokenBook:
         return record or None
 
     def _values(self, *columns):
-        values = []
-        for column, text in columns:
-            if not plain_integer(text):
-                if self.trace.skip_bad_rows:
-                    return None
-                raise TraceError(self.trace.name, self.trace.locate(column, text),
-                                 f"column {column}: {text!r} is not a non-negative integer")
-            values.append(int(text))
-        return tuple(values)
+        if self.trace.skip_bad_rows and not all(plain_integer(text) for _, text in columns):
+            return None
+        return tuple(self.trace.check_key(column, text) for column, text in columns)
 
     def _decide(self, turn, phase, step):
         ordinal = self.ordinals[turn, phase]
@@ -270,6 +264,9 @@ SYNTHETIC_OPS = {"BMOE_DECODE", "BMOE_CALLBACK"}
 COMPUTE_COLUMNS = ("turn", "phase", "step", "layer", "op", "name", "wall_ns", "majflt")
 
 
+WALL_32 = next(code for code in "IL" if array(code).itemsize == 4)
+
+
 class Plan:
     """One distinct token structure (its sequence of (op, name, layer)), with per-node sums.
 
@@ -284,24 +281,35 @@ class Plan:
         n = len(ops)
         self.runs = 0
         self.wall, self.majflt, self.fault_wall = [0] * n, [0] * n, [0] * n
-        # Every node's wall_ns, token after token, for the per-op percentiles: 8 bytes a row.
-        self.history = array("Q")
+        # Every node's wall_ns, token after token, for the exact per-op percentiles: 4 bytes a
+        # row while walls fit in 32 bits (4.29 s per node), 8 after.
+        self.history = array(WALL_32)
 
     def add(self, walls, faults):
-        self.runs += 1
         self.wall = list(map(add, self.wall, walls))
         if any(faults):
-            self.majflt = list(map(add, self.majflt, faults))
-            self.fault_wall = list(map(add, self.fault_wall, map(mul, walls, map(bool, faults))))
-        self.history.extend(walls)
+            # Few nodes fault (the expert matmuls), so visit just those.
+            majflt, fault_wall = self.majflt, self.fault_wall
+            for position in compress(range(len(faults)), faults):
+                majflt[position] += faults[position]
+                fault_wall[position] += walls[position]
+        try:
+            self.history.extend(walls)
+        except OverflowError:
+            self.history = array("Q", self.history[:self.runs * len(self.ops)])
+            self.history.extend(walls)
+        self.runs += 1
 
-    def op_walls(self):
-        """{op: [array of single-node wall_ns]}, from the history, one slice per position."""
-        width = len(self.ops)
-        by_op = defaultdict(list)
+    def op_positions(self):
+        """{op: [node positions]} in this structure."""
+        positions = defaultdict(list)
         for position, op in enumerate(self.ops):
-            by_op[op].append(self.history[position::width])
-        return by_op
+            positions[op].append(position)
+        return positions
+
+    def walls_at(self, position):
+        """The wall_ns of the node at `position` in every token of this structure."""
+        return self.history[position::len(self.ops)]
 
     def nodes(self):
         """Per node position: (op, name, layer, inferred layer, base name, category)."""
@@ -352,13 +360,28 @@ class ComputeFold:
             record = self.book.lookup(turn, phase, step, end - start)
             if record is None:
                 continue
-            token_walls, token_faults = walls[start:end], faults[start:end]
+            columns = [ops[start:end], names[start:end], layers[start:end], walls[start:end],
+                       faults[start:end]]
+            plan = self._plan(record[1], *columns[:3])
+            if plan is None:  # a bad layer value; seen once per structure, so checked here
+                columns = self._without_bad_layers(columns)
+                if not columns[0]:
+                    continue
+                plan = self._plan(record[1], *columns[:3])
+            token_walls, token_faults = columns[3:]
             record[3] += sum(token_walls)
             record[4] += sum(token_faults)
-            phase_id = record[1]
-            self.rows[phase_id] += end - start
-            self._plan(phase_id, ops[start:end], names[start:end], layers[start:end]).add(
-                token_walls, token_faults)
+            self.rows[record[1]] += len(token_walls)
+            plan.add(token_walls, token_faults)
+
+    def _without_bad_layers(self, columns):
+        trace = self.book.trace
+        good = [integers_ok([layer], -1) for layer in columns[2]]
+        bad = columns[2][good.index(False)]
+        if not trace.skip_bad_rows:
+            trace.check_key("layer", bad, -1)
+        trace.skip_rows(good.count(False), f"column layer: {bad!r} is not an integer >= -1")
+        return [list(compress(column, good)) for column in columns]
 
     def _plan(self, phase, ops, names, layers):
         """The plan of this structure; most tokens repeat the previous one's, which is checked
@@ -370,6 +393,8 @@ class ComputeFold:
         structure = (tuple(ops), tuple(names), tuple(layers))
         plan = plans.get(structure)
         if plan is None:
+            if not integers_ok(layers, -1):
+                return None
             plan = plans[structure] = Plan(ops, names, layers)
         self._last[phase] = plan
         return plan
@@ -380,8 +405,8 @@ def read_compute(path, selection, skip_bad_rows=False, warn=None):
     with Trace(path, skip_bad_rows, warn) as trace:
         trace.require("compute", COMPUTE_COLUMNS)
         fold = ComputeFold(selection, trace)
-        for batch in trace.batches(ints=("wall_ns", "majflt"), signed_keys=("layer",),
-                                   strings=("turn", "phase", "step", "op", "name"),
+        for batch in trace.batches(ints=("wall_ns", "majflt"),
+                                   strings=("turn", "phase", "step", "layer", "op", "name"),
                                    drop=("op", SYNTHETIC_OPS)):
             fold.feed(batch)
         fold.finish()
@@ -407,13 +432,14 @@ def compute_report(trace, fold, selection):
     share = lambda ns: ratio(ns, total_ns)  # noqa: E731
     ms = lambda ns: ns / NS_PER_MS / n_tokens  # noqa: E731
 
-    op_walls = defaultdict(list)
+    op_nodes = defaultdict(list)  # op -> [(plan, position)]
     for plan in plans:
-        for op, parts in plan.op_walls().items():
-            op_walls[op].extend(parts)
+        for op, positions in plan.op_positions().items():
+            op_nodes[op].extend((plan, position) for position in positions)
     by_op = []
     for op, (ns, count, majflt) in sorted(sums["op"].items(), key=lambda kv: (-kv[1][0], kv[0])):
-        walls = sorted(chain.from_iterable(op_walls[op]))
+        # One op at a time, so only one op's walls are ever unpacked.
+        walls = sorted(chain.from_iterable(plan.walls_at(p) for plan, p in op_nodes[op]))
         by_op.append({"op": op, "count": count, "ms_per_token": ms(ns), "share": share(ns),
                       "majflt_per_token": per_token(majflt), "nodes_per_token": per_token(count),
                       "avg_us": ns / count / 1e3, "p50_us": nearest_rank(walls, 1, 2) / 1e3,
@@ -540,7 +566,7 @@ class IoPhase:
     def __init__(self):
         self.by_expert = Counter()  # "layer,expert,read_bytes" -> reads
         self.by_lane = Counter()  # "lane,read_bytes,spec,layer" -> reads
-        self.lane_ns = defaultdict(int)  # "lane,read_bytes,spec,layer" -> latency_ns
+        self.lane_ns = {}  # "lane,read_bytes,spec,layer" -> latency_ns
         self.latency = {"0": array("Q"), "1": array("Q")}  # spec -> latency_ns of each read
         self.req_bytes = 0
         self.runs = 0  # contiguous runs, with adjacent
@@ -550,8 +576,9 @@ class IoPhase:
         keys = list(map(",".join, zip(lanes, sizes, specs, layers)))
         self.by_lane.update(keys)
         lane_ns = self.lane_ns
+        get = lane_ns.get
         for key, latency in zip(keys, latencies):
-            lane_ns[key] += latency
+            lane_ns[key] = get(key, 0) + latency
         if "1" in specs:
             self.latency["1"].extend(compress(latencies, map("1".__eq__, specs)))
             self.latency["0"].extend(compress(latencies, map("1".__ne__, specs)))
@@ -583,7 +610,7 @@ class IoFold:
         """Token sums and adjacency per token run; then each phase's selected rows of the batch
         are added at once, so that the per-read work stays inside C builtins."""
         sizes = list(map(self.sizes.__getitem__, batch["read_bytes"]))
-        wanted, offsets = batch["req_bytes"], batch["offset"]
+        wanted, offsets = batch["req_bytes"], batch.get("offset")
         spans = defaultdict(list)  # phase -> [(start, end)] of its selected runs
         for turn, phase, step, start, end in runs:
             record = self.book.lookup(turn, phase, step, end - start)
@@ -623,7 +650,8 @@ def read_io(path, selection, adjacent=False, skip_bad_rows=False, warn=None):
     with Trace(path, skip_bad_rows, warn) as trace:
         trace.require("io", IO_COLUMNS)
         fold = IoFold(selection, trace, adjacent)
-        for batch in trace.batches(ints=("offset", "req_bytes", "latency_ns"),
+        ints = ("offset", "req_bytes", "latency_ns") if adjacent else ("req_bytes", "latency_ns")
+        for batch in trace.batches(ints=ints,
                                    keys=("expert", "lane", "spec", "read_bytes"),
                                    signed_keys=("layer",),
                                    strings=("turn", "phase", "step"), drop=("kind", {"wait"})):
@@ -631,6 +659,12 @@ def read_io(path, selection, adjacent=False, skip_bad_rows=False, warn=None):
         fold.finish()
     report_skipped(trace, warn)
     return trace, fold
+
+
+def key_values(trace, joined, columns):
+    """The int values of a joined key ("lane,read_bytes,spec,layer"), each checked."""
+    return [trace.check_key(column, text, -1 if column == "layer" else 0)
+            for column, text in zip(columns, joined.split(","))]
 
 
 def size_bucket(read_bytes):
@@ -658,11 +692,10 @@ def io_report(trace, fold, selection):
     chosen = [fold.phases[phase] for phase in phases if phase in fold.phases]
     for totals in chosen:
         for key, count in totals.by_lane.items():
-            lane, size, spec, layer = key.split(",")
-            size = int(size)
+            lane, size, spec, layer = key_values(trace, key, ("lane", "read_bytes", "spec", "layer"))
             ns = totals.lane_ns[key]
-            for table, group in ((by_size, size_bucket(size)), (by_lane, int(lane)),
-                                 (by_spec, spec), (by_layer, int(layer))):
+            for table, group in ((by_size, size_bucket(size)), (by_lane, lane),
+                                 (by_spec, spec), (by_layer, layer)):
                 entry = table[group]
                 entry[0] += count
                 entry[1] += count * size
@@ -674,7 +707,7 @@ def io_report(trace, fold, selection):
     runs = sum(totals.runs for totals in chosen)
     latency = sorted(chain.from_iterable(totals.latency[spec]
                                          for totals in chosen for spec in ("0", "1")))
-    spec_reads, spec_bytes, _ = by_spec.get("1", (0, 0, 0))
+    spec_reads, spec_bytes, _ = by_spec.get(1, (0, 0, 0))
     return {
         "schema": SCHEMA, "kind": "io", "path": trace.name, "meta": trace.meta,
         "version": trace.version, "phase": label, "selection": selection_dict(selection),

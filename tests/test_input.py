@@ -229,3 +229,28 @@ def test_interrupt_exits_130_quietly(write, monkeypatch):
                                   ("compute", "x", "--steps", "5"), ("io", "x", "--layers")])
 def test_usage_errors_exit_2(argv):
     assert run(*argv).code == 2
+
+
+def test_bad_key_columns_in_io_name_the_line(write):
+    rows = ["0,1,4,0,1,0,0,0,0,4096,4096,1000", "0,1,4,0,1,0,x1,0,4096,4096,4096,1000"]
+    assert error_of("io", write(io_text(rows))).endswith(
+        "t.csv:5: column lane: 'x1' is not a non-negative integer")
+    result = run("io", write(io_text(rows), "s.csv"), "--skip-bad-rows", "--format", "json")
+    assert result.code == 0 and "skipped 1 bad row(s)" in result.err
+    assert result.json["reads"] == 1
+
+
+def test_bad_layer_is_skipped_row_by_row(write):
+    rows = [GOOD[0], "0,1,4,1,zz,ADD,l_out-0,3000000,2", GOOD[1]]
+    assert error_of("compute", write(ct_text(rows))).endswith(
+        "t.csv:5: column layer: 'zz' is not an integer >= -1")
+    result = run("compute", write(ct_text(rows), "s.csv"), "--skip-bad-rows", "--format", "json")
+    assert result.code == 0 and "skipped 1 bad row(s)" in result.err
+    assert result.json["rows"] == 2 and result.json["ms_per_token"] == 4.0
+
+
+def test_bad_layer_in_fast_path_without_skip(write):
+    rows = [f"0,1,{step},0,0,MUL_MAT,Qcur-0,1000,0" for step in range(3000)]
+    rows[2000] = "0,1,2000,0,-7,MUL_MAT,Qcur-0,1000,0"
+    assert error_of("compute", write(ct_text(rows))).endswith(
+        "t.csv:2004: column layer: '-7' is not an integer >= -1")

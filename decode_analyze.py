@@ -22,9 +22,9 @@ import re
 import signal
 import sys
 from array import array
-from collections import Counter, defaultdict
-from itertools import accumulate, chain, compress, groupby, repeat
-from operator import add, gt
+from collections import Counter, OrderedDict, defaultdict
+from itertools import accumulate, chain, compress, count, groupby, repeat
+from operator import add, floordiv, gt
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from trace_io import Trace, TraceError, integers_ok, plain_integer  # noqa: E402
@@ -156,6 +156,7 @@ class TokenBook:
         self.by_value = {}  # (turn, phase, step) -> record, or False
         self.ordinals = defaultdict(int)  # (turn, phase) -> tokens seen
         self.inventory = {}  # (turn, phase) -> [tokens, min step, max step]
+        self.steps = defaultdict(list)  # (turn, phase) -> every step seen, selected or not
         self.selected = []  # [turn, phase, step, ns or reads, majflt or bytes], trace order
 
     def lookup(self, turn, phase, step, rows):
@@ -183,6 +184,7 @@ class TokenBook:
         seen = self.inventory.setdefault((turn, phase), [0, step, step])
         seen[0] += 1
         seen[1], seen[2] = min(seen[1], step), max(seen[2], step)
+        self.steps[turn, phase].append(step)
         if not self.selection.admits(turn, phase, step, ordinal):
             return False
         record = [turn, phase, step, 0, 0]
@@ -470,9 +472,7 @@ def compute_report(trace, fold, selection):
     unclassified = [{"name": name, "ms_per_token": ms(ns)}
                     for name, ns in sorted(sums["unclassified"].items(),
                                            key=lambda kv: (-kv[1], kv[0]))]
-    token_ms = [t[3] / NS_PER_MS for t in tokens]
-    ladder = sorted(token_ms)
-    return {
+    report = {
         "schema": SCHEMA, "kind": "compute", "path": trace.name, "meta": trace.meta,
         "version": trace.version, "phase": label, "selection": selection_dict(selection),
         "tokens": n_tokens, "granularity": granularity, "rows": rows,
@@ -483,12 +483,103 @@ def compute_report(trace, fold, selection):
         "by_layer_column": layer_rows(sums["layer_column"]),
         "reattributed_ms_per_token": ms(sums["reattributed"]),
         "segments": segments, "by_category": by_category, "unclassified": unclassified,
-        "token_ms": {"p50": nearest_rank(ladder, 1, 2), "p90": nearest_rank(ladder, 9, 10),
-                     "p99": nearest_rank(ladder, 99, 100), "max": ladder[-1]},
+        "token_ms": ladder([t[3] / NS_PER_MS for t in tokens]),
         "slowest": [token_dict(t, "ms", "majflt", NS_PER_MS)
                     for t in sorted(tokens, key=lambda t: -t[3])[:SLOWEST]],
         "per_token": [token_dict(t, "ms", "majflt", NS_PER_MS) for t in tokens],
+        "decodes": decode_positions(tokens, fold.book, lambda t: t[3] / NS_PER_MS, "ms"),
+        "warmup": warmup(tokens, lambda t: t[3] / NS_PER_MS),
     }
+    report["verdicts"] = compute_verdicts(report)
+    return report
+
+
+# ── verdicts: one line each, only where the data supports a conclusion ─────────────────────
+FAULT_BOUND_SHARE = 0.30  # faulting nodes' share of compute
+ROUTER_SHARE = 0.20  # router category's share of compute
+LATENCY_BOUND_KIB = 256  # median read below this ...
+LATENCY_BOUND_RATE = 0.25  # ... and its bucket below this fraction of the best bucket's MiB/s
+LANE_IMBALANCE = 1.5  # busiest lane's busy time over the least busy lane's
+COALESCE_WORTH = 1.2  # coalescing factor
+CACHE_WORTH = 0.20  # share of read bytes an LRU of half the footprint would serve
+
+
+def verdict(verdict_id, flagged, text):
+    return {"id": verdict_id, "flagged": flagged, "text": text}
+
+
+def compute_verdicts(report):
+    verdicts = []
+    share = report["faults"]["share"]
+    if share is not None and report["majflt_per_token"]:
+        flagged = share > FAULT_BOUND_SHARE
+        verdicts.append(verdict("fault_bound", flagged,
+            f"{'FAULT-BOUND' if flagged else 'not fault-bound'}: nodes that took major faults "
+            f"are {share:.0%} of compute ({'>' if flagged else '<='} "
+            f"{FAULT_BOUND_SHARE:.0%}){': flash wait billed as compute' if flagged else ''}"))
+    router = next((c for c in report["by_category"] if c["category"] == "router"), None)
+    if router and router["share"] is not None and router["share"] > ROUTER_SHARE:
+        verdicts.append(verdict("router_wait", True,
+            f"ROUTER {router['share']:.0%} of compute (> {ROUTER_SHARE:.0%}): with expert "
+            f"streaming this is mostly the wait for expert reads, billed to ffn_moe_weights / "
+            f"ffn_moe_weights_norm after the top-k, not routing arithmetic"))
+    verdicts += warmup_verdict(report["warmup"], "ms")
+    return verdicts
+
+
+def warmup_verdict(warm, unit):
+    if warm["ratio"] is None:
+        return []
+    flagged = warm["ratio"] > WARMUP_RATIO
+    return [verdict("warmup", flagged,
+        f"{'WARM-UP' if flagged else 'no warm-up'}: the first {warm['tokens']} decode tokens of "
+        f"each turn average {warm['first_mean']:.2f} {unit}, {warm['ratio']:.2f}x the rest "
+        f"({'>' if flagged else '<='} {WARMUP_RATIO}x)")]
+
+
+def ladder(values):
+    """{p50, p90, p99, max} of values by nearest rank; None when there are none."""
+    ordered = sorted(values)
+    if not ordered:
+        return {"p50": None, "p90": None, "p99": None, "max": None}
+    return {"p50": nearest_rank(ordered, 1, 2), "p90": nearest_rank(ordered, 9, 10),
+            "p99": nearest_rank(ordered, 99, 100), "max": ordered[-1]}
+
+
+WARMUP_TOKENS = 8
+WARMUP_RATIO = 1.5
+
+
+def warmup(tokens, value):
+    """Mean of the first WARMUP_TOKENS decode tokens of each turn vs the rest."""
+    seen = defaultdict(int)
+    first, rest = [], []
+    for token in tokens:
+        if token[1] != DECODE:
+            continue
+        (first if seen[token[0]] < WARMUP_TOKENS else rest).append(value(token))
+        seen[token[0]] += 1
+    first_mean = sum(first) / len(first) if first else None
+    rest_mean = sum(rest) / len(rest) if rest else None
+    return {"tokens": WARMUP_TOKENS, "first_mean": first_mean, "rest_mean": rest_mean,
+            "ratio": None if first_mean is None or not rest_mean else first_mean / rest_mean}
+
+
+def decode_positions(tokens, book, value, unit):
+    """Decodes vs generated positions: a decode generates the positions up to the next decode
+    of its turn (speculative decoding verifies a batch per step); a turn's last decode, one."""
+    following = {}
+    for (turn, phase), steps in book.steps.items():
+        if phase == DECODE:
+            ordered = sorted(set(steps))
+            following.update(((turn, a), b) for a, b in zip(ordered, ordered[1:]))
+    decodes = [t for t in tokens if t[1] == DECODE]
+    positions = sum(following.get((t[0], t[2]), t[2] + 1) - t[2] for t in decodes)
+    total = sum(value(t) for t in decodes)
+    return {"decodes": len(decodes), "positions": positions,
+            "speculative": positions > len(decodes),
+            f"{unit}_per_decode": ratio(total, len(decodes)),
+            f"{unit}_per_position": ratio(total, positions)}
 
 
 def token_dict(token, value_name, count_name, scale):
@@ -586,12 +677,29 @@ class IoPhase:
             self.latency["0"].extend(latencies)
 
 
+class ReadSequence:
+    """What an extra cache would see: every selected read's item (a distinct (offset,
+    read_bytes) extent), its size and its phase, in trace order, in compact arrays."""
+
+    def __init__(self):
+        self.item_of = {}  # (offset, read_bytes) -> item id
+        self.next_id = count()
+        self.items, self.sizes, self.phases = array("Q"), array("Q"), array("b")
+
+    def add(self, phase, offsets, sizes):
+        extents = zip(offsets, sizes)
+        self.items.extend(map(self.item_of.setdefault, extents, self.next_id))
+        self.sizes.extend(sizes)
+        self.phases.extend(repeat(phase, len(sizes)))
+
+
 class IoFold:
     """Folds io-trace batches into an IoPhase per phase, plus the per-token sums."""
 
-    def __init__(self, selection, trace, adjacent=False):
+    def __init__(self, selection, trace, adjacent=False, cache=False):
         self.book = TokenBook(selection, trace)
         self.adjacent = adjacent
+        self.sequence = ReadSequence() if cache else None
         self.phases = {}  # phase -> IoPhase
         self.sizes = IntCache()
         self._pending = None
@@ -622,6 +730,8 @@ class IoFold:
             totals.req_bytes += sum(wanted[start:end])
             if self.adjacent:
                 totals.runs += contiguous_runs(offsets[start:end], wanted[start:end])
+            if self.sequence is not None:
+                self.sequence.add(record[1], offsets[start:end], sizes[start:end])
             spans[record[1]].append((start, end))
         columns = [batch[name] for name in ("layer", "expert", "lane", "spec", "read_bytes",
                                               "latency_ns")]
@@ -645,12 +755,13 @@ def contiguous_runs(offsets, lengths):
     return 1 + sum(map(gt, starts[1:], furthest))
 
 
-def read_io(path, selection, adjacent=False, skip_bad_rows=False, warn=None):
+def read_io(path, selection, adjacent=False, skip_bad_rows=False, warn=None, cache=False):
     """Stream an io trace into an IoFold; returns (trace, fold)."""
     with Trace(path, skip_bad_rows, warn) as trace:
         trace.require("io", IO_COLUMNS)
-        fold = IoFold(selection, trace, adjacent)
-        ints = ("offset", "req_bytes", "latency_ns") if adjacent else ("req_bytes", "latency_ns")
+        fold = IoFold(selection, trace, adjacent, cache)
+        ints = ("offset", "req_bytes", "latency_ns") if adjacent or cache else \
+            ("req_bytes", "latency_ns")
         for batch in trace.batches(ints=ints,
                                    keys=("expert", "lane", "spec", "read_bytes"),
                                    signed_keys=("layer",),
@@ -685,30 +796,21 @@ def io_report(trace, fold, selection):
     n_tokens = len(tokens)
     per_token = lambda value: value / n_tokens  # noqa: E731
     mib_per_s = lambda nbytes, ns: ratio(nbytes / MIB, ns / 1e9)  # noqa: E731
-    by_size = defaultdict(lambda: [0, 0, 0])  # reads, bytes, ns
-    by_lane = defaultdict(lambda: [0, 0, 0])
-    by_spec = defaultdict(lambda: [0, 0, 0])
-    by_layer = defaultdict(lambda: [0, 0, 0])
     chosen = [fold.phases[phase] for phase in phases if phase in fold.phases]
-    for totals in chosen:
-        for key, count in totals.by_lane.items():
-            lane, size, spec, layer = key_values(trace, key, ("lane", "read_bytes", "spec", "layer"))
-            ns = totals.lane_ns[key]
-            for table, group in ((by_size, size_bucket(size)), (by_lane, lane),
-                                 (by_spec, spec), (by_layer, layer)):
-                entry = table[group]
-                entry[0] += count
-                entry[1] += count * size
-                entry[2] += ns
+    tables = io_tables(trace, chosen)
+    by_size, by_lane, by_spec, by_layer, read_sizes = (tables[name] for name in (
+        "size", "lane", "spec", "layer", "read_size"))
     reads = sum(entry[0] for entry in by_lane.values())
     read_bytes = sum(entry[1] for entry in by_lane.values())
     busy_ns = sum(entry[2] for entry in by_lane.values())
     req_bytes = sum(totals.req_bytes for totals in chosen)
     runs = sum(totals.runs for totals in chosen)
-    latency = sorted(chain.from_iterable(totals.latency[spec]
-                                         for totals in chosen for spec in ("0", "1")))
-    spec_reads, spec_bytes, _ = by_spec.get(1, (0, 0, 0))
-    return {
+    latency = {spec: sorted(chain.from_iterable(t.latency[spec] for t in chosen))
+               for spec in ("0", "1")}
+    every = sorted(chain(latency["0"], latency["1"])) if latency["1"] else latency["0"]
+    for lane in range(meta_int(trace.meta, "io_threads")):
+        by_lane.setdefault(lane, [0, 0, 0])  # a lane that never read is the most idle of all
+    report = {
         "schema": SCHEMA, "kind": "io", "path": trace.name, "meta": trace.meta,
         "version": trace.version, "phase": label, "selection": selection_dict(selection),
         "tokens": n_tokens,
@@ -718,9 +820,9 @@ def io_report(trace, fold, selection):
         "busy_mib_per_s": mib_per_s(read_bytes, busy_ns),
         "waste_pct": None if not read_bytes else (read_bytes - req_bytes) / read_bytes * 100,
         "waste_mib_per_token": per_token((read_bytes - req_bytes) / MIB),
-        "latency_us": {"p50": nearest_rank(latency, 1, 2) / 1e3,
-                       "p90": nearest_rank(latency, 9, 10) / 1e3,
-                       "p99": nearest_rank(latency, 99, 100) / 1e3, "max": latency[-1] / 1e3},
+        "median_read_bytes": weighted_median(read_sizes),
+        "latency_us": latency_ladder(every),
+        "latency_hist": latency_histogram(every),
         "by_size": [{"kib": kib, "label": bucket_label(kib), "reads": count, "mib": nbytes / MIB,
                      "mib_per_s": mib_per_s(nbytes, ns), "us_per_read": ns / count / 1e3}
                     for kib, (count, nbytes, ns) in sorted(by_size.items())],
@@ -729,12 +831,196 @@ def io_report(trace, fold, selection):
                      "busy_ms_per_token": per_token(ns / NS_PER_MS),
                      "mib_per_s": mib_per_s(nbytes, ns)}
                     for lane, (count, nbytes, ns) in sorted(by_lane.items())],
-        "spec": {"reads": spec_reads, "mib_per_token": per_token(spec_bytes / MIB),
-                 "share_of_bytes": ratio(spec_bytes, read_bytes)},
+        "spec": {"reads": by_spec[1][0], "mib_per_token": per_token(by_spec[1][1] / MIB),
+                 "share_of_bytes": ratio(by_spec[1][1], read_bytes)},
+        "demand_vs_spec": [
+            {"kind": kind, "reads": by_spec[flag][0],
+             "mib_per_token": per_token(by_spec[flag][1] / MIB),
+             "share_of_bytes": ratio(by_spec[flag][1], read_bytes),
+             "p50_us": scaled(nearest_rank(latency[str(flag)], 1, 2), 1e3),
+             "p99_us": scaled(nearest_rank(latency[str(flag)], 99, 100), 1e3)}
+            for kind, flag in (("demand", 0), ("speculative", 1))],
+        "by_layer": [{"layer": layer, "reads_per_token": per_token(count),
+                      "mib_per_token": per_token(nbytes / MIB),
+                      "mean_latency_us": ns / count / 1e3}
+                     for layer, (count, nbytes, ns) in sorted(by_layer.items())],
+        "hot_experts": tables["experts"][:HOT_EXPERTS],
         "adjacency": {"reads_per_token": per_token(reads),
                       "runs_per_token": per_token(runs) if fold.adjacent else None,
                       "coalesce_factor": ratio(reads, runs) if fold.adjacent else None},
+        "reuse": reuse(fold.sequence, phases) if fold.sequence is not None else None,
+        "token_mib": ladder([t[4] / MIB for t in tokens]),
+        "token_reads": ladder([t[3] for t in tokens]),
+        "heaviest": [{"turn": t[0], "phase": t[1], "step": t[2], "mib": t[4] / MIB,
+                      "reads": t[3]} for t in sorted(tokens, key=lambda t: -t[4])[:SLOWEST]],
+        "per_token": [{"turn": t[0], "phase": t[1], "step": t[2], "mib": t[4] / MIB,
+                       "reads": t[3]} for t in tokens],
     }
+    report["verdicts"] = io_verdicts(report)
+    return report
+
+
+HOT_EXPERTS = 10
+
+
+def io_tables(trace, chosen):
+    """Fold the phases' keyed sums into the report's tables: [reads, bytes, latency_ns] by
+    size bucket, lane, spec and layer; reads by read size; hot (layer, expert) pairs."""
+    tables = {name: defaultdict(lambda: [0, 0, 0]) for name in ("size", "lane", "spec", "layer")}
+    tables["spec"][0], tables["spec"][1] = [0, 0, 0], [0, 0, 0]
+    read_sizes = Counter()
+    experts = defaultdict(lambda: [0, 0])
+    for totals in chosen:
+        for key, count in totals.by_lane.items():
+            lane, size, spec, layer = key_values(trace, key, ("lane", "read_bytes", "spec",
+                                                              "layer"))
+            ns = totals.lane_ns[key]
+            read_sizes[size] += count
+            for name, group in (("size", size_bucket(size)), ("lane", lane), ("spec", spec),
+                                ("layer", layer)):
+                entry = tables[name][group]
+                entry[0] += count
+                entry[1] += count * size
+                entry[2] += ns
+        for key, count in totals.by_expert.items():
+            layer, expert, size = key_values(trace, key, ("layer", "expert", "read_bytes"))
+            entry = experts[layer, expert]
+            entry[0] += count
+            entry[1] += count * size
+    tables["read_size"] = read_sizes
+    tables["experts"] = [{"layer": layer, "expert": expert, "reads": count, "mib": nbytes / MIB}
+                         for (layer, expert), (count, nbytes) in
+                         sorted(experts.items(), key=lambda kv: (-kv[1][1], kv[0]))]
+    return tables
+
+
+def meta_int(meta, key):
+    value = meta.get(key, "")
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 4 else 0
+
+
+def scaled(value, scale):
+    return None if value is None else value / scale
+
+
+def weighted_median(counts):
+    """Nearest-rank median of values given as {value: count}; None when there are none."""
+    total = sum(counts.values())
+    rank = total // 2
+    for value in sorted(counts):
+        rank -= counts[value]
+        if rank < 0:
+            return value
+    return None
+
+
+LADDER = (("p50", 1, 2), ("p90", 9, 10), ("p99", 99, 100), ("p999", 999, 1000))
+
+
+def latency_ladder(sorted_ns):
+    """min, mean, p50, p90, p99, p99.9 and max of sorted latencies, in us."""
+    if not sorted_ns:
+        return {name: None for name in ("min", "mean", "p50", "p90", "p99", "p999", "max")}
+    ladder_us = {"min": sorted_ns[0] / 1e3, "mean": sum(sorted_ns) / len(sorted_ns) / 1e3}
+    ladder_us.update((name, nearest_rank(sorted_ns, num, den) / 1e3) for name, num, den in LADDER)
+    ladder_us["max"] = sorted_ns[-1] / 1e3
+    return ladder_us
+
+
+def latency_histogram(latencies_ns):
+    """log2 buckets in us: [0, 1), then [2^k, 2^(k+1)); the non-empty ones, in order."""
+    by_bits = Counter(map(int.bit_length, map(floordiv, latencies_ns, repeat(1000))))
+    return [{"lo_us": 0 if bits == 0 else 1 << (bits - 1), "hi_us": 1 << bits, "count": n}
+            for bits, n in sorted(by_bits.items())]
+
+
+CACHE_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1)
+
+
+def reuse(sequence, phases):
+    """Footprint, re-reads and the LRU curve of the selected reads (see lru_hit_bytes)."""
+    items, sizes = sequence.items, sequence.sizes
+    if len(set(sequence.phases)) > 1:
+        keep = [phase in phases for phase in sequence.phases]
+        items, sizes = array("Q", compress(items, keep)), array("Q", compress(sizes, keep))
+    first_size = dict(zip(reversed(items), reversed(sizes)))  # item -> its size
+    footprint = sum(first_size.values())
+    total = sum(sizes)
+    reread = total - footprint
+    curve = []
+    for fraction in CACHE_FRACTIONS:
+        capacity = footprint * fraction
+        # A cache as large as the footprint never evicts: every re-read hits.
+        hits = reread if fraction == 1 else lru_hit_bytes(items, sizes, capacity)
+        curve.append({"fraction": fraction, "cache_mib": capacity / MIB,
+                      "hit_share": ratio(hits, total)})
+    return {"unique_mib": footprint / MIB, "reread_mib": reread / MIB, "lru": curve}
+
+
+def lru_hit_bytes(items, sizes, capacity):
+    """Bytes an LRU cache of `capacity` bytes, fed these reads in order, would have served.
+
+    Simulated: a hit moves the item to the front; a miss inserts it and evicts from the back
+    until the cache fits. What stays is always the longest prefix of the recency stack that
+    fits, so an item hits iff the bytes of the distinct other items read since its previous
+    read, plus its own, are <= capacity (its stack distance); first reads miss.
+    """
+    cache = OrderedDict()
+    used = hit_bytes = 0
+    touch, evict = cache.move_to_end, cache.popitem
+    for item, size in zip(items, sizes):
+        if item in cache:
+            touch(item)
+            hit_bytes += size
+            continue
+        cache[item] = size
+        used += size
+        while used > capacity:
+            used -= evict(last=False)[1]
+    return hit_bytes
+
+
+def io_verdicts(report):
+    verdicts = []
+    median = report["median_read_bytes"]
+    rates = [(row["mib_per_s"], row) for row in report["by_size"] if row["mib_per_s"]]
+    if median is not None and rates:
+        median_kib = median / 1024
+        best_rate, best = max(rates, key=lambda pair: pair[0])
+        home = next(row for row in report["by_size"] if row["kib"] == size_bucket(median))
+        fraction = ratio(home["mib_per_s"] or 0, best_rate)
+        flagged = median_kib < LATENCY_BOUND_KIB and fraction < LATENCY_BOUND_RATE
+        verdicts.append(verdict("latency_bound", flagged,
+            f"{'LATENCY-BOUND reads' if flagged else 'reads not latency-bound'}: the median "
+            f"read is {median_kib:.0f} KiB and its size class moves {fraction:.0%} of the best "
+            f"class's MiB/s ({best['label']}; flagged below {LATENCY_BOUND_KIB} KiB and "
+            f"{LATENCY_BOUND_RATE:.0%})"))
+    busy = [row["busy_ms_per_token"] for row in report["by_lane"]]
+    if len(busy) > 1:
+        spread = ratio(max(busy), min(busy))
+        flagged = spread is None or spread > LANE_IMBALANCE
+        verdicts.append(verdict("lanes_unbalanced", flagged,
+            f"{'UNBALANCED lanes' if flagged else 'lanes balanced'}: the busiest lane is busy "
+            f"{num(spread, '.2f', 'infinitely many')}x as long as the least busy "
+            f"({'>' if flagged else '<='} {LANE_IMBALANCE}x)"))
+    factor = report["adjacency"]["coalesce_factor"]
+    if factor is not None:
+        flagged = factor > COALESCE_WORTH
+        verdicts.append(verdict("coalescing", flagged,
+            f"{'coalescing WORTHWHILE' if flagged else 'coalescing not worthwhile'}: perfect "
+            f"merging would issue {factor:.2f}x fewer requests ({'>' if flagged else '<='} "
+            f"{COALESCE_WORTH}x)"))
+    reuse_ = report["reuse"]
+    if reuse_ is not None:
+        half = next(point for point in reuse_["lru"] if point["fraction"] == 0.5)
+        if half["hit_share"] is not None:
+            flagged = half["hit_share"] > CACHE_WORTH
+            verdicts.append(verdict("cache", flagged,
+                f"{'cache WORTHWHILE' if flagged else 'cache not worthwhile'}: an extra LRU of "
+                f"half the footprint ({half['cache_mib']:.1f} MiB) would serve "
+                f"{half['hit_share']:.0%} of the bytes read ({'>' if flagged else '<='} "
+                f"{CACHE_WORTH:.0%})"))
+    return verdicts
 
 
 # ── text rendering ────────────────────────────────────────────────────────────────────────────
@@ -785,7 +1071,7 @@ def selection_words(selection):
     return words
 
 
-def render_compute(report, top=12, show_layers=False):
+def render_compute(report, top=12, show_layers=False, ascii_only=False):
     lines, picked = header_lines(report, ("model", "arch", "n_layer", "n_threads"))
     lines[0] = lines[0].replace("n_threads=", "threads=")
     fallback = " (no decode rows: all rows used)" if report["phase"] == "all" and \
@@ -799,13 +1085,18 @@ def render_compute(report, top=12, show_layers=False):
         lines += ["", "note: one barrier per layer, so these absolutes sit close to an untraced "
                       "run; there is no per-op detail inside a segment."]
         lines += render_segments(report)
+        lines += render_tokens(report, "ms", "ms", ascii_only)
+        lines += render_verdicts(report)
         return "\n".join(lines) + "\n"
     lines += ["", "note: every node was isolated and synchronized to be measured; the barriers "
                   "inflate the absolutes. Compare shares."]
     lines += render_by_op(report, top)
     lines += render_faults(report)
+    lines += render_categories(report)
     if show_layers:
         lines += render_layers(report)
+    lines += render_tokens(report, "ms", "ms", ascii_only)
+    lines += render_verdicts(report)
     return "\n".join(lines) + "\n"
 
 
@@ -839,6 +1130,71 @@ def render_faults(report):
     return lines
 
 
+def render_categories(report):
+    rows = report["by_category"]
+    if not rows:
+        return []
+    lines = ["", "by node category (names classified as in llama.cpp; unnamed node_<N> nodes "
+                 "take the category of the named node before them)",
+             f"  {'category':<14}{'ms/token':>9}{'share':>7}{'majflt/tok':>11}{'nodes/tok':>10}"]
+    for row in rows:
+        lines.append(f"  {row['category']:<14}{row['ms_per_token']:9.2f}"
+                     f"{pct(row['share'], '6.1f'):>7}{row['majflt_per_token']:11.1f}"
+                     f"{row['nodes_per_token']:10.1f}  {bar(row['share'])}")
+    if report["unclassified"]:
+        names = ", ".join(f"{safe(u['name']) or '(empty)'} {u['ms_per_token']:.2f}"
+                          for u in report["unclassified"][:UNCLASSIFIED_SHOWN])
+        lines.append(f"  unclassified base names, ms/token (extend CATEGORY_NAMES): {names}")
+    return lines
+
+
+UNCLASSIFIED_SHOWN = 5
+SPARK_WIDTH = 64
+SPARK_UNICODE = "▁▂▃▄▅▆▇█"
+SPARK_ASCII = "_.-=+*#@"
+
+
+def sparkline(values, ascii_only=False, width=SPARK_WIDTH):
+    """One character per token (per group of tokens, the group's maximum, past `width`),
+    scaled from 0 to the largest value."""
+    if not values:
+        return ""
+    group = -(-len(values) // width)
+    peaks = [max(values[i:i + group]) for i in range(0, len(values), group)]
+    levels = SPARK_ASCII if ascii_only else SPARK_UNICODE
+    top = max(peaks) or 1
+    return "".join(levels[min(len(levels) - 1, int(peak / top * len(levels)))] for peak in peaks)
+
+
+def render_tokens(report, value, unit, ascii_only):
+    """Per-token distribution, the slowest tokens and a sparkline of the run."""
+    dist = report[f"token_{value}"]
+    name = "heaviest" if "heaviest" in report else "slowest"
+    per_token = [t[value] for t in report["per_token"]]
+    group = -(-len(per_token) // SPARK_WIDTH)
+    lines = ["", f"per token ({unit}): p50 {dist['p50']:.2f}  p90 {dist['p90']:.2f}  "
+                 f"p99 {dist['p99']:.2f}  max {dist['max']:.2f}",
+             f"  run  |{sparkline(per_token, ascii_only)}|  (trace order"
+             f"{f', max of every {group} tokens' if group > 1 else ''}; 0 to {dist['max']:.2f})",
+             f"  {name}: " + ", ".join(
+                 f"turn {t['turn']} step {t['step']} {t[value]:.2f}"
+                 for t in report[name])]
+    decodes = report.get("decodes")
+    if decodes and decodes["speculative"]:
+        lines.append(f"  speculative decoding: {decodes['decodes']} decodes covering "
+                     f"{decodes['positions']} positions: "
+                     f"{num(decodes[f'{value}_per_decode'], '.2f')} {unit} per decode, "
+                     f"{num(decodes[f'{value}_per_position'], '.2f')} {unit} per generated "
+                     f"position")
+    return lines
+
+
+def render_verdicts(report):
+    if not report["verdicts"]:
+        return []
+    return ["", "verdicts"] + [f"  {v['text']}" for v in report["verdicts"]]
+
+
 def render_layers(report):
     rows = report["by_layer"]
     peak = max((row["ms_per_token"] for row in rows), default=0) or 1
@@ -864,7 +1220,7 @@ def render_segments(report):
     return lines
 
 
-def render_io(report):
+def render_io(report, ascii_only=False):
     lines, picked = header_lines(report, ("model", "io_threads", "o_direct", "overlap"))
     per = "per read-token"
     lines.append(f"read-tokens={report['tokens']} ({picked}; tokens that read: a token served "
@@ -875,9 +1231,7 @@ def render_io(report):
                  f"lanes ({report['busy_ms_per_token']:.1f} ms lane-busy {per})")
     lines.append(f"alignment waste={num(report['waste_pct'], '.1f')}% "
                  f"({report['waste_mib_per_token']:.2f} MiB {per} read but not wanted)")
-    latency = report["latency_us"]
-    lines += ["", "per-read latency (us)"]
-    lines += [f"  {name:<5}{latency[name]:10.1f}" for name in ("p50", "p90", "p99", "max")]
+    lines += render_latency(report)
     lines += ["", "by read size (bucket: largest power of two <= KiB read)",
               f"  {'size':<14}{'reads':>9}{'MiB':>10}{'MiB/s':>9}{'us/read':>10}"]
     for row in report["by_size"]:
@@ -888,10 +1242,8 @@ def render_io(report):
     for row in report["by_lane"]:
         lines.append(f"  {row['lane']:>4}{row['reads_per_token']:11.1f}{row['mib_per_token']:10.2f}"
                      f"{row['busy_ms_per_token']:13.2f}{num(row['mib_per_s'], '.0f'):>8}")
-    spec = report["spec"]
-    if spec["reads"]:
-        lines += ["", f"speculative: {spec['reads']} reads, {spec['mib_per_token']:.2f} MiB {per} "
-                      f"({pct(spec['share_of_bytes'], '.1f')} of bytes read)"]
+    lines += render_demand_spec(report)
+    lines += render_io_layers(report)
     adjacency = report["adjacency"]
     if adjacency["runs_per_token"] is not None:
         lines += ["", "adjacency: the coalescing ceiling (requested extents, merged when they "
@@ -900,7 +1252,69 @@ def render_io(report):
                   f"{adjacency['runs_per_token']:.1f} contiguous runs/token",
                   f"  coalescing factor {num(adjacency['coalesce_factor'], '.2f')}: perfectly "
                   f"coalesced, that many times fewer requests for the same bytes"]
+    lines += render_reuse(report["reuse"])
+    lines += render_tokens(report, "mib", "MiB", ascii_only)
+    lines += render_verdicts(report)
     return "\n".join(lines) + "\n"
+
+
+HIST_WIDTH = 40
+
+
+def render_latency(report):
+    latency = report["latency_us"]
+    lines = ["", "per-read latency (us): " + "  ".join(
+        f"{name} {num(latency[key], '.1f')}" for name, key in (
+            ("min", "min"), ("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"),
+            ("p99.9", "p999"), ("max", "max")))]
+    hist = report["latency_hist"]
+    peak = max((row["count"] for row in hist), default=0) or 1
+    lines.append(f"  {'us':>21} : {'count':<9}distribution")
+    for row in hist:
+        stars = "*" * int(round(row["count"] / peak * HIST_WIDTH))
+        lines.append(f"  {row['lo_us']:>9} -> {row['hi_us'] - 1:<9}: {row['count']:<9}"
+                     f"|{stars:<{HIST_WIDTH}}|")
+    return lines
+
+
+def render_demand_spec(report):
+    spec = report["spec"]
+    if not spec["reads"]:
+        return []
+    lines = ["", f"speculative: {spec['reads']} reads, {spec['mib_per_token']:.2f} MiB per "
+                 f"read-token ({pct(spec['share_of_bytes'], '.1f')} of bytes read)",
+             f"  {'':<12}{'reads':>9}{'MiB/tok':>10}{'share':>8}{'p50 us':>10}{'p99 us':>10}"]
+    for row in report["demand_vs_spec"]:
+        lines.append(f"  {row['kind']:<12}{row['reads']:>9}{row['mib_per_token']:10.2f}"
+                     f"{pct(row['share_of_bytes'], '7.1f'):>8}{num(row['p50_us'], '10.1f'):>10}"
+                     f"{num(row['p99_us'], '10.1f'):>10}")
+    return lines
+
+
+def render_io_layers(report):
+    lines = ["", "by layer", f"  {'layer':>5}{'reads/tok':>11}{'MiB/tok':>10}{'mean us':>10}"]
+    for row in report["by_layer"]:
+        lines.append(f"  {row['layer']:>5}{row['reads_per_token']:11.1f}"
+                     f"{row['mib_per_token']:10.2f}{row['mean_latency_us']:10.1f}")
+    hot = report["hot_experts"]
+    if hot:
+        lines.append("  hottest (layer, expert) by bytes read: " + ", ".join(
+            f"({row['layer']}, {row['expert']}) {row['mib']:.1f} MiB" for row in hot))
+    return lines
+
+
+def render_reuse(reuse_):
+    if reuse_ is None:
+        return []
+    lines = ["", f"re-reads: footprint {reuse_['unique_mib']:.1f} MiB of distinct extents, "
+                 f"{reuse_['reread_mib']:.1f} MiB read again",
+             "  an extra LRU cache of      would have served"]
+    for point in reuse_["lru"]:
+        label = f"{point['fraction']:g}" if point["fraction"] == 1 else \
+            f"1/{round(1 / point['fraction'])}"
+        lines.append(f"  {label:>4} footprint {point['cache_mib']:9.1f} MiB  "
+                     f"{pct(point['hit_share'], '6.1f')} of bytes read")
+    return lines
 
 
 # ── command line ──────────────────────────────────────────────────────────────────────────────
@@ -961,6 +1375,8 @@ def build_parser():
                          help="only tokens whose step is in A..B, inclusive (A: or :B too)")
         sub.add_argument("--skip", type=non_negative, default=0, metavar="N",
                          help="drop the first N tokens of each turn (warm-up)")
+        sub.add_argument("--ascii", action="store_true",
+                         help="plain ASCII sparklines (no Unicode block characters)")
         sub.add_argument("--skip-bad-rows", action="store_true",
                          help="skip malformed rows (counted on stderr) instead of stopping")
         return sub
@@ -974,6 +1390,8 @@ def build_parser():
                            "What the flash reads are made of, from an io trace (io.csv).")
     io_parser.add_argument("--adjacent", action="store_true",
                            help="compute the coalescing ceiling (contiguous runs per token)")
+    io_parser.add_argument("--cache", action="store_true",
+                           help="re-reads and what an extra LRU cache would have served")
     return parser
 
 
@@ -999,11 +1417,12 @@ def run(args, out, warn):
     if args.command == "compute":
         trace, fold = read_compute(args.path, selection, args.skip_bad_rows, warn)
         report = compute_report(trace, fold, selection)
-        render = lambda r: render_compute(r, args.top, args.layers)  # noqa: E731
+        render = lambda r: render_compute(r, args.top, args.layers, args.ascii)  # noqa: E731
     else:
-        trace, fold = read_io(args.path, selection, args.adjacent, args.skip_bad_rows, warn)
+        trace, fold = read_io(args.path, selection, args.adjacent, args.skip_bad_rows, warn,
+                              args.cache)
         report = io_report(trace, fold, selection)
-        render = render_io
+        render = lambda r: render_io(r, args.ascii)  # noqa: E731
     report["warnings"] = list(warn.said)
     if args.format == "json":
         out.write(json.dumps(report, indent=1, ensure_ascii=False, allow_nan=False) + "\n")

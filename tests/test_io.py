@@ -40,8 +40,9 @@ def test_totals(trace):
 
 def test_latency_nearest_rank(trace):
     # sorted: 0, 100, 200, 300, 1000, 4000 us; p50 = sorted[floor(6*0.5)] = 300
-    assert report("io", trace)["latency_us"] == pytest.approx(
-        {"p50": 300, "p90": 4000, "p99": 4000, "max": 4000})
+    latency = report("io", trace)["latency_us"]
+    assert latency == pytest.approx({"min": 0, "mean": 5600 / 6, "p50": 300, "p90": 4000,
+                                     "p99": 4000, "p999": 4000, "max": 4000})
 
 
 def test_size_buckets(trace):

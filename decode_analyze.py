@@ -1023,6 +1023,85 @@ def io_verdicts(report):
     return verdicts
 
 
+# ── the pair ──────────────────────────────────────────────────────────────────────────────────
+PAIR_META = ("model", "arch", "n_layer")
+
+
+def pair_report(compute, io):
+    """Both reports of one traced run, and what only the pair can tell: I/O per decoded
+    token (the compute trace knows every token, including those that read nothing), side by
+    side with compute per layer."""
+    warnings = pair_warnings(compute, io)
+    tokens = {(t["turn"], t["phase"], t["step"]) for t in compute["per_token"]}
+    readers = {(t["turn"], t["phase"], t["step"]) for t in io["per_token"]}
+    if not readers & tokens:
+        warnings.append("the traces share no token (turn, phase, step): not one run's pair")
+    elif readers - tokens:
+        warnings.append(f"{len(readers - tokens)} token(s) of the io trace are not among the "
+                        f"compute trace's: their reads are still counted")
+    n = len(tokens)
+    per_decoded = io["tokens"] / n  # io figures are per read-token; these are per token
+    categories = {c["category"]: c for c in compute["by_category"]}
+    io_layers = {row["layer"]: row for row in io["by_layer"]}
+    compute_layers = {row["layer"]: row for row in compute["by_layer"]}
+    by_layer = [{"layer": layer,
+                 "compute_ms_per_token": compute_layers.get(layer, {}).get("ms_per_token", 0.0),
+                 "majflt_per_token": compute_layers.get(layer, {}).get("majflt_per_token", 0.0),
+                 "reads_per_token": io_layers.get(layer, {}).get("reads_per_token", 0.0)
+                 * per_decoded,
+                 "mib_per_token": io_layers.get(layer, {}).get("mib_per_token", 0.0)
+                 * per_decoded}
+                for layer in sorted(set(compute_layers) | set(io_layers))]
+    pair = {
+        "tokens": n, "tokens_without_reads": len(tokens - readers),
+        "compute_ms_per_token": compute["ms_per_token"],
+        "faulting_ms_per_token": compute["faults"]["ms_per_token"],
+        "experts_ms_per_token": categories.get("experts", {}).get("ms_per_token", 0.0),
+        "router_ms_per_token": categories.get("router", {}).get("ms_per_token", 0.0),
+        "io_reads_per_token": io["reads"] / n,
+        "io_mib_per_token": io["read_bytes"] / MIB / n,
+        "io_busy_ms_per_token": io["busy_ms_per_token"] * per_decoded,
+        "by_layer": by_layer, "warnings": warnings,
+    }
+    pair["verdicts"] = pair_verdicts(compute, pair)
+    return {"schema": SCHEMA, "kind": "report", "compute": compute, "io": io, "pair": pair}
+
+
+def pair_warnings(compute, io):
+    warnings = []
+    for key in PAIR_META:
+        left, right = compute["meta"].get(key), io["meta"].get(key)
+        if left is not None and right is not None and left != right:
+            warnings.append(f"{key} differs: {left!r} in the compute trace, {right!r} in the io "
+                            f"trace")
+    left, right = compute["meta"].get("trace_id"), io["meta"].get("trace_id")
+    if left is not None and right is not None and left != right:
+        warnings.append(f"trace_id differs ({left} vs {right}): the files are from two runs")
+    return warnings
+
+
+def pair_verdicts(compute, pair):
+    router = next((v for v in compute["verdicts"] if v["id"] == "router_wait"), None)
+    if router is None:
+        return []
+    return [verdict("router_wait_vs_io", True,
+        f"routing nodes take {pair['router_ms_per_token']:.2f} ms per token while the read "
+        f"lanes are busy {pair['io_busy_ms_per_token']:.2f} ms per token: the router time is "
+        f"the wait for these reads")]
+
+
+def read_pair(args, warn):
+    selection = selection_from(args)
+    trace, fold = read_compute(args.compute_path, selection, args.skip_bad_rows, warn)
+    compute = compute_report(trace, fold, selection)
+    trace, fold = read_io(args.io_path, selection, True, args.skip_bad_rows, warn, cache=True)
+    io = io_report(trace, fold, selection)
+    report = pair_report(compute, io)
+    for message in report["pair"]["warnings"]:
+        warn(message)
+    return report
+
+
 # ── text rendering ────────────────────────────────────────────────────────────────────────────
 BAR_WIDTH = 20
 _UNPRINTABLE = re.compile(r"[^\S ]|[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -1317,6 +1396,46 @@ def render_reuse(reuse_):
     return lines
 
 
+def render_pair(report, top=12, ascii_only=False):
+    compute, io, pair = report["compute"], report["io"], report["pair"]
+    meta = {**io["meta"], **compute["meta"]}
+    picked = ", ".join([f"phase {compute['phase']}"] + selection_words(compute["selection"]))
+    lines = [" ".join(f"{key}={safe(meta.get(key, '?'))}" for key in (
+        "model", "arch", "n_layer", "n_threads", "io_threads", "o_direct", "overlap")),
+        f"compute: {safe(compute['path'])}   io: {safe(io['path'])}",
+        f"tokens={pair['tokens']} (from the compute trace; {picked}), "
+        f"{pair['tokens_without_reads']} of them read nothing"]
+    lines += [f"warning: {safe(message)}" for message in pair["warnings"]]
+    lines += ["", "per decoded token",
+              f"  compute {pair['compute_ms_per_token']:.2f} ms, of which faulting nodes "
+              f"{pair['faulting_ms_per_token']:.2f} ms, routed experts "
+              f"{pair['experts_ms_per_token']:.2f} ms, router {pair['router_ms_per_token']:.2f} ms",
+              f"  flash: {pair['io_reads_per_token']:.1f} reads, {pair['io_mib_per_token']:.2f} MiB, "
+              f"lanes busy {pair['io_busy_ms_per_token']:.2f} ms",
+              "", "by layer, per decoded token (compute by inferred layer)",
+              f"  {'layer':>5}{'compute ms':>12}{'majflt':>9}{'reads':>9}{'MiB':>9}"]
+    for row in pair["by_layer"]:
+        lines.append(f"  {row['layer']:>5}{row['compute_ms_per_token']:12.2f}"
+                     f"{row['majflt_per_token']:9.1f}{row['reads_per_token']:9.1f}"
+                     f"{row['mib_per_token']:9.2f}")
+    if compute["granularity"] == "layer":
+        lines += render_segments(compute)
+    else:
+        lines += render_by_op(compute, top) + render_faults(compute) + render_categories(compute)
+    lines += render_tokens(compute, "ms", "ms", ascii_only)
+    lines += ["", f"flash reads (per read-token: {io['tokens']} tokens read)"]
+    lines += render_latency(io)[1:]
+    lines += ["", "by read size", f"  {'size':<14}{'reads':>9}{'MiB':>10}{'MiB/s':>9}"
+                                  f"{'us/read':>10}"]
+    lines += [f"  {row['label']:<14}{row['reads']:>9}{row['mib']:10.1f}"
+              f"{num(row['mib_per_s'], '9.0f'):>9}{row['us_per_read']:10.1f}"
+              for row in io["by_size"]]
+    lines += render_demand_spec(io) + render_reuse(io["reuse"])
+    verdicts = compute["verdicts"] + io["verdicts"] + pair["verdicts"]
+    lines += render_verdicts({"verdicts": verdicts})
+    return "\n".join(lines) + "\n"
+
+
 # ── command line ──────────────────────────────────────────────────────────────────────────────
 EPILOG = """\
 examples:
@@ -1357,13 +1476,15 @@ def build_parser():
         prog="decode-analyze", description=__doc__.split("\n\n")[0] + "\n\n" +
         "\n\n".join(__doc__.split("\n\n")[1:]),
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
-    commands = parser.add_subparsers(dest="command", metavar="{compute,io}", required=True)
+    commands = parser.add_subparsers(dest="command", metavar="{compute,io,report}",
+                                     required=True)
 
-    def subcommand(name, help_text, description):
+    def subcommand(name, help_text, description, paths=(("path", "the trace file"),)):
         sub = commands.add_parser(name, help=help_text, description=description,
                                   formatter_class=argparse.RawDescriptionHelpFormatter,
                                   epilog=EPILOG)
-        sub.add_argument("path", help="the trace file ('-' for stdin; gzip is detected)")
+        for path, what in paths:
+            sub.add_argument(path, help=f"{what} ('-' for stdin; gzip is detected)")
         sub.add_argument("--format", choices=("text", "json"), default="text",
                          help="text tables (default) or the report as one JSON object")
         sub.add_argument("--phase", choices=("decode", "prefill", "all"),
@@ -1392,6 +1513,14 @@ def build_parser():
                            help="compute the coalescing ceiling (contiguous runs per token)")
     io_parser.add_argument("--cache", action="store_true",
                            help="re-reads and what an extra LRU cache would have served")
+    pair = subcommand("report", "both traces of one run, on one screen",
+                      "The compute and io traces of one run together: I/O per decoded token "
+                      "(counting tokens that read nothing), compute and reads side by side per "
+                      "layer, the most useful tables of both, and the verdicts.",
+                      paths=(("compute_path", "the compute trace (ct.csv)"),
+                             ("io_path", "the io trace (io.csv)")))
+    pair.add_argument("--top", type=non_negative, default=8, metavar="N",
+                      help="how many ops the by-op table lists (default 8)")
     return parser
 
 
@@ -1413,8 +1542,13 @@ def selection_from(args):
 
 
 def run(args, out, warn):
+    if args.command == "report" and args.compute_path == args.io_path == "-":
+        raise TraceError("<stdin>", 0, "stdin can carry only one of the two traces")
     selection = selection_from(args)
-    if args.command == "compute":
+    if args.command == "report":
+        report = read_pair(args, warn)
+        render = lambda r: render_pair(r, args.top, args.ascii)  # noqa: E731
+    elif args.command == "compute":
         trace, fold = read_compute(args.path, selection, args.skip_bad_rows, warn)
         report = compute_report(trace, fold, selection)
         render = lambda r: render_compute(r, args.top, args.layers, args.ascii)  # noqa: E731
@@ -1423,7 +1557,7 @@ def run(args, out, warn):
                               args.cache)
         report = io_report(trace, fold, selection)
         render = lambda r: render_io(r, args.ascii)  # noqa: E731
-    report["warnings"] = list(warn.said)
+    report.setdefault("warnings", list(warn.said))
     if args.format == "json":
         out.write(json.dumps(report, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
     else:

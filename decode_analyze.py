@@ -15,6 +15,7 @@ A traced run is not a benchmark run: isolating every node costs a barrier per no
 operator fusion, and every read takes a lock. Compare shares, not absolutes.
 """
 import argparse
+from bisect import bisect_left
 import json
 import math
 import os
@@ -24,7 +25,7 @@ import sys
 from array import array
 from collections import Counter, OrderedDict, defaultdict
 from itertools import accumulate, chain, compress, count, groupby, repeat
-from operator import add, floordiv, gt
+from operator import add, gt, itemgetter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from trace_io import Trace, TraceError, integers_ok, plain_integer  # noqa: E402
@@ -747,11 +748,13 @@ class IoFold:
 
 def contiguous_runs(offsets, lengths):
     """How many runs the extents [offset, offset+length) form: sorted by offset, a run breaks
-    where an extent starts after the furthest end so far (touching extents merge)."""
-    if not offsets:
-        return 0
-    starts, ends = zip(*sorted(zip(offsets, map(add, offsets, lengths))))
-    furthest = accumulate(ends, max)
+    where an extent starts after the furthest end so far (touching extents merge). The order
+    of extents with equal offsets does not change the count."""
+    if len(offsets) < 2:
+        return len(offsets)
+    pick = itemgetter(*sorted(range(len(offsets)), key=offsets.__getitem__))
+    starts = pick(offsets)
+    furthest = accumulate(map(add, starts, pick(lengths)), max)
     return 1 + sum(map(gt, starts[1:], furthest))
 
 
@@ -772,10 +775,26 @@ def read_io(path, selection, adjacent=False, skip_bad_rows=False, warn=None, cac
     return trace, fold
 
 
-def key_values(trace, joined, columns):
-    """The int values of a joined key ("lane,read_bytes,spec,layer"), each checked."""
-    return [trace.check_key(column, text, -1 if column == "layer" else 0)
-            for column, text in zip(columns, joined.split(","))]
+def key_values(trace, keys, columns):
+    """[(int, ...)] for joined keys ("lane,read_bytes,spec,layer"), every field checked at C
+    speed column by column; a bad one raises TraceError naming its first line."""
+    keys = list(keys)
+    fields = ",".join(keys).split(",")
+    width = len(columns)
+    floors = [-1 if column == "layer" else 0 for column in columns]
+    if len(fields) != width * len(keys):  # a bad value with a comma in it (it was quoted)
+        for key in keys:
+            texts = key.split(",")
+            [trace.check_key(column, text, floor)
+             for column, text, floor in zip(columns, texts, floors)]
+    converted = []
+    for position, (column, floor) in enumerate(zip(columns, floors)):
+        texts = fields[position::width]
+        if not integers_ok(texts, floor):
+            for text in texts:
+                trace.check_key(column, text, floor)
+        converted.append(map(IntCache().__getitem__, texts))
+    return list(zip(*converted))
 
 
 def size_bucket(read_bytes):
@@ -871,9 +890,8 @@ def io_tables(trace, chosen):
     read_sizes = Counter()
     experts = defaultdict(lambda: [0, 0])
     for totals in chosen:
-        for key, count in totals.by_lane.items():
-            lane, size, spec, layer = key_values(trace, key, ("lane", "read_bytes", "spec",
-                                                              "layer"))
+        lane_keys = key_values(trace, totals.by_lane, ("lane", "read_bytes", "spec", "layer"))
+        for (key, count), (lane, size, spec, layer) in zip(totals.by_lane.items(), lane_keys):
             ns = totals.lane_ns[key]
             read_sizes[size] += count
             for name, group in (("size", size_bucket(size)), ("lane", lane), ("spec", spec),
@@ -882,8 +900,8 @@ def io_tables(trace, chosen):
                 entry[0] += count
                 entry[1] += count * size
                 entry[2] += ns
-        for key, count in totals.by_expert.items():
-            layer, expert, size = key_values(trace, key, ("layer", "expert", "read_bytes"))
+        expert_keys = key_values(trace, totals.by_expert, ("layer", "expert", "read_bytes"))
+        for count, (layer, expert, size) in zip(totals.by_expert.values(), expert_keys):
             entry = experts[layer, expert]
             entry[0] += count
             entry[1] += count * size
@@ -927,11 +945,19 @@ def latency_ladder(sorted_ns):
     return ladder_us
 
 
-def latency_histogram(latencies_ns):
-    """log2 buckets in us: [0, 1), then [2^k, 2^(k+1)); the non-empty ones, in order."""
-    by_bits = Counter(map(int.bit_length, map(floordiv, latencies_ns, repeat(1000))))
-    return [{"lo_us": 0 if bits == 0 else 1 << (bits - 1), "hi_us": 1 << bits, "count": n}
-            for bits, n in sorted(by_bits.items())]
+def latency_histogram(sorted_ns):
+    """log2 buckets in us: [0, 1), then [2^k, 2^(k+1)); the non-empty ones, in order.
+
+    Counted by bisecting the sorted latencies at each bucket's lower edge."""
+    buckets = []
+    start, low_us = 0, 0
+    while start < len(sorted_ns):
+        high_us = max(1, low_us * 2)
+        end = bisect_left(sorted_ns, high_us * 1000, start)
+        if end > start:
+            buckets.append({"lo_us": low_us, "hi_us": high_us, "count": end - start})
+        start, low_us = end, high_us
+    return buckets
 
 
 CACHE_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1)

@@ -9,9 +9,9 @@ Problems come out as TraceError("FILE:LINE: what is wrong"), never as a tracebac
 still leave a usable trace (a truncated last line, an unknown version, skipped bad rows) go to the
 `warn` callback.
 """
+import codecs
 import csv
 import gzip
-import io
 import json
 import re
 import sys
@@ -22,8 +22,18 @@ KINDS = {"compute_trace": "compute", "io_trace": "io"}
 KNOWN_VERSIONS = {"v1", "v2"}
 # A file with no kind line is recognised by columns only its kind has.
 KIND_COLUMNS = {"compute": {"wall_ns", "op"}, "io": {"latency_ns", "read_bytes"}}
-BATCH_CHARS = 1 << 18
+BATCH_BYTES = 1 << 18
 _KEY_START = re.compile(r"(?:^|\s)([^\s=]+)=")
+
+
+def _chunks(stream, limit):
+    """The next `limit` bytes of a binary stream, in batches."""
+    while limit > 0:
+        chunk = stream.read(min(BATCH_BYTES, limit))
+        if not chunk:
+            return
+        limit -= len(chunk)
+        yield chunk
 
 
 class TraceError(Exception):
@@ -97,7 +107,9 @@ class Trace:
     """One open trace: `kind`, `version`, `meta` and `columns` are known after construction;
     `batches()` then streams the rows. Use as a context manager."""
 
-    def __init__(self, path, skip_bad_rows=False, warn=None):
+    def __init__(self, path, skip_bad_rows=False, warn=None, byte_range=None):
+        """byte_range=(start, end): read only the rows in that part of a plain file (start is
+        a line start after the header, or None for right after it; end None for the end)."""
         self.path = path
         self.name = "<stdin>" if path == "-" else path
         self.skip_bad_rows = skip_bad_rows
@@ -108,15 +120,18 @@ class Trace:
         self.skipped = 0
         self.first_skipped = None
         self.line = 0  # number of the last line consumed
+        self.compressed = False
         binary, self._owned = _open_binary(path)
-        self._binary = binary
+        self._binary = self._stream = binary
         try:
             if binary.peek(2)[:2] == b"\x1f\x8b":
-                binary = gzip.GzipFile(fileobj=binary)
-            # utf-8-sig drops a BOM; universal newlines fold CRLF; undecodable bytes in a node
-            # name must not stop the analysis, they are shown as U+FFFD.
-            self._text = io.TextIOWrapper(binary, encoding="utf-8-sig", errors="replace")
+                self._stream = gzip.GzipFile(fileobj=binary)
+                self.compressed = True
             self._read_head()
+            self.body_start = None if self.compressed or path == "-" else self._stream.tell()
+            self._end = None
+            if byte_range:
+                self._seek(*byte_range)
         except BaseException:
             self.close()
             raise
@@ -144,12 +159,36 @@ class Trace:
 
     def _readline(self):
         try:
-            line = self._text.readline()
+            raw = self._stream.readline()
         except (OSError, EOFError, zlib.error) as exc:
             raise TraceError(self.name, self.line + 1, f"cannot read: {exc}") from None
-        if line:
-            self.line += 1
-        return line
+        if not raw:
+            return ""
+        if self.line == 0 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8):]
+        self.line += 1
+        # Undecodable bytes in a node name must not stop the analysis: shown as U+FFFD.
+        return raw.decode("utf-8", "replace").replace("\r\n", "\n")
+
+    def _seek(self, start, end):
+        if self.body_start is None:
+            raise ValueError("only a plain file can be read by parts")
+        if start is not None:
+            self._stream.seek(0)
+            self.line = sum(chunk.count(b"\n") for chunk in _chunks(self._stream, start))
+            self._stream.seek(start)
+        self._end = end
+
+    def _read_chunk(self):
+        size = BATCH_BYTES
+        if self._end is not None:
+            size = min(size, self._end - self._stream.tell())
+            if size <= 0:
+                return b""
+        try:
+            return self._stream.read(size)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceError(self.name, self.line + 1, f"cannot read: {exc}") from None
 
     def _recognise_kind(self):
         if self.kind_word in KINDS:
@@ -205,22 +244,22 @@ class Trace:
         floors = {**{c: 0 for c in (*ints, *keys)}, **{c: -1 for c in signed_keys}}
         self._shape = (index, wanted, set(ints), floors)
         remainder = ""
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
         while True:
-            try:
-                chunk = self._text.read(BATCH_CHARS)
-            except (OSError, EOFError, zlib.error, UnicodeError) as exc:
-                raise TraceError(self.name, self.line + 1, f"cannot read: {exc}") from None
-            if not chunk:
+            raw = self._read_chunk()
+            chunk = remainder + decoder.decode(raw, final=not raw)
+            if "\r" in chunk:
+                chunk = chunk.replace("\r\n", "\n")
+            if not raw:
                 break
-            chunk = remainder + chunk
             cut = chunk.rfind("\n") + 1
             remainder = chunk[cut:]
             if cut:
                 batch = self._batch(chunk[:cut], last=False)
                 if batch is not None:
                     yield self._drop(batch, drop_column, drop_values)
-        if remainder:
-            batch = self._batch(remainder + "\n", last=True)
+        if chunk:
+            batch = self._batch(chunk + "\n", last=True)
             if batch is not None:
                 yield self._drop(batch, drop_column, drop_values)
 
@@ -248,10 +287,13 @@ class Trace:
         position = self.columns.index(column)
         try:
             with Trace(self.path) as again:
-                for number, line in enumerate(again._text, again.line + 1):
+                while True:
+                    line = again._readline()
+                    if not line:
+                        break
                     fields = next(csv.reader([line.rstrip("\n")]), [])
                     if len(fields) > position and fields[position] == value:
-                        return number
+                        return again.line
         except (TraceError, OSError, UnicodeError, EOFError, zlib.error):
             pass
         return 0

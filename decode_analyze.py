@@ -19,6 +19,7 @@ from bisect import bisect_left
 import json
 import math
 import os
+import pickle
 import re
 import signal
 import sys
@@ -179,6 +180,24 @@ class TokenBook:
             return None
         return tuple(self.trace.check_key(column, text) for column, text in columns)
 
+    def merge(self, later):
+        """Add the book of the rows that follow this one's in the file."""
+        for key, record in later.by_value.items():
+            mine = self.by_value.get(key)
+            if mine is None:
+                self.by_value[key] = record
+                if record:
+                    self.selected.append(record)
+            elif mine and record:
+                mine[3] += record[3]
+                mine[4] += record[4]
+        for key, (count, low, high) in later.inventory.items():
+            seen = self.inventory.setdefault(key, [0, low, high])
+            seen[0] += count
+            seen[1], seen[2] = min(seen[1], low), max(seen[2], high)
+        for key, steps in later.steps.items():
+            self.steps[key].extend(steps)
+
     def _decide(self, turn, phase, step):
         ordinal = self.ordinals[turn, phase]
         self.ordinals[turn, phase] = ordinal + 1
@@ -303,6 +322,15 @@ class Plan:
             self.history.extend(walls)
         self.runs += 1
 
+    def merge(self, other):
+        self.wall = list(map(add, self.wall, other.wall))
+        self.majflt = list(map(add, self.majflt, other.majflt))
+        self.fault_wall = list(map(add, self.fault_wall, other.fault_wall))
+        if other.history.typecode != self.history.typecode:
+            self.history = array("Q", self.history)
+        self.history.extend(array(self.history.typecode, other.history))
+        self.runs += other.runs
+
     def op_positions(self):
         """{op: [node positions]} in this structure."""
         positions = defaultdict(list)
@@ -356,6 +384,23 @@ class ComputeFold:
             self._fold(batch, runs)
             self._pending = None
 
+    def detach(self):
+        """Drop what cannot or need not travel to another process."""
+        self.book.trace, self._last, self._pending = None, {}, None
+
+    def merge(self, later):
+        """Add the fold of the rows that follow this one's in the file."""
+        self.book.merge(later.book)
+        for phase, plans in later.plans.items():
+            mine = self.plans.setdefault(phase, {})
+            for structure, plan in plans.items():
+                if structure in mine:
+                    mine[structure].merge(plan)
+                else:
+                    mine[structure] = plan
+        for phase, rows in later.rows.items():
+            self.rows[phase] += rows
+
     def _fold(self, batch, runs):
         ops, names, layers = batch["op"], batch["name"], batch["layer"]
         walls, faults = batch["wall_ns"], batch["majflt"]
@@ -405,16 +450,11 @@ class ComputeFold:
 
 def read_compute(path, selection, skip_bad_rows=False, warn=None):
     """Stream a compute trace into a ComputeFold; returns (trace, fold)."""
-    with Trace(path, skip_bad_rows, warn) as trace:
-        trace.require("compute", COMPUTE_COLUMNS)
-        fold = ComputeFold(selection, trace)
-        for batch in trace.batches(ints=("wall_ns", "majflt"),
-                                   strings=("turn", "phase", "step", "layer", "op", "name"),
-                                   drop=("op", SYNTHETIC_OPS)):
-            fold.feed(batch)
-        fold.finish()
-    report_skipped(trace, warn)
-    return trace, fold
+    columns = dict(ints=("wall_ns", "majflt"),
+                   strings=("turn", "phase", "step", "layer", "op", "name"),
+                   drop=("op", SYNTHETIC_OPS))
+    return read_trace(path, "compute", COMPUTE_COLUMNS, columns,
+                      lambda trace: ComputeFold(selection, trace), selection, skip_bad_rows, warn)
 
 
 def report_skipped(trace, warn):
@@ -677,6 +717,16 @@ class IoPhase:
         else:
             self.latency["0"].extend(latencies)
 
+    def merge(self, later):
+        self.by_expert.update(later.by_expert)
+        self.by_lane.update(later.by_lane)
+        for key, ns in later.lane_ns.items():
+            self.lane_ns[key] = self.lane_ns.get(key, 0) + ns
+        for spec, latencies in later.latency.items():
+            self.latency[spec].extend(latencies)
+        self.req_bytes += later.req_bytes
+        self.runs += later.runs
+
 
 class ReadSequence:
     """What an extra cache would see: every selected read's item (a distinct (offset,
@@ -686,6 +736,22 @@ class ReadSequence:
         self.item_of = {}  # (offset, read_bytes) -> item id
         self.next_id = count()
         self.items, self.sizes, self.phases = array("Q"), array("Q"), array("b")
+
+    def __getstate__(self):
+        return {"item_of": self.item_of, "items": self.items, "sizes": self.sizes,
+                "phases": self.phases}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.next_id = count(len(self.item_of))
+
+    def merge(self, later):
+        """Append a later part of the trace, its item ids mapped onto this one's."""
+        mine = {later_id: self.item_of.setdefault(extent, next(self.next_id))
+                for extent, later_id in later.item_of.items()}
+        self.items.extend(map(mine.__getitem__, later.items))
+        self.sizes.extend(later.sizes)
+        self.phases.extend(later.phases)
 
     def add(self, phase, offsets, sizes):
         extents = zip(offsets, sizes)
@@ -714,6 +780,21 @@ class IoFold:
             batch, runs, _ = token_runs(self._pending, None, final=True)
             self._fold(batch, runs)
             self._pending = None
+
+    def detach(self):
+        """Drop what cannot or need not travel to another process."""
+        self.book.trace, self._pending = None, None
+
+    def merge(self, later):
+        """Add the fold of the rows that follow this one's in the file."""
+        self.book.merge(later.book)
+        for phase, totals in later.phases.items():
+            if phase in self.phases:
+                self.phases[phase].merge(totals)
+            else:
+                self.phases[phase] = totals
+        if self.sequence is not None:
+            self.sequence.merge(later.sequence)
 
     def _fold(self, batch, runs):
         """Token sums and adjacency per token run; then each phase's selected rows of the batch
@@ -760,19 +841,150 @@ def contiguous_runs(offsets, lengths):
 
 def read_io(path, selection, adjacent=False, skip_bad_rows=False, warn=None, cache=False):
     """Stream an io trace into an IoFold; returns (trace, fold)."""
+    ints = ("offset", "req_bytes", "latency_ns") if adjacent or cache else \
+        ("req_bytes", "latency_ns")
+    columns = dict(ints=ints, keys=("expert", "lane", "spec", "read_bytes"),
+                   signed_keys=("layer",), strings=("turn", "phase", "step"),
+                   drop=("kind", {"wait"}))
+    return read_trace(path, "io", IO_COLUMNS, columns,
+                      lambda trace: IoFold(selection, trace, adjacent, cache), selection,
+                      skip_bad_rows, warn)
+
+
+# ── two processes for a large file ────────────────────────────────────────────────────────────
+# A plain file this large is folded in two halves at once, split at a token boundary: the
+# child process folds the second half and sends its fold back to be merged. Folds are sums,
+# so merging is adding; --skip needs every earlier token of a turn, so it reads in one piece.
+PARALLEL_MIN_BYTES = 8 << 20
+SPLIT_SCAN_LINES = 1 << 16
+
+
+def read_trace(path, kind, required, columns, make_fold, selection, skip_bad_rows, warn):
+    """Fold a trace of `kind`; returns (trace, fold)."""
     with Trace(path, skip_bad_rows, warn) as trace:
-        trace.require("io", IO_COLUMNS)
-        fold = IoFold(selection, trace, adjacent, cache)
-        ints = ("offset", "req_bytes", "latency_ns") if adjacent or cache else \
-            ("req_bytes", "latency_ns")
-        for batch in trace.batches(ints=ints,
-                                   keys=("expert", "lane", "spec", "read_bytes"),
-                                   signed_keys=("layer",),
-                                   strings=("turn", "phase", "step"), drop=("kind", {"wait"})):
-            fold.feed(batch)
-        fold.finish()
+        trace.require(kind, required)
+        split = split_point(trace) if selection.skip == 0 and hasattr(os, "fork") else None
+        child = fork_fold(path, split, columns, make_fold, skip_bad_rows) if split else None
+        try:
+            if child:
+                trace.limit(split)
+            fold = fold_batches(trace, make_fold(trace), columns)
+            if child:
+                merge_child(trace, fold, child, warn, columns, make_fold, split)
+                child = None
+        finally:
+            if child:
+                child.cancel()
     report_skipped(trace, warn)
     return trace, fold
+
+
+def fold_batches(trace, fold, columns):
+    for batch in trace.batches(**columns):
+        fold.feed(batch)
+    fold.finish()
+    return fold
+
+
+def split_point(trace):
+    """A byte offset near the middle of the rows where a new token starts, or None."""
+    if trace.body_start is None or not all(c in trace.columns for c in TOKEN_COLUMNS):
+        return None
+    size = os.path.getsize(trace.path)
+    if size - trace.body_start < PARALLEL_MIN_BYTES:
+        return None
+    positions = [trace.columns.index(c) for c in TOKEN_COLUMNS]
+    with open(trace.path, "rb") as f:
+        f.seek(trace.body_start + (size - trace.body_start) // 2)
+        f.readline()  # the rest of a line cut in the middle
+        first = None
+        for _ in range(SPLIT_SCAN_LINES):
+            offset, line = f.tell(), f.readline()
+            if not line:
+                return None
+            fields = line.rstrip(b"\r\n").split(b",")
+            if b'"' in line or len(fields) != len(trace.columns):
+                continue
+            key = [fields[p] for p in positions]
+            if first is None:
+                first = key
+            elif key != first:
+                return offset
+    return None
+
+
+TOKEN_COLUMNS = ("turn", "phase", "step")
+
+
+class ChildFold:
+    """A forked process folding the rows from `split` to the end of the file."""
+
+    def __init__(self, pid, reader):
+        self.pid, self.reader = pid, reader
+
+    def result(self):
+        try:
+            data = self.reader.read()
+        finally:
+            self.reader.close()
+            os.waitpid(self.pid, 0)
+        return pickle.loads(data) if data else ("failed", None)
+
+    def cancel(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except OSError:
+            pass
+        self.reader.close()
+
+
+def fork_fold(path, split, columns, make_fold, skip_bad_rows):
+    try:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+    except OSError:
+        return None
+    if pid:
+        os.close(write_end)
+        return ChildFold(pid, os.fdopen(read_end, "rb"))
+    os.close(read_end)
+    status = 0
+    try:
+        said = []
+        try:
+            with Trace(path, skip_bad_rows, said.append, byte_range=(split, None)) as trace:
+                fold = fold_batches(trace, make_fold(trace), columns)
+                fold.detach()
+                outcome = ("ok", (fold, trace.skipped, trace.first_skipped, said))
+        except TraceError as problem:
+            outcome = ("error", (problem.path, problem.line, problem.message, said))
+        with os.fdopen(write_end, "wb") as out:
+            out.write(pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL))
+    except BaseException:  # the parent folds this half itself
+        status = 1
+    finally:
+        os._exit(status)
+
+
+def merge_child(trace, fold, child, warn, columns, make_fold, split):
+    status, payload = child.result()
+    if status == "error":
+        path, line, message, said = payload
+        for message_said in said:
+            warn(message_said)
+        raise TraceError(path, line, message)
+    if status != "ok":  # the child died: fold its half here
+        with Trace(trace.path, trace.skip_bad_rows, warn, byte_range=(split, None)) as rest:
+            other = fold_batches(rest, make_fold(rest), columns)
+            skipped, first_skipped, said = rest.skipped, rest.first_skipped, []
+    else:
+        other, skipped, first_skipped, said = payload
+    for message in said:
+        warn(message)
+    trace.skipped += skipped
+    trace.first_skipped = trace.first_skipped or first_skipped
+    fold.merge(other)
 
 
 def key_values(trace, keys, columns):

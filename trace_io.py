@@ -179,6 +179,10 @@ class Trace:
             self._stream.seek(start)
         self._end = end
 
+    def limit(self, end):
+        """Read rows only up to byte offset `end` (a line start)."""
+        self._end = end
+
     def _read_chunk(self):
         size = BATCH_BYTES
         if self._end is not None:

@@ -1,0 +1,103 @@
+"""A large plain file is folded by two processes, split at a token boundary; the report must
+be exactly the one a single pass gives, errors and warnings included."""
+import pytest
+
+import decode_analyze
+import tracegen
+from conftest import ct_text, io_text, run
+
+pytestmark = pytest.mark.skipif(not hasattr(decode_analyze.os, "fork"), reason="no fork")
+
+
+@pytest.fixture
+def small_split(monkeypatch):
+    """Turn the two-process path on for files of a few KiB."""
+    def both(*argv):
+        monkeypatch.setattr(decode_analyze, "PARALLEL_MIN_BYTES", 1 << 60)
+        single = run(*argv)
+        monkeypatch.setattr(decode_analyze, "PARALLEL_MIN_BYTES", 1024)
+        return single, run(*argv)
+    return both
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("parallel")
+    return {
+        "ct": tracegen.write(folder / "ct.csv", tracegen.compute_lines(
+            n_layer=3, decode_tokens=40, turns=2, seed=3)),
+        "layers": tracegen.write(folder / "layers.csv", tracegen.compute_lines(
+            n_layer=3, decode_tokens=40, layers=True, seed=4)),
+        "io": tracegen.write(folder / "io.csv", tracegen.io_lines(
+            n_layer=4, decode_tokens=60, reads_per_token=40, spec_share=0.2, seed=5)),
+    }
+
+
+@pytest.mark.parametrize("argv", [
+    ("compute", "ct"), ("compute", "ct", "--turn", "1"), ("compute", "ct", "--phase", "all"),
+    ("compute", "layers"), ("io", "io", "--adjacent", "--cache"), ("io", "io", "--steps", "70:"),
+])
+def test_two_processes_give_the_single_pass_report(traces, small_split, argv):
+    command, name, *options = argv
+    single, parallel = small_split(command, traces[name], *options, "--format", "json")
+    assert single.code == parallel.code == 0
+    assert single.json == parallel.json
+    assert single.err == parallel.err == ""
+
+
+def test_pair_report_in_two_processes(traces, small_split):
+    single, parallel = small_split("report", traces["ct"], traces["io"], "--format", "json")
+    assert single.json == parallel.json
+
+
+def test_split_lands_on_a_token_boundary(traces):
+    from trace_io import Trace
+    decode_analyze.PARALLEL_MIN_BYTES, saved = 1024, decode_analyze.PARALLEL_MIN_BYTES
+    try:
+        with Trace(str(traces["ct"])) as trace:
+            split = decode_analyze.split_point(trace)
+    finally:
+        decode_analyze.PARALLEL_MIN_BYTES = saved
+    data = traces["ct"].read_bytes()
+    before = data[:split].rstrip(b"\n").rsplit(b"\n", 1)[1].split(b",")[:3]
+    after = data[split:].split(b"\n", 1)[0].split(b",")[:3]
+    assert data[split - 1:split] == b"\n" and before != after
+
+
+def test_error_in_the_second_half_names_its_line(write, small_split):
+    rows = [f"0,1,{step},0,0,MUL_MAT,Qcur-0,1000,0" for step in range(400)]
+    rows[350] = "0,1,350,0,0,MUL_MAT,Qcur-0,12x,0"
+    single, parallel = small_split("compute", write(ct_text(rows)))
+    assert single.code == parallel.code == 1
+    assert single.err == parallel.err
+    assert "t.csv:354: column wall_ns: '12x'" in parallel.err
+
+
+def test_error_in_both_halves_reports_the_first(write, small_split):
+    rows = [f"0,1,{step},0,0,MUL_MAT,Qcur-0,1000,0" for step in range(400)]
+    rows[10] = "0,1,10,0,0,MUL_MAT,Qcur-0,bad,0"
+    rows[350] = "0,1,350,0,0,MUL_MAT,Qcur-0,12x,0"
+    _, parallel = small_split("compute", write(ct_text(rows)))
+    assert "t.csv:14: column wall_ns: 'bad'" in parallel.err
+
+
+def test_skipped_rows_and_truncated_tail_add_up(write, small_split):
+    rows = [f"0,1,{step},0,0,MUL_MAT,Qcur-0,1000,0" for step in range(400)]
+    rows[20] = rows[380] = "0,1,1,0,0,MUL_MAT,Qcur-0,x,0"
+    text = ct_text(rows) + "0,1,400,0,0,MUL"
+    single, parallel = small_split("compute", write(text), "--skip-bad-rows", "--format", "json")
+    assert single.json == parallel.json and single.err == parallel.err
+    assert "skipped 2 bad row(s) (first: line 24" in parallel.err
+    assert "truncated last line ignored" in parallel.err
+
+
+def test_io_key_error_in_the_second_half(write, small_split):
+    rows = [f"0,1,{step},0,1,0,0,0,0,4096,4096,1000" for step in range(300)]
+    rows[250] = "0,1,250,0,1,0,zz,0,0,4096,4096,1000"
+    single, parallel = small_split("io", write(io_text(rows)))
+    assert single.err == parallel.err and "t.csv:254: column lane: 'zz'" in parallel.err
+
+
+def test_skip_reads_in_one_piece(traces, small_split):
+    single, parallel = small_split("compute", traces["ct"], "--skip", "3", "--format", "json")
+    assert single.json == parallel.json and single.json["tokens"] == 2 * 37

@@ -16,6 +16,7 @@ operator fusion, and every read takes a lock. Compare shares, not absolutes.
 """
 import argparse
 from bisect import bisect_left
+from functools import reduce
 import json
 import math
 import os
@@ -255,6 +256,17 @@ def nearest_rank(sorted_values, num, den):
     return sorted_values[min(n - 1, n * num // den)] if n else None
 
 
+def merge_sorted(first, second):
+    """One sorted array of two (either may be None); Timsort merges two sorted runs in one
+    linear pass."""
+    if first is None or second is None:
+        return first if second is None else second
+    if not first or not second:
+        return first if not second else second
+    values = sorted(chain(first, second))
+    return array("Q" if max(first[-1], second[-1]) >= 1 << 32 else WALL_32, values)
+
+
 def ratio(numerator, denominator):
     """numerator/denominator, or None (printed n/a, JSON null) when undefined."""
     return numerator / denominator if denominator else None
@@ -303,8 +315,8 @@ class Plan:
         n = len(ops)
         self.runs = 0
         self.wall, self.majflt, self.fault_wall = [0] * n, [0] * n, [0] * n
-        # Every node's wall_ns, token after token, for the exact per-op percentiles: 4 bytes a
-        # row while walls fit in 32 bits (4.29 s per node), 8 after.
+        # Every node's wall_ns, token after token, until finish() sorts them by op for the
+        # exact per-op percentiles: 4 bytes a row while walls fit in 32 bits (4.29 s), 8 after.
         self.history = array(WALL_32)
 
     def add(self, walls, faults):
@@ -338,9 +350,6 @@ class Plan:
             positions[op].append(position)
         return positions
 
-    def walls_at(self, position):
-        """The wall_ns of the node at `position` in every token of this structure."""
-        return self.history[position::len(self.ops)]
 
     def nodes(self):
         """Per node position: (op, name, layer, inferred layer, base name, category)."""
@@ -373,6 +382,7 @@ class ComputeFold:
         self.rows = defaultdict(int)  # phase -> rows
         self._pending = None
         self._last = {}  # phase -> the plan of its latest token
+        self.op_walls = {}  # phase -> {op: sorted array of one node's wall_ns}, at finish
 
     def feed(self, batch):
         batch, runs, self._pending = token_runs(batch, self._pending)
@@ -383,6 +393,23 @@ class ComputeFold:
             batch, runs, _ = token_runs(self._pending, None, final=True)
             self._fold(batch, runs)
             self._pending = None
+        self._sort_walls()
+
+    def _sort_walls(self):
+        """Every node's wall_ns sorted by op (per phase), one op at a time so that only one
+        op's values are ever unpacked; the plans' histories are then let go."""
+        for phase, plans in self.plans.items():
+            nodes = defaultdict(list)  # op -> [(history, position, width)]
+            for plan in plans.values():
+                for op, positions in plan.op_positions().items():
+                    nodes[op].extend((plan.history, p, len(plan.ops)) for p in positions)
+            walls = self.op_walls.setdefault(phase, {})
+            for op, places in nodes.items():
+                values = sorted(chain.from_iterable(history[p::width]
+                                                    for history, p, width in places))
+                walls[op] = array(WALL_32 if values[-1] < 1 << 32 else "Q", values)
+            for plan in plans.values():
+                plan.history = array(WALL_32)
 
     def detach(self):
         """Drop what cannot or need not travel to another process."""
@@ -400,6 +427,10 @@ class ComputeFold:
                     mine[structure] = plan
         for phase, rows in later.rows.items():
             self.rows[phase] += rows
+        for phase, walls in later.op_walls.items():
+            mine = self.op_walls.setdefault(phase, {})
+            for op, values in walls.items():
+                mine[op] = merge_sorted(mine.get(op), values)
 
     def _fold(self, batch, runs):
         ops, names, layers = batch["op"], batch["name"], batch["layer"]
@@ -475,14 +506,11 @@ def compute_report(trace, fold, selection):
     share = lambda ns: ratio(ns, total_ns)  # noqa: E731
     ms = lambda ns: ns / NS_PER_MS / n_tokens  # noqa: E731
 
-    op_nodes = defaultdict(list)  # op -> [(plan, position)]
-    for plan in plans:
-        for op, positions in plan.op_positions().items():
-            op_nodes[op].extend((plan, position) for position in positions)
     by_op = []
     for op, (ns, count, majflt) in sorted(sums["op"].items(), key=lambda kv: (-kv[1][0], kv[0])):
-        # One op at a time, so only one op's walls are ever unpacked.
-        walls = sorted(chain.from_iterable(plan.walls_at(p) for plan, p in op_nodes[op]))
+        walls = None
+        for phase in phases:
+            walls = merge_sorted(walls, fold.op_walls.get(phase, {}).get(op))
         by_op.append({"op": op, "count": count, "ms_per_token": ms(ns), "share": share(ns),
                       "majflt_per_token": per_token(majflt), "nodes_per_token": per_token(count),
                       "avg_us": ns / count / 1e3, "p50_us": nearest_rank(walls, 1, 2) / 1e3,
@@ -717,13 +745,18 @@ class IoPhase:
         else:
             self.latency["0"].extend(latencies)
 
+    def sort(self):
+        """Sort the latencies (in each process, so that the merge is a linear pass)."""
+        for spec, latencies in self.latency.items():
+            self.latency[spec] = array("Q", sorted(latencies))
+
     def merge(self, later):
         self.by_expert.update(later.by_expert)
         self.by_lane.update(later.by_lane)
         for key, ns in later.lane_ns.items():
             self.lane_ns[key] = self.lane_ns.get(key, 0) + ns
         for spec, latencies in later.latency.items():
-            self.latency[spec].extend(latencies)
+            self.latency[spec] = array("Q", sorted(chain(self.latency[spec], latencies)))
         self.req_bytes += later.req_bytes
         self.runs += later.runs
 
@@ -780,6 +813,8 @@ class IoFold:
             batch, runs, _ = token_runs(self._pending, None, final=True)
             self._fold(batch, runs)
             self._pending = None
+        for totals in self.phases.values():
+            totals.sort()
 
     def detach(self):
         """Drop what cannot or need not travel to another process."""
@@ -1036,9 +1071,9 @@ def io_report(trace, fold, selection):
     busy_ns = sum(entry[2] for entry in by_lane.values())
     req_bytes = sum(totals.req_bytes for totals in chosen)
     runs = sum(totals.runs for totals in chosen)
-    latency = {spec: sorted(chain.from_iterable(t.latency[spec] for t in chosen))
+    latency = {spec: reduce(merge_sorted, (t.latency[spec] for t in chosen), None) or array("Q")
                for spec in ("0", "1")}
-    every = sorted(chain(latency["0"], latency["1"])) if latency["1"] else latency["0"]
+    every = merge_sorted(latency["0"], latency["1"]) if latency["1"] else latency["0"]
     for lane in range(meta_int(trace.meta, "io_threads")):
         by_lane.setdefault(lane, [0, 0, 0])  # a lane that never read is the most idle of all
     report = {

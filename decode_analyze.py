@@ -15,8 +15,7 @@ A traced run is not a benchmark run: isolating every node costs a barrier per no
 operator fusion, and every read takes a lock. Compare shares, not absolutes.
 """
 import argparse
-from bisect import bisect_left
-from functools import reduce
+from bisect import bisect_left, bisect_right
 import json
 import math
 import os
@@ -256,15 +255,56 @@ def nearest_rank(sorted_values, num, den):
     return sorted_values[min(n - 1, n * num // den)] if n else None
 
 
-def merge_sorted(first, second):
-    """One sorted array of two (either may be None); Timsort merges two sorted runs in one
-    linear pass."""
-    if first is None or second is None:
-        return first if second is None else second
-    if not first or not second:
-        return first if not second else second
-    values = sorted(chain(first, second))
-    return array("Q" if max(first[-1], second[-1]) >= 1 << 32 else WALL_32, values)
+class SortedParts:
+    """Several sorted arrays read as one sorted sequence, never merged: each process and
+    phase sorts its own values, and ranks are found by bisecting every part."""
+
+    def __init__(self, parts=()):
+        self.parts = [part for part in parts if len(part)]
+
+    def __len__(self):
+        return sum(map(len, self.parts))
+
+    def __add__(self, other):
+        return SortedParts(self.parts + other.parts)
+
+    def count_below(self, value):
+        """How many values are < value."""
+        return sum(bisect_left(part, value) for part in self.parts)
+
+    def kth(self, k):
+        """The k-th smallest value (0-based): the least v with more than k values <= v."""
+        if len(self.parts) == 1:
+            return self.parts[0][k]
+        low = min(part[0] for part in self.parts)
+        high = max(part[-1] for part in self.parts)
+        while low < high:
+            middle = (low + high) // 2
+            if sum(bisect_right(part, middle) for part in self.parts) > k:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+    def rank(self, num, den):
+        """Nearest-rank percentile num/den: the value at min(n-1, floor(n*num/den))."""
+        n = len(self)
+        return self.kth(min(n - 1, n * num // den)) if n else None
+
+    def minimum(self):
+        return min((part[0] for part in self.parts), default=None)
+
+    def maximum(self):
+        return max((part[-1] for part in self.parts), default=None)
+
+    def total(self):
+        return sum(map(sum, self.parts))
+
+
+def sorted_array(values):
+    """values sorted into the most compact array that holds them."""
+    ordered = sorted(values)
+    return array(WALL_32 if not ordered or ordered[-1] < 1 << 32 else "Q", ordered)
 
 
 def ratio(numerator, denominator):
@@ -405,9 +445,8 @@ class ComputeFold:
                     nodes[op].extend((plan.history, p, len(plan.ops)) for p in positions)
             walls = self.op_walls.setdefault(phase, {})
             for op, places in nodes.items():
-                values = sorted(chain.from_iterable(history[p::width]
-                                                    for history, p, width in places))
-                walls[op] = array(WALL_32 if values[-1] < 1 << 32 else "Q", values)
+                walls[op] = SortedParts([sorted_array(chain.from_iterable(
+                    history[p::width] for history, p, width in places))])
             for plan in plans.values():
                 plan.history = array(WALL_32)
 
@@ -430,7 +469,7 @@ class ComputeFold:
         for phase, walls in later.op_walls.items():
             mine = self.op_walls.setdefault(phase, {})
             for op, values in walls.items():
-                mine[op] = merge_sorted(mine.get(op), values)
+                mine[op] = mine.get(op, SortedParts()) + values
 
     def _fold(self, batch, runs):
         ops, names, layers = batch["op"], batch["name"], batch["layer"]
@@ -508,13 +547,12 @@ def compute_report(trace, fold, selection):
 
     by_op = []
     for op, (ns, count, majflt) in sorted(sums["op"].items(), key=lambda kv: (-kv[1][0], kv[0])):
-        walls = None
-        for phase in phases:
-            walls = merge_sorted(walls, fold.op_walls.get(phase, {}).get(op))
+        walls = sum((fold.op_walls.get(phase, {}).get(op, SortedParts()) for phase in phases),
+                    SortedParts())
         by_op.append({"op": op, "count": count, "ms_per_token": ms(ns), "share": share(ns),
                       "majflt_per_token": per_token(majflt), "nodes_per_token": per_token(count),
-                      "avg_us": ns / count / 1e3, "p50_us": nearest_rank(walls, 1, 2) / 1e3,
-                      "p99_us": nearest_rank(walls, 99, 100) / 1e3, "max_us": walls[-1] / 1e3})
+                      "avg_us": ns / count / 1e3, "p50_us": walls.rank(1, 2) / 1e3,
+                      "p99_us": walls.rank(99, 100) / 1e3, "max_us": walls.maximum() / 1e3})
         del walls
     faulting_ns = sum(ns for _, ns in sums["fault"].values())
     faults = {
@@ -727,7 +765,8 @@ class IoPhase:
         self.by_expert = Counter()  # "layer,expert,read_bytes" -> reads
         self.by_lane = Counter()  # "lane,read_bytes,spec,layer" -> reads
         self.lane_ns = {}  # "lane,read_bytes,spec,layer" -> latency_ns
-        self.latency = {"0": array("Q"), "1": array("Q")}  # spec -> latency_ns of each read
+        # spec -> latency_ns of each read; sorted into SortedParts by sort()
+        self.latency = {"0": array("Q"), "1": array("Q")}
         self.req_bytes = 0
         self.runs = 0  # contiguous runs, with adjacent
 
@@ -748,7 +787,7 @@ class IoPhase:
     def sort(self):
         """Sort the latencies (in each process, so that the merge is a linear pass)."""
         for spec, latencies in self.latency.items():
-            self.latency[spec] = array("Q", sorted(latencies))
+            self.latency[spec] = SortedParts([sorted_array(latencies)])
 
     def merge(self, later):
         self.by_expert.update(later.by_expert)
@@ -756,7 +795,7 @@ class IoPhase:
         for key, ns in later.lane_ns.items():
             self.lane_ns[key] = self.lane_ns.get(key, 0) + ns
         for spec, latencies in later.latency.items():
-            self.latency[spec] = array("Q", sorted(chain(self.latency[spec], latencies)))
+            self.latency[spec] = self.latency[spec] + latencies
         self.req_bytes += later.req_bytes
         self.runs += later.runs
 
@@ -951,59 +990,68 @@ def split_point(trace):
 TOKEN_COLUMNS = ("turn", "phase", "step")
 
 
-class ChildFold:
-    """A forked process folding the rows from `split` to the end of the file."""
+class Forked:
+    """function(*args) run in a forked child process; result() is what it returned, or None
+    if the child could not be started or died (the caller then does the work itself)."""
 
-    def __init__(self, pid, reader):
-        self.pid, self.reader = pid, reader
+    def __init__(self, function, *args):
+        self.pid = None
+        try:
+            read_end, write_end = os.pipe()
+            self.pid = os.fork()
+        except OSError:
+            return
+        if self.pid:
+            os.close(write_end)
+            self.reader = os.fdopen(read_end, "rb")
+            return
+        os.close(read_end)
+        status = 1
+        try:
+            with os.fdopen(write_end, "wb") as out:
+                pickle.dump(function(*args), out, pickle.HIGHEST_PROTOCOL)
+            status = 0
+        finally:
+            os._exit(status)  # never the parent's exit handlers or buffered output
 
     def result(self):
+        if not self.pid:
+            return None
         try:
             data = self.reader.read()
         finally:
             self.reader.close()
             os.waitpid(self.pid, 0)
-        return pickle.loads(data) if data else ("failed", None)
+        return pickle.loads(data) if data else None
 
     def cancel(self):
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        except OSError:
-            pass
-        self.reader.close()
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except OSError:
+                pass
+            self.reader.close()
 
 
 def fork_fold(path, split, columns, make_fold, skip_bad_rows):
+    return Forked(fold_part, path, split, columns, make_fold, skip_bad_rows)
+
+
+def fold_part(path, split, columns, make_fold, skip_bad_rows):
+    """In the child: fold the rows from `split` on; what it returns travels back pickled."""
+    said = []
     try:
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-    except OSError:
-        return None
-    if pid:
-        os.close(write_end)
-        return ChildFold(pid, os.fdopen(read_end, "rb"))
-    os.close(read_end)
-    status = 0
-    try:
-        said = []
-        try:
-            with Trace(path, skip_bad_rows, said.append, byte_range=(split, None)) as trace:
-                fold = fold_batches(trace, make_fold(trace), columns)
-                fold.detach()
-                outcome = ("ok", (fold, trace.skipped, trace.first_skipped, said))
-        except TraceError as problem:
-            outcome = ("error", (problem.path, problem.line, problem.message, said))
-        with os.fdopen(write_end, "wb") as out:
-            out.write(pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL))
-    except BaseException:  # the parent folds this half itself
-        status = 1
-    finally:
-        os._exit(status)
+        with Trace(path, skip_bad_rows, said.append, byte_range=(split, None)) as trace:
+            fold = fold_batches(trace, make_fold(trace), columns)
+            fold.detach()
+            return "ok", (fold, trace.skipped, trace.first_skipped, said)
+    except TraceError as problem:
+        return "error", (problem.path, problem.line, problem.message, said)
 
 
 def merge_child(trace, fold, child, warn, columns, make_fold, split):
-    status, payload = child.result()
+    status, payload = child.result() or ("failed", None)
     if status == "error":
         path, line, message, said = payload
         for message_said in said:
@@ -1071,9 +1119,8 @@ def io_report(trace, fold, selection):
     busy_ns = sum(entry[2] for entry in by_lane.values())
     req_bytes = sum(totals.req_bytes for totals in chosen)
     runs = sum(totals.runs for totals in chosen)
-    latency = {spec: reduce(merge_sorted, (t.latency[spec] for t in chosen), None) or array("Q")
-               for spec in ("0", "1")}
-    every = merge_sorted(latency["0"], latency["1"]) if latency["1"] else latency["0"]
+    latency = {spec: sum((t.latency[spec] for t in chosen), SortedParts()) for spec in "01"}
+    every = latency["0"] + latency["1"]
     for lane in range(meta_int(trace.meta, "io_threads")):
         by_lane.setdefault(lane, [0, 0, 0])  # a lane that never read is the most idle of all
     report = {
@@ -1103,8 +1150,8 @@ def io_report(trace, fold, selection):
             {"kind": kind, "reads": by_spec[flag][0],
              "mib_per_token": per_token(by_spec[flag][1] / MIB),
              "share_of_bytes": ratio(by_spec[flag][1], read_bytes),
-             "p50_us": scaled(nearest_rank(latency[str(flag)], 1, 2), 1e3),
-             "p99_us": scaled(nearest_rank(latency[str(flag)], 99, 100), 1e3)}
+             "p50_us": scaled(latency[str(flag)].rank(1, 2), 1e3),
+             "p99_us": scaled(latency[str(flag)].rank(99, 100), 1e3)}
             for kind, flag in (("demand", 0), ("speculative", 1))],
         "by_layer": [{"layer": layer, "reads_per_token": per_token(count),
                       "mib_per_token": per_token(nbytes / MIB),
@@ -1182,28 +1229,29 @@ def weighted_median(counts):
 LADDER = (("p50", 1, 2), ("p90", 9, 10), ("p99", 99, 100), ("p999", 999, 1000))
 
 
-def latency_ladder(sorted_ns):
-    """min, mean, p50, p90, p99, p99.9 and max of sorted latencies, in us."""
-    if not sorted_ns:
+def latency_ladder(latencies):
+    """min, mean, p50, p90, p99, p99.9 and max of the latencies (SortedParts), in us."""
+    if not len(latencies):
         return {name: None for name in ("min", "mean", "p50", "p90", "p99", "p999", "max")}
-    ladder_us = {"min": sorted_ns[0] / 1e3, "mean": sum(sorted_ns) / len(sorted_ns) / 1e3}
-    ladder_us.update((name, nearest_rank(sorted_ns, num, den) / 1e3) for name, num, den in LADDER)
-    ladder_us["max"] = sorted_ns[-1] / 1e3
+    ladder_us = {"min": latencies.minimum() / 1e3,
+                 "mean": latencies.total() / len(latencies) / 1e3}
+    ladder_us.update((name, latencies.rank(num, den) / 1e3) for name, num, den in LADDER)
+    ladder_us["max"] = latencies.maximum() / 1e3
     return ladder_us
 
 
-def latency_histogram(sorted_ns):
+def latency_histogram(latencies):
     """log2 buckets in us: [0, 1), then [2^k, 2^(k+1)); the non-empty ones, in order.
 
-    Counted by bisecting the sorted latencies at each bucket's lower edge."""
+    Counted by bisecting the sorted latencies at each bucket's upper edge."""
     buckets = []
-    start, low_us = 0, 0
-    while start < len(sorted_ns):
+    below, low_us, n = 0, 0, len(latencies)
+    while below < n:
         high_us = max(1, low_us * 2)
-        end = bisect_left(sorted_ns, high_us * 1000, start)
-        if end > start:
-            buckets.append({"lo_us": low_us, "hi_us": high_us, "count": end - start})
-        start, low_us = end, high_us
+        upto = latencies.count_below(high_us * 1000)
+        if upto > below:
+            buckets.append({"lo_us": low_us, "hi_us": high_us, "count": upto - below})
+        below, low_us = upto, high_us
     return buckets
 
 
@@ -1220,14 +1268,33 @@ def reuse(sequence, phases):
     footprint = sum(first_size.values())
     total = sum(sizes)
     reread = total - footprint
-    curve = []
-    for fraction in CACHE_FRACTIONS:
-        capacity = footprint * fraction
-        # A cache as large as the footprint never evicts: every re-read hits.
-        hits = reread if fraction == 1 else lru_hit_bytes(items, sizes, capacity)
-        curve.append({"fraction": fraction, "cache_mib": capacity / MIB,
-                      "hit_share": ratio(hits, total)})
+    # A cache as large as the footprint never evicts: every re-read hits.
+    simulated = [fraction for fraction in CACHE_FRACTIONS if fraction != 1]
+    hits = dict(zip(simulated, lru_hits(items, sizes, [footprint * f for f in simulated])))
+    hits[1] = reread
+    curve = [{"fraction": fraction, "cache_mib": footprint * fraction / MIB,
+              "hit_share": ratio(hits[fraction], total)} for fraction in CACHE_FRACTIONS]
     return {"unique_mib": footprint / MIB, "reread_mib": reread / MIB, "lru": curve}
+
+
+PARALLEL_MIN_READS = 200_000
+
+
+def lru_hits(items, sizes, capacities):
+    """lru_hit_bytes for each capacity; on a long sequence, half of them in a child process."""
+    def simulate(part):
+        return [lru_hit_bytes(items, sizes, capacity) for capacity in part]
+    if len(items) < PARALLEL_MIN_READS or len(capacities) < 2 or not hasattr(os, "fork"):
+        return simulate(capacities)
+    half = len(capacities) // 2
+    child = Forked(simulate, capacities[half:])
+    try:
+        mine = simulate(capacities[:half])
+        theirs = child.result()
+    except BaseException:
+        child.cancel()
+        raise
+    return mine + (theirs if theirs is not None else simulate(capacities[half:]))
 
 
 def lru_hit_bytes(items, sizes, capacity):

@@ -200,3 +200,15 @@ def test_lru_simulation_equals_stack_distance(items, capacity, rng):
 
 def test_lru_handles_an_item_larger_than_the_cache():
     assert decode_analyze.lru_hit_bytes([1, 1, 2, 2], [10, 10, 1, 1], 5) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 2**64 - 1), max_size=30), max_size=4),
+       st.sampled_from([(1, 2), (9, 10), (99, 100), (999, 1000), (0, 1)]))
+def test_sorted_parts_rank_is_the_nearest_rank_of_the_whole(parts, fraction):
+    merged = sorted(v for part in parts for v in part)
+    sorted_parts = decode_analyze.SortedParts([sorted(part) for part in parts])
+    num, den = fraction
+    expected = merged[min(len(merged) - 1, len(merged) * num // den)] if merged else None
+    assert sorted_parts.rank(num, den) == expected
+    assert sorted_parts.count_below(2**63) == sum(v < 2**63 for v in merged)

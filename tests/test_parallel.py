@@ -101,3 +101,12 @@ def test_io_key_error_in_the_second_half(write, small_split):
 def test_skip_reads_in_one_piece(traces, small_split):
     single, parallel = small_split("compute", traces["ct"], "--skip", "3", "--format", "json")
     assert single.json == parallel.json and single.json["tokens"] == 2 * 37
+
+
+def test_lru_curve_in_two_processes(traces, monkeypatch):
+    monkeypatch.setattr(decode_analyze, "PARALLEL_MIN_BYTES", 1 << 60)
+    single = run("io", traces["io"], "--cache", "--format", "json")
+    monkeypatch.setattr(decode_analyze, "PARALLEL_MIN_READS", 10)
+    parallel = run("io", traces["io"], "--cache", "--format", "json")
+    assert single.json["reuse"] == parallel.json["reuse"]
+    assert parallel.json["reuse"]["lru"][3]["hit_share"] > 0

@@ -99,34 +99,38 @@ SIZES = (65536, 131072, 262144, 1048576)
 
 
 def io_lines(n_layer=48, decode_tokens=1000, prompt=64, reads_per_token=350, lanes=4,
-             spec_share=0.1, seed=2):
-    """Yield the lines of an io trace: expert slices read in O_DIRECT windows, chunked."""
+             spec_share=0.1, seed=2, experts=128):
+    """Yield the lines of an io trace shaped like the streamer's: per token, layer after layer,
+    the routed experts' slices (3 projections each, a fixed size and chunking per slice) read
+    as O_DIRECT windows on the lanes; a few reads are speculative prefetches."""
     rng = random.Random(seed)
     yield preamble("io_trace", n_layer=n_layer)
     yield IO_HEADER + "\n"
     slice_bytes = 3 * 1048576
-    layer_bytes = 128 * slice_bytes
+    layer_bytes = experts * slice_bytes
+    # reads per expert = 3 projections x 2 chunks on average: this many experts per layer
+    per_layer = reads_per_token / n_layer / 6
     tokens = [(0, prompt - 1)] + [(1, prompt + i) for i in range(decode_tokens)]
     for phase, step in tokens:
-        emitted = 0
-        while emitted < reads_per_token:
-            layer = rng.randrange(n_layer)
-            expert = rng.randrange(128)
-            proj = rng.randrange(3)
-            size = rng.choice(SIZES)
-            chunks = rng.randrange(1, 4)
-            spec = 1 if rng.random() < spec_share else 0
-            base = 4096 + layer * layer_bytes + expert * slice_bytes + proj * 1048576 + 96
-            for chunk in range(chunks):
-                offset = base + chunk * size
-                aligned = offset - offset % 4096
-                end = offset + size
-                read = (end + 4095) // 4096 * 4096 - aligned
-                latency = int((90000 + read / 2000) * (0.6 + rng.random()))
-                lane = rng.randrange(lanes)
-                yield (f"0,{phase},{step},{layer},{expert},{proj},{lane},{spec},{offset},"
-                       f"{size},{read},{latency}\n")
-                emitted += 1
+        for layer in range(n_layer):
+            # a skewed choice: some experts are hot
+            wanted = int(per_layer) + (rng.random() < per_layer - int(per_layer))
+            chosen = set()
+            while len(chosen) < wanted:
+                chosen.add(min(experts - 1, int(rng.paretovariate(0.8)) - 1 + layer % 7))
+            for expert in sorted(chosen):
+                spec = 1 if rng.random() < spec_share else 0
+                for proj in range(3):
+                    size = SIZES[(layer + expert + proj) % len(SIZES)]
+                    chunks = 1 + (expert + proj) % 3
+                    base = 4096 + layer * layer_bytes + expert * slice_bytes + proj * 1048576 + 96
+                    for chunk in range(chunks):
+                        offset = base + chunk * size
+                        aligned = offset - offset % 4096
+                        read = (offset + size + 4095) // 4096 * 4096 - aligned
+                        latency = int((90000 + read / 2000) * (0.6 + rng.random()))
+                        yield (f"0,{phase},{step},{layer},{expert},{proj},{rng.randrange(lanes)},"
+                               f"{spec},{offset},{size},{read},{latency}\n")
 
 
 def write(path, lines, compress=False):

@@ -17,7 +17,6 @@ operator fusion, and every read takes a lock. Compare shares, not absolutes.
 import argparse
 from bisect import bisect_left, bisect_right
 import json
-import math
 import os
 import pickle
 import re
@@ -25,7 +24,8 @@ import signal
 import sys
 from array import array
 from collections import Counter, OrderedDict, defaultdict
-from itertools import accumulate, chain, compress, count, groupby, repeat
+from itertools import accumulate, chain, compress, groupby, repeat
+from itertools import count as counter
 from operator import add, gt, itemgetter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -35,6 +35,7 @@ SCHEMA = 1
 NS_PER_MS = 1e6
 MIB = 1 << 20
 DECODE, PREFILL = 1, 0
+PHASE_NAMES = {DECODE: "decode", PREFILL: "prefill"}
 
 # ── node classification (../shared/spec/node-names.md) ─────────────────────────────────────────
 # Base names, matched exactly after decorations and the -<il> suffix are stripped; a trailing
@@ -124,7 +125,8 @@ class Selection:
 
     def admits(self, turn, phase, step, ordinal):
         """ordinal: the token's index among its turn's tokens of the same phase."""
-        if self.phase == "decode" and phase != DECODE or self.phase == "prefill" and phase != PREFILL:
+        wanted = {"decode": DECODE, "prefill": PREFILL}.get(self.phase)
+        if wanted is not None and phase != wanted:
             return False
         if self.turns and turn not in self.turns:
             return False
@@ -215,7 +217,7 @@ class TokenBook:
         """What the file holds, for an empty-selection error."""
         parts = []
         for (turn, phase), (count, low, high) in sorted(self.inventory.items()):
-            name = "decode" if phase == DECODE else "prefill" if phase == PREFILL else f"phase {phase}"
+            name = PHASE_NAMES.get(phase, f"phase {phase}")
             parts.append(f"turn {turn} {name}: {count} token(s), steps {low}-{high}")
         return "; ".join(parts) or "no rows"
 
@@ -806,7 +808,7 @@ class ReadSequence:
 
     def __init__(self):
         self.item_of = {}  # (offset, read_bytes) -> item id
-        self.next_id = count()
+        self.next_id = counter()
         self.items, self.sizes, self.phases = array("Q"), array("Q"), array("b")
 
     def __getstate__(self):
@@ -815,7 +817,7 @@ class ReadSequence:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self.next_id = count(len(self.item_of))
+        self.next_id = counter(len(self.item_of))
 
     def merge(self, later):
         """Append a later part of the trace, its item ids mapped onto this one's."""
@@ -1597,6 +1599,7 @@ def render_tokens(report, value, unit, ascii_only):
              f"{f', max of every {group} tokens' if group > 1 else ''}; 0 to {dist['max']:.2f})",
              f"  {name}: " + ", ".join(
                  f"turn {t['turn']} step {t['step']} {t[value]:.2f}"
+                 + (f" ({t['majflt']} majflt)" if t.get("majflt") else "")
                  for t in report[name])]
     decodes = report.get("decodes")
     if decodes and decodes["speculative"]:
@@ -1750,7 +1753,8 @@ def render_pair(report, top=12, ascii_only=False):
               f"  compute {pair['compute_ms_per_token']:.2f} ms, of which faulting nodes "
               f"{pair['faulting_ms_per_token']:.2f} ms, routed experts "
               f"{pair['experts_ms_per_token']:.2f} ms, router {pair['router_ms_per_token']:.2f} ms",
-              f"  flash: {pair['io_reads_per_token']:.1f} reads, {pair['io_mib_per_token']:.2f} MiB, "
+              f"  flash: {pair['io_reads_per_token']:.1f} reads, "
+              f"{pair['io_mib_per_token']:.2f} MiB, "
               f"lanes busy {pair['io_busy_ms_per_token']:.2f} ms",
               "", "by layer, per decoded token (compute by inferred layer)",
               f"  {'layer':>5}{'compute ms':>12}{'majflt':>9}{'reads':>9}{'MiB':>9}"]

@@ -16,7 +16,7 @@ import json
 import re
 import sys
 import zlib
-from itertools import compress, repeat
+from itertools import compress
 
 KINDS = {"compute_trace": "compute", "io_trace": "io"}
 KNOWN_VERSIONS = {"v1", "v2"}

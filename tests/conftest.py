@@ -1,7 +1,6 @@
 """Shared helpers: run the CLI in-process, write tiny traces, find ../shared."""
 import io
 import json
-import os
 import sys
 from pathlib import Path
 

@@ -1,6 +1,5 @@
 """Token distribution, speculative decoding, warm-up, verdicts, io depth and the LRU what-if,
 each against a hand-computed or independently computed answer."""
-import random
 
 import pytest
 from hypothesis import given, settings, strategies as st

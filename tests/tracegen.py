@@ -50,7 +50,8 @@ def graph(n_layer):
     nodes = list(HEAD)
     for il in range(n_layer):
         for has_layer, op, name in QWEN3MOE_LAYER:
-            nodes.append((il if has_layer else -1, op, None if name is None else name.format(il=il)))
+            named = None if name is None else name.format(il=il)
+            nodes.append((il if has_layer else -1, op, named))
     nodes.extend(TAIL)
     return [(layer, op, name if name is not None else f"node_{seq}")
             for seq, (layer, op, name) in enumerate(nodes)]
@@ -79,7 +80,8 @@ def compute_lines(n_layer=48, decode_tokens=300, prompt=64, turns=1, faults=True
             prefix = f"{turn},{phase},{step},"
             for seq, (layer, op, name) in enumerate(nodes):
                 ns = int(BASE_NS.get(op, 9000) * scale * (0.5 + rng.random()))
-                flt = rng.randrange(0, 40) if faults and op == "MUL_MAT_ID" and rng.random() < 0.6 else 0
+                faulting = faults and op == "MUL_MAT_ID" and rng.random() < 0.6
+                flt = rng.randrange(0, 40) if faulting else 0
                 yield f"{prefix}{seq},{layer},{op},{name},{ns},{flt}\n"
 
 
@@ -123,7 +125,8 @@ def io_lines(n_layer=48, decode_tokens=1000, prompt=64, reads_per_token=350, lan
                 for proj in range(3):
                     size = SIZES[(layer + expert + proj) % len(SIZES)]
                     chunks = 1 + (expert + proj) % 3
-                    base = 4096 + layer * layer_bytes + expert * slice_bytes + proj * 1048576 + 96
+                    base = (4096 + layer * layer_bytes + expert * slice_bytes
+                            + proj * 1048576 + 96)
                     for chunk in range(chunks):
                         offset = base + chunk * size
                         aligned = offset - offset % 4096

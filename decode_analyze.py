@@ -1654,11 +1654,7 @@ def render_io(report, ascii_only=False):
     lines.append(f"alignment waste={num(report['waste_pct'], '.1f')}% "
                  f"({report['waste_mib_per_token']:.2f} MiB {per} read but not wanted)")
     lines += render_latency(report)
-    lines += ["", "by read size (bucket: largest power of two <= KiB read)",
-              f"  {'size':<14}{'reads':>9}{'MiB':>10}{'MiB/s':>9}{'us/read':>10}"]
-    for row in report["by_size"]:
-        lines.append(f"  {row['label']:<14}{row['reads']:>9}{row['mib']:10.1f}"
-                     f"{num(row['mib_per_s'], '9.0f'):>9}{row['us_per_read']:10.1f}")
+    lines += render_sizes(report)
     lines += ["", "by lane (uneven busy time means a starved lane, not a full drive)",
               f"  {'lane':>4}{'reads/tok':>11}{'MiB/tok':>10}{'busy ms/tok':>13}{'MiB/s':>8}"]
     for row in report["by_lane"]:
@@ -1681,6 +1677,15 @@ def render_io(report, ascii_only=False):
 
 
 HIST_WIDTH = 40
+
+
+def render_sizes(report):
+    lines = ["", "by read size (bucket: largest power of two <= KiB read)",
+             f"  {'size':<14}{'reads':>9}{'MiB':>10}{'MiB/s':>9}{'us/read':>10}"]
+    for row in report["by_size"]:
+        lines.append(f"  {row['label']:<14}{row['reads']:>9}{row['mib']:10.1f}"
+                     f"{num(row['mib_per_s'], '9.0f'):>9}{row['us_per_read']:10.1f}")
+    return lines
 
 
 def render_latency(report):
@@ -1769,11 +1774,7 @@ def render_pair(report, top=12, ascii_only=False):
     lines += render_tokens(compute, "ms", "ms", ascii_only)
     lines += ["", f"flash reads (per read-token: {io['tokens']} tokens read)"]
     lines += render_latency(io)[1:]
-    lines += ["", "by read size", f"  {'size':<14}{'reads':>9}{'MiB':>10}{'MiB/s':>9}"
-                                  f"{'us/read':>10}"]
-    lines += [f"  {row['label']:<14}{row['reads']:>9}{row['mib']:10.1f}"
-              f"{num(row['mib_per_s'], '9.0f'):>9}{row['us_per_read']:10.1f}"
-              for row in io["by_size"]]
+    lines += render_sizes(io)
     lines += render_demand_spec(io) + render_reuse(io["reuse"])
     verdicts = compute["verdicts"] + io["verdicts"] + pair["verdicts"]
     lines += render_verdicts({"verdicts": verdicts})

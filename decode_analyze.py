@@ -5,14 +5,12 @@ Reads the two traces a traced BigMoeOnEdge decode writes: the compute trace (ct.
 graph node, or per layer segment, per token) and the I/O trace (io.csv: one row per flash read).
 Standard library only.
 
-  decode-analyze compute ct.csv               where compute goes: by op, by fault, by layer
-  decode-analyze compute ct.csv --layers      ... and by layer
-  decode-analyze io io.csv                    the flash floor: latency, size, waste, lanes
-  decode-analyze io io.csv --adjacent         ... and how much of a token's reads could coalesce
-  decode-analyze compute ct.csv --format json the same report as one JSON object
+  compute CT     time per token by op, node category, layer and token; page faults; verdicts
+  io IO          reads per token: latency, sizes, lanes, layers, experts, speculative reads
+  report CT IO   both traces of one run side by side, I/O per decoded token
 
-A traced run is not a benchmark run: isolating every node costs a barrier per node and forbids
-operator fusion, and every read takes a lock. Compare shares, not absolutes.
+Tracing isolates every graph node behind a barrier (no operator fusion) and locks every read, so
+a traced token is slower than an untraced one: its proportions are what to trust.
 """
 import argparse
 from bisect import bisect_left, bisect_right
@@ -60,7 +58,6 @@ CATEGORY_NAMES = {
     "output": "result_norm result_output",
     "residual": "ffn_inp l_out ffn_moe_combined out_scaled",
 }
-CATEGORIES = list(CATEGORY_NAMES) + ["other"]
 # Ops that decide the category whatever the node is called.
 OP_CATEGORY = {"MUL_MAT_ID": "experts", "FLASH_ATTN_EXT": "attention"}
 # One name, two meanings, told apart by the op (gemma4's residual add is called attn_out).
@@ -1510,7 +1507,7 @@ def render_compute(report, top=12, show_layers=False, ascii_only=False):
         lines += render_verdicts(report)
         return "\n".join(lines) + "\n"
     lines += ["", "note: every node was isolated and synchronized to be measured; the barriers "
-                  "inflate the absolutes. Compare shares."]
+                  "inflate the absolutes. Trust the proportions."]
     lines += render_by_op(report, top)
     lines += render_faults(report)
     lines += render_categories(report)
@@ -1655,7 +1652,8 @@ def render_io(report, ascii_only=False):
                  f"({report['waste_mib_per_token']:.2f} MiB {per} read but not wanted)")
     lines += render_latency(report)
     lines += render_sizes(report)
-    lines += ["", "by lane (uneven busy time means a starved lane, not a full drive)",
+    lines += ["", "by lane (a lane busy far less than the others is waiting for work: the "
+                  "drive is not the limit there)",
               f"  {'lane':>4}{'reads/tok':>11}{'MiB/tok':>10}{'busy ms/tok':>13}{'MiB/s':>8}"]
     for row in report["by_lane"]:
         lines.append(f"  {row['lane']:>4}{row['reads_per_token']:11.1f}{row['mib_per_token']:10.2f}"
@@ -1664,7 +1662,8 @@ def render_io(report, ascii_only=False):
     lines += render_io_layers(report)
     adjacency = report["adjacency"]
     if adjacency["runs_per_token"] is not None:
-        lines += ["", "adjacency: the coalescing ceiling (requested extents, merged when they "
+        lines += ["", "adjacency: requests if every contiguous stretch were one (requested "
+                      "extents, merged when they "
                       "touch or overlap)",
                   f"  {adjacency['reads_per_token']:.1f} reads/token span "
                   f"{adjacency['runs_per_token']:.1f} contiguous runs/token",
@@ -1784,14 +1783,14 @@ def render_pair(report, top=12, ascii_only=False):
 # ── command line ──────────────────────────────────────────────────────────────────────────────
 EPILOG = """\
 examples:
-  decode-analyze compute ct.csv                 by op, faults (text)
-  decode-analyze compute ct.csv --layers        ... and by layer
-  decode-analyze compute ct.csv --top 30        more ops
-  decode-analyze io io.csv --adjacent           ... and the coalescing ceiling
-  decode-analyze io io.csv --format json        the whole report as JSON
-  zcat ct.csv.gz | decode-analyze compute -     stdin ('-'); .gz files are read as they are
+  decode-analyze report ct.csv io.csv           one run's two traces on one screen
+  decode-analyze compute ct.csv --layers        compute by op, category, layer and token
+  decode-analyze compute ct.csv --turn 2 --skip 8   one session turn, warm-up left out
+  decode-analyze io io.csv --adjacent --cache   reads, plus merging and caching what-ifs
+  decode-analyze io io.csv --format json        the whole report as one JSON object
+  zcat ct.csv.gz | decode-analyze compute -     stdin ('-'); gzip files also read directly
 
-exit status: 0 ok, 1 bad or unreadable input, 2 usage, 130 interrupted.
+exit status: 0 ok, 1 bad or unreadable input, 2 usage, 130 interrupted, 141 output closed.
 """
 
 
@@ -1818,9 +1817,7 @@ def non_negative(text):
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="decode-analyze", description=__doc__.split("\n\n")[0] + "\n\n" +
-        "\n\n".join(__doc__.split("\n\n")[1:]),
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
+        prog="decode-analyze", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     commands = parser.add_subparsers(dest="command", metavar="{compute,io,report}",
                                      required=True)
 
@@ -1852,10 +1849,10 @@ def build_parser():
     compute.add_argument("--top", type=non_negative, default=12, metavar="N",
                          help="how many ops the by-op table lists (default 12; JSON has all)")
     compute.add_argument("--layers", action="store_true", help="also print the by-layer table")
-    io_parser = subcommand("io", "the flash floor: latency, size, waste, lanes",
+    io_parser = subcommand("io", "what the reads are made of: latency, sizes, lanes, layers",
                            "What the flash reads are made of, from an io trace (io.csv).")
     io_parser.add_argument("--adjacent", action="store_true",
-                           help="compute the coalescing ceiling (contiguous runs per token)")
+                           help="count contiguous runs per token: the most merging could save")
     io_parser.add_argument("--cache", action="store_true",
                            help="re-reads and what an extra LRU cache would have served")
     pair = subcommand("report", "both traces of one run, on one screen",

@@ -132,17 +132,6 @@ class Selection:
             return False
         return ordinal >= self.skip
 
-    def describe(self):
-        parts = []
-        if self.turns:
-            parts.append("turn " + ",".join(map(str, sorted(self.turns))))
-        low, high = self.steps
-        if low is not None or high is not None:
-            parts.append(f"steps {'' if low is None else low}:{'' if high is None else high}")
-        if self.skip:
-            parts.append(f"first {self.skip} token(s) of each turn skipped")
-        return parts
-
 
 class TokenBook:
     """Every token seen (for the 'file contains' message) and the selected ones, in trace order.
@@ -326,7 +315,8 @@ def selected_tokens(trace, book, selection, phases_present):
     phases, label = chosen_phases(selection, phases_present)
     tokens = [t for t in book.selected if t[1] in phases]
     if not tokens:
-        what = ", ".join([f"phase {selection.phase or 'decode'}"] + selection.describe())
+        what = ", ".join([f"phase {selection.phase or 'decode'}"]
+                         + selection_words(selection_dict(selection)))
         raise TraceError(trace.name, 0, f"no tokens match the selection ({what}); "
                                          f"the file has: {book.contents()}")
     return phases, label, tokens
@@ -1817,7 +1807,8 @@ def non_negative(text):
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="decode-analyze", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
+        prog="decode-analyze", description=__doc__, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", metavar="{compute,io,report}",
                                      required=True)
 

@@ -1385,8 +1385,11 @@ def pair_report(compute, io):
         "tokens": n, "tokens_without_reads": len(tokens - readers),
         "compute_ms_per_token": compute["ms_per_token"],
         "faulting_ms_per_token": compute["faults"]["ms_per_token"],
-        "experts_ms_per_token": categories.get("experts", {}).get("ms_per_token", 0.0),
-        "router_ms_per_token": categories.get("router", {}).get("ms_per_token", 0.0),
+        # A layer-granularity trace has no per-node detail to classify.
+        "experts_ms_per_token": categories.get("experts", {}).get("ms_per_token", 0.0)
+        if categories else None,
+        "router_ms_per_token": categories.get("router", {}).get("ms_per_token", 0.0)
+        if categories else None,
         "io_reads_per_token": io["reads"] / n,
         "io_mib_per_token": io["read_bytes"] / MIB / n,
         "io_busy_ms_per_token": io["busy_ms_per_token"] * per_decoded,
@@ -1745,8 +1748,11 @@ def render_pair(report, top=12, ascii_only=False):
     lines += [f"warning: {safe(message)}" for message in pair["warnings"]]
     lines += ["", "per decoded token",
               f"  compute {pair['compute_ms_per_token']:.2f} ms, of which faulting nodes "
-              f"{pair['faulting_ms_per_token']:.2f} ms, routed experts "
-              f"{pair['experts_ms_per_token']:.2f} ms, router {pair['router_ms_per_token']:.2f} ms",
+              f"{pair['faulting_ms_per_token']:.2f} ms, " + (
+                  "routed experts and router n/a (a layer-granularity trace)"
+                  if pair["experts_ms_per_token"] is None else
+                  f"routed experts {pair['experts_ms_per_token']:.2f} ms, router "
+                  f"{pair['router_ms_per_token']:.2f} ms"),
               f"  flash: {pair['io_reads_per_token']:.1f} reads, "
               f"{pair['io_mib_per_token']:.2f} MiB, "
               f"lanes busy {pair['io_busy_ms_per_token']:.2f} ms",

@@ -89,3 +89,12 @@ def test_real_session_pair():
     assert r["pair"]["io_mib_per_token"] == pytest.approx(r["io"]["read_bytes"] / MIB / 208)
     assert report("report", ROOT / "examples/session-ct.csv",
                   ROOT / "examples/session-io.csv")["pair"]["tokens"] == 208
+
+
+def test_layer_granularity_pair_has_no_categories(write):
+    rows = [f"0,1,{step},0,-1,LAYER,pre,1000000,0" for step in (5, 6)]
+    ct = write(ct_text(rows, preamble="# compute_trace v1\n# model=m.gguf n_layer=1\n"), "ct.csv")
+    io = write(IO, "io.csv")
+    r = report("report", ct, io)
+    assert r["pair"]["experts_ms_per_token"] is None and r["pair"]["router_ms_per_token"] is None
+    assert "routed experts and router n/a" in run("report", ct, io).out

@@ -337,10 +337,11 @@ class Plan:
     at C speed with map(add, ...); the nodes are classified once per structure, at the end.
     """
 
-    __slots__ = ("ops", "names", "layers", "runs", "wall", "majflt", "fault_wall", "history")
+    __slots__ = ("key", "ops", "names", "layers", "runs", "wall", "majflt", "fault_wall",
+                 "history")
 
-    def __init__(self, ops, names, layers):
-        self.ops, self.names, self.layers = ops, names, layers
+    def __init__(self, key, ops, names, layers):
+        self.key, self.ops, self.names, self.layers = key, ops, names, layers
         n = len(ops)
         self.runs = 0
         self.wall, self.majflt, self.fault_wall = [0] * n, [0] * n, [0] * n
@@ -491,18 +492,21 @@ class ComputeFold:
         return [list(compress(column, good)) for column in columns]
 
     def _plan(self, phase, ops, names, layers):
-        """The plan of this structure; most tokens repeat the previous one's, which is checked
-        first because comparing equal strings is cheaper than hashing fresh ones."""
+        """The plan of this structure, or None when a layer value is bad.
+
+        The structure's key is each column joined by newlines, which no field holds: two
+        memcmp-able strings are cheaper to compare than thousands of fresh string objects,
+        and most tokens repeat the previous token's graph."""
+        key = ("\n".join(ops), "\n".join(names), "\n".join(layers))
         last = self._last.get(phase)
-        if last is not None and last.ops == ops and last.names == names and last.layers == layers:
+        if last is not None and last.key == key:
             return last
         plans = self.plans.setdefault(phase, {})
-        structure = (tuple(ops), tuple(names), tuple(layers))
-        plan = plans.get(structure)
+        plan = plans.get(key)
         if plan is None:
             if not integers_ok(layers, -1):
                 return None
-            plan = plans[structure] = Plan(ops, names, layers)
+            plan = plans[key] = Plan(key, ops, names, layers)
         self._last[phase] = plan
         return plan
 

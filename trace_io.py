@@ -98,6 +98,23 @@ def integers_ok(values, floor, end=""):
     return joined.isascii() and joined.isdigit() and end not in values
 
 
+def _parse_ints(texts):
+    """The non-negative integers written in `texts`, or None if any is not one.
+
+    The JSON parser reads a list of integers faster than int() one by one; what JSON takes
+    beyond plain digits (a minus, a fraction, an exponent, true, null) is caught before or by
+    the type check, and what it refuses (leading zeros) goes to the slow path with the rest.
+    """
+    joined = ",".join(texts)
+    if "-" in joined:
+        return None
+    try:
+        values = json.loads("[" + joined + "]")
+    except ValueError:
+        return None
+    return values if not values or set(map(type, values)) == {int} else None
+
+
 def plain_integer(text):
     """True iff text is a non-negative integer written in plain ASCII digits."""
     return text.isascii() and text.isdigit()
@@ -337,9 +354,9 @@ class Trace:
         for name in wanted:
             column = flat[index[name]::width]
             if name in ints:
-                if not integers_ok(column, 0, "\n" if index[name] == width - 1 else ""):
+                column = _parse_ints(column)
+                if column is None:
                     return None  # the slow path names the line and the column
-                column = self._to_ints(column)
             else:
                 if index[name] == width - 1:
                     column = list(map(str.rstrip, column))
@@ -349,24 +366,6 @@ class Trace:
                     return None
             columns[name] = column
         return columns
-
-    @staticmethod
-    def _to_ints(column):
-        """int() of every value, already checked to be plain digits (a trailing newline aside).
-
-        Columns of few distinct values (majflt) convert each value once; others go through the
-        JSON parser, which reads a list of integers faster than int() one by one.
-        """
-        distinct = set(column[:64])
-        if len(distinct) < 8:
-            distinct = set(column)
-            if len(distinct) < 256:
-                value_of = {text: int(text) for text in distinct}
-                return list(map(value_of.__getitem__, column))
-        try:
-            return json.loads("[" + ",".join(column) + "]")
-        except ValueError:  # leading zeros are not JSON
-            return list(map(int, column))
 
     def _slow_batch(self, lines, first_line, last):
         index, wanted, ints, floors = self._shape

@@ -254,3 +254,15 @@ def test_bad_layer_in_fast_path_without_skip(write):
     rows[2000] = "0,1,2000,0,-7,MUL_MAT,Qcur-0,1000,0"
     assert error_of("compute", write(ct_text(rows))).endswith(
         "t.csv:2004: column layer: '-7' is not an integer >= -1")
+
+
+@pytest.mark.parametrize("value", ["null", "true", "1.5", "1e3", "-0", "007", "+5", " 5", "0x10"])
+def test_integers_are_plain_digits(write, value):
+    rows = [f"0,1,{step},0,0,MUL_MAT,Qcur-0,1000,0" for step in range(50)]
+    rows[20] = f"0,1,20,0,0,MUL_MAT,Qcur-0,{value},0"
+    result = run("compute", write(ct_text(rows)), "--format", "json")
+    if value in ("007", " 5"):  # digits after blanks are stripped: still a count
+        assert result.code == 0 and result.json["tokens"] == 50
+    else:
+        assert result.code == 1
+        assert f"t.csv:24: column wall_ns: {value!r} is not a non-negative integer" in result.err

@@ -47,11 +47,12 @@ def measure(argv, trials):
     return best, peak
 
 
-def generate(directory, quick):
+def generate(directory):
     traces = {
         "ct300": ("compute", dict(n_layer=48, decode_tokens=300)),
         "io1000": ("io", dict(n_layer=48, decode_tokens=1000, reads_per_token=350)),
         "ct3m": ("compute", dict(n_layer=48, decode_tokens=1220)),
+        "io1m": ("io", dict(n_layer=48, decode_tokens=2860, reads_per_token=350)),
     }
     paths = {}
     for name, (kind, options) in traces.items():
@@ -78,7 +79,7 @@ def main():
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.mkdtemp(prefix="decode-analyze-bench-"))
     directory.mkdir(parents=True, exist_ok=True)
-    paths = generate(directory, args.quick)
+    paths = generate(directory)
     python = sys.executable
     have_reference = REFERENCE.exists()
 
@@ -108,6 +109,15 @@ def main():
         print(f"| {label} | {rows_of(path):,} | {mine:.2f} s | {ref_cells[0]} | {bare:.2f} s | "
               f"{ref_cells[1]} | {mine / bare:.2f}x | {mine_rss:.0f} MiB | {ref_cells[2]} |",
               flush=True)
+
+    # The LRU what-if against the same run without it (the reference has no such thing).
+    io1m = str(paths["io1m"])
+    plain, plain_rss = measure([python, str(TOOL), "io", io1m], args.trials)
+    cached, cached_rss = measure([python, str(TOOL), "io", io1m, "--cache"], args.trials)
+    print("\n| case | rows | io | io --cache | --cache / io | peak RSS io | peak RSS --cache |")
+    print("|---" * 7 + "|")
+    print(f"| io, 1M reads | {rows_of(paths['io1m']):,} | {plain:.2f} s | {cached:.2f} s | "
+          f"{cached / plain:.2f}x | {plain_rss:.0f} MiB | {cached_rss:.0f} MiB |")
 
 
 if __name__ == "__main__":

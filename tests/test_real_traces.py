@@ -39,8 +39,15 @@ def test_real_trace_analyses_cleanly(name):
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_examples_analyse_cleanly(name):
-    assert report(kind_of(name), ROOT / "examples" / name)["tokens"] > 0
+def test_examples_match_an_independent_count(name):
+    path = ROOT / "examples" / name
+    expected = independent(path)
+    r = report(kind_of(name), path)
+    assert r["tokens"] == len(expected) and r["warnings"] == []
+    if r["kind"] == "compute":
+        assert r["ms_per_token"] == pytest.approx(sum(expected.values()) / 1e6 / len(expected))
+    else:
+        assert r["read_bytes"] == sum(expected.values())
 
 
 def test_session_pair_compute():

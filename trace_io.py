@@ -105,6 +105,16 @@ def _parse_ints(texts):
     beyond plain digits (a minus, a fraction, an exponent, true, null) is caught before or by
     the type check, and what it refuses (leading zeros) goes to the slow path with the rest.
     """
+    zero = "0\n" if texts and texts[0][-1:] == "\n" else "0"
+    zeros = texts.count(zero)
+    if zeros * 2 > len(texts):  # mostly zeros (majflt): convert only the others
+        values = [0] * len(texts)
+        for position in compress(range(len(texts)), map(zero.__ne__, texts)):
+            text = texts[position].rstrip("\n")
+            if not plain_integer(text):
+                return None
+            values[position] = int(text)
+        return values
     joined = ",".join(texts)
     if "-" in joined:
         return None

@@ -1595,6 +1595,10 @@ def render_tokens(report, value, unit, ascii_only):
                  f"turn {t['turn']} step {t['step']} {t[value]:.2f}"
                  + (f" ({t['majflt']} majflt)" if t.get("majflt") else "")
                  for t in report[name])]
+    reads = report.get("token_reads")
+    if reads:
+        lines.insert(2, f"per token (reads): p50 {reads['p50']}  p90 {reads['p90']}  "
+                        f"p99 {reads['p99']}  max {reads['max']}")
     decodes = report.get("decodes")
     if decodes and decodes["speculative"]:
         lines.append(f"  speculative decoding: {decodes['decodes']} decodes covering "

@@ -132,6 +132,9 @@ def test_io_per_token_view(reads):
     assert [(t["step"], t["reads"]) for t in r["per_token"]] == [(1, 3), (2, 3)]
     assert r["token_mib"]["max"] == pytest.approx((2 * 65536 + MIB) / MIB)
     assert r["heaviest"][0]["step"] == 2 and r["token_reads"]["p50"] == 3
+    out = run("io", reads).out
+    assert "per token (reads): p50 3  p90 3  p99 3  max 3" in out
+    assert "heaviest: turn 0 step 2 1.12, turn 0 step 1 0.19" in out
 
 
 def test_io_verdicts(reads):

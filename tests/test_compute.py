@@ -191,3 +191,15 @@ def test_zero_walls(write):
     r = report("compute", path)
     assert r["ms_per_token"] == 0 and r["by_op"][0]["share"] is None
     assert "n/a" in run("compute", path).out
+
+
+def test_huge_walls_are_exact(write):
+    top = 2 ** 64 - 1
+    rows = [f"0,1,4,0,0,MUL_MAT,Qcur-0,{top},{top}", "0,1,4,1,0,ADD,l_out-0,5,0",
+            f"0,1,5,0,0,MUL_MAT,Qcur-0,{2 ** 40},0", "0,1,5,1,0,ADD,l_out-0,7,0"]
+    r = report("compute", write(ct_text(rows)))
+    mul_mat = r["by_op"][0]
+    assert mul_mat["max_us"] == top / 1e3 and mul_mat["p50_us"] == top / 1e3
+    assert mul_mat["avg_us"] == (top + 2 ** 40) / 2 / 1e3
+    assert r["ms_per_token"] == (top + 5 + 2 ** 40 + 7) / 2 / 1e6
+    assert r["slowest"][0]["majflt"] == top  # an exact integer in JSON

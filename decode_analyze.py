@@ -237,12 +237,6 @@ def token_runs(batch, pending, final=False):
     return batch, runs, {name: column[held_start:] for name, column in batch.items()}
 
 
-def nearest_rank(sorted_values, num, den):
-    """The nearest-rank percentile num/den: sorted[min(n-1, floor(n*num/den))] (exact ints)."""
-    n = len(sorted_values)
-    return sorted_values[min(n - 1, n * num // den)] if n else None
-
-
 class SortedParts:
     """Several sorted arrays read as one sorted sequence, never merged: each process and
     phase sorts its own values, and ranks are found by bisecting every part."""
@@ -639,11 +633,9 @@ def warmup_verdict(warm, unit):
 
 def ladder(values):
     """{p50, p90, p99, max} of values by nearest rank; None when there are none."""
-    ordered = sorted(values)
-    if not ordered:
-        return {"p50": None, "p90": None, "p99": None, "max": None}
-    return {"p50": nearest_rank(ordered, 1, 2), "p90": nearest_rank(ordered, 9, 10),
-            "p99": nearest_rank(ordered, 99, 100), "max": ordered[-1]}
+    ordered = SortedParts([sorted(values)])
+    return {"p50": ordered.rank(1, 2), "p90": ordered.rank(9, 10), "p99": ordered.rank(99, 100),
+            "max": ordered.maximum()}
 
 
 WARMUP_TOKENS = 8

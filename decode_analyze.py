@@ -519,6 +519,55 @@ def report_skipped(trace, warn):
         warn(f"{trace.name}: skipped {trace.skipped} bad row(s) (first: {trace.first_skipped})")
 
 
+def selection_dict(selection):
+    low, high = selection.steps
+    return {"phase": selection.phase or "default", "turns": sorted(selection.turns or []),
+            "steps": [low, high], "skip": selection.skip}
+
+
+def segment_order(name):
+    """pre, blk.0 .. blk.N in numeric order, post, then anything else by name."""
+    if name == "pre":
+        return (0, 0, "")
+    match = re.fullmatch(r"blk\.(\d+)", name)
+    if match:
+        return (1, int(match.group(1)), "")
+    return (2, 0, "") if name == "post" else (3, 0, name)
+
+
+def _fold_nodes(plans):
+    """Add every plan's per-node sums into the report's tables."""
+    sums = {"op": defaultdict(lambda: [0, 0, 0]), "fault": defaultdict(lambda: [0, 0]),
+            "layer": defaultdict(lambda: [0, 0]), "layer_column": defaultdict(lambda: [0, 0]),
+            "segment": defaultdict(lambda: [0, 0]), "category": defaultdict(lambda: [0, 0, 0]),
+            "unclassified": defaultdict(int), "reattributed": 0}
+    for plan in plans:
+        runs = plan.runs
+        for (op, name, layer, il, base, cat), ns, majflt, fault_ns in zip(
+                plan.nodes(), plan.wall, plan.majflt, plan.fault_wall):
+            entry = sums["op"][op]
+            entry[0] += ns
+            entry[1] += runs
+            entry[2] += majflt
+            if majflt:
+                entry = sums["fault"][op]
+                entry[0] += majflt
+                entry[1] += fault_ns
+            for table, key in (("layer", il), ("layer_column", layer), ("segment", name)):
+                entry = sums[table][key]
+                entry[0] += ns
+                entry[1] += majflt
+            if il != layer:
+                sums["reattributed"] += ns
+            entry = sums["category"][cat]
+            entry[0] += ns
+            entry[1] += majflt
+            entry[2] += runs
+            if cat == "other":
+                sums["unclassified"][base] += ns
+    return sums
+
+
 def compute_report(trace, fold, selection):
     """The whole compute report as a plain dict (the JSON output; text is rendered from it)."""
     phases, label, tokens = selected_tokens(trace, fold.book, selection, fold.plans.keys())
@@ -588,7 +637,8 @@ def compute_report(trace, fold, selection):
     return report
 
 
-# ── verdicts: one line each, only where the data supports a conclusion ─────────────────────
+# ── verdicts and per-token views ─────────────────────────────────────────────────────────────
+# Verdicts: one line each, only where the data supports a conclusion.
 FAULT_BOUND_SHARE = 0.30  # faulting nodes' share of compute
 ROUTER_SHARE = 0.20  # router category's share of compute
 LATENCY_BOUND_KIB = 256  # median read below this ...
@@ -678,55 +728,6 @@ def token_dict(token, value_name, count_name, scale):
     turn, phase, step, value, count = token
     return {"turn": turn, "phase": phase, "step": step, value_name: value / scale,
             count_name: count}
-
-
-def selection_dict(selection):
-    low, high = selection.steps
-    return {"phase": selection.phase or "default", "turns": sorted(selection.turns or []),
-            "steps": [low, high], "skip": selection.skip}
-
-
-def segment_order(name):
-    """pre, blk.0 .. blk.N in numeric order, post, then anything else by name."""
-    if name == "pre":
-        return (0, 0, "")
-    match = re.fullmatch(r"blk\.(\d+)", name)
-    if match:
-        return (1, int(match.group(1)), "")
-    return (2, 0, "") if name == "post" else (3, 0, name)
-
-
-def _fold_nodes(plans):
-    """Add every plan's per-node sums into the report's tables."""
-    sums = {"op": defaultdict(lambda: [0, 0, 0]), "fault": defaultdict(lambda: [0, 0]),
-            "layer": defaultdict(lambda: [0, 0]), "layer_column": defaultdict(lambda: [0, 0]),
-            "segment": defaultdict(lambda: [0, 0]), "category": defaultdict(lambda: [0, 0, 0]),
-            "unclassified": defaultdict(int), "reattributed": 0}
-    for plan in plans:
-        runs = plan.runs
-        for (op, name, layer, il, base, cat), ns, majflt, fault_ns in zip(
-                plan.nodes(), plan.wall, plan.majflt, plan.fault_wall):
-            entry = sums["op"][op]
-            entry[0] += ns
-            entry[1] += runs
-            entry[2] += majflt
-            if majflt:
-                entry = sums["fault"][op]
-                entry[0] += majflt
-                entry[1] += fault_ns
-            for table, key in (("layer", il), ("layer_column", layer), ("segment", name)):
-                entry = sums[table][key]
-                entry[0] += ns
-                entry[1] += majflt
-            if il != layer:
-                sums["reattributed"] += ns
-            entry = sums["category"][cat]
-            entry[0] += ns
-            entry[1] += majflt
-            entry[2] += runs
-            if cat == "other":
-                sums["unclassified"][base] += ns
-    return sums
 
 
 # ── io ────────────────────────────────────────────────────────────────────────────────────────

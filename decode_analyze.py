@@ -911,151 +911,6 @@ def read_io(path, selection, adjacent=False, skip_bad_rows=False, warn=None, cac
                       skip_bad_rows, warn)
 
 
-# ── two processes for a large file ────────────────────────────────────────────────────────────
-# A plain file this large is folded in two halves at once, split at a token boundary: the
-# child process folds the second half and sends its fold back to be merged. Folds are sums,
-# so merging is adding; --skip needs every earlier token of a turn, so it reads in one piece.
-PARALLEL_MIN_BYTES = 8 << 20
-SPLIT_SCAN_LINES = 1 << 16
-
-
-def read_trace(path, kind, required, columns, make_fold, selection, skip_bad_rows, warn):
-    """Fold a trace of `kind`; returns (trace, fold)."""
-    with Trace(path, skip_bad_rows, warn) as trace:
-        trace.require(kind, required)
-        split = split_point(trace) if selection.skip == 0 and hasattr(os, "fork") else None
-        child = fork_fold(path, split, columns, make_fold, skip_bad_rows) if split else None
-        try:
-            if child:
-                trace.limit(split)
-            fold = fold_batches(trace, make_fold(trace), columns)
-            if child:
-                merge_child(trace, fold, child, warn, columns, make_fold, split)
-                child = None
-        finally:
-            if child:
-                child.cancel()
-    report_skipped(trace, warn)
-    return trace, fold
-
-
-def fold_batches(trace, fold, columns):
-    for batch in trace.batches(**columns):
-        fold.feed(batch)
-    fold.finish()
-    return fold
-
-
-def split_point(trace):
-    """A byte offset near the middle of the rows where a new token starts, or None."""
-    if trace.body_start is None or not all(c in trace.columns for c in TOKEN_COLUMNS):
-        return None
-    size = os.path.getsize(trace.path)
-    if size - trace.body_start < PARALLEL_MIN_BYTES:
-        return None
-    positions = [trace.columns.index(c) for c in TOKEN_COLUMNS]
-    with open(trace.path, "rb") as f:
-        f.seek(trace.body_start + (size - trace.body_start) // 2)
-        f.readline()  # the rest of a line cut in the middle
-        first = None
-        for _ in range(SPLIT_SCAN_LINES):
-            offset, line = f.tell(), f.readline()
-            if not line:
-                return None
-            fields = line.rstrip(b"\r\n").split(b",")
-            if b'"' in line or len(fields) != len(trace.columns):
-                continue
-            key = [fields[p] for p in positions]
-            if first is None:
-                first = key
-            elif key != first:
-                return offset
-    return None
-
-
-TOKEN_COLUMNS = ("turn", "phase", "step")
-
-
-class Forked:
-    """function(*args) run in a forked child process; result() is what it returned, or None
-    if the child could not be started or died (the caller then does the work itself)."""
-
-    def __init__(self, function, *args):
-        self.pid = None
-        try:
-            read_end, write_end = os.pipe()
-            self.pid = os.fork()
-        except OSError:
-            return
-        if self.pid:
-            os.close(write_end)
-            self.reader = os.fdopen(read_end, "rb")
-            return
-        os.close(read_end)
-        status = 1
-        try:
-            with os.fdopen(write_end, "wb") as out:
-                pickle.dump(function(*args), out, pickle.HIGHEST_PROTOCOL)
-            status = 0
-        finally:
-            os._exit(status)  # never the parent's exit handlers or buffered output
-
-    def result(self):
-        if not self.pid:
-            return None
-        try:
-            data = self.reader.read()
-        finally:
-            self.reader.close()
-            os.waitpid(self.pid, 0)
-        return pickle.loads(data) if data else None
-
-    def cancel(self):
-        if self.pid:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-            except OSError:
-                pass
-            self.reader.close()
-
-
-def fork_fold(path, split, columns, make_fold, skip_bad_rows):
-    return Forked(fold_part, path, split, columns, make_fold, skip_bad_rows)
-
-
-def fold_part(path, split, columns, make_fold, skip_bad_rows):
-    """In the child: fold the rows from `split` on; what it returns travels back pickled."""
-    said = []
-    try:
-        with Trace(path, skip_bad_rows, said.append, byte_range=(split, None)) as trace:
-            fold = fold_batches(trace, make_fold(trace), columns)
-            fold.detach()
-            return "ok", (fold, trace.skipped, trace.first_skipped, said)
-    except TraceError as problem:
-        return "error", (problem.path, problem.line, problem.message, said)
-
-
-def merge_child(trace, fold, child, warn, columns, make_fold, split):
-    status, payload = child.result() or ("failed", None)
-    if status == "error":
-        path, line, message, said = payload
-        for message_said in said:
-            warn(message_said)
-        raise TraceError(path, line, message)
-    if status != "ok":  # the child died: fold its half here
-        with Trace(trace.path, trace.skip_bad_rows, warn, byte_range=(split, None)) as rest:
-            other = fold_batches(rest, make_fold(rest), columns)
-            skipped, first_skipped, said = rest.skipped, rest.first_skipped, []
-    else:
-        other, skipped, first_skipped, said = payload
-    for message in said:
-        warn(message)
-    trace.skipped += skipped
-    trace.first_skipped = trace.first_skipped or first_skipped
-    fold.merge(other)
-
-
 def key_values(trace, keys, columns):
     """[(int, ...)] for joined keys ("lane,read_bytes,spec,layer"), every field checked at C
     speed column by column; a bad one raises TraceError naming its first line."""
@@ -1347,6 +1202,151 @@ def io_verdicts(report):
                 f"{half['hit_share']:.0%} of the bytes read ({'>' if flagged else '<='} "
                 f"{CACHE_WORTH:.0%})"))
     return verdicts
+
+
+# ── two processes for a large file ────────────────────────────────────────────────────────────
+# A plain file this large is folded in two halves at once, split at a token boundary: the
+# child process folds the second half and sends its fold back to be merged. Folds are sums,
+# so merging is adding; --skip needs every earlier token of a turn, so it reads in one piece.
+PARALLEL_MIN_BYTES = 8 << 20
+SPLIT_SCAN_LINES = 1 << 16
+
+
+def read_trace(path, kind, required, columns, make_fold, selection, skip_bad_rows, warn):
+    """Fold a trace of `kind`; returns (trace, fold)."""
+    with Trace(path, skip_bad_rows, warn) as trace:
+        trace.require(kind, required)
+        split = split_point(trace) if selection.skip == 0 and hasattr(os, "fork") else None
+        child = fork_fold(path, split, columns, make_fold, skip_bad_rows) if split else None
+        try:
+            if child:
+                trace.limit(split)
+            fold = fold_batches(trace, make_fold(trace), columns)
+            if child:
+                merge_child(trace, fold, child, warn, columns, make_fold, split)
+                child = None
+        finally:
+            if child:
+                child.cancel()
+    report_skipped(trace, warn)
+    return trace, fold
+
+
+def fold_batches(trace, fold, columns):
+    for batch in trace.batches(**columns):
+        fold.feed(batch)
+    fold.finish()
+    return fold
+
+
+def split_point(trace):
+    """A byte offset near the middle of the rows where a new token starts, or None."""
+    if trace.body_start is None or not all(c in trace.columns for c in TOKEN_COLUMNS):
+        return None
+    size = os.path.getsize(trace.path)
+    if size - trace.body_start < PARALLEL_MIN_BYTES:
+        return None
+    positions = [trace.columns.index(c) for c in TOKEN_COLUMNS]
+    with open(trace.path, "rb") as f:
+        f.seek(trace.body_start + (size - trace.body_start) // 2)
+        f.readline()  # the rest of a line cut in the middle
+        first = None
+        for _ in range(SPLIT_SCAN_LINES):
+            offset, line = f.tell(), f.readline()
+            if not line:
+                return None
+            fields = line.rstrip(b"\r\n").split(b",")
+            if b'"' in line or len(fields) != len(trace.columns):
+                continue
+            key = [fields[p] for p in positions]
+            if first is None:
+                first = key
+            elif key != first:
+                return offset
+    return None
+
+
+TOKEN_COLUMNS = ("turn", "phase", "step")
+
+
+class Forked:
+    """function(*args) run in a forked child process; result() is what it returned, or None
+    if the child could not be started or died (the caller then does the work itself)."""
+
+    def __init__(self, function, *args):
+        self.pid = None
+        try:
+            read_end, write_end = os.pipe()
+            self.pid = os.fork()
+        except OSError:
+            return
+        if self.pid:
+            os.close(write_end)
+            self.reader = os.fdopen(read_end, "rb")
+            return
+        os.close(read_end)
+        status = 1
+        try:
+            with os.fdopen(write_end, "wb") as out:
+                pickle.dump(function(*args), out, pickle.HIGHEST_PROTOCOL)
+            status = 0
+        finally:
+            os._exit(status)  # never the parent's exit handlers or buffered output
+
+    def result(self):
+        if not self.pid:
+            return None
+        try:
+            data = self.reader.read()
+        finally:
+            self.reader.close()
+            os.waitpid(self.pid, 0)
+        return pickle.loads(data) if data else None
+
+    def cancel(self):
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except OSError:
+                pass
+            self.reader.close()
+
+
+def fork_fold(path, split, columns, make_fold, skip_bad_rows):
+    return Forked(fold_part, path, split, columns, make_fold, skip_bad_rows)
+
+
+def fold_part(path, split, columns, make_fold, skip_bad_rows):
+    """In the child: fold the rows from `split` on; what it returns travels back pickled."""
+    said = []
+    try:
+        with Trace(path, skip_bad_rows, said.append, byte_range=(split, None)) as trace:
+            fold = fold_batches(trace, make_fold(trace), columns)
+            fold.detach()
+            return "ok", (fold, trace.skipped, trace.first_skipped, said)
+    except TraceError as problem:
+        return "error", (problem.path, problem.line, problem.message, said)
+
+
+def merge_child(trace, fold, child, warn, columns, make_fold, split):
+    status, payload = child.result() or ("failed", None)
+    if status == "error":
+        path, line, message, said = payload
+        for message_said in said:
+            warn(message_said)
+        raise TraceError(path, line, message)
+    if status != "ok":  # the child died: fold its half here
+        with Trace(trace.path, trace.skip_bad_rows, warn, byte_range=(split, None)) as rest:
+            other = fold_batches(rest, make_fold(rest), columns)
+            skipped, first_skipped, said = rest.skipped, rest.first_skipped, []
+    else:
+        other, skipped, first_skipped, said = payload
+    for message in said:
+        warn(message)
+    trace.skipped += skipped
+    trace.first_skipped = trace.first_skipped or first_skipped
+    fold.merge(other)
 
 
 # ── the pair ──────────────────────────────────────────────────────────────────────────────────

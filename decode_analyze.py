@@ -20,6 +20,7 @@ import pickle
 import re
 import signal
 import sys
+import textwrap
 from array import array
 from collections import Counter, OrderedDict, defaultdict
 from itertools import accumulate, chain, compress, groupby, repeat
@@ -1433,6 +1434,7 @@ def read_pair(args, warn):
 
 # ── text rendering ────────────────────────────────────────────────────────────────────────────
 BAR_WIDTH = 20
+OP_BAR_WIDTH = 12  # the by-op table is wide already
 _UNPRINTABLE = re.compile(r"[^\S ]|[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
@@ -1443,6 +1445,15 @@ def safe(text):
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+TEXT_WIDTH = 100
+
+
+def wrap(text, indent="  "):
+    """Prose lines folded to TEXT_WIDTH columns, continuation lines indented."""
+    return textwrap.wrap(text, TEXT_WIDTH, subsequent_indent=indent + "  ",
+                         break_on_hyphens=False) or [""]
 
 
 def num(value, spec, missing="n/a"):
@@ -1490,14 +1501,14 @@ def render_compute(report, top=12, show_layers=False, ascii_only=False):
                  f"measured compute={report['ms_per_token']:.2f} ms/token  "
                  f"majflt={report['majflt_per_token']:.1f}/token")
     if report["granularity"] == "layer":
-        lines += ["", "note: one barrier per layer, so these absolutes sit close to an untraced "
-                      "run; there is no per-op detail inside a segment."]
+        lines += [""] + wrap("note: one barrier per layer, so these absolutes sit close to an "
+                             "untraced run; there is no per-op detail inside a segment.", "    ")
         lines += render_segments(report)
         lines += render_tokens(report, "ms", "ms", ascii_only)
         lines += render_verdicts(report)
         return "\n".join(lines) + "\n"
-    lines += ["", "note: every node was isolated and synchronized to be measured; the barriers "
-                  "inflate the absolutes. Trust the proportions."]
+    lines += [""] + wrap("note: every node was isolated and synchronized to be measured; the "
+                         "barriers inflate the absolutes. Trust the proportions.", "    ")
     lines += render_by_op(report, top)
     lines += render_faults(report)
     lines += render_categories(report)
@@ -1513,12 +1524,12 @@ def render_by_op(report, top):
     shown = ops[:top]
     lines = ["", f"by op ({len(shown)} of {len(ops)}, slowest first; us = one node's wall time)",
              f"{'op':<16}{'ms/token':>9}{'share':>7}{'majflt/tok':>11}{'nodes/tok':>10}"
-             f"{'avg us':>9}{'p50 us':>9}{'p99 us':>9}{'max us':>10}  "]
+             f"{'avg us':>9}{'p50 us':>9}{'p99 us':>9}{'max us':>10}"]
     for op in shown:
         lines.append(f"{safe(op['op']):<16}{op['ms_per_token']:9.2f}{pct(op['share'], '6.1f'):>7}"
                      f"{op['majflt_per_token']:11.1f}{op['nodes_per_token']:10.1f}"
                      f"{op['avg_us']:9.1f}{op['p50_us']:9.1f}{op['p99_us']:9.1f}"
-                     f"{op['max_us']:10.1f}  {bar(op['share'])}")
+                     f"{op['max_us']:10.1f}  {bar(op['share'], OP_BAR_WIDTH)}")
     return lines
 
 
@@ -1542,8 +1553,8 @@ def render_categories(report):
     rows = report["by_category"]
     if not rows:
         return []
-    lines = ["", "by node category (names classified as in llama.cpp; unnamed node_<N> nodes "
-                 "take the category of the named node before them)",
+    lines = [""] + wrap("by node category (names classified as in llama.cpp; unnamed node_<N> "
+                        "nodes take the category of the named node before them)", "") + [
              f"  {'category':<14}{'ms/token':>9}{'share':>7}{'majflt/tok':>11}{'nodes/tok':>10}"]
     for row in rows:
         lines.append(f"  {row['category']:<14}{row['ms_per_token']:9.2f}"
@@ -1552,7 +1563,7 @@ def render_categories(report):
     if report["unclassified"]:
         names = ", ".join(f"{safe(u['name']) or '(empty)'} {u['ms_per_token']:.2f}"
                           for u in report["unclassified"][:UNCLASSIFIED_SHOWN])
-        lines.append(f"  unclassified base names, ms/token (extend CATEGORY_NAMES): {names}")
+        lines += wrap(f"  unclassified base names, ms/token (extend CATEGORY_NAMES): {names}")
     return lines
 
 
@@ -1584,10 +1595,10 @@ def render_tokens(report, value, unit, ascii_only):
                  f"p99 {dist['p99']:.2f}  max {dist['max']:.2f}",
              f"  run  |{sparkline(per_token, ascii_only)}|  (trace order"
              f"{f', max of every {group} tokens' if group > 1 else ''}; 0 to {dist['max']:.2f})",
-             f"  {name}: " + ", ".join(
+             *wrap(f"  {name}: " + ", ".join(
                  f"turn {t['turn']} step {t['step']} {t[value]:.2f}"
                  + (f" ({t['majflt']} majflt)" if t.get("majflt") else "")
-                 for t in report[name])]
+                 for t in report[name]))]
     reads = report.get("token_reads")
     if reads:
         lines.insert(2, f"per token (reads): p50 {reads['p50']}  p90 {reads['p90']}  "
@@ -1605,16 +1616,17 @@ def render_tokens(report, value, unit, ascii_only):
 def render_verdicts(report):
     if not report["verdicts"]:
         return []
-    return ["", "verdicts"] + [f"  {v['text']}" for v in report["verdicts"]]
+    return ["", "verdicts"] + [line for v in report["verdicts"] for line in wrap(f"  {v['text']}")]
 
 
 def render_layers(report):
     rows = report["by_layer"]
     peak = max((row["ms_per_token"] for row in rows), default=0) or 1
-    lines = ["", "by layer (layer -1: outside every layer, i.e. embeddings and output head; "
-                 "nodes with no layer index that run inside a layer are counted in it, "
-                 f"{report['reattributed_ms_per_token']:.2f} ms/token re-attributed)",
-             f"  {'layer':>5}{'ms/token':>10}{'share':>7}{'majflt/tok':>11}"]
+    lines = [""] + wrap("by layer (layer -1: outside every layer, i.e. embeddings and output "
+                        "head; nodes with no layer index that run inside a layer are counted in "
+                        f"it, {report['reattributed_ms_per_token']:.2f} ms/token re-attributed)",
+                        "")
+    lines.append(f"  {'layer':>5}{'ms/token':>10}{'share':>7}{'majflt/tok':>11}")
     for row in rows:
         lines.append(f"  {row['layer']:>5}{row['ms_per_token']:10.2f}"
                      f"{pct(row['share'], '6.1f'):>7}{row['majflt_per_token']:11.1f}  "
@@ -1656,9 +1668,7 @@ def render_io(report, ascii_only=False):
     lines += render_io_layers(report)
     adjacency = report["adjacency"]
     if adjacency["runs_per_token"] is not None:
-        lines += ["", "adjacency: requests if every contiguous stretch were one (requested "
-                      "extents, merged when they "
-                      "touch or overlap)",
+        lines += ["", "adjacency: requested extents, merged where they touch or overlap",
                   f"  {adjacency['reads_per_token']:.1f} reads/token span "
                   f"{adjacency['runs_per_token']:.1f} contiguous runs/token",
                   f"  coalescing factor {num(adjacency['coalesce_factor'], '.2f')}: perfectly "
@@ -1718,7 +1728,7 @@ def render_io_layers(report):
                      f"{row['mib_per_token']:10.2f}{row['mean_latency_us']:10.1f}")
     hot = report["hot_experts"]
     if hot:
-        lines.append("  hottest (layer, expert) by bytes read: " + ", ".join(
+        lines += wrap("  hottest (layer, expert) by bytes read: " + ", ".join(
             f"({row['layer']}, {row['expert']}) {row['mib']:.1f} MiB" for row in hot))
     return lines
 

@@ -360,12 +360,10 @@ class Plan:
         self.runs += 1
 
     def merge(self, other):
+        """Add another process's sums (after finish(): the walls are in op_walls by then)."""
         self.wall = list(map(add, self.wall, other.wall))
         self.majflt = list(map(add, self.majflt, other.majflt))
         self.fault_wall = list(map(add, self.fault_wall, other.fault_wall))
-        if other.history.typecode != self.history.typecode:
-            self.history = array("Q", self.history)
-        self.history.extend(array(self.history.typecode, other.history))
         self.runs += other.runs
 
     def op_positions(self):
@@ -398,16 +396,14 @@ class Plan:
 SLOWEST = 5
 
 
-class ComputeFold:
-    """Folds compute-trace batches into per-structure sums, kept per phase."""
+class TokenFold:
+    """What both folds share: batches cut into token runs, the run that may continue in the
+    next batch held back, and the book of tokens. Subclasses fold runs in _fold() and
+    close their sums in _finished()."""
 
     def __init__(self, selection, trace):
         self.book = TokenBook(selection, trace)
-        self.plans = {}  # phase -> {structure: Plan}
-        self.rows = defaultdict(int)  # phase -> rows
         self._pending = None
-        self._last = {}  # phase -> the plan of its latest token
-        self.op_walls = {}  # phase -> {op: sorted array of one node's wall_ns}, at finish
 
     def feed(self, batch):
         batch, runs, self._pending = token_runs(batch, self._pending)
@@ -418,9 +414,24 @@ class ComputeFold:
             batch, runs, _ = token_runs(self._pending, None, final=True)
             self._fold(batch, runs)
             self._pending = None
-        self._sort_walls()
+        self._finished()
 
-    def _sort_walls(self):
+    def detach(self):
+        """Drop what cannot or need not travel to another process."""
+        self.book.trace, self._pending = None, None
+
+
+class ComputeFold(TokenFold):
+    """Folds compute-trace batches into per-structure sums, kept per phase."""
+
+    def __init__(self, selection, trace):
+        super().__init__(selection, trace)
+        self.plans = {}  # phase -> {structure: Plan}
+        self.rows = defaultdict(int)  # phase -> rows
+        self._last = {}  # phase -> the plan of its latest token
+        self.op_walls = {}  # phase -> {op: sorted array of one node's wall_ns}, at finish
+
+    def _finished(self):
         """Every node's wall_ns sorted by op (per phase), one op at a time so that only one
         op's values are ever unpacked; the plans' histories are then let go."""
         for phase, plans in self.plans.items():
@@ -436,8 +447,8 @@ class ComputeFold:
                 plan.history = array(WALL_32)
 
     def detach(self):
-        """Drop what cannot or need not travel to another process."""
-        self.book.trace, self._last, self._pending = None, {}, None
+        super().detach()
+        self._last = {}
 
     def merge(self, later):
         """Add the fold of the rows that follow this one's in the file."""
@@ -819,32 +830,19 @@ class ReadSequence:
         self.phases.extend(repeat(phase, len(sizes)))
 
 
-class IoFold:
+class IoFold(TokenFold):
     """Folds io-trace batches into an IoPhase per phase, plus the per-token sums."""
 
     def __init__(self, selection, trace, adjacent=False, cache=False):
-        self.book = TokenBook(selection, trace)
+        super().__init__(selection, trace)
         self.adjacent = adjacent
         self.sequence = ReadSequence() if cache else None
         self.phases = {}  # phase -> IoPhase
         self.sizes = IntCache()
-        self._pending = None
 
-    def feed(self, batch):
-        batch, runs, self._pending = token_runs(batch, self._pending)
-        self._fold(batch, runs)
-
-    def finish(self):
-        if self._pending:
-            batch, runs, _ = token_runs(self._pending, None, final=True)
-            self._fold(batch, runs)
-            self._pending = None
+    def _finished(self):
         for totals in self.phases.values():
             totals.sort()
-
-    def detach(self):
-        """Drop what cannot or need not travel to another process."""
-        self.book.trace, self._pending = None, None
 
     def merge(self, later):
         """Add the fold of the rows that follow this one's in the file."""
@@ -921,9 +919,8 @@ def key_values(trace, keys, columns):
     floors = [-1 if column == "layer" else 0 for column in columns]
     if len(fields) != width * len(keys):  # a bad value with a comma in it (it was quoted)
         for key in keys:
-            texts = key.split(",")
-            [trace.check_key(column, text, floor)
-             for column, text, floor in zip(columns, texts, floors)]
+            for column, text, floor in zip(columns, key.split(","), floors):
+                trace.check_key(column, text, floor)
     converted = []
     for position, (column, floor) in enumerate(zip(columns, floors)):
         texts = fields[position::width]
@@ -1006,16 +1003,19 @@ def io_report(trace, fold, selection):
         "reuse": reuse(fold.sequence, phases) if fold.sequence is not None else None,
         "token_mib": ladder([t[4] / MIB for t in tokens]),
         "token_reads": ladder([t[3] for t in tokens]),
-        "heaviest": [{"turn": t[0], "phase": t[1], "step": t[2], "mib": t[4] / MIB,
-                      "reads": t[3]} for t in sorted(tokens, key=lambda t: -t[4])[:SLOWEST]],
-        "per_token": [{"turn": t[0], "phase": t[1], "step": t[2], "mib": t[4] / MIB,
-                       "reads": t[3]} for t in tokens],
+        "heaviest": [io_token(t) for t in sorted(tokens, key=lambda t: -t[4])[:SLOWEST]],
+        "per_token": [io_token(t) for t in tokens],
     }
     report["verdicts"] = io_verdicts(report)
     return report
 
 
 HOT_EXPERTS = 10
+
+
+def io_token(token):
+    turn, phase, step, reads, nbytes = token
+    return {"turn": turn, "phase": phase, "step": step, "mib": nbytes / MIB, "reads": reads}
 
 
 def io_tables(trace, chosen):
@@ -1218,7 +1218,8 @@ def read_trace(path, kind, required, columns, make_fold, selection, skip_bad_row
     with Trace(path, skip_bad_rows, warn) as trace:
         trace.require(kind, required)
         split = split_point(trace) if selection.skip == 0 and hasattr(os, "fork") else None
-        child = fork_fold(path, split, columns, make_fold, skip_bad_rows) if split else None
+        child = Forked(fold_part, path, split, columns, make_fold, skip_bad_rows) if split \
+            else None
         try:
             if child:
                 trace.limit(split)
@@ -1312,10 +1313,6 @@ class Forked:
             except OSError:
                 pass
             self.reader.close()
-
-
-def fork_fold(path, split, columns, make_fold, skip_bad_rows):
-    return Forked(fold_part, path, split, columns, make_fold, skip_bad_rows)
 
 
 def fold_part(path, split, columns, make_fold, skip_bad_rows):
@@ -1435,7 +1432,6 @@ def read_pair(args, warn):
 # ── text rendering ────────────────────────────────────────────────────────────────────────────
 BAR_WIDTH = 20
 OP_BAR_WIDTH = 12  # the by-op table is wide already
-_UNPRINTABLE = re.compile(r"[^\S ]|[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def safe(text):

@@ -28,7 +28,7 @@ from itertools import count as counter
 from operator import add, gt, itemgetter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trace_io import Trace, TraceError, integers_ok, plain_integer  # noqa: E402
+from trace_io import Trace, TraceError, integers_ok, not_integer, plain_integer  # noqa: E402
 
 SCHEMA = 1
 NS_PER_MS = 1e6
@@ -494,7 +494,7 @@ class ComputeFold(TokenFold):
         bad = columns[2][good.index(False)]
         if not trace.skip_bad_rows:
             trace.check_key("layer", bad, -1)
-        trace.skip_rows(good.count(False), f"column layer: {bad!r} is not an integer >= -1")
+        trace.skip_rows(good.count(False), not_integer("layer", bad, -1))
         return [list(compress(column, good)) for column in columns]
 
     def _plan(self, phase, ops, names, layers):

@@ -79,23 +79,26 @@ def _open_binary(path):
         raise TraceError(path, 0, f"cannot open: {exc.strerror or exc}") from None
 
 
-def integers_ok(values, floor, end=""):
-    """True iff every value is written as plain ASCII digits (or is '-1' when floor is -1),
-    each followed by `end` (the newline the last column keeps in the fast path).
+def integers_ok(values, floor):
+    """True iff every value is written as plain ASCII digits (or is '-1' when floor is -1).
 
     Checked on the joined text, at C speed; the slow path strips blanks first.
     """
     joined = "".join(values)
-    if end:
-        joined = joined.replace(end, "")
     if floor < 0:
-        minus_ones = values.count("-1" + end)
+        minus_ones = values.count("-1")
         if joined.count("-") != minus_ones:
             return False
         joined = joined.replace("-", "")
         if minus_ones == len(values):
             return True
-    return joined.isascii() and joined.isdigit() and end not in values
+    return joined.isascii() and joined.isdigit() and "" not in values
+
+
+def not_integer(column, value, floor):
+    """The message for a value of an integer column that is not one."""
+    kind = "a non-negative integer" if floor == 0 else "an integer >= -1"
+    return f"column {column}: {value!r} is not {kind}"
 
 
 def _parse_ints(texts):
@@ -298,9 +301,7 @@ class Trace:
         """int(text) of a key column value, or TraceError naming the first line that has it."""
         if integers_ok([text], floor):
             return int(text)
-        kind = "a non-negative integer" if floor == 0 else "an integer >= -1"
-        raise TraceError(self.name, self.locate(column, text),
-                         f"column {column}: {text!r} is not {kind}")
+        raise TraceError(self.name, self.locate(column, text), not_integer(column, text, floor))
 
     def skip_rows(self, count, problem):
         """Count rows the caller found bad (with skip_bad_rows)."""
@@ -396,8 +397,7 @@ class Trace:
                     if floor is not None:
                         text = value.strip()
                         if not integers_ok([text], floor):
-                            kind = "a non-negative integer" if floor == 0 else "an integer >= -1"
-                            problem = f"column {name}: {value!r} is not {kind}"
+                            problem = not_integer(name, value, floor)
                             break
                         value = int(text) if name in ints else text
                     row.append(value)
@@ -407,9 +407,7 @@ class Trace:
                 self.warn(f"{self.name}:{number}: truncated last line ignored "
                           f"(no newline at the end; {problem})")
             elif self.skip_bad_rows:
-                self.skipped += 1
-                if self.first_skipped is None:
-                    self.first_skipped = f"line {number}: {problem}"
+                self.skip_rows(1, f"line {number}: {problem}")
             else:
                 raise TraceError(self.name, number, problem)
         if not rows:

@@ -1,9 +1,32 @@
-"""Read the engine's preamble-CSV traces: `#` key=value lines, a header, then rows.
+"""Read the engine's preamble-CSV traces and fold them, in one process or several.
 
-A trace is read in batches of whole lines and handed out by column (name -> list), so that the
-per-row work (splitting, integer conversion, validation) happens inside C builtins; only lines
-that need it (quoted fields, bad rows) take the slow, line-by-line path. Nothing holds more than
-one batch of rows. See ../shared/spec/trace-format.md for the format.
+A trace is `#` key=value preamble lines, a header, then rows (the contract:
+../shared/spec/trace-format.md, summarised in the README). This module knows the format and
+nothing of what the figures mean:
+
+  Trace        one open trace: kind, version, preamble, columns; batches() streams its rows
+  fold_file    open a trace, check it, and fold its rows, in two processes when it is large
+
+**Reading.** Rows are read in batches of whole lines (256 KiB) and handed out by column
+(name -> list), so that splitting and converting happen inside C builtins. Lines that need it
+(quoted fields, bad values) take the line-by-line path; nothing holds more than one batch.
+
+**Integer columns.** Every integer column a caller reads is checked here, by integer_problem()
+alone, before anything converts it: the same rule on the fast and line-by-line paths, with and
+without skip_bad_rows, in rows the caller selects and rows it does not. A value is plain ASCII
+digits (no sign, no spaces) below 2^64; `layer` may also be -1; `phase` and `spec` are 0 or 1.
+
+**Folds.** A fold turns the batches of one stretch of a trace into sums:
+
+  fold.feed(batch)    for each batch of the stretch, in file order
+  fold.finish()       once, after the last batch
+  fold.detach()       before the finished fold is pickled to another process: drops the open
+                      trace and whatever is not needed after finish()
+  fold.merge(later)   adds the finished fold of the stretch that follows this one's
+
+Splitting a file relies on one property: for a file cut at a token boundary (a line whose
+(turn, phase, step) differs from the line before it) into A and B, merging fold(B) into fold(A)
+gives exactly fold(A + B).
 
 Problems come out as TraceError("FILE:LINE: what is wrong"), never as a traceback; problems that
 still leave a usable trace (a truncated last line, an unknown version, skipped bad rows) go to the
@@ -13,29 +36,87 @@ import codecs
 import csv
 import gzip
 import json
+import os
+import pickle
 import re
+import signal
 import sys
 import zlib
-from itertools import compress
+from collections import namedtuple
+from itertools import compress, groupby
 
 KINDS = {"compute_trace": "compute", "io_trace": "io"}
 KNOWN_VERSIONS = {"v1", "v2"}
 # A file with no kind line is recognised by columns only its kind has.
 KIND_COLUMNS = {"compute": {"wall_ns", "op"}, "io": {"latency_ns", "read_bytes"}}
+TOKEN_COLUMNS = ("turn", "phase", "step")
 BATCH_BYTES = 1 << 18
 _KEY_START = re.compile(r"(?:^|\s)([^\s=]+)=")
 
-
-def _chunks(stream, limit):
-    """The next `limit` bytes of a binary stream, in batches."""
-    while limit > 0:
-        chunk = stream.read(min(BATCH_BYTES, limit))
-        if not chunk:
-            return
-        limit -= len(chunk)
-        yield chunk
+# ── the integer rule ─────────────────────────────────────────────────────────────────────────
+INTEGER_LIMIT = 1 << 64
+SIGNED_COLUMNS = {"layer"}  # may also be -1: no layer
+FLAG_COLUMNS = {"phase", "spec"}  # 0 or 1
+SHOWN_CHARS = 40  # of a bad value, in a message
 
 
+def integer_problem(column, text):
+    """None if `text` is a valid value of the integer column `column`, else what is wrong."""
+    if column in FLAG_COLUMNS:
+        if text in ("0", "1"):
+            return None
+        return f"column {column}: {shown(text)} is not 0 or 1"
+    if text.isascii() and text.isdigit():
+        if len(text) < 20 or len(text) == 20 and int(text) < INTEGER_LIMIT:
+            return None
+        return f"column {column}: {shown(text)} is too large (the largest is 2^64-1)"
+    if column in SIGNED_COLUMNS:
+        if text == "-1":
+            return None
+        return f"column {column}: {shown(text)} is not an integer >= -1"
+    return f"column {column}: {shown(text)} is not a non-negative integer"
+
+
+def shown(text):
+    """repr() of a value for a message, cut short when it is long."""
+    if len(text) <= SHOWN_CHARS:
+        return repr(text)
+    return f"{text[:SHOWN_CHARS]!r}... ({len(text)} characters)"
+
+
+def _plain_digits(joined):
+    return joined.isascii() and joined.isdigit()
+
+
+def _bulk_integers(texts, last_column):
+    """The integers written in `texts` if every one passes integer_problem() as a plain
+    non-negative integer, else None (the line-by-line path then names the line).
+
+    A quick test of the whole column at once, never a second rule: anything it is unsure of
+    (leading zeros, empty fields) it leaves to the line-by-line path, which applies the rule.
+    """
+    zero = "0\n" if last_column else "0"
+    zeros = texts.count(zero)
+    if zeros * 2 > len(texts):  # mostly zeros (majflt): convert only the others
+        values = [0] * len(texts)
+        for position in compress(range(len(texts)), map(zero.__ne__, texts)):
+            text = texts[position].rstrip("\n")
+            if not _plain_digits(text) or len(text) >= 20:
+                return None
+            values[position] = int(text)
+        return values
+    joined = ",".join(texts)
+    digits = joined.replace(",", "")
+    if not _plain_digits(digits.replace("\n", "") if last_column else digits):
+        return None
+    try:  # the JSON parser reads a list of integers faster than int() one by one
+        values = json.loads("[" + joined + "]")
+    except ValueError:  # leading zeros, empty fields, too many digits
+        return None
+    return values if not values or max(values) < INTEGER_LIMIT else None
+
+
+# ── opening ──────────────────────────────────────────────────────────────────────────────────
 class TraceError(Exception):
     """An input problem, printed as 'FILE:LINE: message' (LINE omitted when it is not one)."""
 
@@ -79,60 +160,73 @@ def _open_binary(path):
         raise TraceError(path, 0, f"cannot open: {exc.strerror or exc}") from None
 
 
-def integers_ok(values, floor):
-    """True iff every value is written as plain ASCII digits (or is '-1' when floor is -1).
-
-    Checked on the joined text, at C speed; the slow path strips blanks first.
-    """
-    joined = "".join(values)
-    if floor < 0:
-        minus_ones = values.count("-1")
-        if joined.count("-") != minus_ones:
-            return False
-        joined = joined.replace("-", "")
-        if minus_ones == len(values):
-            return True
-    return joined.isascii() and joined.isdigit() and "" not in values
+def _chunks(stream, limit):
+    """The next `limit` bytes of a binary stream, in batches."""
+    while limit > 0:
+        chunk = stream.read(min(BATCH_BYTES, limit))
+        if not chunk:
+            return
+        limit -= len(chunk)
+        yield chunk
 
 
-def not_integer(column, value, floor):
-    """The message for a value of an integer column that is not one."""
-    kind = "a non-negative integer" if floor == 0 else "an integer >= -1"
-    return f"column {column}: {value!r} is not {kind}"
+# ── tokens ───────────────────────────────────────────────────────────────────────────────
+# A token is one (turn, phase, step). A TokenRun is a stretch of consecutive rows of one token,
+# [start, end) in a batch, with the token's values as the trace wrote them.
+TokenRun = namedtuple("TokenRun", "turn phase step start end")
+HOLD_ROWS = 1 << 16  # a token longer than this is handed out in pieces
 
 
-def _parse_ints(texts):
-    """The non-negative integers written in `texts`, or None if any is not one.
-
-    The JSON parser reads a list of integers faster than int() one by one; what JSON takes
-    beyond plain digits (a minus, a fraction, an exponent, true, null) is caught before or by
-    the type check, and what it refuses (leading zeros) goes to the slow path with the rest.
-    """
-    zero = "0\n" if texts and texts[0][-1:] == "\n" else "0"
-    zeros = texts.count(zero)
-    if zeros * 2 > len(texts):  # mostly zeros (majflt): convert only the others
-        values = [0] * len(texts)
-        for position in compress(range(len(texts)), map(zero.__ne__, texts)):
-            text = texts[position].rstrip("\n")
-            if not plain_integer(text):
-                return None
-            values[position] = int(text)
-        return values
-    joined = ",".join(texts)
-    if "-" in joined:
-        return None
-    try:
-        values = json.loads("[" + joined + "]")
-    except ValueError:
-        return None
-    return values if not values or set(map(type, values)) == {int} else None
+def token_runs(turns, phases, steps):
+    """The TokenRuns of rows given by their token columns."""
+    runs = []
+    start = 0
+    for step, rows in groupby(steps):
+        end = start + len(list(rows))
+        if turns[start:end].count(turns[start]) == end - start and \
+                phases[start:end].count(phases[start]) == end - start:
+            runs.append(TokenRun(turns[start], phases[start], step, start, end))
+        else:  # rare: one step value shared by neighbouring turns or phases
+            for (turn, phase), inner in groupby(zip(turns[start:end], phases[start:end])):
+                inner_end = start + len(list(inner))
+                runs.append(TokenRun(turn, phase, step, start, inner_end))
+                start = inner_end
+        start = end
+    return runs
 
 
-def plain_integer(text):
-    """True iff text is a non-negative integer written in plain ASCII digits."""
-    return text.isascii() and text.isdigit()
+class Batch(dict):
+    """The columns of consecutive rows (name -> list), and `runs`: their TokenRuns, in order."""
+    __slots__ = ("runs",)
+
+    def __init__(self, columns, runs):
+        super().__init__(columns)
+        self.runs = runs
+
+    def rows(self):
+        return self.runs[-1].end if self.runs else 0
+
+    def split(self, at):
+        """(rows before `at`, rows from `at` on); `at` is the start of a run."""
+        first = [run for run in self.runs if run.end <= at]
+        rest = [run._replace(start=run.start - at, end=run.end - at)
+                for run in self.runs[len(first):]]
+        return (Batch({name: column[:at] for name, column in self.items()}, first),
+                Batch({name: column[at:] for name, column in self.items()}, rest))
+
+    def joined(self, later):
+        """This batch's rows followed by `later`'s, a token that spans the two one run."""
+        offset = self.rows()
+        runs = list(self.runs)
+        following = [run._replace(start=run.start + offset, end=run.end + offset)
+                     for run in later.runs]
+        if following and runs and runs[-1][:3] == following[0][:3]:
+            runs[-1] = runs[-1]._replace(end=following.pop(0).end)
+        return Batch({name: column + later[name] for name, column in self.items()},
+                     runs + following)
 
 
+# ── one trace ────────────────────────────────────────────────────────────────────────────────
 class Trace:
     """One open trace: `kind`, `version`, `meta` and `columns` are known after construction;
     `batches()` then streams the rows. Use as a context manager."""
@@ -200,30 +294,6 @@ class Trace:
         # Undecodable bytes in a node name must not stop the analysis: shown as U+FFFD.
         return raw.decode("utf-8", "replace").replace("\r\n", "\n")
 
-    def _seek(self, start, end):
-        if self.body_start is None:
-            raise ValueError("only a plain file can be read by parts")
-        if start is not None:
-            self._stream.seek(0)
-            self.line = sum(chunk.count(b"\n") for chunk in _chunks(self._stream, start))
-            self._stream.seek(start)
-        self._end = end
-
-    def limit(self, end):
-        """Read rows only up to byte offset `end` (a line start)."""
-        self._end = end
-
-    def _read_chunk(self):
-        size = BATCH_BYTES
-        if self._end is not None:
-            size = min(size, self._end - self._stream.tell())
-            if size <= 0:
-                return b""
-        try:
-            return self._stream.read(size)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise TraceError(self.name, self.line + 1, f"cannot read: {exc}") from None
-
     def _recognise_kind(self):
         if self.kind_word in KINDS:
             self.kind = KINDS[self.kind_word]
@@ -256,27 +326,76 @@ class Trace:
                              f"missing required column{'s' if len(missing) > 1 else ''}: "
                              f"{', '.join(missing)} (header has: {', '.join(self.columns)})")
 
-    # -- rows --------------------------------------------------------------------------------
-    def batches(self, ints=(), keys=(), signed_keys=(), strings=(), drop=None):
-        """Yield {column: list} for runs of rows, in file order.
+    # -- where to read -----------------------------------------------------------------------
+    def _seek(self, start, end):
+        if self.body_start is None:
+            raise ValueError("only a plain file can be read by parts")
+        if start is not None:
+            self._stream.seek(0)
+            self.line = sum(chunk.count(b"\n") for chunk in _chunks(self._stream, start))
+            self._stream.seek(start)
+        self._end = end
 
-        `ints` come back as non-negative ints. `keys` are non-negative integers (`signed_keys`:
-        integers >= -1, the layer column) kept as text: they have few distinct values, which
-        the caller converts, and checks with check_key(), once each (with skip_bad_rows they
-        are checked here, row by row). `strings` are text.
-        `drop=(column, values)` leaves out rows whose column is in values (the v2 synthetic
-        rows). Bad rows raise TraceError, or are counted and skipped with skip_bad_rows.
+    def limit(self, end):
+        """Read rows only up to byte offset `end` (a line start)."""
+        self._end = end
+
+    def _read_chunk(self):
+        size = BATCH_BYTES
+        if self._end is not None:
+            size = min(size, self._end - self._stream.tell())
+            if size <= 0:
+                return b""
+        try:
+            return self._stream.read(size)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceError(self.name, self.line + 1, f"cannot read: {exc}") from None
+
+    # -- rows --------------------------------------------------------------------------------
+    def batches(self, ints=(), keys=(), strings=(), drop=None):
+        """Yield Batches of whole tokens, in file order.
+
+        `ints` come back as ints. `keys` are integer columns of few distinct values (turn,
+        layer, lane...), checked like `ints` but kept as text, for the caller to group by and
+        convert once per distinct value. `strings` are text. `drop=(column, values)` leaves out
+        rows whose column is in values (the v2 synthetic rows). A bad row raises TraceError, or
+        with skip_bad_rows is counted and left out before any row around it is seen.
+
+        A token's rows stay together: the last token of a batch is held back until the next
+        batch shows where it ends, unless it is over HOLD_ROWS rows already (then it comes in
+        pieces, each a run of the same token).
         """
         index = {c: i for i, c in enumerate(self.columns)}
         # v1 writers have no synthetic rows: checking for them would cost a pass per batch.
         if self.version == "v1":
             drop = None
-        drop_column, drop_values = drop if drop and drop[0] in index else (None, None)
-        wanted = [c for c in (*ints, *keys, *signed_keys, *strings) if c in index]
-        if drop_column and drop_column not in wanted:
-            wanted.append(drop_column)
-        floors = {**{c: 0 for c in (*ints, *keys)}, **{c: -1 for c in signed_keys}}
-        self._shape = (index, wanted, set(ints), floors)
+        self._drop_by = drop if drop and drop[0] in index else None
+        wanted = [c for c in (*ints, *TOKEN_COLUMNS, *keys, *strings) if c in index]
+        wanted = list(dict.fromkeys(wanted))
+        if self._drop_by and self._drop_by[0] not in wanted:
+            wanted.append(self._drop_by[0])
+        self._shape = (index, wanted, set(ints), set(ints) | set(keys) | set(TOKEN_COLUMNS))
+        # Token columns are checked once per run of rows (_token_runs); the rest per batch.
+        self._valid_keys = {column: set() for column in keys if column not in TOKEN_COLUMNS}
+        self._valid_tokens = set()
+        held = None
+        for batch in self._row_batches():
+            if held is not None:
+                batch = held.joined(batch)
+            last = batch.runs[-1]
+            if last.start > 0:
+                ready, held = batch.split(last.start)
+                yield ready
+            elif batch.rows() < HOLD_ROWS:
+                held = batch
+            else:
+                held = None
+                yield batch
+        if held is not None:
+            yield held
+
+    def _row_batches(self):
+        """Batch by batch of whole lines, their surviving rows."""
         remainder = ""
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         while True:
@@ -291,71 +410,71 @@ class Trace:
             if cut:
                 batch = self._batch(chunk[:cut], last=False)
                 if batch is not None:
-                    yield self._drop(batch, drop_column, drop_values)
+                    yield batch
         if chunk:
             batch = self._batch(chunk + "\n", last=True)
             if batch is not None:
-                yield self._drop(batch, drop_column, drop_values)
-
-    def check_key(self, column, text, floor=0):
-        """int(text) of a key column value, or TraceError naming the first line that has it."""
-        if integers_ok([text], floor):
-            return int(text)
-        raise TraceError(self.name, self.locate(column, text), not_integer(column, text, floor))
+                yield batch
 
     def skip_rows(self, count, problem):
-        """Count rows the caller found bad (with skip_bad_rows)."""
+        """Count rows left out as bad (with skip_bad_rows)."""
         self.skipped += count
         if self.first_skipped is None:
             self.first_skipped = problem
 
-    def locate(self, column, value):
-        """Line number of the first row whose `column` is `value`, or 0 if it cannot be told.
-
-        For error messages about columns validated by the caller: it reads the file again.
-        """
-        if self.path == "-" or column not in self.columns:
-            return 0
-        position = self.columns.index(column)
-        try:
-            with Trace(self.path) as again:
-                while True:
-                    line = again._readline()
-                    if not line:
-                        break
-                    fields = next(csv.reader([line.rstrip("\n")]), [])
-                    if len(fields) > position and fields[position] == value:
-                        return again.line
-        except (TraceError, OSError, UnicodeError, EOFError, zlib.error):
-            pass
-        return 0
-
-    @staticmethod
-    def _drop(batch, column, values):
-        if column is None or values.isdisjoint(batch[column]):
-            return batch
-        keep = [value not in values for value in batch[column]]
-        return {name: list(compress(col, keep)) for name, col in batch.items()}
+    def _drop(self, columns):
+        if self._drop_by is None:
+            return columns
+        column, values = self._drop_by
+        if values.isdisjoint(columns[column]):
+            return columns
+        keep = [value not in values for value in columns[column]]
+        return {name: list(compress(col, keep)) for name, col in columns.items()}
 
     def _batch(self, text, last):
-        """Columns of the complete lines in `text`, or None when no row survives."""
+        """The Batch of the complete lines in `text`, or None when no row survives."""
         first_line = self.line + 1
         n_lines = text.count("\n")
         self.line += n_lines
-        columns = None if last or '"' in text else self._fast_batch(text, n_lines)
-        if columns is None:
+        batch = None
+        if not last and '"' not in text:
+            columns = self._fast_batch(text, n_lines)
+            if columns is not None:
+                columns = self._drop(columns)
+                runs = self._token_runs(columns)
+                if runs is not None:
+                    batch = Batch(columns, runs)
+        if batch is None:
             lines = text.split("\n")
             lines.pop()
             columns = self._slow_batch(lines, first_line, last)
-        return columns
+            if columns is not None:
+                columns = self._drop(columns)
+                batch = Batch(columns, self._token_runs(columns))
+        return batch if batch and batch.runs else None
+
+    def _token_runs(self, columns):
+        """The TokenRuns of a batch's rows; None if a token value breaks the integer rule
+        (then the line-by-line path names its line)."""
+        if not columns:
+            return []
+        runs = token_runs(*(columns[name] for name in TOKEN_COLUMNS))
+        valid = self._valid_tokens
+        for run in runs:
+            token = (run.turn, run.phase, run.step)
+            if token not in valid:
+                if any(integer_problem(name, text) for name, text in zip(TOKEN_COLUMNS, token)):
+                    return None
+                valid.add(token)
+        return runs
 
     def _fast_batch(self, text, n_lines):
-        """Split a batch of plain lines at C speed; None sends it to the slow path.
+        """Split a batch of plain lines at C speed; None sends it to the line-by-line path.
 
         Each line keeps its newline on its last field, so the batch is aligned (every line has
         exactly `width` fields) iff the n slots that should end the n lines hold all n newlines.
         """
-        index, wanted, ints, floors = self._shape
+        index, wanted, ints, _ = self._shape
         width = len(self.columns)
         flat = text.replace("\n", "\n,").split(",")
         flat.pop()
@@ -364,45 +483,50 @@ class Trace:
         columns = {}
         for name in wanted:
             column = flat[index[name]::width]
+            last_column = index[name] == width - 1
             if name in ints:
-                column = _parse_ints(column)
+                column = _bulk_integers(column, last_column)
                 if column is None:
-                    return None  # the slow path names the line and the column
+                    return None
             else:
-                if index[name] == width - 1:
+                if last_column:
                     column = list(map(str.rstrip, column))
-                # Key columns hold few distinct values: unless bad rows are to be skipped (and so
-                # must be known row by row), the caller checks each distinct value once.
-                if self.skip_bad_rows and name in floors and not integers_ok(column, floors[name]):
+                valid = self._valid_keys.get(name)
+                # Few distinct values: each new one is checked once, by the rule itself.
+                if valid is not None and not self._keys_valid(name, valid, column):
                     return None
             columns[name] = column
         return columns
 
+    @staticmethod
+    def _keys_valid(name, valid, column):
+        if valid.issuperset(column):
+            return True
+        for text in set(column) - valid:
+            if integer_problem(name, text):
+                return False
+            valid.add(text)
+        return True
+
     def _slow_batch(self, lines, first_line, last):
-        index, wanted, ints, floors = self._shape
+        index, wanted, ints, integers = self._shape
         width = len(self.columns)
         rows = []
         for number, line in enumerate(lines, first_line):
             if not line.strip() or line.startswith("#"):
                 continue
-            fields = next(csv.reader([line])) if '"' in line else line.split(",")
+            fields = self._fields(line, number) if '"' in line else line.split(",")
             problem = None
             if len(fields) != width:
                 problem = f"expected {width} fields, found {len(fields)}"
             else:
-                row = []
-                for name in wanted:
-                    value = fields[index[name]]
-                    floor = floors.get(name)
-                    if floor is not None:
-                        text = value.strip()
-                        if not integers_ok([text], floor):
-                            problem = not_integer(name, value, floor)
-                            break
-                        value = int(text) if name in ints else text
-                    row.append(value)
+                row = [fields[index[name]] for name in wanted]
+                problem = next(filter(None, (integer_problem(name, value)
+                                             for name, value in zip(wanted, row)
+                                             if name in integers)), None)
             if problem is None:
-                rows.append(row)
+                rows.append([int(value) if name in ints else value
+                             for name, value in zip(wanted, row)])
             elif last:
                 self.warn(f"{self.name}:{number}: truncated last line ignored "
                           f"(no newline at the end; {problem})")
@@ -414,6 +538,12 @@ class Trace:
             return None
         return {name: list(values) for name, values in zip(wanted, zip(*rows))}
 
+    def _fields(self, line, number):
+        try:
+            return next(csv.reader([line]))
+        except csv.Error as exc:
+            raise TraceError(self.name, number, f"bad CSV quoting: {exc}") from None
+
     def close(self):
         if self._owned:
             self._binary.close()
@@ -423,3 +553,157 @@ class Trace:
 
     def __exit__(self, *exc):
         self.close()
+
+
+# ── folding a file, in two processes when it is large ───────────────────────────────────────
+# A plain file this large is folded in two halves at once, split at a token boundary: a child
+# process folds the second half and sends its finished fold back to be merged.
+PARALLEL_MIN_BYTES = 8 << 20
+SPLIT_SCAN_LINES = 1 << 16
+
+
+def fold_file(path, kind, required, columns, make_fold, skip_bad_rows=False, warn=None,
+              may_split=True):
+    """Open the trace at `path`, check it is `kind` with the `required` columns, and fold the
+    batches of `columns` (Trace.batches' arguments) into make_fold().
+
+    Returns (trace, fold). may_split=False reads in one piece (a fold that needs every earlier
+    row of a turn). Skipped rows are counted into the trace, and said once through `warn`."""
+    warn = warn or (lambda message: None)
+    with Trace(path, skip_bad_rows, warn) as trace:
+        trace.require(kind, required)
+        split = split_point(trace) if may_split and hasattr(os, "fork") else None
+        child = Forked(_fold_rest, path, split, columns, make_fold, skip_bad_rows) \
+            if split else None
+        try:
+            if child:
+                trace.limit(split)
+            fold = _fold_batches(trace, make_fold(), columns)
+            if child:
+                _merge_child(trace, fold, child.result(), warn, columns, make_fold, split)
+                child = None
+        finally:
+            if child:
+                child.cancel()
+    if trace.skipped:
+        warn(f"{trace.name}: skipped {trace.skipped} bad row(s) (first: {trace.first_skipped})")
+    return trace, fold
+
+
+def _fold_batches(trace, fold, columns):
+    for batch in trace.batches(**columns):
+        fold.feed(batch)
+    fold.finish()
+    return fold
+
+
+def split_point(trace):
+    """A byte offset near the middle of the rows where a new token starts, or None."""
+    if trace.body_start is None or not all(c in trace.columns for c in TOKEN_COLUMNS):
+        return None
+    size = os.path.getsize(trace.path)
+    if size - trace.body_start < PARALLEL_MIN_BYTES:
+        return None
+    positions = [trace.columns.index(c) for c in TOKEN_COLUMNS]
+    with open(trace.path, "rb") as f:
+        f.seek(trace.body_start + (size - trace.body_start) // 2)
+        f.readline()  # the rest of a line cut in the middle
+        first = None
+        for _ in range(SPLIT_SCAN_LINES):
+            offset, line = f.tell(), f.readline()
+            if not line:
+                return None
+            fields = line.rstrip(b"\r\n").split(b",")
+            if b'"' in line or len(fields) != len(trace.columns):
+                continue
+            key = [fields[p] for p in positions]
+            if first is None:
+                first = key
+            elif key != first:
+                return offset
+    return None
+
+
+def _fold_rest(path, split, columns, make_fold, skip_bad_rows):
+    """In the child: fold the rows from `split` on; what it returns travels back pickled."""
+    said = []
+    try:
+        with Trace(path, skip_bad_rows, said.append, byte_range=(split, None)) as trace:
+            fold = _fold_batches(trace, make_fold(), columns)
+            fold.detach()
+            return "ok", (fold, trace.skipped, trace.first_skipped, said)
+    except TraceError as problem:
+        return "error", (problem.path, problem.line, problem.message, said)
+
+
+def _merge_child(trace, fold, outcome, warn, columns, make_fold, split):
+    """Merge what the child sent; an error in its half is raised here, after the parent's own
+    half was read, so the first error in file order wins."""
+    status, payload = outcome or ("died", None)
+    if status == "error":
+        path, line, message, said = payload
+        for message_said in said:
+            warn(message_said)
+        raise TraceError(path, line, message)
+    if status == "ok":
+        later, skipped, first_skipped, said = payload
+    else:
+        warn(f"{trace.name}: the process reading the second half of the file died; that half "
+             f"was read again here")
+        later, skipped, first_skipped, said = _refold(trace, columns, make_fold, split)
+    for message in said:
+        warn(message)
+    trace.skipped += skipped
+    trace.first_skipped = trace.first_skipped or first_skipped
+    fold.merge(later)
+
+
+def _refold(trace, columns, make_fold, split):
+    said = []
+    with Trace(trace.path, trace.skip_bad_rows, said.append, byte_range=(split, None)) as rest:
+        later = _fold_batches(rest, make_fold(), columns)
+        return later, rest.skipped, rest.first_skipped, said
+
+
+class Forked:
+    """function(*args) run in a forked child process; result() is what it returned, or None
+    if the child could not be started or died (the caller then does the work itself)."""
+
+    def __init__(self, function, *args):
+        self.pid = None
+        try:
+            read_end, write_end = os.pipe()
+            self.pid = os.fork()
+        except OSError:
+            return
+        if self.pid:
+            os.close(write_end)
+            self.reader = os.fdopen(read_end, "rb")
+            return
+        os.close(read_end)
+        status = 1
+        try:
+            with os.fdopen(write_end, "wb") as out:
+                pickle.dump(function(*args), out, pickle.HIGHEST_PROTOCOL)
+            status = 0
+        finally:
+            os._exit(status)  # never the parent's exit handlers or buffered output
+
+    def result(self):
+        if not self.pid:
+            return None
+        try:
+            data = self.reader.read()
+        finally:
+            self.reader.close()
+            os.waitpid(self.pid, 0)
+        return pickle.loads(data) if data else None
+
+    def cancel(self):
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except OSError:
+                pass
+            self.reader.close()

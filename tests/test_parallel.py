@@ -3,6 +3,7 @@ be exactly the one a single pass gives, errors and warnings included."""
 import pytest
 
 import decode_analyze
+import trace_io
 import tracegen
 from conftest import ct_text, io_text, run
 
@@ -13,9 +14,9 @@ pytestmark = pytest.mark.skipif(not hasattr(decode_analyze.os, "fork"), reason="
 def small_split(monkeypatch):
     """Turn the two-process path on for files of a few KiB."""
     def both(*argv):
-        monkeypatch.setattr(decode_analyze, "PARALLEL_MIN_BYTES", 1 << 60)
+        monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 1 << 60)
         single = run(*argv)
-        monkeypatch.setattr(decode_analyze, "PARALLEL_MIN_BYTES", 1024)
+        monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 1024)
         return single, run(*argv)
     return both
 
@@ -52,12 +53,12 @@ def test_pair_report_in_two_processes(traces, small_split):
 
 def test_split_lands_on_a_token_boundary(traces):
     from trace_io import Trace
-    decode_analyze.PARALLEL_MIN_BYTES, saved = 1024, decode_analyze.PARALLEL_MIN_BYTES
+    trace_io.PARALLEL_MIN_BYTES, saved = 1024, trace_io.PARALLEL_MIN_BYTES
     try:
         with Trace(str(traces["ct"])) as trace:
-            split = decode_analyze.split_point(trace)
+            split = trace_io.split_point(trace)
     finally:
-        decode_analyze.PARALLEL_MIN_BYTES = saved
+        trace_io.PARALLEL_MIN_BYTES = saved
     data = traces["ct"].read_bytes()
     before = data[:split].rstrip(b"\n").rsplit(b"\n", 1)[1].split(b",")[:3]
     after = data[split:].split(b"\n", 1)[0].split(b",")[:3]
@@ -104,9 +105,42 @@ def test_skip_reads_in_one_piece(traces, small_split):
 
 
 def test_lru_curve_in_two_processes(traces, monkeypatch):
-    monkeypatch.setattr(decode_analyze, "PARALLEL_MIN_BYTES", 1 << 60)
+    monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 1 << 60)
     single = run("io", traces["io"], "--cache", "--format", "json")
     monkeypatch.setattr(decode_analyze, "PARALLEL_MIN_READS", 10)
     parallel = run("io", traces["io"], "--cache", "--format", "json")
     assert single.json["reuse"] == parallel.json["reuse"]
     assert parallel.json["reuse"]["lru"][3]["hit_share"] > 0
+
+
+@pytest.fixture
+def child_marks(monkeypatch, tmp_path):
+    """Each child that folds a part leaves its pid in a file; returns the list of pids."""
+    real = trace_io._fold_rest
+
+    def marked(*args):
+        (tmp_path / f"child-{trace_io.os.getpid()}").write_text("")
+        return real(*args)
+    monkeypatch.setattr(trace_io, "_fold_rest", marked)
+    return lambda: [int(p.name.split("-")[1]) for p in tmp_path.glob("child-*")]
+
+
+def test_the_child_folds_its_part_and_the_parent_does_not_refold_it(traces, small_split,
+                                                                   child_marks, monkeypatch):
+    def refold(*args):
+        raise AssertionError("the child's part was folded again in the parent")
+    monkeypatch.setattr(trace_io, "_refold", refold)
+    single, parallel = small_split("io", traces["io"], "--adjacent", "--cache", "--format",
+                                   "json")
+    pids = child_marks()
+    assert len(pids) == 1 and pids[0] != trace_io.os.getpid()
+    assert single.json == parallel.json and parallel.err == ""
+
+
+def test_a_dead_child_is_said_and_its_part_read_again(traces, small_split, monkeypatch):
+    monkeypatch.setattr(trace_io, "_fold_rest", lambda *args: trace_io.os._exit(3))
+    single, parallel = small_split("compute", traces["ct"], "--format", "json")
+    assert parallel.code == 0
+    assert single.json["per_token"] == parallel.json["per_token"]
+    assert single.json["by_op"] == parallel.json["by_op"]
+    assert "the process reading the second half of the file died" in parallel.err

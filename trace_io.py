@@ -32,15 +32,18 @@ Problems come out as TraceError("FILE:LINE: what is wrong"), never as a tracebac
 still leave a usable trace (a truncated last line, an unknown version, skipped bad rows) go to the
 `warn` callback.
 """
+import bz2
 import codecs
 import csv
 import gzip
 import json
+import lzma
 import os
 import pickle
 import re
 import signal
 import sys
+import zipfile
 import zlib
 from collections import namedtuple
 from itertools import compress, groupby
@@ -51,6 +54,16 @@ KNOWN_VERSIONS = {"v1", "v2"}
 KIND_COLUMNS = {"compute": {"wall_ns", "op"}, "io": {"latency_ns", "read_bytes"}}
 TOKEN_COLUMNS = ("turn", "phase", "step")
 BATCH_BYTES = 1 << 18
+COMMA_STAND_IN = "\ue000"  # a private-use character: a comma inside a quoted field
+MAX_LINE = 1 << 20  # a real row is under 1 KiB; a longer line is not a trace line
+csv.field_size_limit(MAX_LINE + 1)  # so that the line bound, not csv's, is the one met
+# Compressed streams, by their magic bytes: those the standard library reads, and the rest.
+DECOMPRESSORS = {b"\x1f\x8b": lambda f: gzip.GzipFile(fileobj=f), b"BZh": bz2.BZ2File,
+                 b"\xfd7zXZ\x00": lzma.LZMAFile}
+OTHER_COMPRESSIONS = {b"\x28\xb5\x2f\xfd": "zstd", b"\x04\x22\x4d\x18": "lz4",
+                      b"7z\xbc\xaf\x27\x1c": "7-zip", b"Rar!": "rar"}
+ZIP_MAGIC = b"PK\x03\x04"
+READ_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError, zipfile.BadZipFile)
 _KEY_START = re.compile(r"(?:^|\s)([^\s=]+)=")
 
 # ── the integer rule ─────────────────────────────────────────────────────────────────────────
@@ -147,6 +160,8 @@ def parse_preamble_line(text):
 
 def _open_binary(path):
     if path == "-":
+        if sys.stdin is None:
+            raise TraceError("<stdin>", 0, "standard input is closed")
         return sys.stdin.buffer, False
     try:
         return open(path, "rb"), True
@@ -158,6 +173,47 @@ def _open_binary(path):
         raise TraceError(path, 0, "permission denied") from None
     except OSError as exc:
         raise TraceError(path, 0, f"cannot open: {exc.strerror or exc}") from None
+
+
+def _text_stream(binary, name):
+    """The stream of the trace's text: `binary` itself, or what it decompresses to; and
+    whether it was compressed. Refuses what is neither text nor a compression it reads."""
+    try:
+        head = binary.peek(8)[:8]
+    except READ_ERRORS as exc:
+        raise TraceError(name, 0, f"cannot read: {exc}") from None
+    for magic, opener in DECOMPRESSORS.items():
+        if head.startswith(magic):
+            return opener(binary), True
+    if head.startswith(ZIP_MAGIC):
+        return _zip_member(binary, name), True
+    for magic, label in OTHER_COMPRESSIONS.items():
+        if head.startswith(magic):
+            raise TraceError(name, 0, f"{label}-compressed: decompress it first")
+    return binary, False
+
+
+def _zip_member(binary, name):
+    """The one file in a zip archive, as a binary stream."""
+    if not binary.seekable():
+        raise TraceError(name, 0, "a zip archive must be read from a file, not a stream: "
+                                  "unzip it first")
+    try:
+        archive = zipfile.ZipFile(binary)
+        members = [info for info in archive.infolist() if not info.is_dir()]
+        if len(members) != 1:
+            raise TraceError(name, 0, f"the zip archive holds {len(members)} files, not one "
+                                      f"trace: unzip it first")
+        return archive.open(members[0])
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, OSError) as exc:
+        raise TraceError(name, 0, f"cannot read the zip archive: {exc}") from None
+
+
+def _seekable(stream):
+    try:
+        return stream.seekable()
+    except (OSError, ValueError):
+        return False
 
 
 def _chunks(stream, limit):
@@ -248,17 +304,26 @@ class Trace:
         binary, self._owned = _open_binary(path)
         self._binary = self._stream = binary
         try:
-            if binary.peek(2)[:2] == b"\x1f\x8b":
-                self._stream = gzip.GzipFile(fileobj=binary)
-                self.compressed = True
+            self._stream, self.compressed = _text_stream(binary, self.name)
+            self._refuse_binary()
             self._read_head()
-            self.body_start = None if self.compressed or path == "-" else self._stream.tell()
+            plain = not self.compressed and path != "-" and _seekable(binary)
+            self.body_start = self._stream.tell() if plain else None
             self._end = None
             if byte_range:
                 self._seek(*byte_range)
         except BaseException:
             self.close()
             raise
+
+    def _refuse_binary(self):
+        try:
+            head = self._stream.peek(4096)[:4096]
+        except READ_ERRORS as exc:
+            raise TraceError(self.name, 0, f"cannot read: {exc}") from None
+        if b"\0" in head:
+            raise TraceError(self.name, 0, "not a text trace: binary data (NUL bytes) at the "
+                                           "start")
 
     # -- head --------------------------------------------------------------------------------
     def _read_head(self):
@@ -276,23 +341,29 @@ class Trace:
                 continue
             if not line.strip():
                 continue
-            self.columns = [c.strip() for c in next(csv.reader([line.rstrip("\n")]))]
             self.header_line = self.line
+            self.columns = [c.strip() for c in self._fields(line.rstrip("\n"), self.line)]
             break
         self._recognise_kind()
 
     def _readline(self):
         try:
-            raw = self._stream.readline()
-        except (OSError, EOFError, zlib.error) as exc:
+            raw = self._stream.readline(MAX_LINE + 1)
+        except READ_ERRORS as exc:
             raise TraceError(self.name, self.line + 1, f"cannot read: {exc}") from None
         if not raw:
             return ""
+        if len(raw) > MAX_LINE:
+            raise self._too_long(self.line + 1)
         if self.line == 0 and raw.startswith(codecs.BOM_UTF8):
             raw = raw[len(codecs.BOM_UTF8):]
         self.line += 1
         # Undecodable bytes in a node name must not stop the analysis: shown as U+FFFD.
         return raw.decode("utf-8", "replace").replace("\r\n", "\n")
+
+    def _too_long(self, number):
+        return TraceError(self.name, number, f"line longer than {MAX_LINE >> 20} MiB: not a "
+                                             f"trace line (a real row is under 1 KiB)")
 
     def _recognise_kind(self):
         if self.kind_word in KINDS:
@@ -348,7 +419,7 @@ class Trace:
                 return b""
         try:
             return self._stream.read(size)
-        except (OSError, EOFError, zlib.error) as exc:
+        except READ_ERRORS as exc:
             raise TraceError(self.name, self.line + 1, f"cannot read: {exc}") from None
 
     # -- rows --------------------------------------------------------------------------------
@@ -407,14 +478,16 @@ class Trace:
                 break
             cut = chunk.rfind("\n") + 1
             remainder = chunk[cut:]
+            if len(remainder) > MAX_LINE:
+                raise self._too_long(self.line + chunk.count("\n", 0, cut) + 1)
             if cut:
-                batch = self._batch(chunk[:cut], last=False)
+                batch = self._batch(chunk[:cut])
                 if batch is not None:
                     yield batch
-        if chunk:
-            batch = self._batch(chunk + "\n", last=True)
-            if batch is not None:
-                yield batch
+        if chunk.strip():
+            # The engine ends every row with a newline: a line without one is a run cut short.
+            self.warn(f"{self.name}:{self.line + 1}: last line has no newline at the end (a run "
+                      f"cut short?): ignored, {shown(chunk)}")
 
     def skip_rows(self, count, problem):
         """Count rows left out as bad (with skip_bad_rows)."""
@@ -431,14 +504,15 @@ class Trace:
         keep = [value not in values for value in columns[column]]
         return {name: list(compress(col, keep)) for name, col in columns.items()}
 
-    def _batch(self, text, last):
+    def _batch(self, text):
         """The Batch of the complete lines in `text`, or None when no row survives."""
         first_line = self.line + 1
         n_lines = text.count("\n")
         self.line += n_lines
         batch = None
-        if not last and '"' not in text:
-            columns = self._fast_batch(text, n_lines)
+        plain = self._unquoted(text) if '"' in text else text
+        if plain is not None:
+            columns = self._fast_batch(plain, n_lines, restore=plain is not text)
             if columns is not None:
                 columns = self._drop(columns)
                 runs = self._token_runs(columns)
@@ -447,11 +521,34 @@ class Trace:
         if batch is None:
             lines = text.split("\n")
             lines.pop()
-            columns = self._slow_batch(lines, first_line, last)
+            columns = self._slow_batch(lines, first_line)
             if columns is not None:
                 columns = self._drop(columns)
                 batch = Batch(columns, self._token_runs(columns))
         return batch if batch and batch.runs else None
+
+    def _unquoted(self, text):
+        """`text` with each line that holds a quote rewritten without quoting (a comma inside
+        a field as COMMA_STAND_IN), so that the batch can still be split at C speed; None when
+        that cannot be done (the stand-in is in the text, or a quoted line is not valid CSV).
+        Only the quoted lines are parsed one by one."""
+        if COMMA_STAND_IN in text:
+            return None
+        parts, position = [], 0
+        while True:
+            quote = text.find('"', position)
+            if quote < 0:
+                break
+            start, end = text.rfind("\n", 0, quote) + 1, text.find("\n", quote)
+            try:
+                fields = next(csv.reader([text[start:end]]), [])
+            except csv.Error:
+                return None
+            parts += [text[position:start],
+                      ",".join(field.replace(",", COMMA_STAND_IN) for field in fields)]
+            position = end
+        parts.append(text[position:])
+        return "".join(parts)
 
     def _token_runs(self, columns):
         """The TokenRuns of a batch's rows; None if a token value breaks the integer rule
@@ -468,8 +565,9 @@ class Trace:
                 valid.add(token)
         return runs
 
-    def _fast_batch(self, text, n_lines):
+    def _fast_batch(self, text, n_lines, restore=False):
         """Split a batch of plain lines at C speed; None sends it to the line-by-line path.
+        `restore`: commas inside fields are written as COMMA_STAND_IN (see _unquoted).
 
         Each line keeps its newline on its last field, so the batch is aligned (every line has
         exactly `width` fields) iff the n slots that should end the n lines hold all n newlines.
@@ -491,6 +589,8 @@ class Trace:
             else:
                 if last_column:
                     column = list(map(str.rstrip, column))
+                if restore:
+                    column = [value.replace(COMMA_STAND_IN, ",") for value in column]
                 valid = self._valid_keys.get(name)
                 # Few distinct values: each new one is checked once, by the rule itself.
                 if valid is not None and not self._keys_valid(name, valid, column):
@@ -508,28 +608,23 @@ class Trace:
             valid.add(text)
         return True
 
-    def _slow_batch(self, lines, first_line, last):
+    def _slow_batch(self, lines, first_line):
         index, wanted, ints, integers = self._shape
         width = len(self.columns)
         rows = []
         for number, line in enumerate(lines, first_line):
             if not line.strip() or line.startswith("#"):
                 continue
-            fields = self._fields(line, number) if '"' in line else line.split(",")
-            problem = None
-            if len(fields) != width:
-                problem = f"expected {width} fields, found {len(fields)}"
+            try:
+                fields = self._fields(line, number) if '"' in line or "\r" in line else \
+                    line.split(",")
+            except TraceError as problem:
+                fields, problem = None, problem.message
             else:
-                row = [fields[index[name]] for name in wanted]
-                problem = next(filter(None, (integer_problem(name, value)
-                                             for name, value in zip(wanted, row)
-                                             if name in integers)), None)
+                problem = self._row_problem(fields, width, index, wanted, integers)
             if problem is None:
-                rows.append([int(value) if name in ints else value
-                             for name, value in zip(wanted, row)])
-            elif last:
-                self.warn(f"{self.name}:{number}: truncated last line ignored "
-                          f"(no newline at the end; {problem})")
+                rows.append([int(fields[index[name]]) if name in ints else fields[index[name]]
+                             for name in wanted])
             elif self.skip_bad_rows:
                 self.skip_rows(1, f"line {number}: {problem}")
             else:
@@ -538,11 +633,21 @@ class Trace:
             return None
         return {name: list(values) for name, values in zip(wanted, zip(*rows))}
 
+    @staticmethod
+    def _row_problem(fields, width, index, wanted, integers):
+        if len(fields) != width:
+            return f"expected {width} fields, found {len(fields)}"
+        return next(filter(None, (integer_problem(name, fields[index[name]])
+                                  for name in wanted if name in integers)), None)
+
     def _fields(self, line, number):
+        if "\r" in line:
+            raise TraceError(self.name, number, "a carriage return inside a line (lines must "
+                                                "end with LF or CRLF)")
         try:
-            return next(csv.reader([line]))
+            return next(csv.reader([line]), [])
         except csv.Error as exc:
-            raise TraceError(self.name, number, f"bad CSV quoting: {exc}") from None
+            raise TraceError(self.name, number, f"not valid CSV: {exc}") from None
 
     def close(self):
         if self._owned:

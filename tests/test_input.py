@@ -149,14 +149,25 @@ def test_truncated_last_line_is_ignored_with_a_warning(write):
     text = ct_text(GOOD) + "0,1,5,0,0,MUL_MAT,Qc"
     result = run("compute", write(text), "--format", "json")
     assert result.code == 0
-    assert "t.csv:6: truncated last line ignored (no newline at the end; expected 9 fields, " \
-           "found 7)" in result.err
+    assert "t.csv:6: last line has no newline at the end (a run cut short?): ignored, " \
+           "'0,1,5,0,0,MUL_MAT,Qc'" in result.err
     assert result.json["tokens"] == 1
 
 
-def test_complete_last_line_without_newline_is_kept(write):
-    r = report("compute", write(ct_text(GOOD)[:-1]))
-    assert r["ms_per_token"] == 4.0
+def test_a_last_line_cut_inside_its_last_field_is_not_counted(write):
+    """The cut line still parses ('416800' cut to '416'): it must not be counted silently."""
+    rows = ["0,1,1,0,0,0,0,0,0,65536,65536,1000", "0,1,1,0,1,0,1,0,0,65536,65536,416800"]
+    whole = report("io", write(io_text(rows), "whole.csv"))
+    result = run("io", write(io_text(rows)[:-4], "cut.csv"), "--format", "json")
+    assert result.code == 0 and "cut.csv:5: last line has no newline" in result.err
+    assert whole["latency_us"]["max"] == 416.8 and result.json["reads"] == 1
+    assert result.json["latency_us"]["max"] == 1.0
+
+
+def test_a_complete_last_line_without_newline_is_said_and_left_out(write):
+    result = run("compute", write(ct_text(GOOD)[:-1]), "--format", "json")
+    assert result.code == 0 and "t.csv:5: last line has no newline" in result.err
+    assert result.json["rows"] == 1
 
 
 def test_crlf_bom_and_spaces_in_preamble_values(write):

@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import textwrap
 from array import array
@@ -1340,6 +1341,21 @@ def safe(text):
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def json_text(report):
+    """The report as JSON text. Trace strings are untrusted: besides what JSON escapes, every
+    character that is not printable (DEL, C1 controls, line and paragraph separators, bidi
+    overrides, zero-width marks) is written as a \\u escape."""
+    text = json.dumps(report, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    text = text.replace("\x7f", "\\u007f")
+    if text.isascii():
+        return text
+    return _NON_ASCII.sub(lambda match: match.group() if match.group().isprintable()
+                          else json.dumps(match.group())[1:-1], text)
+
+
 def wrap(text, indent="  "):
     """Prose lines folded to TEXT_WIDTH columns, continuation lines indented."""
     return textwrap.wrap(text, TEXT_WIDTH, subsequent_indent=indent + "  ",
@@ -1782,6 +1798,17 @@ def build_parser():
     return parser
 
 
+def say(stream, message):
+    """A line on stderr, if there is one to write to: a closed or broken stderr loses the
+    message, never the run."""
+    if stream is None:
+        return
+    try:
+        print(f"decode-analyze: {safe(message)}", file=stream, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 class Warnings:
     """Collects warnings for stderr (and the JSON report), each said once."""
 
@@ -1791,7 +1818,11 @@ class Warnings:
     def __call__(self, message):
         if message not in self.said:
             self.said.append(message)
-            print(f"decode-analyze: warning: {safe(message)}", file=self.stream)
+            say(self.stream, f"warning: {message}")
+
+
+class OutputError(Exception):
+    """The report could not be written (a full disk, a closed stdout)."""
 
 
 def selection_from(args):
@@ -1842,15 +1873,19 @@ def run(args, out, warn):
                             args.cache)
         render = lambda r: render_io(r, args.ascii)  # noqa: E731
     report.setdefault("warnings", list(warn.said))
-    if args.format == "json":
-        out.write(json.dumps(report, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
-    else:
-        out.write(render(report))
-    out.flush()
+    text = json_text(report) if args.format == "json" else render(report)
+    try:
+        out.write(text)
+        out.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise OutputError(f"cannot write the output: {getattr(exc, 'strerror', None) or exc}")
 
 
 def main(argv=None, out=None, err=None):
-    """Run the CLI; returns the exit status (0 ok, 1 bad input, 2 usage, 130 interrupted)."""
+    """Run the CLI; returns the exit status (0 ok, 1 bad input or output, 2 usage,
+    130 interrupted, 141 output closed by its reader)."""
     out = out or sys.stdout
     err = err or sys.stderr
     parser = build_parser()
@@ -1858,18 +1893,21 @@ def main(argv=None, out=None, err=None):
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else 2
+    if out is None:
+        say(err, "standard output is closed: nowhere to write the report")
+        return 1
     warn = Warnings(err)
     try:
         run(args, out, warn)
-    except TraceError as problem:
-        print(f"decode-analyze: {safe(problem)}", file=err)
+    except (TraceError, OutputError) as problem:
+        say(err, str(problem))
         return 1
     except BrokenPipeError:
         # The reader (head, less) went away: stop quietly, and keep Python from complaining
         # about the unflushable stdout at exit.
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):
             pass
         return 141
     except KeyboardInterrupt:
@@ -1877,17 +1915,32 @@ def main(argv=None, out=None, err=None):
     return 0
 
 
+class Terminated(Exception):
+    """SIGTERM: unwinds like an interrupt, so that a child process is ended too."""
+
+
+def terminate(signum, frame):
+    raise Terminated()
+
+
 def run_and_exit():
     """The command line's entry point: main(), then exit without tearing down the heap.
 
     Freeing every graph, array and dict one by one at interpreter exit is time the user
     waits for and nothing needs; the output is flushed first."""
-    status = main()
+    signal.signal(signal.SIGTERM, terminate)
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BrokenPipeError:
-        status = 141
+        status = main()
+    except Terminated:
+        status = 143
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except BrokenPipeError:
+            status = 141
+        except (OSError, ValueError):
+            status = status or 1
     os._exit(status)
 
 

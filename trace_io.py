@@ -703,8 +703,12 @@ def _fold_batches(trace, fold, columns):
 
 
 def split_point(trace):
-    """A byte offset near the middle of the rows where a new token starts, or None."""
-    if trace.body_start is None or not all(c in trace.columns for c in TOKEN_COLUMNS):
+    """A byte offset near the middle of the rows where a new token starts, or None.
+
+    The line there is the first, past the middle, whose token columns differ from those of
+    the row before it, both read as the reader reads them (quoted lines too); a line that does
+    not parse is no row, and the split is never put before a line that continues a token."""
+    if trace.body_start is None:
         return None
     size = os.path.getsize(trace.path)
     if size - trace.body_start < PARALLEL_MIN_BYTES:
@@ -713,20 +717,30 @@ def split_point(trace):
     with open(trace.path, "rb") as f:
         f.seek(trace.body_start + (size - trace.body_start) // 2)
         f.readline()  # the rest of a line cut in the middle
-        first = None
+        previous = None
         for _ in range(SPLIT_SCAN_LINES):
-            offset, line = f.tell(), f.readline()
-            if not line:
-                return None
-            fields = line.rstrip(b"\r\n").split(b",")
-            if b'"' in line or len(fields) != len(trace.columns):
+            offset, line = f.tell(), f.readline(MAX_LINE + 1)
+            if not line.endswith(b"\n"):
+                return None  # the end, or a line the reader refuses: one piece
+            key = _token_key(line, positions, len(trace.columns))
+            if key is None:
                 continue
-            key = [fields[p] for p in positions]
-            if first is None:
-                first = key
-            elif key != first:
+            if previous is not None and key != previous:
                 return offset
+            previous = key
     return None
+
+
+def _token_key(line, positions, width):
+    """The token columns of one row as the reader sees them, or None for no row."""
+    text = line.decode("utf-8", "replace").rstrip("\r\n")
+    if not text.strip() or text.startswith("#"):
+        return None
+    try:
+        fields = next(csv.reader([text]), []) if '"' in text else text.split(",")
+    except csv.Error:
+        return None
+    return tuple(fields[p] for p in positions) if len(fields) == width else None
 
 
 def _fold_rest(path, split, columns, make_fold, skip_bad_rows):

@@ -541,8 +541,8 @@ class Trace:
                 break
             start, end = text.rfind("\n", 0, quote) + 1, text.find("\n", quote)
             try:
-                fields = next(csv.reader([text[start:end]]), [])
-            except csv.Error:
+                fields = self._fields(text[start:end], 0)
+            except TraceError:
                 return None
             parts += [text[position:start],
                       ",".join(field.replace(",", COMMA_STAND_IN) for field in fields)]
@@ -618,8 +618,8 @@ class Trace:
             try:
                 fields = self._fields(line, number) if '"' in line or "\r" in line else \
                     line.split(",")
-            except TraceError as problem:
-                fields, problem = None, problem.message
+            except TraceError as bad:
+                fields, problem = None, bad.message
             else:
                 problem = self._row_problem(fields, width, index, wanted, integers)
             if problem is None:

@@ -36,6 +36,16 @@ def run(*argv):
     return Result(code, out.getvalue(), err.getvalue())
 
 
+def error_of(*argv):
+    """The one-line error of a run that must fail with exit status 1 and print nothing else."""
+    result = run(*argv)
+    assert result.code == 1, result.out
+    assert result.out == ""
+    lines = result.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("decode-analyze: "), result.err
+    return lines[0]
+
+
 def report(*argv):
     """The JSON report of a run that must succeed with no warning."""
     result = run(*argv, "--format", "json")

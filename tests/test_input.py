@@ -7,18 +7,9 @@ import pytest
 
 import decode_analyze
 import trace_io
-from conftest import CT_HEADER, IO_HEADER, ROOT, ct_text, io_text, report, run
+from conftest import CT_HEADER, IO_HEADER, ROOT, ct_text, error_of, io_text, report, run
 
 GOOD = ["0,1,4,0,0,MUL_MAT,Qcur-0,1000000,0", "0,1,4,1,0,ADD,l_out-0,3000000,2"]
-
-
-def error_of(*argv):
-    result = run(*argv)
-    assert result.code == 1, result.out
-    assert result.out == ""
-    lines = result.err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("decode-analyze: "), result.err
-    return lines[0]
 
 
 def test_missing_file(tmp_path):

@@ -36,12 +36,13 @@ import textwrap
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter, OrderedDict, defaultdict, namedtuple
+from functools import lru_cache
 from itertools import accumulate, chain, compress, repeat
 from itertools import count as counter
 from operator import add, gt, itemgetter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trace_io import Forked, TraceError, fold_file  # noqa: E402
+from trace_io import HOLD_ROWS, Forked, TraceError, fold_file  # noqa: E402
 
 SCHEMA = 1
 NS_PER_MS = 1e6
@@ -383,6 +384,7 @@ def base_name(name):
     return _LAYER_SUFFIX.sub("", name[: cut.start()] if cut else name)
 
 
+@lru_cache(maxsize=1 << 14)  # a long token repeats its names; a graph is classified once
 def classify(name, op):
     """(base name, category) of one node on its own; category None for an unnamed node_<N>."""
     base = base_name(name)
@@ -501,8 +503,46 @@ class TokenGraph:
             positions[op].append(position)
         return positions
 
-    def nodes(self):
-        return classify_graph(self.ops, self.names, [int(layer) for layer in self.layers])
+    def node_sums(self):
+        """(Node, wall_ns, majflt, fault_wall_ns, nodes) for each node position."""
+        nodes = classify_graph(self.ops, self.names, [int(layer) for layer in self.layers])
+        return zip(nodes, self.wall_ns, self.majflt, self.fault_wall_ns, repeat(self.tokens))
+
+
+class LooseNodes:
+    """The nodes of tokens too long to keep as a TokenGraph (a token over HOLD_ROWS rows comes
+    in pieces): classified as they come and summed per distinct node, so that memory is
+    bounded by the model's graph, not by the token's length."""
+
+    def __init__(self):
+        self.sums = {}  # Node -> [wall_ns, majflt, fault_wall_ns, nodes]
+        self.walls = defaultdict(list)  # op -> [wall_ns of each node], until finish
+        self.op_walls = {}  # op -> sorted array, at finish
+
+    def add(self, ops, names, layers, walls, faults):
+        nodes = classify_graph(ops, names, [int(layer) for layer in layers])
+        for node, wall_ns, majflt in zip(nodes, walls, faults):
+            entry = self.sums.get(node)
+            if entry is None:
+                entry = self.sums[node] = [0, 0, 0, 0]
+            entry[0] += wall_ns
+            entry[3] += 1
+            if majflt:
+                entry[1] += majflt
+                entry[2] += wall_ns
+            self.walls[node.op].append(wall_ns)
+
+    def finish(self):
+        self.op_walls = {op: sorted_array(walls) for op, walls in self.walls.items()}
+        self.walls.clear()
+
+    def merge(self, later):
+        for node, entry in later.sums.items():
+            mine = self.sums.setdefault(node, [0, 0, 0, 0])
+            mine[:] = map(add, mine, entry)
+
+    def node_sums(self):
+        return ((node, *entry) for node, entry in self.sums.items())
 
 
 class ComputeFold(TokenFold):
@@ -511,6 +551,7 @@ class ComputeFold(TokenFold):
     def __init__(self, selection):
         super().__init__(selection, ComputeToken)
         self.graphs = {}  # phase -> {graph key: TokenGraph}
+        self.loose = {}  # phase -> LooseNodes
         self.rows = defaultdict(int)  # phase -> rows
         self._last = {}  # phase -> the graph of its latest token
         self.op_walls = {}  # phase -> {op: SortedParts of one node's wall_ns}, at finish
@@ -523,12 +564,17 @@ class ComputeFold(TokenFold):
             if token is None:
                 continue
             start, end = run.start, run.end
-            graph = self._graph(token.phase, ops[start:end], names[start:end], layers[start:end])
             token_walls, token_faults = walls[start:end], faults[start:end]
             token.wall_ns += sum(token_walls)
             token.majflt += sum(token_faults)
             self.rows[token.phase] += end - start
-            graph.add(token_walls, token_faults)
+            columns = (ops[start:end], names[start:end], layers[start:end])
+            if end - start >= HOLD_ROWS:
+                loose = self.loose.get(token.phase) or self.loose.setdefault(token.phase,
+                                                                             LooseNodes())
+                loose.add(*columns, token_walls, token_faults)
+            else:
+                self._graph(token.phase, *columns).add(token_walls, token_faults)
 
     def _graph(self, phase, ops, names, layers):
         """The TokenGraph of this token. Its key is each column joined by newlines, which no
@@ -548,15 +594,20 @@ class ComputeFold(TokenFold):
     def _finished(self):
         """Every node's wall_ns sorted by op (per phase), one op at a time so that only one
         op's values are ever unpacked; the graphs' histories are then let go."""
-        for phase, graphs in self.graphs.items():
+        for phase in set(self.graphs) | set(self.loose):
+            graphs = self.graphs.get(phase, {})
+            loose = self.loose.get(phase, LooseNodes())
+            loose.finish()
             places = defaultdict(list)  # op -> [(history, position, width)]
             for graph in graphs.values():
                 for op, positions in graph.op_positions().items():
                     places[op].extend((graph.history, p, len(graph.ops)) for p in positions)
             walls = self.op_walls.setdefault(phase, {})
-            for op, where in places.items():
+            for op in set(places) | set(loose.op_walls):
                 walls[op] = SortedParts([sorted_array(chain.from_iterable(
-                    history[p::width] for history, p, width in where))])
+                    history[p::width] for history, p, width in places.get(op, ())))]) + \
+                    SortedParts([loose.op_walls.get(op, ())])
+            loose.op_walls = {}
             for graph in graphs.values():
                 graph.history = array(WALL_32)
 
@@ -572,6 +623,8 @@ class ComputeFold(TokenFold):
                     mine[key].merge(graph)
                 else:
                     mine[key] = graph
+        for phase, loose in later.loose.items():
+            self.loose.setdefault(phase, LooseNodes()).merge(loose)
         for phase, rows in later.rows.items():
             self.rows[phase] += rows
         for phase, walls in later.op_walls.items():
@@ -594,28 +647,26 @@ NodeSums = summing_record("NodeSums", ("wall_ns", "majflt", "nodes"),
                           doc="Wall time, major faults and node count of a group of nodes.")
 
 
-def node_tables(graphs):
-    """Every graph's per-node sums added into groups: {table: {group: NodeSums}}, plus the
-    unclassified base names' wall_ns and the wall_ns moved to an inferred layer."""
+def node_tables(node_sums):
+    """Per-node sums, (Node, wall_ns, majflt, fault_wall_ns, nodes) each, added into groups:
+    {table: {group: NodeSums}}, plus the unclassified base names' wall_ns and the wall_ns moved
+    to an inferred layer."""
     tables = {name: defaultdict(NodeSums) for name in (
         "op", "fault", "layer", "layer_column", "segment", "category")}
     unclassified = defaultdict(int)
     reattributed = 0
-    for graph in graphs:
-        tokens = graph.tokens
-        for node, wall_ns, majflt, fault_wall_ns in zip(
-                graph.nodes(), graph.wall_ns, graph.majflt, graph.fault_wall_ns):
-            tables["op"][node.op].add(wall_ns, majflt, tokens)
-            if majflt:
-                tables["fault"][node.op].add(fault_wall_ns, majflt, tokens)
-            tables["layer"][node.inferred_layer].add(wall_ns, majflt, tokens)
-            tables["layer_column"][node.layer].add(wall_ns, majflt, tokens)
-            tables["segment"][node.name].add(wall_ns, majflt, tokens)
-            tables["category"][node.category].add(wall_ns, majflt, tokens)
-            if node.inferred_layer != node.layer:
-                reattributed += wall_ns
-            if node.category == "other":
-                unclassified[node.base] += wall_ns
+    for node, wall_ns, majflt, fault_wall_ns, nodes in node_sums:
+        tables["op"][node.op].add(wall_ns, majflt, nodes)
+        if majflt:
+            tables["fault"][node.op].add(fault_wall_ns, majflt, nodes)
+        tables["layer"][node.inferred_layer].add(wall_ns, majflt, nodes)
+        tables["layer_column"][node.layer].add(wall_ns, majflt, nodes)
+        tables["segment"][node.name].add(wall_ns, majflt, nodes)
+        tables["category"][node.category].add(wall_ns, majflt, nodes)
+        if node.inferred_layer != node.layer:
+            reattributed += wall_ns
+        if node.category == "other":
+            unclassified[node.base] += wall_ns
     return tables, unclassified, reattributed
 
 
@@ -669,10 +720,14 @@ def compute_report(trace, fold, selection):
     total_ns = sum(token.wall_ns for token in tokens)
     total_majflt = sum(token.majflt for token in tokens)
     graphs = [graph for phase in phases for graph in fold.graphs.get(phase, {}).values()]
+    loose = [fold.loose[phase] for phase in phases if phase in fold.loose]
     rows = sum(fold.rows[phase] for phase in phases)
-    tables, unclassified, reattributed = node_tables(graphs)
+    tables, unclassified, reattributed = node_tables(chain(
+        *(graph.node_sums() for graph in graphs), *(part.node_sums() for part in loose)))
     per = PerToken(len(tokens), total_ns)
-    granularity = "layer" if graphs and all(set(g.ops) == {"LAYER"} for g in graphs) else "node"
+    ops = set(chain(*(graph.ops for graph in graphs), *(node.op for part in loose
+                                                        for node in part.sums)))
+    granularity = "layer" if ops == {"LAYER"} else "node"
     segments = sorted(tables["segment"].items(), key=lambda kv: segment_order(kv[0]))
     return {
         "schema": SCHEMA, "kind": "compute", "path": trace.name, "meta": trace.meta,

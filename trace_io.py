@@ -230,7 +230,7 @@ def _chunks(stream, limit):
 # A token is one (turn, phase, step). A TokenRun is a stretch of consecutive rows of one token,
 # [start, end) in a batch, with the token's values as the trace wrote them.
 TokenRun = namedtuple("TokenRun", "turn phase step start end")
-HOLD_ROWS = 1 << 16  # a token longer than this is handed out in pieces
+HOLD_ROWS = 1 << 14  # a token longer than this is handed out in pieces
 
 
 def token_runs(turns, phases, steps):

@@ -13,8 +13,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 import decode_analyze  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
-TRACES = SHARED / "traces"
 REFERENCE = SHARED / "reference" / "decode-analyze.py"
+# The real engine traces (../shared/traces, copied here so that a fresh clone runs every test);
+# the session pair is examples/session-*.csv.
+TRACES = ROOT / "tests" / "data"
+REAL_TRACES = {**{p.name: p for p in TRACES.glob("*.csv")},
+               "qwen3moe-l4-session-ct-node.csv": ROOT / "examples" / "session-ct.csv",
+               "qwen3moe-l4-session-ct-node-io.csv": ROOT / "examples" / "session-io.csv"}
 
 CT_HEADER = "turn,phase,step,seq,layer,op,name,wall_ns,majflt"
 IO_HEADER = "turn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns"
@@ -78,7 +83,5 @@ def write(tmp_path):
 
 
 def shared_trace(name):
-    path = TRACES / name
-    if not path.exists():
-        pytest.skip(f"{path} is not here (../shared is beside the checkout in CI)")
-    return path
+    """A real engine trace by its name in ../shared/traces."""
+    return REAL_TRACES[name]

@@ -5,9 +5,9 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import ROOT, TRACES, report, shared_trace
+from conftest import REAL_TRACES, ROOT, report, shared_trace
 
-REAL = sorted(p.name for p in TRACES.glob("*.csv")) if TRACES.exists() else []
+REAL = sorted(REAL_TRACES)
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.csv"))
 
 

@@ -36,6 +36,7 @@ import bz2
 import codecs
 import csv
 import gzip
+import io
 import json
 import lzma
 import os
@@ -160,9 +161,11 @@ def parse_preamble_line(text):
 
 def _open_binary(path):
     if path == "-":
-        if sys.stdin is None:
+        binary = getattr(sys.stdin, "buffer", None)
+        if binary is None:
             raise TraceError("<stdin>", 0, "standard input is closed")
-        return sys.stdin.buffer, False
+        # Magic bytes are peeked at: a stdin replaced by one that cannot peek is wrapped.
+        return (binary if hasattr(binary, "peek") else io.BufferedReader(binary)), False
     try:
         return open(path, "rb"), True
     except IsADirectoryError:
@@ -512,7 +515,8 @@ class Trace:
         batch = None
         plain = self._unquoted(text) if '"' in text else text
         if plain is not None:
-            columns = self._fast_batch(plain, n_lines, restore=plain is not text)
+            columns = self._fast_batch(plain, n_lines,
+                                       restore=plain is not text and COMMA_STAND_IN in plain)
             if columns is not None:
                 columns = self._drop(columns)
                 runs = self._token_runs(columns)
@@ -534,18 +538,26 @@ class Trace:
         Only the quoted lines are parsed one by one."""
         if COMMA_STAND_IN in text:
             return None
-        parts, position = [], 0
+        spans, position = [], 0
         while True:
             quote = text.find('"', position)
             if quote < 0:
                 break
-            start, end = text.rfind("\n", 0, quote) + 1, text.find("\n", quote)
-            try:
-                fields = self._fields(text[start:end], 0)
-            except TraceError:
-                return None
+            position = text.find("\n", quote)
+            spans.append((text.rfind("\n", 0, quote) + 1, position))
+        lines = [text[start:end] for start, end in spans]
+        if "\r" in "".join(lines):
+            return None
+        try:  # one reader for all of them: a line that ran on into the next is found by count
+            rows = list(csv.reader(lines))
+        except csv.Error:
+            return None
+        if len(rows) != len(lines):
+            return None
+        parts, position = [], 0
+        for (start, end), fields in zip(spans, rows):
             parts += [text[position:start],
-                      ",".join(field.replace(",", COMMA_STAND_IN) for field in fields)]
+                      ",".join([field.replace(",", COMMA_STAND_IN) for field in fields])]
             position = end
         parts.append(text[position:])
         return "".join(parts)
@@ -589,7 +601,7 @@ class Trace:
             else:
                 if last_column:
                     column = list(map(str.rstrip, column))
-                if restore:
+                if restore and COMMA_STAND_IN in "".join(column):
                     column = [value.replace(COMMA_STAND_IN, ",") for value in column]
                 valid = self._valid_keys.get(name)
                 # Few distinct values: each new one is checked once, by the rule itself.

@@ -1,6 +1,7 @@
 """Shared helpers: run the CLI in-process, write tiny traces, find ../shared."""
 import io
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +24,25 @@ REAL_TRACES = {**{p.name: p for p in TRACES.glob("*.csv")},
 
 CT_HEADER = "turn,phase,step,seq,layer,op,name,wall_ns,majflt"
 IO_HEADER = "turn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns"
+
+
+# Runs a command and prints the peak RSS of its process tree (the largest of its processes).
+_MEASURE = """
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+sys.stdout.buffer.write(done.stdout)
+sys.stderr.buffer.write(done.stderr)
+print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def run_measured(argv, timeout):
+    """(exit status, stdout, stderr, peak RSS in MiB) of a command run as its own process."""
+    done = subprocess.run([sys.executable, "-c", _MEASURE, *map(str, argv)],
+                          capture_output=True, timeout=timeout)
+    out, _, last = done.stdout.decode().rstrip("\n").rpartition("\n")
+    status, peak_kib = map(int, last.split())
+    return status, out, done.stderr.decode(), peak_kib / 1024
 
 
 class Result:

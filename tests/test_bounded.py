@@ -2,32 +2,20 @@
 case runs as its own process (memory is its peak RSS) under a generous time limit that only a
 hang or a quadratic path would meet."""
 import gzip
-import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, ct_text
+from conftest import ROOT, ct_text, run_measured
 
 TOOL = str(ROOT / "decode_analyze.py")
 MEMORY_LIMIT_MIB = 200
 
 
-# Runs the tool and reports the peak RSS of its process tree (the largest of the processes).
-MEASURE = """
-import resource, subprocess, sys
-done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-sys.stderr.buffer.write(done.stderr)
-print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-"""
-
-
 def run_process(*argv, timeout=60):
-    """(exit status, stderr, peak RSS in MiB) of the tool run as a child process."""
-    done = subprocess.run([sys.executable, "-c", MEASURE, sys.executable, TOOL, *map(str, argv)],
-                          capture_output=True, timeout=timeout)
-    status, peak_kib = map(int, done.stdout.split())
-    return status, done.stderr.decode(), peak_kib / 1024
+    """(exit status, stderr, peak RSS in MiB) of the tool run as its own process."""
+    status, _, err, peak = run_measured([sys.executable, TOOL, *argv], timeout)
+    return status, err, peak
 
 
 def test_a_long_body_line_without_newline(tmp_path):

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""A seeded mutator over the real traces: cut, flip, inject bytes, bad numbers, odd CSV, line
+shuffles, compression. Every mutated file goes through compute, io and report, with and without
+--skip-bad-rows, as text and as JSON, in-process. What must hold for every case:
+
+  - no exception escapes main(), and the exit status is 0 or 1;
+  - every stderr line starts with 'decode-analyze: '; a failure says exactly one line;
+  - JSON output parses; no case takes more than CASE_SECONDS (a hang).
+
+  python3 tests/fuzz.py --seed 7 --seconds 30      # prints a JSON summary; exit 1 on a failure
+
+Failing inputs are written to --keep (default: a temporary folder) to reproduce them.
+"""
+import argparse
+import bz2
+import gzip
+import io
+import json
+import lzma
+import random
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+import decode_analyze  # noqa: E402
+
+CASE_SECONDS = 10
+SOURCE_LINES = 240
+BAD_NUMBERS = ["", "-1", "-7", "1e3", "1.5", "nan", "inf", str(2**64), str(2**64 - 1), "9" * 5000,
+               "0x10", " 5", "5 ", "01", "+3", "\u0968", "\u0661", "true", "null", "0" * 30]
+INJECTED = [b"\x00", b"\r", b'"', b",", b"\n", b"\xff\xfe", b"\xe2\x80\xae", b"\x1b[2J", b"#",
+            b'""', b"\r\n", "é".encode(), b"\t", b" "]
+OPTIONS = [(), ("--skip-bad-rows",), ("--format", "json"), ("--skip-bad-rows", "--format", "json"),
+           ("--phase", "all", "--format", "json"), ("--turn", "1", "--skip", "2")]
+
+
+class Hang(Exception):
+    pass
+
+
+def sources():
+    files = sorted((HERE / "data").glob("*.csv")) + sorted((HERE.parent / "examples").glob("*.csv"))
+    picked = {}
+    for path in files:
+        with open(path, "rb") as f:
+            picked[path.name] = b"".join(line for _, line in zip(range(SOURCE_LINES), f))
+    return picked
+
+
+def mutate(data, rng):
+    for _ in range(rng.randint(1, 3)):
+        data = rng.choice(MUTATIONS)(data, rng)
+    if rng.random() < 0.1:
+        data = rng.choice([gzip.compress, bz2.compress, lzma.compress])(data)
+    return data
+
+
+def cut(data, rng):
+    return data[:rng.randrange(len(data) + 1)]
+
+
+def flip(data, rng):
+    data = bytearray(data)
+    for _ in range(rng.randint(1, 8)):
+        if data:
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    return bytes(data)
+
+
+def inject(data, rng):
+    at = rng.randrange(len(data) + 1)
+    return data[:at] + rng.choice(INJECTED) * rng.randint(1, 4) + data[at:]
+
+
+def bad_number(data, rng):
+    lines = data.split(b"\n")
+    body = [i for i, line in enumerate(lines) if line and not line.startswith(b"#")][1:]
+    if not body:
+        return data
+    i = rng.choice(body)
+    fields = lines[i].split(b",")
+    fields[rng.randrange(len(fields))] = rng.choice(BAD_NUMBERS).encode()
+    lines[i] = b",".join(fields)
+    return b"\n".join(lines)
+
+
+def odd_csv(data, rng):
+    lines = data.split(b"\n")
+    i = rng.randrange(len(lines))
+    fields = lines[i].split(b",")
+    j = rng.randrange(len(fields))
+    fields[j] = rng.choice([b'"' + fields[j] + b'"', b'"' + fields[j] + b',x"', fields[j] + b'"',
+                            b'"' + fields[j].replace(b"-", b'""') + b'"', fields[j] + b"\r"])
+    lines[i] = b",".join(fields)
+    if rng.random() < 0.3:
+        return b"\r\n".join(lines)
+    return b"\n".join(lines)
+
+
+def shuffle_lines(data, rng):
+    lines = data.split(b"\n")
+    i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
+    action = rng.randrange(4)
+    if action == 0:
+        lines.insert(j, lines[i])
+    elif action == 1:
+        lines[i], lines[j] = lines[j], lines[i]
+    elif action == 2:
+        del lines[i]
+    else:
+        lines[i:i] = [lines[i]] * rng.randint(2, 200)
+    return b"\n".join(lines)
+
+
+MUTATIONS = [cut, flip, inject, bad_number, odd_csv, shuffle_lines]
+
+
+def alarm(signum, frame):
+    raise Hang()
+
+
+def check(argv):
+    """None, or what went wrong with decode_analyze.main(argv)."""
+    out, err = io.StringIO(), io.StringIO()
+    signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS)
+    try:
+        code = decode_analyze.main(argv, out=out, err=err)
+    except Hang:
+        return "hang"
+    except BaseException:  # noqa: BLE001 - any escape is the failure being looked for
+        return traceback.format_exc()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    lines = err.getvalue().splitlines()
+    if code not in (0, 1):
+        return f"exit status {code}"
+    if any(not line.startswith("decode-analyze: ") for line in lines):
+        return f"stderr line without the prefix: {lines!r}"
+    if code == 1 and (out.getvalue() or sum(": warning: " not in line for line in lines) != 1):
+        return f"a failure must say one line and print nothing: {lines!r}"
+    if code == 0 and "json" in argv:
+        try:
+            json.loads(out.getvalue())
+        except ValueError as exc:
+            return f"JSON does not parse: {exc}"
+    return None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--keep", type=Path)
+    args = parser.parse_args()
+    keep = args.keep or Path(tempfile.mkdtemp(prefix="decode-analyze-fuzz-"))
+    keep.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGALRM, alarm)
+    rng = random.Random(args.seed)
+    originals = sources()
+    names = sorted(originals)
+    deadline = time.monotonic() + args.seconds
+    cases, failures = 0, []
+    while time.monotonic() < deadline:
+        name = rng.choice(names)
+        path = keep / f"case-{cases}.csv"
+        path.write_bytes(mutate(originals[name], rng))
+        partner = keep / "partner.csv"
+        partner.write_bytes(originals[rng.choice(names)])
+        options = list(rng.choice(OPTIONS))
+        for argv in (["compute", str(path), *options], ["io", str(path), "--adjacent", "--cache",
+                                                        *options],
+                     ["report", str(path), str(partner), *options],
+                     ["report", str(partner), str(path), *options]):
+            problem = check(argv)
+            if problem:
+                failures.append({"case": cases, "source": name, "argv": argv,
+                                 "problem": problem[-2000:]})
+        if not failures or failures[-1]["case"] != cases:
+            path.unlink()
+        cases += 1
+    print(json.dumps({"seed": args.seed, "cases": cases, "runs": cases * 4,
+                      "failures": failures[:20], "kept": str(keep)}, indent=1))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,15 @@
+"""A bounded fuzz run (tests/fuzz.py: a seeded mutator over the real traces) as its own process:
+no traceback, no hang, and the whole run's peak memory under 200 MB."""
+import json
+import sys
+
+from conftest import ROOT, run_measured
+
+
+def test_fuzz_finds_no_traceback_no_hang_and_stays_small():
+    status, out, err, peak = run_measured(
+        [sys.executable, ROOT / "tests" / "fuzz.py", "--seed", "2026", "--seconds", "25"], 120)
+    summary = json.loads(out)
+    assert summary["failures"] == [], json.dumps(summary["failures"], indent=1)
+    assert status == 0 and summary["cases"] > 100
+    assert peak < 200

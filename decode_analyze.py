@@ -44,7 +44,8 @@ from operator import add, gt, itemgetter
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from trace_io import HOLD_ROWS, Forked, TraceError, fold_file  # noqa: E402
 
-SCHEMA = 1
+SCHEMA = 2  # of the JSON report: 2 added the I/O ranges, tool_version, undetermined verdicts
+TOOL_VERSION = "0.2.0"
 NS_PER_MS = 1e6
 MIB = 1 << 20
 DECODE, PREFILL = 1, 0
@@ -730,7 +731,8 @@ def compute_report(trace, fold, selection):
     granularity = "layer" if ops == {"LAYER"} else "node"
     segments = sorted(tables["segment"].items(), key=lambda kv: segment_order(kv[0]))
     return {
-        "schema": SCHEMA, "kind": "compute", "path": trace.name, "meta": trace.meta,
+        "schema": SCHEMA, "tool_version": TOOL_VERSION, "kind": "compute", "path": trace.name,
+        "meta": trace.meta,
         "version": trace.version, "phase": label, "selection": selection.as_dict(),
         "tokens": len(tokens), "granularity": granularity, "rows": rows,
         "nodes_per_token": per.count(rows), "ms_per_token": per.ms(total_ns),
@@ -761,8 +763,19 @@ def token_views(tokens, book):
                     for token in sorted(tokens, key=lambda t: -t.wall_ns)[:SLOWEST]],
         "per_token": [compute_token_dict(token) for token in tokens],
         "decodes": decode_positions(tokens, book, ms, "ms"),
+        "prefill": prefill_batches(tokens, ms),
         "warmup": warmup(tokens, ms),
     }
+
+
+def prefill_batches(tokens, value):
+    """Prefill batches and the prompt tokens they hold: a batch's step is the prompt's last
+    position, so it holds step + 1 prompt tokens (the decode of its turn starts there)."""
+    batches = [token for token in tokens if token.phase == PREFILL]
+    prompt = sum(token.step + 1 for token in batches)
+    total = sum(value(token) for token in batches)
+    return {"batches": len(batches), "prompt_tokens": prompt,
+            "ms_per_batch": ratio(total, len(batches)), "ms_per_prompt_token": ratio(total, prompt)}
 
 
 def compute_token_dict(token):
@@ -1141,13 +1154,18 @@ def io_report(trace, fold, selection):
     latency = {spec: sum((r.latency[spec] for r in chosen), SortedParts()) for spec in "01"}
     for lane in range(meta_int(trace.meta, "io_threads")):
         by_lane.setdefault(lane, ReadSums())  # a lane that never read is the most idle of all
+    lanes = meta_int(trace.meta, "io_threads") or len(by_lane)
+    busy_ms = per.count(busy_ns / NS_PER_MS)
     report = {
-        "schema": SCHEMA, "kind": "io", "path": trace.name, "meta": trace.meta,
+        "schema": SCHEMA, "tool_version": TOOL_VERSION, "kind": "io", "path": trace.name,
+        "meta": trace.meta,
         "version": trace.version, "phase": label, "selection": selection.as_dict(),
         "tokens": len(tokens),
         "reads": reads, "read_bytes": read_bytes, "req_bytes": req_bytes,
         "reads_per_token": per.count(reads), "mib_per_token": per.count(read_bytes / MIB),
-        "busy_ms_per_token": per.count(busy_ns / NS_PER_MS),
+        "lanes": lanes,
+        **io_ranges(busy_ms, per.count(read_bytes / MIB), lanes),
+        "busy_ms_per_token": busy_ms,
         "busy_mib_per_s": mib_per_s(read_bytes, busy_ns),
         "waste_pct": None if not read_bytes else (read_bytes - req_bytes) / read_bytes * 100,
         "waste_mib_per_token": per.count((read_bytes - req_bytes) / MIB),
@@ -1168,6 +1186,16 @@ def io_report(trace, fold, selection):
         "per_token": [io_token_dict(token) for token in tokens],
     }
     return report
+
+
+def io_ranges(busy_ms, mib, lanes):
+    """A token's I/O wall time and throughput, bounded: a v1 trace has no timestamps, so the
+    reads of a token took at least their lane-busy time over the lanes (all busy at once) and
+    at most all of it (one at a time)."""
+    low, high = busy_ms / max(lanes, 1), busy_ms
+    return {"io_wall_ms_per_token": {"min": low, "max": high},
+            "throughput_mib_per_s": {"min": ratio(mib, high / 1e3),
+                                     "max": ratio(mib, low / 1e3)}}
 
 
 def read_groups(tables, latency, read_bytes, per):
@@ -1229,6 +1257,7 @@ def pair_report(compute, io):
         warnings.append(f"{len(readers - tokens)} token(s) of the io trace are not among the "
                         f"compute trace's: their reads are still counted")
     n = len(tokens)
+    per_decoded = io["tokens"] / n  # io figures are per read-token; the pair's per decoded token
     categories = {c["category"]: c for c in compute["by_category"]}
 
     def category_ms(name):  # a layer-granularity trace has no per-node detail to classify
@@ -1241,11 +1270,39 @@ def pair_report(compute, io):
         "router_ms_per_token": category_ms("router"),
         "io_reads_per_token": io["reads"] / n,
         "io_mib_per_token": io["read_bytes"] / MIB / n,
-        # io figures are per read-token; these are per decoded token
-        "io_busy_ms_per_token": io["busy_ms_per_token"] * (io["tokens"] / n),
-        "by_layer": pair_layers(compute, io, io["tokens"] / n), "warnings": warnings,
+        **io_ranges(io["busy_ms_per_token"] * per_decoded, io["read_bytes"] / MIB / n,
+                    io["lanes"]),
+        "io_busy_ms_per_token": io["busy_ms_per_token"] * per_decoded,
+        "waste_mib_per_token": io["waste_mib_per_token"] * per_decoded,
+        "by_lane": rescaled(io["by_lane"], per_decoded, "mib_per_s"),
+        "demand_vs_spec": rescaled(io["demand_vs_spec"], per_decoded,
+                                   "reads", "share_of_bytes", "p50_us", "p99_us"),
+        "adjacency": rescaled([io["adjacency"]], per_decoded, "coalesce_factor")[0],
+        "read_split": read_split(compute["per_token"], readers),
+        "by_layer": pair_layers(compute, io, per_decoded), "warnings": warnings,
     }
-    return {"schema": SCHEMA, "kind": "report", "compute": compute, "io": io, "pair": pair}
+    return {"schema": SCHEMA, "tool_version": TOOL_VERSION, "kind": "report",
+            "compute": compute, "io": io, "pair": pair}
+
+
+def rescaled(rows, factor, *kept):
+    """Rows of per-read-token figures as per-decoded-token ones: every number times `factor`,
+    except the keys `kept` (totals, shares, rates) and the row's name."""
+    def scale(key, value):
+        if key in kept or isinstance(value, str) or value is None or key in ("lane", "kind"):
+            return value
+        return value * factor
+    return [{key: scale(key, value) for key, value in row.items()} for row in rows]
+
+
+def read_split(per_token, readers):
+    """Compute ms per token of the tokens that read and of those that read nothing."""
+    groups = {True: [], False: []}
+    for token in per_token:
+        groups[(token["turn"], token["phase"], token["step"]) in readers].append(token["ms"])
+    return {name: {"tokens": len(groups[read]),
+                   "ms_per_token": ratio(sum(groups[read]), len(groups[read]))}
+            for name, read in (("read", True), ("no_read", False))}
 
 
 def pair_layers(compute, io, per_decoded):
@@ -1276,9 +1333,13 @@ def pair_warnings(compute, io):
 
 
 # ── verdicts ─────────────────────────────────────────────────────────────────────────────────
-# One line each, only where the data supports a conclusion.
+# One line each, with the figures it rests on. flagged: True (said in capitals), False (the calm
+# statement, with its threshold) or None (undetermined: the data cannot decide, and says why).
 FAULT_BOUND_SHARE = 0.30  # faulting nodes' share of compute
 ROUTER_SHARE = 0.20  # router category's share of compute
+OUTLIER_FACTOR = 10  # a token this many times the median token ...
+OUTLIER_SHARE = 0.10  # ... is an outlier; flagged when the outliers hold this share of the time
+READ_SPLIT_RATIO = 2.0  # compute ms of tokens that read over that of tokens that did not
 WARMUP_RATIO = 1.5  # first WARMUP_TOKENS decode tokens' mean over the rest's
 LATENCY_BOUND_KIB = 256  # median read below this ...
 LATENCY_BOUND_RATE = 0.25  # ... and its bucket below this fraction of the best bucket's MiB/s
@@ -1305,11 +1366,8 @@ def compute_verdicts(report):
             f"are {share:.0%} of compute ({compare(flagged)} "
             f"{FAULT_BOUND_SHARE:.0%}){': flash wait billed as compute' if flagged else ''}"))
     router = next((c for c in report["by_category"] if c["category"] == "router"), None)
-    if router and router["share"] is not None and router["share"] > ROUTER_SHARE:
-        verdicts.append(verdict("router_wait", True,
-            f"ROUTER {router['share']:.0%} of compute (> {ROUTER_SHARE:.0%}): with expert "
-            f"streaming this is mostly the wait for expert reads, billed to ffn_moe_weights / "
-            f"ffn_moe_weights_norm after the top-k, not routing arithmetic"))
+    if router and router["share"] is not None:
+        verdicts.append(router_alone_verdict(router))
     warm = report["warmup"]
     if warm["ratio"] is not None:
         flagged = warm["ratio"] > WARMUP_RATIO
@@ -1317,7 +1375,44 @@ def compute_verdicts(report):
             f"{'WARM-UP' if flagged else 'no warm-up'}: the first {warm['tokens']} decode tokens "
             f"of each turn average {warm['first_mean']:.2f} ms, {warm['ratio']:.2f}x the rest "
             f"({compare(flagged)} {WARMUP_RATIO}x)"))
-    return verdicts
+    verdicts.append(outlier_verdict(report))
+    return [v for v in verdicts if v]
+
+
+def router_alone_verdict(router):
+    """From the compute trace alone, router time cannot be told from a wait for reads."""
+    if router["share"] <= ROUTER_SHARE:
+        return verdict("router_wait", False,
+            f"router not heavy: routing nodes take {router['ms_per_token']:.2f} ms per token, "
+            f"{router['share']:.0%} of compute (<= {ROUTER_SHARE:.0%})")
+    return verdict("router_wait", None,
+        f"router wait undetermined: routing nodes take {router['ms_per_token']:.2f} ms per "
+        f"token, {router['share']:.0%} of compute (> {ROUTER_SHARE:.0%}); with expert streaming "
+        f"that can be the wait for expert reads, billed to ffn_moe_weights after the top-k. "
+        f"Give this run's io trace to 'decode-analyze report' to tell")
+
+
+def outlier_verdict(report):
+    median = report["token_ms"]["p50"]
+    if not median or len(report["per_token"]) < 2:
+        return None
+    outliers = sorted((t for t in report["per_token"] if t["ms"] >= OUTLIER_FACTOR * median),
+                      key=lambda t: -t["ms"])
+    total = sum(t["ms"] for t in report["per_token"])
+    share = ratio(sum(t["ms"] for t in outliers), total) or 0.0
+    mean_ratio = total / len(report["per_token"]) / median
+    if not outliers or share < OUTLIER_SHARE:
+        return verdict("outliers", False,
+            f"no outlier tokens: the slowest token is {report['token_ms']['max'] / median:.1f}x "
+            f"the median ({median:.2f} ms); tokens >= {OUTLIER_FACTOR}x the median hold "
+            f"{share:.0%} of the time (< {OUTLIER_SHARE:.0%})")
+    named = ", ".join(f"turn {t['turn']} step {t['step']} {t['ms']:.2f} ms"
+                      for t in outliers[:SLOWEST])
+    more = f" and {len(outliers) - SLOWEST} more" if len(outliers) > SLOWEST else ""
+    return verdict("outliers", True,
+        f"OUTLIER TOKENS: {len(outliers)} token(s) >= {OUTLIER_FACTOR}x the median "
+        f"({median:.2f} ms) hold {share:.0%} of the time (>= {OUTLIER_SHARE:.0%}): {named}{more}; "
+        f"the mean token is {mean_ratio:.2f}x the median")
 
 
 def io_verdicts(report):
@@ -1355,6 +1450,11 @@ def latency_verdict(report):
     if median is None or not rates:
         return None
     median_kib = median / 1024
+    if len(rates) < 2:
+        return verdict("latency_bound", None,
+            f"latency-bound undetermined: every read is in one size class "
+            f"({rates[0][1]['label']}, median {median_kib:.0f} KiB), so there is no other "
+            f"size to compare its MiB/s with")
     best_rate, best = max(rates, key=lambda pair: pair[0])
     home = next(row for row in report["by_size"] if row["kib"] == size_bucket(median))
     fraction = ratio(home["mib_per_s"] or 0, best_rate)
@@ -1367,16 +1467,49 @@ def latency_verdict(report):
 
 
 def pair_verdicts(compute, pair):
-    if not any(v["id"] == "router_wait" for v in compute["verdicts"]):
-        return []
-    return [verdict("router_wait_vs_io", True,
-        f"routing nodes take {pair['router_ms_per_token']:.2f} ms per token while the read "
-        f"lanes are busy {pair['io_busy_ms_per_token']:.2f} ms per token: the router time is "
-        f"the wait for these reads")]
+    """What only the pair can decide: whether routing waits for reads, and whether the
+    tokens that read are the slow ones."""
+    return [v for v in (router_pair_verdict(compute, pair), read_split_verdict(pair)) if v]
+
+
+def router_pair_verdict(compute, pair):
+    router_ms = pair["router_ms_per_token"]
+    if router_ms is None:
+        return None  # a layer-granularity trace has no routing nodes
+    share = ratio(router_ms, pair["compute_ms_per_token"]) or 0.0
+    low, high = pair["io_wall_ms_per_token"]["min"], pair["io_wall_ms_per_token"]["max"]
+    reads = f"the reads took between {low:.2f} and {high:.2f} ms per decoded token"
+    overlap = " (overlap=1: what the overlap did not hide lands there)" \
+        if compute["meta"].get("overlap") == "1" else ""
+    if share <= ROUTER_SHARE:
+        return verdict("router_wait", False,
+            f"router not heavy: routing nodes take {router_ms:.2f} ms per decoded token, "
+            f"{share:.0%} of compute (<= {ROUTER_SHARE:.0%}); {reads}")
+    if router_ms <= high:
+        return verdict("router_wait", True,
+            f"ROUTER WAITS FOR READS: routing nodes take {router_ms:.2f} ms per decoded token, "
+            f"{share:.0%} of compute (> {ROUTER_SHARE:.0%}), and {reads}, enough to account for "
+            f"it{overlap}")
+    return verdict("router_wait", False,
+        f"router time is not all read wait: routing nodes take {router_ms:.2f} ms per decoded "
+        f"token ({share:.0%} of compute), more than the reads could ({reads})")
+
+
+def read_split_verdict(pair):
+    read, idle = pair["read_split"]["read"], pair["read_split"]["no_read"]
+    if not read["tokens"] or not idle["tokens"] or not idle["ms_per_token"]:
+        return None
+    factor = read["ms_per_token"] / idle["ms_per_token"]
+    flagged = factor > READ_SPLIT_RATIO
+    return verdict("read_split", flagged,
+        f"{'READS SPLIT THE TOKENS' if flagged else 'reads do not split the tokens'}: the "
+        f"{read['tokens']} tokens that read take {read['ms_per_token']:.2f} ms of compute each, "
+        f"the {idle['tokens']} that read nothing {idle['ms_per_token']:.2f} ms "
+        f"({factor:.2f}x; {compare(flagged)} {READ_SPLIT_RATIO}x)")
 
 
 # ── rendering ────────────────────────────────────────────────────────────────────────────────
-TEXT_WIDTH = 100
+TEXT_WIDTH = 100  # every line of the text output fits a terminal and a bug report
 BAR_WIDTH = 20
 OP_BAR_WIDTH = 10  # the by-op table is wide already
 HIST_WIDTH = 40
@@ -1385,6 +1518,8 @@ FAULT_OPS_SHOWN = 8
 SPARK_WIDTH = 64
 SPARK_UNICODE = "▁▂▃▄▅▆▇█"
 SPARK_ASCII = "_.-=+*#@"
+COMPACT_LAYERS = 12  # more layers than this are shown compactly unless --layers
+STANDS_OUT = 1.25  # a layer whose figure is this far from the median (either way) is shown
 
 
 def safe(text):
@@ -1415,6 +1550,28 @@ def wrap(text, indent="  "):
     """Prose lines folded to TEXT_WIDTH columns, continuation lines indented."""
     return textwrap.wrap(text, TEXT_WIDTH, subsequent_indent=indent + "  ",
                          break_on_hyphens=False) or [""]
+
+
+def wrap_items(prefix, items, indent="    ", separator=","):
+    """`prefix` then the items, separated, folded between items only."""
+    lines, line = [], prefix
+    for i, item in enumerate(items):
+        piece = item + (separator if i < len(items) - 1 else "")
+        if len(line) + 1 + len(piece) > TEXT_WIDTH and line.strip():
+            lines.append(line)
+            line = indent + piece
+        else:
+            line = f"{line} {piece}" if line else piece
+    return lines + [line]
+
+
+def fit(text, width=TEXT_WIDTH):
+    """A single entry (a path) kept whole on its line: shortened in the middle if need be."""
+    text = safe(text)
+    if len(text) <= width:
+        return text
+    half = (width - 1) // 2
+    return text[:half] + "…" + text[-(width - 1 - half):]
 
 
 def num(value, spec, missing="n/a"):
@@ -1457,10 +1614,13 @@ def bar_column(key, width=BAR_WIDTH):
     return Column("", key, lambda fraction: bar(fraction, width), "<")
 
 
+def cell(col, row):
+    return col.format(row[col.key] if isinstance(col.key, str) else col.key(row))
+
+
 def table_lines(columns, rows, indent="  "):
     """The header and one line per row, each column as wide as its widest cell."""
-    cells = [[col.format(row[col.key] if isinstance(col.key, str) else col.key(row))
-              for col in columns] for row in rows]
+    cells = [[cell(col, row) for col in columns] for row in rows]
     widths = [max([len(col.header)] + [len(line[i]) for line in cells])
               for i, col in enumerate(columns)]
 
@@ -1504,6 +1664,9 @@ def segment_table(rows):
             column("majflt/tok", "majflt_per_token", fixed(1)), bar_column(share_of_peak(rows)))
 
 
+LATENCY_TABLE = tuple(column(header, key, fixed(1)) for header, key in (
+    ("min", "min"), ("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"),
+    ("p99.9", "p999"), ("max", "max")))
 SIZE_TABLE = (
     text_column("size", "label"), column("reads", "reads"), column("MiB", "mib", fixed(1)),
     column("MiB/s", "mib_per_s", fixed(0)), column("us/read", "us_per_read", fixed(1)))
@@ -1536,8 +1699,53 @@ def histogram_table(rows):
                    .replace(".", " ") + "|", align="<"))
 
 
-def header_line(report, keys):
-    return " ".join(f"{key}={safe(report['meta'].get(key, '?'))}" for key in keys)
+def compact_layer_lines(columns, rows, full):
+    """The by-layer table, or for many layers a compact view of it: a summary line (min,
+    median, max of each figure), the layers that stand out (a figure over STANDS_OUT times
+    the median, or under it by as much), and runs of layers whose lines read the same folded
+    into one line (`0-46`)."""
+    if full or len(rows) <= COMPACT_LAYERS:
+        return table_lines(columns, rows)
+    figures = [col for col in columns[1:] if isinstance(col.key, str)]
+    medians = {col.key: sorted(row[col.key] for row in rows)[len(rows) // 2] for col in figures}
+    summary = "; ".join(
+        f"{col.header} {cell(col, {col.key: min(row[col.key] for row in rows)})}"
+        f"/{cell(col, {col.key: medians[col.key]})}"
+        f"/{cell(col, {col.key: max(row[col.key] for row in rows)})}" for col in figures)
+    shown = [row for row in rows if row["layer"] == NO_LAYER or any(
+        stands_out(row[col.key], medians[col.key]) for col in figures)]
+    folded = []
+    for row in shown:
+        same = folded and folded[-1][1] == row["layer"] - 1 and all(
+            cell(col, row) == cell(col, folded[-1][2]) for col in figures)
+        if same:
+            folded[-1][1] = row["layer"]
+        else:
+            folded.append([row["layer"], row["layer"], row])
+    merged = [{**row, "layer": f"{low}-{high}" if high != low else low}
+              for low, high, row in folded]
+    lines = wrap_items(f"  {len(rows)} layers, min/median/max:", summary.split("; "))
+    if not merged:
+        return lines + ["  no layer stands out (all within "
+                        f"{STANDS_OUT}x of the median); --layers shows them all"]
+    return lines + [f"  layers that stand out (a figure beyond {STANDS_OUT}x of the median; "
+                    f"--layers shows all):"] + table_lines(columns, merged)
+
+
+def stands_out(value, median):
+    if not median:
+        return bool(value)
+    return value > median * STANDS_OUT or value < median / STANDS_OUT
+
+
+def title_lines(report, command, paths, keys):
+    """The header: what produced the report, from which files, the run's preamble."""
+    meta = report["meta"]
+    lines = [f"decode-analyze {TOOL_VERSION} {command}"]
+    lines += [fit(f"  {label}: {path}") for label, path in paths]
+    lines += wrap_items("", [f"{key}={safe(meta.get(key, '?'))}" for key in keys], indent="",
+                        separator="")
+    return lines
 
 
 def selection_text(report):
@@ -1545,15 +1753,10 @@ def selection_text(report):
 
 
 def render_compute(report, top=12, show_layers=False, ascii_only=False):
-    lines = [header_line(report, ("model", "arch", "n_layer", "n_threads"))
-             .replace("n_threads=", "threads=")]
-    fallback = " (no decode rows: all rows used)" if report["phase"] == "all" and \
-        report["selection"]["phase"] == "default" else ""
-    lines.append(f"tokens={report['tokens']} ({selection_text(report)}){fallback}  "
-                 f"{report['granularity']} granularity  "
-                 f"nodes/token={report['nodes_per_token']:.0f}  "
-                 f"measured compute={report['ms_per_token']:.2f} ms/token  "
-                 f"majflt={report['majflt_per_token']:.1f}/token")
+    lines = title_lines(report, "compute", [("trace", report["path"])],
+                        ("model", "arch", "n_layer", "n_threads"))
+    lines += compute_headline(report)
+    lines += render_verdicts(report["verdicts"])
     if report["granularity"] == "layer":
         lines += [""] + wrap("note: one barrier per layer, so these absolutes sit close to an "
                              "untraced run; there is no per-op detail inside a segment.", "    ")
@@ -1565,8 +1768,30 @@ def render_compute(report, top=12, show_layers=False, ascii_only=False):
         if show_layers:
             lines += render_layers(report)
     lines += render_tokens(report, "ms", "ms", ascii_only)
-    lines += render_verdicts(report["verdicts"])
     return "\n".join(lines) + "\n"
+
+
+def compute_headline(report):
+    """What a token costs, framed for the run: per decode and per generated position when a
+    decode covers several positions, per batch and per prompt token for prefill."""
+    fallback = " (no decode rows: all rows used)" if report["phase"] == "all" and \
+        report["selection"]["phase"] == "default" else ""
+    decodes, prefill = report["decodes"], report["prefill"]
+    lines = [f"tokens={report['tokens']} ({selection_text(report)}){fallback}  "
+             f"{report['granularity']} granularity  nodes/token={report['nodes_per_token']:.0f}"]
+    if report["phase"] == "prefill":
+        lines.append(f"prefill: {prefill['batches']} batch(es) of {prefill['prompt_tokens']} "
+                     f"prompt tokens: {num(prefill['ms_per_batch'], '.2f')} ms per batch, "
+                     f"{num(prefill['ms_per_prompt_token'], '.3f')} ms per prompt token")
+    elif decodes["speculative"]:
+        lines += wrap(f"speculative decoding: {decodes['decodes']} decodes generated "
+                      f"{decodes['positions']} positions: {num(decodes['ms_per_decode'], '.2f')} "
+                      f"ms per decode, {num(decodes['ms_per_position'], '.2f')} ms per generated "
+                      f"position", "")
+    else:
+        lines.append(f"measured compute {report['ms_per_token']:.2f} ms per token")
+    lines.append(f"major faults {report['majflt_per_token']:.1f} per token")
+    return lines
 
 
 def render_by_op(report, top):
@@ -1582,9 +1807,9 @@ def render_faults(report):
     total = {"op": "TOTAL", **faults}
     return ["", "fault attribution: nodes that took major page faults (flash reads billed "
                 "as compute)"] + table_lines(FAULT_TABLE, faults["by_op"][:FAULT_OPS_SHOWN]
-                                             + [total]) + [
+                                             + [total]) + wrap(
         "  ^ the time of faulting nodes is mostly flash wait, not arithmetic: take it out "
-        "before calling the model compute-bound."]
+        "before calling the model compute-bound.")
 
 
 def render_categories(report):
@@ -1595,9 +1820,9 @@ def render_categories(report):
                         "nodes take the category of the named node before them)", "")
     lines += table_lines(CATEGORY_TABLE, rows)
     if report["unclassified"]:
-        names = ", ".join(f"{safe(u['name']) or '(empty)'} {u['ms_per_token']:.2f}"
-                          for u in report["unclassified"][:UNCLASSIFIED_SHOWN])
-        lines += wrap(f"  unclassified base names, ms/token (extend CATEGORY_NAMES): {names}")
+        lines += wrap_items("  unclassified base names, ms/token (extend CATEGORY_NAMES):",
+                            [f"{safe(u['name']) or '(empty)'} {u['ms_per_token']:.2f}"
+                             for u in report["unclassified"][:UNCLASSIFIED_SHOWN]])
     return lines
 
 
@@ -1633,25 +1858,18 @@ def render_tokens(report, value, unit, ascii_only):
     name = "heaviest" if "heaviest" in report else "slowest"
     per_token = [t[value] for t in report["per_token"]]
     group = -(-len(per_token) // SPARK_WIDTH)
+    each = f"each mark the max of {group} tokens, " if group > 1 else ""
     lines = ["", f"per token ({unit}): p50 {dist['p50']:.2f}  p90 {dist['p90']:.2f}  "
-                 f"p99 {dist['p99']:.2f}  max {dist['max']:.2f}",
-             f"  run  |{sparkline(per_token, ascii_only)}|  (trace order"
-             f"{f', max of every {group} tokens' if group > 1 else ''}; 0 to {dist['max']:.2f})",
-             *wrap(f"  {name}: " + ", ".join(
-                 f"turn {t['turn']} step {t['step']} {t[value]:.2f}"
-                 + (f" ({t['majflt']} majflt)" if t.get("majflt") else "")
-                 for t in report[name]))]
+                 f"p99 {dist['p99']:.2f}  max {dist['max']:.2f}"]
     reads = report.get("token_reads")
     if reads:
-        lines.insert(2, f"per token (reads): p50 {reads['p50']}  p90 {reads['p90']}  "
-                        f"p99 {reads['p99']}  max {reads['max']}")
-    decodes = report.get("decodes")
-    if decodes and decodes["speculative"]:
-        lines.append(f"  speculative decoding: {decodes['decodes']} decodes covering "
-                     f"{decodes['positions']} positions: "
-                     f"{num(decodes[f'{value}_per_decode'], '.2f')} {unit} per decode, "
-                     f"{num(decodes[f'{value}_per_position'], '.2f')} {unit} per generated "
-                     f"position")
+        lines.append(f"per token (reads): p50 {reads['p50']}  p90 {reads['p90']}  "
+                     f"p99 {reads['p99']}  max {reads['max']}")
+    lines += [f"  run |{sparkline(per_token, ascii_only)}|",
+              f"      (trace order; {each}scaled 0 to {dist['max']:.2f} {unit})"]
+    lines += wrap_items(f"  {name}:", [
+        f"turn {t['turn']} step {t['step']} {t[value]:.2f}"
+        + (f" ({t['majflt']} majflt)" if t.get("majflt") else "") for t in report[name]])
     return lines
 
 
@@ -1661,42 +1879,57 @@ def render_verdicts(verdicts):
     return ["", "verdicts"] + [line for v in verdicts for line in wrap(f"  {v['text']}")]
 
 
-def render_io(report, ascii_only=False):
+def io_range_lines(figures, per):
+    """The I/O wall time and throughput of a token, as the range a v1 trace allows."""
+    wall, rate = figures["io_wall_ms_per_token"], figures["throughput_mib_per_s"]
+    return wrap(f"I/O{' ' + per if per else ''}: between {wall['min']:.2f} ms ({figures['lanes']} lanes in "
+                f"parallel) and {wall['max']:.2f} ms (one at a time); throughput between "
+                f"{num(rate['min'], '.0f')} and {num(rate['max'], '.0f')} MiB/s", "")
+
+
+def render_io(report, show_layers=False, ascii_only=False):
     per = "per read-token"
-    lines = [header_line(report, ("model", "io_threads", "o_direct", "overlap")),
-             f"read-tokens={report['tokens']} ({selection_text(report)}; tokens that read: a "
-             f"token served entirely from cache has no rows)",
-             f"reads={report['reads']} ({report['reads_per_token']:.1f} {per})  "
-             f"read={report['mib_per_token']:.2f} MiB {per}",
-             f"lane-busy bandwidth={num(report['busy_mib_per_s'], '.0f')} MiB/s over all "
-             f"lanes ({report['busy_ms_per_token']:.1f} ms lane-busy {per})",
-             f"alignment waste={num(report['waste_pct'], '.1f')}% "
-             f"({report['waste_mib_per_token']:.2f} MiB {per} read but not wanted)"]
-    lines += render_latency(report) + render_sizes(report)
-    lines += ["", "by lane (a lane busy far less than the others is waiting for work: the "
-                  "drive is not the limit there)"] + table_lines(LANE_TABLE, report["by_lane"])
-    lines += render_demand_spec(report) + render_io_layers(report)
-    adjacency_ = report["adjacency"]
-    if adjacency_["runs_per_token"] is not None:
-        lines += ["", "adjacency: requested extents, merged where they touch or overlap",
-                  f"  {adjacency_['reads_per_token']:.1f} reads/token span "
-                  f"{adjacency_['runs_per_token']:.1f} contiguous runs/token",
-                  f"  coalescing factor {num(adjacency_['coalesce_factor'], '.2f')}: perfectly "
-                  f"coalesced, that many times fewer requests for the same bytes"]
+    lines = title_lines(report, "io", [("trace", report["path"])],
+                        ("model", "io_threads", "o_direct", "overlap"))
+    lines += wrap(f"read-tokens={report['tokens']} ({selection_text(report)}; tokens that "
+                  f"read: a token served entirely from cache has no rows)", "")
+    lines += io_range_lines(report, per)
+    lines += [f"reads {report['reads_per_token']:.1f} {per}, {report['mib_per_token']:.2f} "
+              f"MiB {per} ({report['reads']} reads)"]
+    lines += wrap(f"per read: lanes busy {report['busy_ms_per_token']:.2f} ms {per} summed over "
+                  f"lanes, {num(report['busy_mib_per_s'], '.0f')} MiB/s while a lane is busy",
+                  "")
+    lines += [f"alignment waste {num(report['waste_pct'], '.1f')}% "
+              f"({report['waste_mib_per_token']:.2f} MiB {per} read but not wanted)"]
+    lines += render_verdicts(report["verdicts"])
+    lines += render_latency(report) + render_sizes(report) + render_lanes(report["by_lane"])
+    lines += render_demand_spec(report["spec"], report["demand_vs_spec"], per)
+    lines += render_io_layers(report, show_layers)
+    lines += render_adjacency(report["adjacency"], per)
     lines += render_cache(report["reuse"])
     lines += render_tokens(report, "mib", "MiB", ascii_only)
-    lines += render_verdicts(report["verdicts"])
     return "\n".join(lines) + "\n"
 
 
+def render_lanes(rows):
+    return ["", "by lane (a lane busy far less than the others is waiting for work: the drive "
+                "is not the limit there)"] + table_lines(LANE_TABLE, rows)
+
+
+def render_adjacency(adjacency_, per):
+    if adjacency_["runs_per_token"] is None:
+        return []
+    return ["", "adjacency: requested extents, merged where they touch or overlap",
+            f"  {adjacency_['reads_per_token']:.1f} reads {per} span "
+            f"{adjacency_['runs_per_token']:.1f} contiguous runs",
+            f"  coalescing factor {num(adjacency_['coalesce_factor'], '.2f')}: perfectly "
+            f"coalesced, that many times fewer requests for the same bytes"]
+
+
 def render_latency(report):
-    latency = report["latency_us"]
-    lines = ["", "per-read latency (us): " + "  ".join(
-        f"{name} {num(latency[key], '.1f')}" for name, key in (
-            ("min", "min"), ("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"),
-            ("p99.9", "p999"), ("max", "max")))]
     hist = report["latency_hist"]
-    return lines + table_lines(histogram_table(hist), hist)
+    return ["", "per-read latency (us)"] + table_lines(LATENCY_TABLE, [report["latency_us"]]) + \
+        table_lines(histogram_table(hist), hist)
 
 
 def render_sizes(report):
@@ -1704,21 +1937,21 @@ def render_sizes(report):
         table_lines(SIZE_TABLE, report["by_size"])
 
 
-def render_demand_spec(report):
-    spec = report["spec"]
+def render_demand_spec(spec, rows, per):
     if not spec["reads"]:
         return []
-    return ["", f"speculative: {spec['reads']} reads, {spec['mib_per_token']:.2f} MiB per "
-                f"read-token ({pct(spec['share_of_bytes'])} of bytes read)"] + \
-        table_lines(SPEC_TABLE, report["demand_vs_spec"])
+    return ["", f"speculative: {spec['reads']} reads ({pct(spec['share_of_bytes'])} of bytes "
+                f"read); MiB/tok is {per}"] + table_lines(SPEC_TABLE, rows)
 
 
-def render_io_layers(report):
-    lines = ["", "by layer"] + table_lines(IO_LAYER_TABLE, report["by_layer"])
+def render_io_layers(report, show_layers):
+    lines = ["", "by layer"] + compact_layer_lines(IO_LAYER_TABLE, report["by_layer"],
+                                                    show_layers)
     hot = report["hot_experts"]
     if hot:
-        lines += wrap("  hottest (layer, expert) by bytes read: " + ", ".join(
-            f"({row['layer']}, {row['expert']}) {row['mib']:.1f} MiB" for row in hot))
+        lines += wrap_items("  hottest (layer, expert) by bytes read:",
+                            [f"({row['layer']}, {row['expert']}) {row['mib']:.1f} MiB"
+                             for row in hot])
     return lines
 
 
@@ -1730,35 +1963,42 @@ def render_cache(what_if):
         table_lines(CACHE_TABLE, what_if["lru"])
 
 
-def render_pair(report, top=12, ascii_only=False):
+def render_pair(report, top=12, show_layers=False, ascii_only=False):
     compute, io, pair = report["compute"], report["io"], report["pair"]
-    lines = [header_line({"meta": {**io["meta"], **compute["meta"]}}, (
-        "model", "arch", "n_layer", "n_threads", "io_threads", "o_direct", "overlap")),
-        f"compute: {safe(compute['path'])}   io: {safe(io['path'])}",
-        f"tokens={pair['tokens']} (from the compute trace; {selection_text(compute)}), "
-        f"{pair['tokens_without_reads']} of them read nothing"]
-    lines += [f"warning: {safe(message)}" for message in pair["warnings"]]
-    lines += ["", "per decoded token",
-              f"  compute {pair['compute_ms_per_token']:.2f} ms, of which faulting nodes "
-              f"{pair['faulting_ms_per_token']:.2f} ms, " + (
-                  "routed experts and router n/a (a layer-granularity trace)"
-                  if pair["experts_ms_per_token"] is None else
-                  f"routed experts {pair['experts_ms_per_token']:.2f} ms, router "
-                  f"{pair['router_ms_per_token']:.2f} ms"),
-              f"  flash: {pair['io_reads_per_token']:.1f} reads, "
-              f"{pair['io_mib_per_token']:.2f} MiB, "
-              f"lanes busy {pair['io_busy_ms_per_token']:.2f} ms",
-              "", "by layer, per decoded token (compute by inferred layer)"]
-    lines += table_lines(PAIR_LAYER_TABLE, pair["by_layer"])
+    per = "per decoded token"
+    lines = title_lines({"meta": {**io["meta"], **compute["meta"]}}, "report",
+                        [("compute", compute["path"]), ("io", io["path"])],
+                        ("model", "arch", "n_layer", "n_threads", "io_threads", "o_direct",
+                         "overlap"))
+    lines += wrap(f"tokens={pair['tokens']} (from the compute trace; {selection_text(compute)}), "
+                  f"{pair['tokens_without_reads']} of them read nothing; every figure below is "
+                  f"{per}", "")
+    lines += wrap_items("", [f"warning: {safe(message)}" for message in pair["warnings"]],
+                        indent="") if pair["warnings"] else []
+    lines += render_verdicts([v for v in compute["verdicts"] if v["id"] != "router_wait"]
+                             + io["verdicts"] + pair["verdicts"])
+    lines += ["", per, *wrap(
+        f"  compute {pair['compute_ms_per_token']:.2f} ms, of which faulting nodes "
+        f"{pair['faulting_ms_per_token']:.2f} ms, " + (
+            "routed experts and router n/a (a layer-granularity trace)"
+            if pair["experts_ms_per_token"] is None else
+            f"routed experts {pair['experts_ms_per_token']:.2f} ms, router "
+            f"{pair['router_ms_per_token']:.2f} ms"))]
+    lines += ["  " + line for line in io_range_lines({**pair, "lanes": io["lanes"]}, "")]
+    lines += [f"  reads {pair['io_reads_per_token']:.1f}, {pair['io_mib_per_token']:.2f} MiB; "
+              f"lanes busy {pair['io_busy_ms_per_token']:.2f} ms summed over lanes; alignment "
+              f"waste {pair['waste_mib_per_token']:.2f} MiB"]
+    lines += ["", "by layer (compute by inferred layer)"] + compact_layer_lines(
+        PAIR_LAYER_TABLE, pair["by_layer"], show_layers)
     if compute["granularity"] == "layer":
         lines += render_segments(compute)
     else:
         lines += render_by_op(compute, top) + render_faults(compute) + render_categories(compute)
     lines += render_tokens(compute, "ms", "ms", ascii_only)
-    lines += ["", f"flash reads (per read-token: {io['tokens']} tokens read)"]
-    lines += render_latency(io)[1:] + render_sizes(io)
-    lines += render_demand_spec(io) + render_cache(io["reuse"])
-    lines += render_verdicts(compute["verdicts"] + io["verdicts"] + pair["verdicts"])
+    lines += ["", "flash reads"] + render_latency(io)[1:] + render_sizes(io)
+    lines += render_lanes(pair["by_lane"])
+    lines += render_demand_spec(io["spec"], pair["demand_vs_spec"], per)
+    lines += render_adjacency(pair["adjacency"], per) + render_cache(io["reuse"])
     return "\n".join(lines) + "\n"
 
 
@@ -1819,6 +2059,8 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="decode-analyze", description=__doc__.split("\nMap of this file")[0], epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version",
+                        version=f"decode-analyze {TOOL_VERSION} (JSON schema {SCHEMA})")
     commands = parser.add_subparsers(dest="command", metavar="{compute,io,report}",
                                      required=True)
 
@@ -1842,6 +2084,9 @@ def build_parser():
                            help="count contiguous runs per token: the most merging could save")
     io_parser.add_argument("--cache", action="store_true",
                            help="re-reads and what an extra LRU cache would have served")
+    io_parser.add_argument("--layers", action="store_true",
+                           help=f"the full by-layer table (past {COMPACT_LAYERS} layers the "
+                                f"default shows the layers that stand out)")
     pair = subcommand("report", "both traces of one run, on one screen",
                       "The compute and io traces of one run together: I/O per decoded token "
                       "(counting tokens that read nothing), compute and reads side by side per "
@@ -1850,6 +2095,9 @@ def build_parser():
                              ("io_path", "the io trace (io.csv)")))
     pair.add_argument("--top", type=non_negative, default=8, metavar="N",
                       help="how many ops the by-op table lists (default 8)")
+    pair.add_argument("--layers", action="store_true",
+                      help=f"the full by-layer table (past {COMPACT_LAYERS} layers the default "
+                           f"shows the layers that stand out)")
     return parser
 
 
@@ -1919,16 +2167,19 @@ def run(args, out, warn):
     if args.command == "report":
         report = analyze_pair(args.compute_path, args.io_path, selection, args.skip_bad_rows,
                               warn)
-        render = lambda r: render_pair(r, args.top, args.ascii)  # noqa: E731
+        render = lambda r: render_pair(r, args.top, args.layers, args.ascii)  # noqa: E731
     elif args.command == "compute":
         report = analyze_compute(args.path, selection, args.skip_bad_rows, warn)
         render = lambda r: render_compute(r, args.top, args.layers, args.ascii)  # noqa: E731
     else:
         report = analyze_io(args.path, selection, args.skip_bad_rows, warn, args.adjacent,
                             args.cache)
-        render = lambda r: render_io(r, args.ascii)  # noqa: E731
+        render = lambda r: render_io(r, args.layers, args.ascii)  # noqa: E731
     report.setdefault("warnings", list(warn.said))
     text = json_text(report) if args.format == "json" else render(report)
+    if not encodable(text, out):  # a cp1252 console, a non-UTF-8 locale: plain ASCII
+        text = text if args.format == "json" else render(report_for_ascii(args, report, render))
+        text = text.encode("ascii", "backslashreplace").decode("ascii")
     try:
         out.write(text)
         out.flush()
@@ -1936,6 +2187,22 @@ def run(args, out, warn):
         raise
     except (OSError, ValueError) as exc:
         raise OutputError(f"cannot write the output: {getattr(exc, 'strerror', None) or exc}")
+
+
+def encodable(text, out):
+    encoding = getattr(out, "encoding", None)
+    if not encoding:
+        return True
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+def report_for_ascii(args, report, render):
+    args.ascii = True
+    return report
 
 
 def main(argv=None, out=None, err=None):

@@ -24,8 +24,9 @@ def test_speculative_decoding_positions(write):
     r = report("compute", write(ct_text(rows)))
     assert r["decodes"] == {"decodes": 4, "positions": 6, "speculative": True,
                             "ms_per_decode": 3.0, "ms_per_position": 2.0}
-    out = run("compute", write(ct_text(rows), "b.csv")).out
-    assert "speculative decoding: 4 decodes covering 6 positions" in out
+    out = " ".join(run("compute", write(ct_text(rows), "b.csv")).out.split())
+    assert "speculative decoding: 4 decodes generated 6 positions: 3.00 ms per decode, 2.00 ms " \
+        "per generated position" in out
 
 
 def test_plain_decoding_is_not_speculative(write):
@@ -65,7 +66,10 @@ def test_router_verdict(write):
     rows = ["0,1,1,0,0,GET_ROWS,ffn_moe_weights-0,3000000,0",
             "0,1,1,1,0,MUL_MAT_ID,ffn_moe_up-0,7000000,0"]
     verdicts = {v["id"]: v for v in report("compute", write(ct_text(rows)))["verdicts"]}
-    assert verdicts["router_wait"]["flagged"] and "ROUTER 30%" in verdicts["router_wait"]["text"]
+    # the compute trace alone cannot tell routing from a wait for reads
+    assert verdicts["router_wait"]["flagged"] is None
+    assert verdicts["router_wait"]["text"].startswith(
+        "router wait undetermined: routing nodes take 3.00 ms per token, 30% of compute (> 20%)")
 
 
 def test_sparkline():
@@ -78,7 +82,7 @@ def test_sparkline():
 def test_ascii_flag(write):
     path = write(ct_text(node_rows([(1, 1.0, 0), (2, 3.0, 0)])))
     assert "▁" not in run("compute", path, "--ascii").out
-    assert "run  |" in run("compute", path, "--ascii").out
+    assert "  run |-@|" in run("compute", path, "--ascii").out
 
 
 # ── io ──
@@ -108,7 +112,10 @@ def test_latency_histogram_and_ladder(reads):
                                              "p90": 1500, "p99": 1500, "p999": 1500,
                                              "max": 1500})
     out = run("io", reads).out
-    assert re.search(r"^ +512 -> 1023 +2 +\|#+ *\|$", out, re.M) and "p99.9 1500.0" in out
+    assert re.search(r"^ +512 -> 1023 +2 +\|#+ *\|$", out, re.M)
+    header, values = out.split("per-read latency (us)\n")[1].splitlines()[:2]
+    assert header.split() == ["min", "mean", "p50", "p90", "p99", "p99.9", "max"]
+    assert values.split() == ["0.5", "584.1", "1000.0", "1500.0", "1500.0", "1500.0", "1500.0"]
 
 
 def test_demand_vs_speculative(reads):

@@ -228,7 +228,7 @@ def test_interrupt_exits_130_quietly(write, monkeypatch):
 
 
 @pytest.mark.parametrize("argv", [("compute",), ("nope", "x"), ("compute", "x", "--top", "-1"),
-                                  ("compute", "x", "--steps", "5"), ("io", "x", "--layers")])
+                                  ("compute", "x", "--steps", "5"), ("io", "x", "--top", "3")])
 def test_usage_errors_exit_2(argv):
     assert run(*argv).code == 2
 

@@ -88,7 +88,7 @@ def test_adjacency_key_present_without_the_flag(trace):
     adjacency = report("io", trace)["adjacency"]
     assert adjacency == {"reads_per_token": 2.0, "runs_per_token": None,
                          "coalesce_factor": None}
-    assert "adjacency" not in run("io", trace).out
+    assert "adjacency:" not in run("io", trace).out
 
 
 def test_no_spec_reads_gives_zeros(write):

@@ -1520,6 +1520,7 @@ SPARK_UNICODE = "▁▂▃▄▅▆▇█"
 SPARK_ASCII = "_.-=+*#@"
 COMPACT_LAYERS = 12  # more layers than this are shown compactly unless --layers
 STANDS_OUT = 1.25  # a layer whose figure is this far from the median (either way) is shown
+STANDOUTS_SHOWN = 12  # at most, the furthest first
 
 
 def safe(text):
@@ -1534,11 +1535,12 @@ def safe(text):
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
-def json_text(report):
+def json_text(report, ascii_only=False):
     """The report as JSON text. Trace strings are untrusted: besides what JSON escapes, every
     character that is not printable (DEL, C1 controls, line and paragraph separators, bidi
-    overrides, zero-width marks) is written as a \\u escape."""
-    text = json.dumps(report, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    overrides, zero-width marks) is written as a \\u escape; with ascii_only, every non-ASCII
+    character is."""
+    text = json.dumps(report, indent=1, ensure_ascii=ascii_only, allow_nan=False) + "\n"
     text = text.replace("\x7f", "\\u007f")
     if text.isascii():
         return text
@@ -1712,8 +1714,14 @@ def compact_layer_lines(columns, rows, full):
         f"{col.header} {cell(col, {col.key: min(row[col.key] for row in rows)})}"
         f"/{cell(col, {col.key: medians[col.key]})}"
         f"/{cell(col, {col.key: max(row[col.key] for row in rows)})}" for col in figures)
-    shown = [row for row in rows if row["layer"] == NO_LAYER or any(
-        stands_out(row[col.key], medians[col.key]) for col in figures)]
+    distance = {id(row): max(deviation(row[col.key], medians[col.key]) for col in figures)
+                for row in rows}
+    shown = [row for row in rows if row["layer"] == NO_LAYER or distance[id(row)] > STANDS_OUT]
+    hidden = max(0, len(shown) - STANDOUTS_SHOWN)
+    if hidden:  # keep the layers furthest from the median, in layer order
+        keep = {id(row) for row in sorted(shown, key=lambda r: -distance[id(r)])
+                [:STANDOUTS_SHOWN]}
+        shown = [row for row in shown if id(row) in keep]
     folded = []
     for row in shown:
         same = folded and folded[-1][1] == row["layer"] - 1 and all(
@@ -1728,14 +1736,16 @@ def compact_layer_lines(columns, rows, full):
     if not merged:
         return lines + ["  no layer stands out (all within "
                         f"{STANDS_OUT}x of the median); --layers shows them all"]
-    return lines + [f"  layers that stand out (a figure beyond {STANDS_OUT}x of the median; "
-                    f"--layers shows all):"] + table_lines(columns, merged)
+    most = f", the {STANDOUTS_SHOWN} furthest of {len(shown) + hidden}" if hidden else ""
+    return lines + wrap(f"  layers that stand out (a figure beyond {STANDS_OUT}x of the median"
+                        f"{most}; --layers shows all):") + table_lines(columns, merged)
 
 
-def stands_out(value, median):
-    if not median:
-        return bool(value)
-    return value > median * STANDS_OUT or value < median / STANDS_OUT
+def deviation(value, median):
+    """How many times away from the median a figure is, either way (inf from a zero one)."""
+    if not median or not value:
+        return 1.0 if value == median else float("inf")
+    return max(value / median, median / value)
 
 
 def title_lines(report, command, paths, keys):
@@ -1777,8 +1787,9 @@ def compute_headline(report):
     fallback = " (no decode rows: all rows used)" if report["phase"] == "all" and \
         report["selection"]["phase"] == "default" else ""
     decodes, prefill = report["decodes"], report["prefill"]
-    lines = [f"tokens={report['tokens']} ({selection_text(report)}){fallback}  "
-             f"{report['granularity']} granularity  nodes/token={report['nodes_per_token']:.0f}"]
+    unit, units = ("batch", "batches") if report["phase"] == "prefill" else ("token", "tokens")
+    lines = [f"{units}={report['tokens']} ({selection_text(report)}){fallback}  "
+             f"{report['granularity']} granularity  nodes/{unit}={report['nodes_per_token']:.0f}"]
     if report["phase"] == "prefill":
         lines.append(f"prefill: {prefill['batches']} batch(es) of {prefill['prompt_tokens']} "
                      f"prompt tokens: {num(prefill['ms_per_batch'], '.2f')} ms per batch, "
@@ -1790,7 +1801,7 @@ def compute_headline(report):
                       f"position", "")
     else:
         lines.append(f"measured compute {report['ms_per_token']:.2f} ms per token")
-    lines.append(f"major faults {report['majflt_per_token']:.1f} per token")
+    lines.append(f"major faults {report['majflt_per_token']:.1f} per {unit}")
     return lines
 
 
@@ -2178,8 +2189,11 @@ def run(args, out, warn):
     report.setdefault("warnings", list(warn.said))
     text = json_text(report) if args.format == "json" else render(report)
     if not encodable(text, out):  # a cp1252 console, a non-UTF-8 locale: plain ASCII
-        text = text if args.format == "json" else render(report_for_ascii(args, report, render))
-        text = text.encode("ascii", "backslashreplace").decode("ascii")
+        if args.format == "json":
+            text = json_text(report, ascii_only=True)
+        else:
+            args.ascii = True
+            text = render(report).encode("ascii", "backslashreplace").decode("ascii")
     try:
         out.write(text)
         out.flush()
@@ -2198,11 +2212,6 @@ def encodable(text, out):
     except (UnicodeEncodeError, LookupError):
         return False
     return True
-
-
-def report_for_ascii(args, report, render):
-    args.ascii = True
-    return report
 
 
 def main(argv=None, out=None, err=None):

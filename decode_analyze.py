@@ -2021,9 +2021,16 @@ examples:
   decode-analyze compute ct.csv --turn 2 --skip 8   one session turn, warm-up left out
   decode-analyze io io.csv --adjacent --cache   reads, plus merging and caching what-ifs
   decode-analyze io io.csv --format json        the whole report as one JSON object
-  zcat ct.csv.gz | decode-analyze compute -     stdin ('-'); gzip files also read directly
+  decode-analyze compute <(zcat ct.csv.gz)      pipes and stdin ('-'); gzip, bzip2, xz read too
 
-exit status: 0 ok, 1 bad or unreadable input, 2 usage, 130 interrupted, 141 output closed.
+figures: per token = total / tokens (io alone: per token that read; report: per decoded token).
+I/O per token is a range: a v1 trace has no timestamps, so the reads of a token took between
+lane-busy / lanes (all in parallel) and lane-busy (one at a time). Percentiles take the value at
+0-based index min(n-1, floor(n*q)) of the sorted values (not the textbook nearest rank, the
+ceil(n*q)-th: with 100 values this p99 is the maximum). Every figure is defined in the README.
+
+exit status: 0 ok, 1 bad input or unwritable output, 2 usage, 130 interrupted, 141 output
+closed, 143 terminated.
 """
 
 

@@ -42,7 +42,7 @@ from itertools import count as counter
 from operator import add, gt, itemgetter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trace_io import HOLD_ROWS, Forked, TraceError, fold_file  # noqa: E402
+from trace_io import HOLD_ROWS, Forked, TraceError, fold_file, usable_cores  # noqa: E402
 
 SCHEMA = 2  # of the JSON report: 2 added the I/O ranges, tool_version, undetermined verdicts
 TOOL_VERSION = "0.2.0"
@@ -51,6 +51,7 @@ MIB = 1 << 20
 DECODE, PREFILL = 1, 0
 PHASE_NAMES = {DECODE: "decode", PREFILL: "prefill"}
 SLOWEST = 5  # tokens named as the slowest (compute) or heaviest (io)
+MAX_JOBS = 8
 
 
 # ── tokens: selection, the book of tokens, the fold base ────────────────────────────────────
@@ -634,13 +635,13 @@ class ComputeFold(TokenFold):
                 mine[op] = mine.get(op, SortedParts()) + values
 
 
-def read_compute(path, selection, skip_bad_rows=False, warn=None):
+def read_compute(path, selection, skip_bad_rows=False, warn=None, jobs=1):
     """Stream a compute trace into a ComputeFold; returns (trace, fold)."""
     columns = dict(ints=("wall_ns", "majflt"), keys=("turn", "phase", "step", "layer"),
                    strings=("op", "name"), drop=("op", SYNTHETIC_OPS))
     return fold_file(path, "compute", COMPUTE_COLUMNS, columns,
                      lambda: ComputeFold(selection), skip_bad_rows, warn,
-                     may_split=selection.skip == 0)
+                     may_split=selection.skip == 0, jobs=jobs)
 
 
 # ── compute: the report ──────────────────────────────────────────────────────────────────────
@@ -980,7 +981,8 @@ class IoFold(TokenFold):
             self.cache_sequence.merge(later.cache_sequence)
 
 
-def read_io(path, selection, adjacent=False, skip_bad_rows=False, warn=None, cache=False):
+def read_io(path, selection, adjacent=False, skip_bad_rows=False, warn=None, cache=False,
+            jobs=1):
     """Stream an io trace into an IoFold; returns (trace, fold)."""
     ints = ("offset", "req_bytes", "latency_ns") if adjacent or cache else \
         ("req_bytes", "latency_ns")
@@ -989,7 +991,7 @@ def read_io(path, selection, adjacent=False, skip_bad_rows=False, warn=None, cac
                    drop=("kind", {"wait"}))
     return fold_file(path, "io", IO_COLUMNS, columns,
                      lambda: IoFold(selection, adjacent, cache), skip_bad_rows, warn,
-                     may_split=selection.skip == 0)
+                     may_split=selection.skip == 0, jobs=jobs)
 
 
 # ── io: the cache what-if ────────────────────────────────────────────────────────────────────
@@ -997,7 +999,7 @@ CACHE_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1)
 PARALLEL_MIN_READS = 200_000
 
 
-def cache_what_if(sequence, phases):
+def cache_what_if(sequence, phases, jobs=2):
     """Footprint, re-reads and the LRU curve of the selected reads (see lru_hit_bytes)."""
     items, sizes = sequence.items, sequence.sizes
     if len(set(sequence.phases)) > 1:
@@ -1009,18 +1011,19 @@ def cache_what_if(sequence, phases):
     reread = total - footprint
     # A cache as large as the footprint never evicts: every re-read hits.
     simulated = [fraction for fraction in CACHE_FRACTIONS if fraction != 1]
-    hits = dict(zip(simulated, lru_hits(items, sizes, [footprint * f for f in simulated])))
+    hits = dict(zip(simulated, lru_hits(items, sizes, [footprint * f for f in simulated], jobs)))
     hits[1] = reread
     curve = [{"fraction": fraction, "cache_mib": footprint * fraction / MIB,
               "hit_share": ratio(hits[fraction], total)} for fraction in CACHE_FRACTIONS]
     return {"unique_mib": footprint / MIB, "reread_mib": reread / MIB, "lru": curve}
 
 
-def lru_hits(items, sizes, capacities):
+def lru_hits(items, sizes, capacities, jobs=2):
     """lru_hit_bytes for each capacity; on a long sequence, half of them in a child process."""
     def simulate(part):
         return [lru_hit_bytes(items, sizes, capacity) for capacity in part]
-    if len(items) < PARALLEL_MIN_READS or len(capacities) < 2 or not hasattr(os, "fork"):
+    if len(items) < PARALLEL_MIN_READS or len(capacities) < 2 or jobs < 2 or \
+            not hasattr(os, "fork"):
         return simulate(capacities)
     half = len(capacities) // 2
     child = Forked(simulate, capacities[half:])
@@ -1139,7 +1142,7 @@ def mib_per_s(read_bytes, latency_ns):
     return ratio(read_bytes / MIB, latency_ns / 1e9)
 
 
-def io_report(trace, fold, selection):
+def io_report(trace, fold, selection, jobs=2):
     """The whole io report as a plain dict (the JSON output; text is rendered from it),
     without its verdicts."""
     phases, label, tokens = selected_tokens(trace, fold.book, selection, fold.phases.keys())
@@ -1177,7 +1180,7 @@ def io_report(trace, fold, selection):
                         for (layer, expert), (count, nbytes) in
                         sorted(experts.items(), key=lambda kv: (-kv[1][1], kv[0]))][:HOT_EXPERTS],
         "adjacency": adjacency(fold, chosen, reads, per),
-        "reuse": cache_what_if(fold.cache_sequence, phases)
+        "reuse": cache_what_if(fold.cache_sequence, phases, jobs)
         if fold.cache_sequence is not None else None,
         "token_mib": percentile_summary([token.read_bytes / MIB for token in tokens]),
         "token_reads": percentile_summary([token.reads for token in tokens]),
@@ -2045,6 +2048,13 @@ def steps_range(text):
         raise argparse.ArgumentTypeError(f"expected A:B (either side optional), got {text!r}")
 
 
+def positive(text):
+    value = non_negative(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def non_negative(text):
     try:
         value = int(text)
@@ -2071,6 +2081,9 @@ def add_common_options(sub):
                      help="plain ASCII sparklines (no Unicode block characters)")
     sub.add_argument("--skip-bad-rows", action="store_true",
                      help="skip malformed rows (counted on stderr) instead of stopping")
+    sub.add_argument("--jobs", type=positive, default=min(MAX_JOBS, usable_cores()), metavar="N",
+                     help=f"processes reading a large plain file at once (default: the usable "
+                          f"cores, at most {MAX_JOBS}; report shares them between its files)")
 
 
 def build_parser():
@@ -2151,30 +2164,69 @@ def selection_from(args):
                      steps=args.steps or (None, None), skip=args.skip)
 
 
-def analyze_compute(path, selection, skip_bad_rows, warn):
+def analyze_compute(path, selection, skip_bad_rows, warn, jobs=1):
     """Read, sum up and judge a compute trace: its report dict."""
-    trace, fold = read_compute(path, selection, skip_bad_rows, warn)
+    trace, fold = read_compute(path, selection, skip_bad_rows, warn, jobs)
     report = compute_report(trace, fold, selection)
     report["verdicts"] = compute_verdicts(report)
     return report
 
 
-def analyze_io(path, selection, skip_bad_rows, warn, adjacent=True, cache=True):
+def analyze_io(path, selection, skip_bad_rows, warn, adjacent=True, cache=True, jobs=1):
     """Read, sum up and judge an io trace: its report dict."""
-    trace, fold = read_io(path, selection, adjacent, skip_bad_rows, warn, cache)
-    report = io_report(trace, fold, selection)
+    trace, fold = read_io(path, selection, adjacent, skip_bad_rows, warn, cache, jobs)
+    report = io_report(trace, fold, selection, jobs)
     report["verdicts"] = io_verdicts(report)
     return report
 
 
-def analyze_pair(compute_path, io_path, selection, skip_bad_rows, warn):
-    compute = analyze_compute(compute_path, selection, skip_bad_rows, warn)
-    io = analyze_io(io_path, selection, skip_bad_rows, warn)
+def analyze_pair(compute_path, io_path, selection, skip_bad_rows, warn, jobs=1):
+    """Both traces of a run, read at once when there are cores for it: the compute trace in a
+    child process with half of the jobs, the io trace here with the rest. Warnings and the
+    first error come in the order a one-after-the-other reading gives (compute first)."""
+    compute_jobs = max(1, jobs // 2)
+    child = Forked(_outcome, analyze_compute, compute_path, selection, skip_bad_rows,
+                   compute_jobs) if jobs > 1 and hasattr(os, "fork") else None
+    try:
+        if child is None or child.pid is None:  # one process: one after the other
+            outcomes = [_outcome(analyze_compute, compute_path, selection, skip_bad_rows,
+                                 jobs=jobs)]
+            outcomes.append(_outcome(analyze_io, io_path, selection, skip_bad_rows, jobs=jobs))
+        else:
+            io = _outcome(analyze_io, io_path, selection, skip_bad_rows, jobs=jobs - compute_jobs)
+            outcomes = [child.result() or _outcome(analyze_compute, compute_path, selection,
+                                                   skip_bad_rows, jobs=compute_jobs), io]
+    finally:
+        if child is not None:
+            child.cancel()
+    compute, io = _reports(outcomes, warn)
     report = pair_report(compute, io)
     report["pair"]["verdicts"] = pair_verdicts(compute, report["pair"])
     for message in report["pair"]["warnings"]:
         warn(message)
     return report
+
+
+def _outcome(analyze, path, selection, skip_bad_rows, jobs):
+    """("ok", report, warnings) or ("error", (path, line, message), warnings): what a reading
+    gave, with its warnings held back, so that a child process can send it."""
+    said = []
+    try:
+        return "ok", analyze(path, selection, skip_bad_rows, said.append, jobs=jobs), said
+    except TraceError as problem:
+        return "error", (problem.path, problem.line, problem.message), said
+
+
+def _reports(outcomes, warn):
+    """The reports of the outcomes, their warnings said in order; the first error raised."""
+    reports = []
+    for status, payload, said in outcomes:
+        for message in said:
+            warn(message)
+        if status == "error":
+            raise TraceError(*payload)
+        reports.append(payload)
+    return reports
 
 
 def run(args, out, warn):
@@ -2184,14 +2236,14 @@ def run(args, out, warn):
     selection = selection_from(args)
     if args.command == "report":
         report = analyze_pair(args.compute_path, args.io_path, selection, args.skip_bad_rows,
-                              warn)
+                              warn, args.jobs)
         render = lambda r: render_pair(r, args.top, args.layers, args.ascii)  # noqa: E731
     elif args.command == "compute":
-        report = analyze_compute(args.path, selection, args.skip_bad_rows, warn)
+        report = analyze_compute(args.path, selection, args.skip_bad_rows, warn, args.jobs)
         render = lambda r: render_compute(r, args.top, args.layers, args.ascii)  # noqa: E731
     else:
         report = analyze_io(args.path, selection, args.skip_bad_rows, warn, args.adjacent,
-                            args.cache)
+                            args.cache, args.jobs)
         render = lambda r: render_io(r, args.layers, args.ascii)  # noqa: E731
     report.setdefault("warnings", list(warn.said))
     text = json_text(report) if args.format == "json" else render(report)

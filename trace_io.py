@@ -672,35 +672,44 @@ class Trace:
         self.close()
 
 
-# ── folding a file, in two processes when it is large ───────────────────────────────────────
-# A plain file this large is folded in two halves at once, split at a token boundary: a child
-# process folds the second half and sends its finished fold back to be merged.
+# ── folding a file, in several processes when it is large ──────────────────────────────────
+# A plain file this large is cut at token boundaries into parts of at least half of it, up to
+# `jobs` parts: child processes fold the later parts while this one folds the first, and send
+# their finished folds back to be merged in file order.
 PARALLEL_MIN_BYTES = 8 << 20
 SPLIT_SCAN_LINES = 1 << 16
 
 
+def usable_cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def fold_file(path, kind, required, columns, make_fold, skip_bad_rows=False, warn=None,
-              may_split=True):
+              may_split=True, jobs=2):
     """Open the trace at `path`, check it is `kind` with the `required` columns, and fold the
-    batches of `columns` (Trace.batches' arguments) into make_fold().
+    batches of `columns` (Trace.batches' arguments) into make_fold(), in up to `jobs`
+    processes.
 
     Returns (trace, fold). may_split=False reads in one piece (a fold that needs every earlier
     row of a turn). Skipped rows are counted into the trace, and said once through `warn`."""
     warn = warn or (lambda message: None)
     with Trace(path, skip_bad_rows, warn) as trace:
         trace.require(kind, required)
-        split = split_point(trace) if may_split and hasattr(os, "fork") else None
-        child = Forked(_fold_rest, path, split, columns, make_fold, skip_bad_rows) \
-            if split else None
+        splits = split_points(trace, jobs) if may_split and hasattr(os, "fork") else []
+        parts = list(zip(splits, splits[1:] + [None]))
+        children = [Forked(_fold_part, path, part, columns, make_fold, skip_bad_rows)
+                    for part in parts]
         try:
-            if child:
-                trace.limit(split)
+            if splits:
+                trace.limit(splits[0])
             fold = _fold_batches(trace, make_fold(), columns)
-            if child:
-                _merge_child(trace, fold, child.result(), warn, columns, make_fold, split)
-                child = None
+            for child, part in zip(children, parts):
+                _merge_part(trace, fold, child.result(), warn, columns, make_fold, part)
         finally:
-            if child:
+            for child in children:
                 child.cancel()
     if trace.skipped:
         warn(f"{trace.name}: skipped {trace.skipped} bad row(s) (first: {trace.first_skipped})")
@@ -714,20 +723,38 @@ def _fold_batches(trace, fold, columns):
     return fold
 
 
-def split_point(trace):
-    """A byte offset near the middle of the rows where a new token starts, or None.
-
-    The line there is the first, past the middle, whose token columns differ from those of
-    the row before it, both read as the reader reads them (quoted lines too); a line that does
-    not parse is no row, and the split is never put before a line that continues a token."""
-    if trace.body_start is None:
-        return None
+def split_points(trace, jobs):
+    """Byte offsets, in order, where new tokens start, cutting the rows into up to `jobs`
+    parts of about equal size, each at least half of PARALLEL_MIN_BYTES: [] for one piece."""
+    if trace.body_start is None or jobs < 2:
+        return []
     size = os.path.getsize(trace.path)
-    if size - trace.body_start < PARALLEL_MIN_BYTES:
-        return None
+    body = size - trace.body_start
+    if body < PARALLEL_MIN_BYTES:
+        return []
+    parts = max(1, min(jobs, body // max(1, PARALLEL_MIN_BYTES // 2)))
+    points = []
+    for i in range(1, parts):
+        point = _token_start_after(trace, trace.body_start + body * i // parts)
+        if point is not None and (not points or point > points[-1]):
+            points.append(point)
+    return points
+
+
+def split_point(trace):
+    """A byte offset near the middle of the rows where a new token starts, or None."""
+    points = split_points(trace, 2)
+    return points[0] if points else None
+
+
+def _token_start_after(trace, start):
+    """The first line past `start` whose token columns differ from those of the row before
+    it, both read as the reader reads them (quoted lines too); a line that does not parse is
+    no row, so the split is never put before a line that continues a token. None if there is
+    none near."""
     positions = [trace.columns.index(c) for c in TOKEN_COLUMNS]
     with open(trace.path, "rb") as f:
-        f.seek(trace.body_start + (size - trace.body_start) // 2)
+        f.seek(start)
         f.readline()  # the rest of a line cut in the middle
         previous = None
         for _ in range(SPLIT_SCAN_LINES):
@@ -755,11 +782,11 @@ def _token_key(line, positions, width):
     return tuple(fields[p] for p in positions) if len(fields) == width else None
 
 
-def _fold_rest(path, split, columns, make_fold, skip_bad_rows):
-    """In the child: fold the rows from `split` on; what it returns travels back pickled."""
+def _fold_part(path, part, columns, make_fold, skip_bad_rows):
+    """In a child: fold the rows of one part; what it returns travels back pickled."""
     said = []
     try:
-        with Trace(path, skip_bad_rows, said.append, byte_range=(split, None)) as trace:
+        with Trace(path, skip_bad_rows, said.append, byte_range=part) as trace:
             fold = _fold_batches(trace, make_fold(), columns)
             fold.detach()
             return "ok", (fold, trace.skipped, trace.first_skipped, said)
@@ -767,9 +794,9 @@ def _fold_rest(path, split, columns, make_fold, skip_bad_rows):
         return "error", (problem.path, problem.line, problem.message, said)
 
 
-def _merge_child(trace, fold, outcome, warn, columns, make_fold, split):
-    """Merge what the child sent; an error in its half is raised here, after the parent's own
-    half was read, so the first error in file order wins."""
+def _merge_part(trace, fold, outcome, warn, columns, make_fold, part):
+    """Merge what a child sent. Parts are merged in file order, after this process's own
+    part was read, so the first error in file order is the one raised."""
     status, payload = outcome or ("died", None)
     if status == "error":
         path, line, message, said = payload
@@ -779,9 +806,9 @@ def _merge_child(trace, fold, outcome, warn, columns, make_fold, split):
     if status == "ok":
         later, skipped, first_skipped, said = payload
     else:
-        warn(f"{trace.name}: the process reading the second half of the file died; that half "
+        warn(f"{trace.name}: the process reading bytes {part[0]}- of the file died; that part "
              f"was read again here")
-        later, skipped, first_skipped, said = _refold(trace, columns, make_fold, split)
+        later, skipped, first_skipped, said = _refold(trace, columns, make_fold, part)
     for message in said:
         warn(message)
     trace.skipped += skipped
@@ -789,9 +816,9 @@ def _merge_child(trace, fold, outcome, warn, columns, make_fold, split):
     fold.merge(later)
 
 
-def _refold(trace, columns, make_fold, split):
+def _refold(trace, columns, make_fold, part):
     said = []
-    with Trace(trace.path, trace.skip_bad_rows, said.append, byte_range=(split, None)) as rest:
+    with Trace(trace.path, trace.skip_bad_rows, said.append, byte_range=part) as rest:
         later = _fold_batches(rest, make_fold(), columns)
         return later, rest.skipped, rest.first_skipped, said
 
@@ -823,14 +850,16 @@ class Forked:
     def result(self):
         if not self.pid:
             return None
+        pid, self.pid = self.pid, None  # reaped: never to be signalled again
         try:
             data = self.reader.read()
         finally:
             self.reader.close()
-            os.waitpid(self.pid, 0)
+            os.waitpid(pid, 0)
         return pickle.loads(data) if data else None
 
     def cancel(self):
+        """End the child, unless its result was taken already."""
         if self.pid:
             try:
                 os.kill(self.pid, signal.SIGKILL)

@@ -116,12 +116,12 @@ def test_lru_curve_in_two_processes(traces, monkeypatch):
 @pytest.fixture
 def child_marks(monkeypatch, tmp_path):
     """Each child that folds a part leaves its pid in a file; returns the list of pids."""
-    real = trace_io._fold_rest
+    real = trace_io._fold_part
 
     def marked(*args):
         (tmp_path / f"child-{trace_io.os.getpid()}").write_text("")
         return real(*args)
-    monkeypatch.setattr(trace_io, "_fold_rest", marked)
+    monkeypatch.setattr(trace_io, "_fold_part", marked)
     return lambda: [int(p.name.split("-")[1]) for p in tmp_path.glob("child-*")]
 
 
@@ -138,9 +138,9 @@ def test_the_child_folds_its_part_and_the_parent_does_not_refold_it(traces, smal
 
 
 def test_a_dead_child_is_said_and_its_part_read_again(traces, small_split, monkeypatch):
-    monkeypatch.setattr(trace_io, "_fold_rest", lambda *args: trace_io.os._exit(3))
+    monkeypatch.setattr(trace_io, "_fold_part", lambda *args: trace_io.os._exit(3))
     single, parallel = small_split("compute", traces["ct"], "--format", "json")
     assert parallel.code == 0
     assert single.json["per_token"] == parallel.json["per_token"]
     assert single.json["by_op"] == parallel.json["by_op"]
-    assert "the process reading the second half of the file died" in parallel.err
+    assert "of the file died; that part was read again here" in parallel.err

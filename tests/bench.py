@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
-"""Benchmark decode-analyze side by side with the reference script and a bare csv.reader pass.
+"""Benchmark decode-analyze side by side, in one run, with a bare csv.reader pass over the same
+file, the reference script (../shared/reference, when it is there) and, when installed, DuckDB
+and polars doing the core group-bys (benchmark-only peers, never dependencies of the tool).
 
-Generates realistic traces (tests/tracegen.py: 48 layers of real llama.cpp node names, prefill
-+ decode, faults on expert matmuls; io with 4 lanes, 4 sizes, chunked slices, spec reads), then
-runs every command as its own process, in one run, and reports the minimum wall time over the
-trials (the floor is the signal; the rest is scheduler noise) and each process's peak RSS.
+Traces are generated (tests/tracegen.py: 48 layers of real llama.cpp node names, prefill +
+decode, faults on expert matmuls; io with 4 lanes, 4 sizes, chunked slices, spec reads). Every
+command runs as its own process; each cell is the median of the trials with [min-max], and the
+peak RSS of the process tree. Ratios are taken between medians of the same run.
 
   python3 tests/bench.py                  # everything (the reference's --adjacent takes minutes)
-  python3 tests/bench.py --quick          # skip the slowest reference runs
+  python3 tests/bench.py --quick          # skip the reference runs
   python3 tests/bench.py --trials 5 --dir /tmp/bench
 
 Not a test: pytest does not collect it, and its numbers go in the README by hand.
 """
 import argparse
+import importlib.util
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,31 +31,68 @@ import tracegen  # noqa: E402
 TOOL = HERE.parent / "decode_analyze.py"
 REFERENCE = HERE.parent.parent / "shared" / "reference" / "decode-analyze.py"
 BARE = "import csv, sys\nfor row in csv.reader(open(sys.argv[1], newline='')): pass\n"
+DUCKDB = """import duckdb, sys
+kind, path = sys.argv[1], sys.argv[2]
+src = f"read_csv('{path}', comment='#', header=true)"
+if kind == "compute":
+    duckdb.sql(f"select op, sum(wall_ns), count(*), sum(majflt) from {src} where phase = 1 "
+               f"group by op").fetchall()
+    duckdb.sql(f"select turn, step, sum(wall_ns) from {src} where phase = 1 "
+               f"group by turn, step").fetchall()
+else:
+    duckdb.sql(f"select lane, read_bytes, spec, layer, count(*), sum(latency_ns) from {src} "
+               f"where phase = 1 group by lane, read_bytes, spec, layer").fetchall()
+    duckdb.sql(f"select turn, step, count(*), sum(read_bytes) from {src} where phase = 1 "
+               f"group by turn, step").fetchall()
+"""
+POLARS = """import polars as pl, sys
+kind, path = sys.argv[1], sys.argv[2]
+frame = pl.scan_csv(path, comment_prefix="#").filter(pl.col("phase") == 1)
+if kind == "compute":
+    frame.group_by("op").agg(pl.col("wall_ns").sum(), pl.len(), pl.col("majflt").sum()).collect()
+    frame.group_by("turn", "step").agg(pl.col("wall_ns").sum()).collect()
+else:
+    frame.group_by("lane", "read_bytes", "spec", "layer").agg(
+        pl.len(), pl.col("latency_ns").sum()).collect()
+    frame.group_by("turn", "step").agg(pl.len(), pl.col("read_bytes").sum()).collect()
+"""
+
+
+class Timing:
+    """The wall times of one command's trials and its peak RSS."""
+
+    def __init__(self, times, peak_mib):
+        self.times, self.peak_mib = times, peak_mib
+        self.median = statistics.median(times)
+
+    def cell(self):
+        if len(self.times) == 1:
+            return f"{self.median:.2f} s"
+        return f"{self.median:.2f} s [{min(self.times):.2f}-{max(self.times):.2f}]"
 
 
 def measure(argv, trials):
-    """(min wall seconds, max peak RSS in MiB) of running argv as a child process."""
-    best, peak = None, 0
+    """Timing of running argv as a child process `trials` times."""
+    times, peak = [], 0
     for _ in range(trials):
         start = time.perf_counter()
         child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         _, status, usage = os.wait4(child.pid, 0)
-        elapsed = time.perf_counter() - start
-        child.returncode = os.waitstatus_to_exitcode(status)
+        times.append(time.perf_counter() - start)
         errors = child.stderr.read().decode(errors="replace")
         child.stderr.close()
-        if child.returncode != 0:
-            raise SystemExit(f"failed ({child.returncode}): {' '.join(argv)}\n{errors}")
-        best = elapsed if best is None else min(best, elapsed)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"failed: {' '.join(map(str, argv))}\n{errors}")
         peak = max(peak, usage.ru_maxrss / 1024)  # KiB on Linux
-    return best, peak
+    return Timing(times, peak)
 
 
 def generate(directory):
     traces = {
-        "ct300": ("compute", dict(n_layer=48, decode_tokens=300)),
-        "io1000": ("io", dict(n_layer=48, decode_tokens=1000, reads_per_token=350)),
+        "ct420": ("compute", dict(n_layer=48, decode_tokens=420)),
         "ct3m": ("compute", dict(n_layer=48, decode_tokens=1220)),
+        "io500k": ("io", dict(n_layer=48, decode_tokens=1430, reads_per_token=350)),
+        "io420": ("io", dict(n_layer=48, decode_tokens=420, reads_per_token=350)),
         "io1m": ("io", dict(n_layer=48, decode_tokens=2860, reads_per_token=350)),
     }
     paths = {}
@@ -62,6 +103,7 @@ def generate(directory):
                 tracegen.io_lines(**options)
             tracegen.write(path, lines)
         paths[name] = path
+    paths["ct420q"] = quoted_copy(paths["ct420"])
     return paths
 
 
@@ -85,63 +127,86 @@ def rows_of(path):
         return sum(1 for line in f if not line.startswith(b"#")) - 1
 
 
+def peers():
+    found = {}
+    for name, script in (("duckdb", DUCKDB), ("polars", POLARS)):
+        if importlib.util.find_spec(name):
+            found[name] = script
+    return found
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, help="where to keep the generated traces")
-    parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--quick", action="store_true",
-                        help="skip the reference on 3M rows and with --adjacent (minutes each)")
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="skip the reference runs")
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.mkdtemp(prefix="decode-analyze-bench-"))
     directory.mkdir(parents=True, exist_ok=True)
     paths = generate(directory)
-    python = sys.executable
-    have_reference = REFERENCE.exists()
+    python, trials = sys.executable, args.trials
+    tool = [python, str(TOOL)]
+    others = peers()
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))}"
+          f" usable); median [min-max] of {trials} trials; traces in {directory}; peers: "
+          f"{', '.join(others) or 'none installed'}\n")
 
-    cases = [
-        ("compute, per-node, 300 tokens", paths["ct300"], ["compute"], args.trials, True),
-        ("compute, per-node, 3M rows", paths["ct3m"], ["compute"], 1, not args.quick),
-        ("io, 1000 tokens", paths["io1000"], ["io"], args.trials, True),
-        ("io --adjacent, 1000 tokens", paths["io1000"], ["io", "--adjacent"], args.trials,
-         not args.quick),
-    ]
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores; minimum of "
-          f"{args.trials} trials (1 for the 3M-row trace); traces in {directory}\n")
-    header = ("| case | rows | this tool | reference | bare csv.reader | reference / this | "
-              "this / bare | peak RSS this | peak RSS reference |")
-    print(header)
-    print("|---" * 9 + "|")
-    for label, path, command, trials, with_reference in cases:
-        sub, *options = command
-        mine, mine_rss = measure([python, str(TOOL), sub, str(path), *options], trials)
-        bare, _ = measure([python, "-c", BARE, str(path)], trials)
-        if have_reference and with_reference:
-            theirs, theirs_rss = measure([python, str(REFERENCE), sub, str(path), *options],
-                                         1 if "adjacent" in label else trials)
-            ref_cells = (f"{theirs:.2f} s", f"{theirs / mine:.1f}x", f"{theirs_rss:.0f} MiB")
-        else:
-            ref_cells = ("not run", "", "")
-        print(f"| {label} | {rows_of(path):,} | {mine:.2f} s | {ref_cells[0]} | {bare:.2f} s | "
-              f"{ref_cells[1]} | {mine / bare:.2f}x | {mine_rss:.0f} MiB | {ref_cells[2]} |",
+    cases = [("compute --layers, 48 layers, 420 tokens", "ct420", ["compute", "--layers"]),
+             ("compute --layers, 3M rows", "ct3m", ["compute", "--layers"]),
+             ("io, 500k reads", "io500k", ["io"]),
+             ("io --adjacent, 500k reads", "io500k", ["io", "--adjacent"]),
+             ("io --adjacent --cache, 500k reads", "io500k", ["io", "--adjacent", "--cache"]),
+             ("io, 1M reads", "io1m", ["io"]),
+             ("io --adjacent --cache, 1M reads", "io1m", ["io", "--adjacent", "--cache"])]
+    print("| case | rows | this tool | bare csv.reader | this / bare | "
+          + "".join(f"{name} | " for name in others) + "peak RSS |")
+    print("|---" * (6 + len(others)) + "|")
+    results = {}
+    for label, name, (command, *options) in cases:
+        path = str(paths[name])
+        mine = results[label] = measure([*tool, command, path, *options], trials)
+        bare = measure([python, "-c", BARE, path], trials)
+        peer_cells = "".join(measure([python, "-c", script, command, path], trials).cell() + " | "
+                             for script in others.values())
+        print(f"| {label} | {rows_of(path):,} | {mine.cell()} | {bare.cell()} | "
+              f"{mine.median / bare.median:.2f}x | {peer_cells}{mine.peak_mib:.0f} MiB |",
               flush=True)
 
-    # Quoted names: only the quoted lines may take the slow path (issue 8: within 1.2x).
-    quoted = quoted_copy(paths["ct300"])
-    plain_ct, _ = measure([python, str(TOOL), "compute", str(paths["ct300"])], args.trials)
-    quoted_ct, _ = measure([python, str(TOOL), "compute", str(quoted)], args.trials)
-    print("\n| case | rows | unquoted | one quoted name per layer | quoted / unquoted |")
-    print("|---" * 5 + "|")
-    print(f"| compute, 300 tokens | {rows_of(quoted):,} | {plain_ct:.2f} s | {quoted_ct:.2f} s | "
-          f"{quoted_ct / plain_ct:.2f}x |", flush=True)
+    # report reads its two files at once: against compute and io run one after the other.
+    ct, io = str(paths["ct420"]), str(paths["io420"])
+    pair = measure([*tool, "report", ct, io], trials)
+    alone = results["compute --layers, 48 layers, 420 tokens"].median + \
+        measure([*tool, "io", io, "--adjacent", "--cache"], trials).median
+    print("\n| case | report CT IO | compute + io --adjacent --cache, one after the other | "
+          "report / sequential |")
+    print("|---" * 4 + "|")
+    print(f"| 420-token pair | {pair.cell()} | {alone:.2f} s | {pair.median / alone:.2f}x |")
 
-    # The LRU what-if against the same run without it (the reference has no such thing).
-    io1m = str(paths["io1m"])
-    plain, plain_rss = measure([python, str(TOOL), "io", io1m], args.trials)
-    cached, cached_rss = measure([python, str(TOOL), "io", io1m, "--cache"], args.trials)
-    print("\n| case | rows | io | io --cache | --cache / io | peak RSS io | peak RSS --cache |")
-    print("|---" * 7 + "|")
-    print(f"| io, 1M reads | {rows_of(paths['io1m']):,} | {plain:.2f} s | {cached:.2f} s | "
-          f"{cached / plain:.2f}x | {plain_rss:.0f} MiB | {cached_rss:.0f} MiB |")
+    # --jobs: one process against the default.
+    one = measure([*tool, "compute", str(paths["ct3m"]), "--jobs", "1"], trials)
+    print("\n| case | --jobs 1 | default --jobs | default / 1 | peak RSS --jobs 1 |")
+    print("|---" * 5 + "|")
+    print(f"| compute, 3M rows | {one.cell()} | {results['compute --layers, 3M rows'].cell()} | "
+          f"{results['compute --layers, 3M rows'].median / one.median:.2f}x | "
+          f"{one.peak_mib:.0f} MiB |")
+
+    # Quoted names: only the quoted lines may take the slow path (issue 8: within 1.2x).
+    plain_ct = measure([*tool, "compute", str(paths["ct420"])], trials)
+    quoted_ct = measure([*tool, "compute", str(paths["ct420q"])], trials)
+    print("\n| case | unquoted | one quoted name per layer | quoted / unquoted |")
+    print("|---" * 4 + "|")
+    print(f"| compute, 420 tokens | {plain_ct.cell()} | {quoted_ct.cell()} | "
+          f"{quoted_ct.median / plain_ct.median:.2f}x |", flush=True)
+
+    if REFERENCE.exists() and not args.quick:
+        print("\n| case | this tool | reference | reference / this | peak RSS reference |")
+        print("|---" * 5 + "|")
+        for label, name, command in (("compute, 420 tokens", "ct420", ["compute"]),
+                                     ("io, 500k reads", "io500k", ["io"])):
+            mine = measure([*tool, *command[:1], str(paths[name]), *command[1:]], trials)
+            theirs = measure([python, str(REFERENCE), *command[:1], str(paths[name])], 1)
+            print(f"| {label} | {mine.cell()} | {theirs.cell()} | "
+                  f"{theirs.median / mine.median:.1f}x | {theirs.peak_mib:.0f} MiB |", flush=True)
 
 
 if __name__ == "__main__":

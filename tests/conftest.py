@@ -61,6 +61,28 @@ def run(*argv):
     return Result(code, out.getvalue(), err.getvalue())
 
 
+@pytest.fixture
+def small_split(monkeypatch):
+    """small_split(*argv) -> (one-process result, result with the split on for files of a few
+    KiB)."""
+    import trace_io
+
+    def both(*argv):
+        monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 1 << 60)
+        single = run(*argv)
+        monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 1024)
+        return single, run(*argv)
+    return both
+
+
+def assert_token_start(data, offset):
+    """`offset` of the file's bytes `data` starts a line whose token differs from the line's
+    before it."""
+    before = data[:offset].rstrip(b"\n").rsplit(b"\n", 1)[1].split(b",")[:3]
+    after = data[offset:].split(b"\n", 1)[0].split(b",")[:3]
+    assert data[offset - 1:offset] == b"\n" and before != after
+
+
 def error_of(*argv):
     """The one-line error of a run that must fail with exit status 1 and print nothing else."""
     result = run(*argv)

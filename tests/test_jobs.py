@@ -4,7 +4,7 @@ import pytest
 
 import trace_io
 import tracegen
-from conftest import REAL_TRACES, ct_text, io_text, run
+from conftest import REAL_TRACES, assert_token_start, ct_text, io_text, run
 
 OPTIONS = {"compute": ("--layers",), "io": ("--adjacent", "--cache")}
 
@@ -39,11 +39,8 @@ def test_the_parts_are_cut_at_token_starts(small_parts):
     with trace_io.Trace(str(path)) as trace:
         points = trace_io.split_points(trace, 8)
     assert len(points) == 7 and points == sorted(set(points))
-    data = path.read_bytes()
     for point in points:
-        before = data[:point].rstrip(b"\n").rsplit(b"\n", 1)[1].split(b",")[:3]
-        after = data[point:].split(b"\n", 1)[0].split(b",")[:3]
-        assert data[point - 1:point] == b"\n" and before != after
+        assert_token_start(path.read_bytes(), point)
 
 
 def test_the_first_error_in_file_order_wins_across_parts(write, small_parts):

@@ -3,7 +3,7 @@ path change nothing; `spec` is 0 or 1 everywhere."""
 import pytest
 
 import trace_io
-from conftest import ct_text, error_of, io_text, report, run
+from conftest import assert_token_start, ct_text, error_of, io_text, report, run
 
 # Two decode tokens; a layer -1 view between two layer-0 nodes is re-attributed to layer 0.
 CT_ROWS = ["0,1,4,0,0,MUL_MAT,Qcur-0,1000000,0", "0,1,4,1,-1,VIEW,Kcur-0 (view),500000,0",
@@ -41,24 +41,14 @@ def test_a_skipped_io_row_does_not_double_adjacency_runs(write):
 
 
 # 10. a split into two processes never divides a token, quoted rows or not
-@pytest.fixture
-def both(monkeypatch):
-    def run_both(*argv):
-        monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 1 << 60)
-        single = run(*argv)
-        monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 256)
-        return single, run(*argv)
-    return run_both
-
-
-def test_a_token_whose_first_rows_are_quoted_is_not_split(write, both):
+def test_a_token_whose_first_rows_are_quoted_is_not_split(write, small_split):
     rows = []
     for step in range(4, 44):
         rows += [f'0,1,{step},0,0,MUL_MAT,"Qcur-0, part 0",1000000,0',
                  f'0,1,{step},1,0,MUL_MAT,"Qcur-0, part 1",1000000,0',
                  f"0,1,{step},2,0,ADD,l_out-0,{step * 1000},0"]
     path = write(ct_text(rows))
-    single, parallel = both("compute", path, "--format", "json")
+    single, parallel = small_split("compute", path, "--format", "json")
     assert single.json == parallel.json and parallel.err == ""
     assert parallel.json["tokens"] == 40 and len({tuple(g["op"] for g in parallel.json["by_op"])}) == 1
     assert trace_io.split_point is not None
@@ -71,11 +61,8 @@ def test_the_split_point_is_a_token_boundary_with_quoted_lines(write, monkeypatc
     monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 256)
     with trace_io.Trace(str(path)) as trace:
         split = trace_io.split_point(trace)
-    data = path.read_bytes()
-    after = data[split:].split(b"\n", 1)[0]
-    before = data[:split].rstrip(b"\n").rsplit(b"\n", 1)[1]
-    assert after.split(b",")[2] != before.split(b",")[2]
-    assert after.split(b",")[3] == b"0"  # the new token's first row
+    assert_token_start(path.read_bytes(), split)
+    assert path.read_bytes()[split:].split(b",")[3] == b"0"  # the new token's first row
 
 
 # 12. spec is 0 or 1, once, everywhere

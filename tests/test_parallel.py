@@ -5,20 +5,9 @@ import pytest
 import decode_analyze
 import trace_io
 import tracegen
-from conftest import ct_text, io_text, run
+from conftest import assert_token_start, ct_text, io_text, run
 
 pytestmark = pytest.mark.skipif(not hasattr(decode_analyze.os, "fork"), reason="no fork")
-
-
-@pytest.fixture
-def small_split(monkeypatch):
-    """Turn the two-process path on for files of a few KiB."""
-    def both(*argv):
-        monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 1 << 60)
-        single = run(*argv)
-        monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 1024)
-        return single, run(*argv)
-    return both
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +48,7 @@ def test_split_lands_on_a_token_boundary(traces):
             split = trace_io.split_point(trace)
     finally:
         trace_io.PARALLEL_MIN_BYTES = saved
-    data = traces["ct"].read_bytes()
-    before = data[:split].rstrip(b"\n").rsplit(b"\n", 1)[1].split(b",")[:3]
-    after = data[split:].split(b"\n", 1)[0].split(b",")[:3]
-    assert data[split - 1:split] == b"\n" and before != after
+    assert_token_start(traces["ct"].read_bytes(), split)
 
 
 def test_error_in_the_second_half_names_its_line(write, small_split):

@@ -120,12 +120,17 @@ def _bulk_integers(texts, last_column):
             values[position] = int(text)
         return values
     joined = ",".join(texts)
-    digits = joined.replace(",", "")
-    if not _plain_digits(digits.replace("\n", "") if last_column else digits):
+    # What JSON takes beyond plain digits: a sign, blanks (a newline ends only the last
+    # column), fractions and exponents, true/false/null, NaN/Infinity: the last three come
+    # back as other types than int.
+    if "-" in joined or " " in joined or "\t" in joined or "\r" in joined or \
+            (not last_column and "\n" in joined):
         return None
     try:  # the JSON parser reads a list of integers faster than int() one by one
         values = json.loads("[" + joined + "]")
     except ValueError:  # leading zeros, empty fields, too many digits
+        return None
+    if values and set(map(type, values)) != {int}:
         return None
     return values if not values or max(values) < INTEGER_LIMIT else None
 

@@ -32,6 +32,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import textwrap
 from array import array
 from bisect import bisect_left, bisect_right
@@ -2068,6 +2069,9 @@ def non_negative(text):
 def add_common_options(sub):
     sub.add_argument("--format", choices=("text", "json"), default="text",
                      help="text tables (default) or the report as one JSON object")
+    sub.add_argument("--output", "-o", metavar="FILE",
+                     help="write the report to FILE instead of stdout, atomically (a temporary "
+                          "file in the same folder, then renamed); never over an input trace")
     sub.add_argument("--phase", choices=("decode", "prefill", "all"),
                      help="rows to use (default: decode, or all rows when there are no "
                           "decode rows)")
@@ -2233,6 +2237,8 @@ def run(args, out, warn):
     """Build the command's report and write it in the chosen format."""
     if args.command == "report" and args.compute_path == args.io_path == "-":
         raise TraceError("<stdin>", 0, "stdin can carry only one of the two traces")
+    if args.output:
+        refuse_to_overwrite_an_input(args)
     selection = selection_from(args)
     if args.command == "report":
         report = analyze_pair(args.compute_path, args.io_path, selection, args.skip_bad_rows,
@@ -2247,6 +2253,9 @@ def run(args, out, warn):
         render = lambda r: render_io(r, args.layers, args.ascii)  # noqa: E731
     report.setdefault("warnings", list(warn.said))
     text = json_text(report) if args.format == "json" else render(report)
+    if args.output:
+        write_atomically(args.output, text)
+        return
     if not encodable(text, out):  # a cp1252 console, a non-UTF-8 locale: plain ASCII
         if args.format == "json":
             text = json_text(report, ascii_only=True)
@@ -2260,6 +2269,37 @@ def run(args, out, warn):
         raise
     except (OSError, ValueError) as exc:
         raise OutputError(f"cannot write the output: {getattr(exc, 'strerror', None) or exc}")
+
+
+def refuse_to_overwrite_an_input(args):
+    inputs = [args.compute_path, args.io_path] if args.command == "report" else [args.path]
+    for path in inputs:
+        try:
+            same = path != "-" and os.path.samefile(path, args.output)
+        except OSError:
+            same = False
+        if same:
+            raise OutputError(f"{args.output}: is the input trace {path}: not writing over it")
+
+
+def write_atomically(path, text):
+    """text into the file at `path`, whole or not at all: a reader never sees half a report."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        handle, temporary = tempfile.mkstemp(dir=folder, prefix=".decode-analyze-",
+                                             suffix=".tmp")
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(temporary, path)
+    except OSError as exc:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
 def encodable(text, out):
@@ -2283,7 +2323,7 @@ def main(argv=None, out=None, err=None):
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else 2
-    if out is None:
+    if out is None and not args.output:
         say(err, "standard output is closed: nowhere to write the report")
         return 1
     warn = Warnings(err)

@@ -1897,8 +1897,9 @@ def render_verdicts(verdicts):
 def io_range_lines(figures, per):
     """The I/O wall time and throughput of a token, as the range a v1 trace allows."""
     wall, rate = figures["io_wall_ms_per_token"], figures["throughput_mib_per_s"]
-    return wrap(f"I/O{' ' + per if per else ''}: between {wall['min']:.2f} ms ({figures['lanes']} lanes in "
-                f"parallel) and {wall['max']:.2f} ms (one at a time); throughput between "
+    return wrap(f"I/O{' ' + per if per else ''}: between {wall['min']:.2f} ms "
+                f"({figures['lanes']} lanes in parallel) and {wall['max']:.2f} ms (one at a time); "
+                f"throughput between "
                 f"{num(rate['min'], '.0f')} and {num(rate['max'], '.0f')} MiB/s", "")
 
 
@@ -2017,6 +2018,187 @@ def render_pair(report, top=12, show_layers=False, ascii_only=False):
     return "\n".join(lines) + "\n"
 
 
+# ── rendering: Markdown ─────────────────────────────────────────────────────────────────────
+# GitHub-flavoured Markdown for an issue or a pull request: the same table definitions as the
+# text, drawn as Markdown tables; long tables folded into <details>; every string escaped.
+GITHUB_COMMENT_LIMIT = 65536
+MD_SHOWN_ROWS = 12  # rows of a long table shown before the rest is folded away
+_MD_SPECIAL = {"\\": "\\\\", "`": "\\`", "*": "\\*", "_": "\\_", "[": "\\[", "]": "\\]",
+               "|": "\\|", "<": "&lt;", ">": "&gt;", "&": "&amp;", "#": "\\#", "~": "\\~",
+               "!": "\\!"}
+
+
+def md(text):
+    """Untrusted text as Markdown that shows as itself: no markup, no HTML, one line."""
+    return "".join(_MD_SPECIAL.get(ch, ch) for ch in safe(text))
+
+
+def md_table(columns, rows):
+    columns = [col for col in columns if col.header]  # bars are text art: the table says it
+    lines = ["| " + " | ".join(md(col.header) for col in columns) + " |",
+             "|" + "|".join("---:" if col.align == ">" else ":---" for col in columns) + "|"]
+    lines += ["| " + " | ".join(md(cell(col, row)) for col in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def md_section(title, columns, rows, folded=False):
+    """A titled table; a long one (or a `folded` one) shows its first rows and folds the rest
+    into a <details> block that a reader opens."""
+    if not rows:
+        return ""
+    if not folded and len(rows) <= MD_SHOWN_ROWS:
+        return f"**{md(title)}**\n\n{md_table(columns, rows)}\n"
+    head = "" if folded else f"**{md(title)}**\n\n{md_table(columns, rows[:MD_SHOWN_ROWS])}\n\n"
+    return (f"{head}<details><summary>{md(title)}: all {len(rows)} rows</summary>\n\n"
+            f"{md_table(columns, rows)}\n\n</details>\n")
+
+
+def md_lines(lines):
+    """Prose lines of the text output (headlines, notes) as Markdown lines."""
+    return "\n".join(md(line.strip()) + "  " for line in unwrap(lines) if line.strip())
+
+
+def unwrap(lines):
+    """Lines folded by wrap() joined back: a continuation line starts with more blanks."""
+    joined = []
+    for line in lines:
+        if joined and line.startswith("  ") and not line.startswith("  " * 3) and \
+                len(line) - len(line.lstrip()) > len(joined[-1]) - len(joined[-1].lstrip()):
+            joined[-1] += " " + line.strip()
+        else:
+            joined.append(line)
+    return joined
+
+
+def md_verdicts(verdicts):
+    if not verdicts:
+        return ""
+    return "**Verdicts**\n\n" + "\n".join(f"- {md(v['text'])}" for v in verdicts) + "\n"
+
+
+def md_title(report, command, paths, keys):
+    names = " · ".join(md(os.path.basename(str(path))) for path in paths)
+    meta = " ".join(f"{md(key)}={md(report['meta'].get(key, '?'))}" for key in keys)
+    return f"### decode-analyze {TOOL_VERSION} {command}: {names}\n\n{meta}\n"
+
+
+def md_tokens(report, value, unit):
+    dist = report[f"token_{value}"]
+    name = "heaviest" if "heaviest" in report else "slowest"
+    spark = sparkline([t[value] for t in report["per_token"]])
+    lines = [f"**Per token ({unit})**: p50 {dist['p50']:.2f} · p90 {dist['p90']:.2f} · "
+             f"p99 {dist['p99']:.2f} · max {dist['max']:.2f}  ", f"run `{spark}`  ",
+             md(f"{name}: " + ", ".join(f"turn {t['turn']} step {t['step']} {t[value]:.2f}"
+                                      for t in report[name]))]
+    columns = (column("turn", "turn"), column("step", "step"),
+               column(unit, value, fixed(2)))
+    return "\n".join(lines) + "\n\n" + md_section("every token", columns, report["per_token"],
+                                                   folded=True)
+
+
+def markdown_compute(report):
+    parts = [md_title(report, "compute", [report["path"]],
+                      ("model", "arch", "n_layer", "n_threads")),
+             md_lines(compute_headline(report)), md_verdicts(report["verdicts"])]
+    if report["granularity"] == "layer":
+        parts.append(md_section("by segment", segment_table(report["segments"]),
+                                report["segments"]))
+    else:
+        parts += [md_section("by op (slowest first; us = one node's wall time)", OP_TABLE,
+                             report["by_op"]),
+                  md_section("fault attribution", FAULT_TABLE, report["faults"]["by_op"]),
+                  md_section("by node category", CATEGORY_TABLE, report["by_category"]),
+                  md_lines(["unclassified base names, ms/token: " + ", ".join(
+                      f"{u['name'] or '(empty)'} {u['ms_per_token']:.2f}"
+                      for u in report["unclassified"][:UNCLASSIFIED_SHOWN])])
+                  if report["unclassified"] else "",
+                  md_section("by layer", layer_table(report["by_layer"]), report["by_layer"],
+                             folded=True)]
+    parts.append(md_tokens(report, "ms", "ms"))
+    return fit_comment(parts)
+
+
+def markdown_io(report):
+    per = "per read-token"
+    parts = [md_title(report, "io", [report["path"]], ("model", "io_threads", "o_direct",
+                                                       "overlap")),
+             md_lines(io_range_lines(report, per) + [
+                 f"read-tokens={report['tokens']} ({selection_text(report)})",
+                 f"reads {report['reads_per_token']:.1f} and {report['mib_per_token']:.2f} MiB "
+                 f"{per}; lanes busy {report['busy_ms_per_token']:.2f} ms {per} summed over "
+                 f"lanes; alignment waste {num(report['waste_pct'], '.1f')}%"]),
+             md_verdicts(report["verdicts"]), md_io_tables(report, report["by_lane"],
+                                                           report["demand_vs_spec"]),
+             md_section("by layer", IO_LAYER_TABLE, report["by_layer"], folded=True),
+             md_tokens(report, "mib", "MiB")]
+    return fit_comment(parts)
+
+
+def md_io_tables(io, lanes, demand):
+    hist = io["latency_hist"]
+    return "\n".join(filter(None, [
+        md_section("per-read latency (us)", LATENCY_TABLE, [io["latency_us"]]),
+        md_section("latency histogram", histogram_table(hist), hist),
+        md_section("by read size", SIZE_TABLE, io["by_size"]),
+        md_section("by lane", LANE_TABLE, lanes),
+        md_section("demand vs speculative", SPEC_TABLE, demand) if io["spec"]["reads"] else "",
+        md_section("extra LRU cache (what-if)", CACHE_TABLE, io["reuse"]["lru"])
+        if io["reuse"] else ""]))
+
+
+def markdown_pair(report):
+    compute, io, pair = report["compute"], report["io"], report["pair"]
+    headline = [f"tokens={pair['tokens']} ({selection_text(compute)}), "
+                f"{pair['tokens_without_reads']} read nothing; every figure is per decoded token",
+                f"compute {pair['compute_ms_per_token']:.2f} ms, of which faulting nodes "
+                f"{pair['faulting_ms_per_token']:.2f} ms",
+                *io_range_lines({**pair, "lanes": io["lanes"]}, "per decoded token"),
+                f"reads {pair['io_reads_per_token']:.1f}, {pair['io_mib_per_token']:.2f} MiB"]
+    parts = [md_title({"meta": {**io["meta"], **compute["meta"]}}, "report",
+                      [compute["path"], io["path"]],
+                      ("model", "arch", "n_layer", "io_threads", "o_direct", "overlap")),
+             md_lines(headline + [f"warning: {message}" for message in pair["warnings"]]),
+             md_verdicts([v for v in compute["verdicts"] if v["id"] != "router_wait"]
+                         + io["verdicts"] + pair["verdicts"]),
+             md_section("by layer, per decoded token", PAIR_LAYER_TABLE, pair["by_layer"]),
+             md_section("by op (slowest first)", OP_TABLE, compute["by_op"]),
+             md_section("by node category", CATEGORY_TABLE, compute["by_category"]),
+             md_tokens(compute, "ms", "ms"),
+             md_io_tables(io, pair["by_lane"], pair["demand_vs_spec"])]
+    return fit_comment(parts)
+
+
+def fit_comment(parts, limit=GITHUB_COMMENT_LIMIT):
+    """The parts joined; past one GitHub comment, the longest folded tables are cut, each with
+    a line that says how many rows were left out."""
+    parts = [part.strip("\n") for part in parts if part]
+    text = "\n\n".join(parts) + "\n"
+    while len(text) > limit:
+        longest = max(range(len(parts)), key=lambda i: len(parts[i]) * ("<details>" in parts[i]))
+        if "<details>" not in parts[longest]:
+            break
+        parts[longest] = cut_details(parts[longest], len(text) - limit)
+        text = "\n\n".join(parts) + "\n"
+    return text
+
+
+def cut_details(part, excess):
+    """A <details> block with enough of its last table rows removed to save `excess`
+    characters, and a line saying so."""
+    head, _, rest = part.partition("<details>")
+    block, _, tail = rest.partition("</details>")
+    lines = block.split("\n")
+    rows = [i for i, line in enumerate(lines) if line.startswith("| ")][1:]
+    saved, cut = 0, []
+    while rows and saved < excess + 200:
+        i = rows.pop()
+        saved += len(lines[i]) + 1
+        cut.append(i)
+    kept = [line for i, line in enumerate(lines) if i not in set(cut)]
+    note = f"\n*{len(cut)} rows left out to fit one comment; `--format json` has them all.*\n"
+    return head + "<details>" + "\n".join(kept).rstrip("\n") + "\n" + note + "\n</details>" + tail
+
+
 # ── command line ─────────────────────────────────────────────────────────────────────────────
 EPILOG = """\
 examples:
@@ -2067,8 +2249,9 @@ def non_negative(text):
 
 
 def add_common_options(sub):
-    sub.add_argument("--format", choices=("text", "json"), default="text",
-                     help="text tables (default) or the report as one JSON object")
+    sub.add_argument("--format", choices=("text", "json", "markdown"), default="text",
+                     help="text tables (default), the report as one JSON object, or "
+                          "GitHub-flavoured Markdown for an issue or a pull request")
     sub.add_argument("--output", "-o", metavar="FILE",
                      help="write the report to FILE instead of stdout, atomically (a temporary "
                           "file in the same folder, then renamed); never over an input trace")
@@ -2244,21 +2427,27 @@ def run(args, out, warn):
         report = analyze_pair(args.compute_path, args.io_path, selection, args.skip_bad_rows,
                               warn, args.jobs)
         render = lambda r: render_pair(r, args.top, args.layers, args.ascii)  # noqa: E731
+        markdown = markdown_pair
     elif args.command == "compute":
         report = analyze_compute(args.path, selection, args.skip_bad_rows, warn, args.jobs)
         render = lambda r: render_compute(r, args.top, args.layers, args.ascii)  # noqa: E731
+        markdown = markdown_compute
     else:
         report = analyze_io(args.path, selection, args.skip_bad_rows, warn, args.adjacent,
                             args.cache, args.jobs)
         render = lambda r: render_io(r, args.layers, args.ascii)  # noqa: E731
+        markdown = markdown_io
     report.setdefault("warnings", list(warn.said))
-    text = json_text(report) if args.format == "json" else render(report)
+    text = json_text(report) if args.format == "json" else \
+        markdown(report) if args.format == "markdown" else render(report)
     if args.output:
         write_atomically(args.output, text)
         return
     if not encodable(text, out):  # a cp1252 console, a non-UTF-8 locale: plain ASCII
         if args.format == "json":
             text = json_text(report, ascii_only=True)
+        elif args.format == "markdown":
+            text = text.encode("ascii", "xmlcharrefreplace").decode("ascii")
         else:
             args.ascii = True
             text = render(report).encode("ascii", "backslashreplace").decode("ascii")

@@ -184,3 +184,13 @@ def test_random_binary(write):
 def test_an_executable():
     assert error_of("compute", sys.executable).endswith(
         "not a text trace: binary data (NUL bytes) at the start")
+
+
+def test_dev_stdin_from_a_pipe(tmp_path):
+    path = tmp_path / "ct.csv"
+    path.write_text(ct_text(GOOD_CT))
+    done = subprocess.run(["bash", "-c", f"cat '{path}' | '{sys.executable}' '{TOOL}' compute "
+                                         "/dev/stdin --format json"], capture_output=True,
+                          timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert b'"ms_per_token": 4.0' in done.stdout

@@ -5,7 +5,8 @@ shuffles, compression. Every mutated file goes through compute, io and report, w
 
   - no exception escapes main(), and the exit status is 0 or 1;
   - every stderr line starts with 'decode-analyze: '; a failure says exactly one line;
-  - JSON output parses; no case takes more than CASE_SECONDS (a hang).
+  - JSON output parses, Markdown fits one GitHub comment; no case takes more than CASE_SECONDS
+    (a hang).
 
   python3 tests/fuzz.py --seed 7 --seconds 30      # prints a JSON summary; exit 1 on a failure
 
@@ -36,7 +37,9 @@ BAD_NUMBERS = ["", "-1", "-7", "1e3", "1.5", "nan", "inf", str(2**64), str(2**64
 INJECTED = [b"\x00", b"\r", b'"', b",", b"\n", b"\xff\xfe", b"\xe2\x80\xae", b"\x1b[2J", b"#",
             b'""', b"\r\n", "é".encode(), b"\t", b" "]
 OPTIONS = [(), ("--skip-bad-rows",), ("--format", "json"), ("--skip-bad-rows", "--format", "json"),
-           ("--phase", "all", "--format", "json"), ("--turn", "1", "--skip", "2")]
+           ("--phase", "all", "--format", "json"), ("--turn", "1", "--skip", "2"),
+           ("--format", "markdown"), ("--skip-bad-rows", "--format", "markdown", "--jobs", "1"),
+           ("--phase", "prefill", "--ascii")]
 
 
 class Hang(Exception):
@@ -143,6 +146,8 @@ def check(argv):
         return f"stderr line without the prefix: {lines!r}"
     if code == 1 and (out.getvalue() or sum(": warning: " not in line for line in lines) != 1):
         return f"a failure must say one line and print nothing: {lines!r}"
+    if code == 0 and "markdown" in argv and len(out.getvalue()) > 65536:
+        return f"Markdown over one GitHub comment: {len(out.getvalue())} characters"
     if code == 0 and "json" in argv:
         try:
             json.loads(out.getvalue())

@@ -1769,7 +1769,7 @@ def selection_text(report):
 def render_compute(report, top=12, show_layers=False, ascii_only=False):
     lines = title_lines(report, "compute", [("trace", report["path"])],
                         ("model", "arch", "n_layer", "n_threads"))
-    lines += compute_headline(report)
+    lines += [line for logical in compute_headline(report) for line in wrap(logical, "")]
     lines += render_verdicts(report["verdicts"])
     if report["granularity"] == "layer":
         lines += [""] + wrap("note: one barrier per layer, so these absolutes sit close to an "
@@ -1787,7 +1787,8 @@ def render_compute(report, top=12, show_layers=False, ascii_only=False):
 
 def compute_headline(report):
     """What a token costs, framed for the run: per decode and per generated position when a
-    decode covers several positions, per batch and per prompt token for prefill."""
+    decode covers several positions, per batch and per prompt token for prefill. Logical
+    lines: each renderer folds them its own way."""
     fallback = " (no decode rows: all rows used)" if report["phase"] == "all" and \
         report["selection"]["phase"] == "default" else ""
     decodes, prefill = report["decodes"], report["prefill"]
@@ -1799,10 +1800,10 @@ def compute_headline(report):
                      f"prompt tokens: {num(prefill['ms_per_batch'], '.2f')} ms per batch, "
                      f"{num(prefill['ms_per_prompt_token'], '.3f')} ms per prompt token")
     elif decodes["speculative"]:
-        lines += wrap(f"speculative decoding: {decodes['decodes']} decodes generated "
-                      f"{decodes['positions']} positions: {num(decodes['ms_per_decode'], '.2f')} "
-                      f"ms per decode, {num(decodes['ms_per_position'], '.2f')} ms per generated "
-                      f"position", "")
+        lines.append(f"speculative decoding: {decodes['decodes']} decodes generated "
+                     f"{decodes['positions']} positions: {num(decodes['ms_per_decode'], '.2f')} "
+                     f"ms per decode, {num(decodes['ms_per_position'], '.2f')} ms per generated "
+                     f"position")
     else:
         lines.append(f"measured compute {report['ms_per_token']:.2f} ms per token")
     lines.append(f"major faults {report['majflt_per_token']:.1f} per {unit}")
@@ -1894,13 +1895,12 @@ def render_verdicts(verdicts):
     return ["", "verdicts"] + [line for v in verdicts for line in wrap(f"  {v['text']}")]
 
 
-def io_range_lines(figures, per):
+def io_range_text(figures, per):
     """The I/O wall time and throughput of a token, as the range a v1 trace allows."""
     wall, rate = figures["io_wall_ms_per_token"], figures["throughput_mib_per_s"]
-    return wrap(f"I/O{' ' + per if per else ''}: between {wall['min']:.2f} ms "
-                f"({figures['lanes']} lanes in parallel) and {wall['max']:.2f} ms (one at a time); "
-                f"throughput between "
-                f"{num(rate['min'], '.0f')} and {num(rate['max'], '.0f')} MiB/s", "")
+    return (f"I/O{' ' + per if per else ''}: between {wall['min']:.2f} ms "
+            f"({figures['lanes']} lanes in parallel) and {wall['max']:.2f} ms (one at a time); "
+            f"throughput between {num(rate['min'], '.0f')} and {num(rate['max'], '.0f')} MiB/s")
 
 
 def render_io(report, show_layers=False, ascii_only=False):
@@ -1909,7 +1909,7 @@ def render_io(report, show_layers=False, ascii_only=False):
                         ("model", "io_threads", "o_direct", "overlap"))
     lines += wrap(f"read-tokens={report['tokens']} ({selection_text(report)}; tokens that "
                   f"read: a token served entirely from cache has no rows)", "")
-    lines += io_range_lines(report, per)
+    lines += wrap(io_range_text(report, per), "")
     lines += [f"reads {report['reads_per_token']:.1f} {per}, {report['mib_per_token']:.2f} "
               f"MiB {per} ({report['reads']} reads)"]
     lines += wrap(f"per read: lanes busy {report['busy_ms_per_token']:.2f} ms {per} summed over "
@@ -2000,7 +2000,7 @@ def render_pair(report, top=12, show_layers=False, ascii_only=False):
             if pair["experts_ms_per_token"] is None else
             f"routed experts {pair['experts_ms_per_token']:.2f} ms, router "
             f"{pair['router_ms_per_token']:.2f} ms"))]
-    lines += ["  " + line for line in io_range_lines({**pair, "lanes": io["lanes"]}, "")]
+    lines += wrap("  " + io_range_text({**pair, "lanes": io["lanes"]}, ""))
     lines += [f"  reads {pair['io_reads_per_token']:.1f}, {pair['io_mib_per_token']:.2f} MiB; "
               f"lanes busy {pair['io_busy_ms_per_token']:.2f} ms summed over lanes; alignment "
               f"waste {pair['waste_mib_per_token']:.2f} MiB"]
@@ -2054,20 +2054,8 @@ def md_section(title, columns, rows, folded=False):
 
 
 def md_lines(lines):
-    """Prose lines of the text output (headlines, notes) as Markdown lines."""
-    return "\n".join(md(line.strip()) + "  " for line in unwrap(lines) if line.strip())
-
-
-def unwrap(lines):
-    """Lines folded by wrap() joined back: a continuation line starts with more blanks."""
-    joined = []
-    for line in lines:
-        if joined and line.startswith("  ") and not line.startswith("  " * 3) and \
-                len(line) - len(line.lstrip()) > len(joined[-1]) - len(joined[-1].lstrip()):
-            joined[-1] += " " + line.strip()
-        else:
-            joined.append(line)
-    return joined
+    """Logical prose lines (headlines, notes) as Markdown lines, each ending in a line break."""
+    return "\n".join(md(line.strip()) + "  " for line in lines if line.strip())
 
 
 def md_verdicts(verdicts):
@@ -2122,7 +2110,7 @@ def markdown_io(report):
     per = "per read-token"
     parts = [md_title(report, "io", [report["path"]], ("model", "io_threads", "o_direct",
                                                        "overlap")),
-             md_lines(io_range_lines(report, per) + [
+             md_lines([io_range_text(report, per),
                  f"read-tokens={report['tokens']} ({selection_text(report)})",
                  f"reads {report['reads_per_token']:.1f} and {report['mib_per_token']:.2f} MiB "
                  f"{per}; lanes busy {report['busy_ms_per_token']:.2f} ms {per} summed over "
@@ -2152,7 +2140,7 @@ def markdown_pair(report):
                 f"{pair['tokens_without_reads']} read nothing; every figure is per decoded token",
                 f"compute {pair['compute_ms_per_token']:.2f} ms, of which faulting nodes "
                 f"{pair['faulting_ms_per_token']:.2f} ms",
-                *io_range_lines({**pair, "lanes": io["lanes"]}, "per decoded token"),
+                io_range_text({**pair, "lanes": io["lanes"]}, "per decoded token"),
                 f"reads {pair['io_reads_per_token']:.1f}, {pair['io_mib_per_token']:.2f} MiB"]
     parts = [md_title({"meta": {**io["meta"], **compute["meta"]}}, "report",
                       [compute["path"], io["path"]],

@@ -619,10 +619,11 @@ class Trace:
     def _keys_valid(name, valid, column):
         """True iff every value passes integer_problem(): a column of one-digit values (lane,
         spec) is told at C speed from its joined text; any other, by its new values."""
-        joined, n = ",".join(column), len(column)
-        if len(joined) == 2 * n - 1 and joined[1::2] == "," * (n - 1) and \
-                not joined[::2].strip("01" if name in FLAG_COLUMNS else "0123456789"):
-            return True  # every value is one character (no empty one), each a digit
+        if len(column[0]) == 1:  # likely a column of one-character values: try the quick way
+            joined, n = ",".join(column), len(column)
+            if len(joined) == 2 * n - 1 and joined[1::2] == "," * (n - 1) and \
+                    not joined[::2].strip("01" if name in FLAG_COLUMNS else "0123456789"):
+                return True  # every value is one character (no empty one), each a digit
         if valid.issuperset(column):
             return True
         for text in set(column) - valid:

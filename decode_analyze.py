@@ -1278,10 +1278,9 @@ def pair_report(compute, io):
                     io["lanes"]),
         "io_busy_ms_per_token": io["busy_ms_per_token"] * per_decoded,
         "waste_mib_per_token": io["waste_mib_per_token"] * per_decoded,
-        "by_lane": rescaled(io["by_lane"], per_decoded, "mib_per_s"),
-        "demand_vs_spec": rescaled(io["demand_vs_spec"], per_decoded,
-                                   "reads", "share_of_bytes", "p50_us", "p99_us"),
-        "adjacency": rescaled([io["adjacency"]], per_decoded, "coalesce_factor")[0],
+        "by_lane": rescaled(io["by_lane"], per_decoded),
+        "demand_vs_spec": rescaled(io["demand_vs_spec"], per_decoded),
+        "adjacency": rescaled([io["adjacency"]], per_decoded)[0],
         "read_split": read_split(compute["per_token"], readers),
         "by_layer": pair_layers(compute, io, per_decoded), "warnings": warnings,
     }
@@ -1289,13 +1288,11 @@ def pair_report(compute, io):
             "compute": compute, "io": io, "pair": pair}
 
 
-def rescaled(rows, factor, *kept):
-    """Rows of per-read-token figures as per-decoded-token ones: every number times `factor`,
-    except the keys `kept` (totals, shares, rates) and the row's name."""
+def rescaled(rows, factor):
+    """Rows of per-read-token figures as per-decoded-token ones: every `*_per_token` figure
+    times `factor`; names, totals, shares, rates and latencies as they are."""
     def scale(key, value):
-        if key in kept or isinstance(value, str) or value is None or key in ("lane", "kind"):
-            return value
-        return value * factor
+        return value * factor if key.endswith("_per_token") and value is not None else value
     return [{key: scale(key, value) for key, value in row.items()} for row in rows]
 
 

@@ -120,11 +120,10 @@ def _bulk_integers(texts, last_column):
             values[position] = int(text)
         return values
     joined = ",".join(texts)
-    # What JSON takes beyond plain digits: a sign, blanks (a newline ends only the last
-    # column), fractions and exponents, true/false/null, NaN/Infinity: the last three come
-    # back as other types than int.
-    if "-" in joined or " " in joined or "\t" in joined or "\r" in joined or \
-            (not last_column and "\n" in joined):
+    # What JSON takes beyond plain digits: a sign, blanks (the only newlines are those that
+    # end the lines, on the last column), fractions and exponents, true/false/null,
+    # NaN/Infinity: the last three come back as other types than int.
+    if "-" in joined or " " in joined or "\t" in joined or "\r" in joined:
         return None
     try:  # the JSON parser reads a list of integers faster than int() one by one
         values = json.loads("[" + joined + "]")
@@ -497,9 +496,9 @@ class Trace:
             self.warn(f"{self.name}:{self.line + 1}: last line has no newline at the end (a run "
                       f"cut short?): ignored, {shown(chunk)}")
 
-    def skip_rows(self, count, problem):
-        """Count rows left out as bad (with skip_bad_rows)."""
-        self.skipped += count
+    def _skip_row(self, problem):
+        """Count a row left out as bad (with skip_bad_rows)."""
+        self.skipped += 1
         if self.first_skipped is None:
             self.first_skipped = problem
 
@@ -650,7 +649,7 @@ class Trace:
                 rows.append([int(fields[index[name]]) if name in ints else fields[index[name]]
                              for name in wanted])
             elif self.skip_bad_rows:
-                self.skip_rows(1, f"line {number}: {problem}")
+                self._skip_row(f"line {number}: {problem}")
             else:
                 raise TraceError(self.name, number, problem)
         if not rows:
@@ -751,12 +750,6 @@ def split_points(trace, jobs):
         if point is not None and (not points or point > points[-1]):
             points.append(point)
     return points
-
-
-def split_point(trace):
-    """A byte offset near the middle of the rows where a new token starts, or None."""
-    points = split_points(trace, 2)
-    return points[0] if points else None
 
 
 def _token_start_after(trace, start):

@@ -2428,7 +2428,9 @@ def run(args, out, warn):
     if args.output:
         write_atomically(args.output, text)
         return
-    if not encodable(text, out):  # a cp1252 console, a non-UTF-8 locale: plain ASCII
+    try:
+        write_out(out, text)
+    except UnicodeEncodeError:  # a cp1252 console, a non-UTF-8 locale: plain ASCII instead
         if args.format == "json":
             text = json_text(report, ascii_only=True)
         elif args.format == "markdown":
@@ -2436,10 +2438,16 @@ def run(args, out, warn):
         else:
             args.ascii = True
             text = render(report).encode("ascii", "backslashreplace").decode("ascii")
+        write_out(out, text)
+
+
+def write_out(out, text):
+    """The whole text to the stream (a text stream encodes it all before writing any of it,
+    so a UnicodeEncodeError leaves nothing written)."""
     try:
         out.write(text)
         out.flush()
-    except BrokenPipeError:
+    except (BrokenPipeError, UnicodeEncodeError):
         raise
     except (OSError, ValueError) as exc:
         raise OutputError(f"cannot write the output: {getattr(exc, 'strerror', None) or exc}")
@@ -2474,17 +2482,6 @@ def write_atomically(path, text):
         except OSError:
             pass
         raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
-
-
-def encodable(text, out):
-    encoding = getattr(out, "encoding", None)
-    if not encoding:
-        return True
-    try:
-        text.encode(encoding)
-    except (UnicodeEncodeError, LookupError):
-        return False
-    return True
 
 
 def main(argv=None, out=None, err=None):

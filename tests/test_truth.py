@@ -199,6 +199,7 @@ def test_cp1252_output_falls_back_to_ascii(command):
                           capture_output=True, env={**os.environ, "PYTHONIOENCODING": "cp1252"})
     assert done.returncode == 0, done.stderr
     assert done.stderr == b"" and done.stdout.isascii() and b"  run |" in done.stdout
+    assert done.stdout.count(b"decode-analyze 0.2.0") == 1  # nothing written before the retry
 
 
 def test_json_on_cp1252_stays_json(write):

@@ -1711,10 +1711,9 @@ def compact_layer_lines(columns, rows, full):
         return table_lines(columns, rows)
     figures = [col for col in columns[1:] if isinstance(col.key, str)]
     medians = {col.key: sorted(row[col.key] for row in rows)[len(rows) // 2] for col in figures}
-    summary = "; ".join(
-        f"{col.header} {cell(col, {col.key: min(row[col.key] for row in rows)})}"
-        f"/{cell(col, {col.key: medians[col.key]})}"
-        f"/{cell(col, {col.key: max(row[col.key] for row in rows)})}" for col in figures)
+    summary = [f"{col.header} {cell(col, {col.key: min(row[col.key] for row in rows)})}"
+               f"/{cell(col, {col.key: medians[col.key]})}"
+               f"/{cell(col, {col.key: max(row[col.key] for row in rows)})}" for col in figures]
     distance = {id(row): max(deviation(row[col.key], medians[col.key]) for col in figures)
                 for row in rows}
     shown = [row for row in rows if row["layer"] == NO_LAYER or distance[id(row)] > STANDS_OUT]
@@ -1733,7 +1732,7 @@ def compact_layer_lines(columns, rows, full):
             folded.append([row["layer"], row["layer"], row])
     merged = [{**row, "layer": f"{low}-{high}" if high != low else low}
               for low, high, row in folded]
-    lines = wrap_items(f"  {len(rows)} layers, min/median/max:", summary.split("; "))
+    lines = wrap_items(f"  {len(rows)} layers, min/median/max:", summary)
     if not merged:
         return lines + ["  no layer stands out (all within "
                         f"{STANDS_OUT}x of the median); --layers shows them all"]

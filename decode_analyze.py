@@ -8,6 +8,8 @@ Standard library only.
   compute CT     time per token by op, node category, layer and token; page faults; verdicts
   io IO          reads per token: latency, sizes, lanes, layers, experts, speculative reads
   report CT IO   both traces of one run side by side, I/O per decoded token
+  diff BASE NEW  before and after: runs (traces or saved JSON reports) compared per token,
+                 with a Mann-Whitney U test where there are per-token samples
 
 Tracing isolates every graph node behind a barrier (no operator fusion) and locks every read, so
 a traced token is slower than an untraced one: its proportions are what to trust.
@@ -17,20 +19,25 @@ states the fold contract and splits a large file between processes); each sectio
 the sections above it:
 
   tokens        Selection (which tokens a report covers), TokenBook, TokenFold (the fold base)
-  statistics    SortedParts and percentile_index (the one percentile rule), PerToken, ratio
+  statistics    SortedParts and percentile_index (the one percentile rule), PerToken, ratio,
+                mann_whitney_p
   compute       CATEGORY_NAMES and classify_graph (node categories), TokenGraph, ComputeFold,
                 compute_report
   io            PhaseReads, IoFold, the cache what-if (lru_hit_bytes), io_report, mib_per_s
   pair          pair_report: both traces of one run, per decoded token
   verdicts      the one-line conclusions and their thresholds
+  diff          DiffView (one input, checked), diff_report (every NEW against BASE)
   rendering     Column and table_lines (every text table), render_* for each command
+  Markdown      md (escaping), md_section, markdown_* for each command, fit_comment
   command line  build_parser, analyze_* (read, sum up, judge), main
 """
 import argparse
 import json
 import os
 import re
+import shutil
 import signal
+import stat
 import sys
 import tempfile
 import textwrap
@@ -38,15 +45,18 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter, OrderedDict, defaultdict, namedtuple
 from functools import lru_cache
+from math import erfc, sqrt
 from itertools import accumulate, chain, compress, repeat
 from itertools import count as counter
 from operator import add, gt, itemgetter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import trace_io  # noqa: E402
 from trace_io import HOLD_ROWS, Forked, TraceError, fold_file, usable_cores  # noqa: E402
 
-SCHEMA = 2  # of the JSON report: 2 added the I/O ranges, tool_version, undetermined verdicts
-TOOL_VERSION = "0.2.0"
+SCHEMA = 3  # of the JSON report: 2 added the I/O ranges, tool_version, undetermined verdicts;
+# 3 added op_us_by_token (per-op samples for diff)
+TOOL_VERSION = "0.3.0"
 NS_PER_MS = 1e6
 MIB = 1 << 20
 DECODE, PREFILL = 1, 0
@@ -326,6 +336,64 @@ class PerToken:
         return ratio(wall_ns, self.total_ns)
 
 
+# Both samples at most this many pairs (n1 * n2) and no ties: the exact distribution of U.
+EXACT_PAIRS = 2500
+
+
+def mann_whitney_p(base, new):
+    """Two-sided p-value of the Mann-Whitney U test that `base` and `new` (lists of numbers)
+    come from one distribution; None when a side is empty. Exact when there are no ties and
+    n1 * n2 <= EXACT_PAIRS; otherwise the normal approximation with the tie correction and a
+    0.5 continuity correction (the defaults of scipy.stats.mannwhitneyu)."""
+    n1, n2 = len(base), len(new)
+    if not n1 or not n2:
+        return None
+    ranks, tie_term = midranks(list(base) + list(new))
+    u_base = sum(ranks[:n1]) - n1 * (n1 + 1) / 2
+    u = max(u_base, n1 * n2 - u_base)
+    if not tie_term and n1 * n2 <= EXACT_PAIRS:
+        return min(1.0, 2 * exact_u_tail(round(u), n1, n2))
+    n = n1 + n2
+    variance = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1)))
+    if variance <= 0:  # every value equal
+        return 1.0
+    z = (u - n1 * n2 / 2 - 0.5) / sqrt(variance)
+    return min(1.0, erfc(z / sqrt(2)))
+
+
+def midranks(values):
+    """(1-based ranks, ties sharing their mean rank; the sum of t^3 - t over tie groups)."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    tie_term = 0
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and values[order[end]] == values[order[start]]:
+            end += 1
+        for i in order[start:end]:
+            ranks[i] = (start + end + 1) / 2
+        tied = end - start
+        tie_term += tied ** 3 - tied
+        start = end
+    return ranks, tie_term
+
+
+def exact_u_tail(u, n1, n2):
+    """P(U >= u) when every ordering of n1 + n2 distinct values is equally likely. The counts
+    of U are the coefficients of the Gaussian binomial [n1+n2 choose n1] in q, the product
+    of (1 - q^(n2+i)) / (1 - q^i) for i = 1..n1, built here one factor at a time."""
+    top = n1 * n2
+    counts = [1] + [0] * top
+    for i in range(1, n1 + 1):
+        shift = n2 + i
+        for k in range(top, shift - 1, -1):  # times (1 - q^shift)
+            counts[k] -= counts[k - shift]
+        for k in range(i, top + 1):  # divided by (1 - q^i): exact, the result is a polynomial
+            counts[k] += counts[k - i]
+    return sum(counts[u:]) / sum(counts)
+
+
 def ratio(numerator, denominator):
     """numerator/denominator, or None (printed n/a, JSON null) when undefined."""
     return numerator / denominator if denominator else None
@@ -453,9 +521,26 @@ COMPUTE_COLUMNS = ("turn", "phase", "step", "layer", "op", "name", "wall_ns", "m
 SYNTHETIC_OPS = {"BMOE_DECODE", "BMOE_CALLBACK"}  # v2 rows that are not graph nodes
 
 
-ComputeToken = summing_record(
-    "ComputeToken", ("wall_ns", "majflt"), keys=("turn", "phase", "step"),
-    doc="One selected token of a compute trace: its summed wall time and major faults.")
+class ComputeToken:
+    """One selected token of a compute trace: its summed wall time and major faults, and its
+    wall time per op (op_ns, complete after the fold's finish: the per-op samples that
+    `diff` tests)."""
+
+    __slots__ = ("turn", "phase", "step", "wall_ns", "majflt", "op_ns")
+
+    def __init__(self, turn, phase, step):
+        self.turn, self.phase, self.step = turn, phase, step
+        self.wall_ns = self.majflt = 0
+        self.op_ns = {}
+
+    def add_op(self, op, wall_ns):
+        self.op_ns[op] = self.op_ns.get(op, 0) + wall_ns
+
+    def merge(self, other):
+        self.wall_ns += other.wall_ns
+        self.majflt += other.majflt
+        for op, wall_ns in other.op_ns.items():
+            self.add_op(op, wall_ns)
 
 
 class TokenGraph:
@@ -466,7 +551,7 @@ class TokenGraph:
     """
 
     __slots__ = ("key", "ops", "names", "layers", "tokens", "wall_ns", "majflt",
-                 "fault_wall_ns", "history")
+                 "fault_wall_ns", "history", "members")
 
     def __init__(self, key, ops, names, layers):
         self.key, self.ops, self.names, self.layers = key, ops, names, layers
@@ -476,8 +561,9 @@ class TokenGraph:
         # Every node's wall_ns, token after token, until ComputeFold sorts them by op for the
         # exact per-op percentiles: 4 bytes a row while walls fit in 32 bits (4.29 s), 8 after.
         self.history = array(WALL_32)
+        self.members = []  # the token record of each history entry, until finish
 
-    def add(self, walls, faults):
+    def add(self, token, walls, faults):
         self.wall_ns = list(map(add, self.wall_ns, walls))
         if any(faults):
             # Few nodes fault (the expert matmuls), so visit just those.
@@ -490,6 +576,7 @@ class TokenGraph:
         except OverflowError:
             self.history = array("Q", self.history[:self.tokens * len(self.ops)])
             self.history.extend(walls)
+        self.members.append(token)
         self.tokens += 1
 
     def merge(self, other):
@@ -522,9 +609,10 @@ class LooseNodes:
         self.walls = defaultdict(list)  # op -> [wall_ns of each node], until finish
         self.op_walls = {}  # op -> sorted array, at finish
 
-    def add(self, ops, names, layers, walls, faults):
+    def add(self, token, ops, names, layers, walls, faults):
         nodes = classify_graph(ops, names, [int(layer) for layer in layers])
         for node, wall_ns, majflt in zip(nodes, walls, faults):
+            token.add_op(node.op, wall_ns)
             entry = self.sums.get(node)
             if entry is None:
                 entry = self.sums[node] = [0, 0, 0, 0]
@@ -575,9 +663,9 @@ class ComputeFold(TokenFold):
             if end - start >= HOLD_ROWS:
                 loose = self.loose.get(token.phase) or self.loose.setdefault(token.phase,
                                                                              LooseNodes())
-                loose.add(*columns, token_walls, token_faults)
+                loose.add(token, *columns, token_walls, token_faults)
             else:
-                self._graph(token.phase, *columns).add(token_walls, token_faults)
+                self._graph(token.phase, *columns).add(token, token_walls, token_faults)
 
     def _graph(self, phase, ops, names, layers):
         """The TokenGraph of this token. Its key is each column joined by newlines, which no
@@ -595,24 +683,31 @@ class ComputeFold(TokenFold):
         return graph
 
     def _finished(self):
-        """Every node's wall_ns sorted by op (per phase), one op at a time so that only one
-        op's values are ever unpacked; the graphs' histories are then let go."""
+        """Every node's wall_ns sorted by op (per phase), and each token's wall time per op,
+        one op at a time so that only one op's values are ever unpacked; the graphs'
+        histories are then let go."""
         for phase in set(self.graphs) | set(self.loose):
             graphs = self.graphs.get(phase, {})
             loose = self.loose.get(phase, LooseNodes())
             loose.finish()
-            places = defaultdict(list)  # op -> [(history, position, width)]
+            places = defaultdict(list)  # op -> [(graph, [positions])]
             for graph in graphs.values():
                 for op, positions in graph.op_positions().items():
-                    places[op].extend((graph.history, p, len(graph.ops)) for p in positions)
+                    places[op].append((graph, positions))
             walls = self.op_walls.setdefault(phase, {})
             for op in set(places) | set(loose.op_walls):
-                walls[op] = SortedParts([sorted_array(chain.from_iterable(
-                    history[p::width] for history, p, width in places.get(op, ())))]) + \
+                columns = []
+                for graph, positions in places.get(op, ()):
+                    width = len(graph.ops)
+                    graph_columns = [graph.history[p::width] for p in positions]
+                    for token, wall_ns in zip(graph.members, map(sum, zip(*graph_columns))):
+                        token.add_op(op, wall_ns)
+                    columns.extend(graph_columns)
+                walls[op] = SortedParts([sorted_array(chain.from_iterable(columns))]) + \
                     SortedParts([loose.op_walls.get(op, ())])
             loose.op_walls = {}
             for graph in graphs.values():
-                graph.history = array(WALL_32)
+                graph.history, graph.members = array(WALL_32), []
 
     def detach(self):
         self._last = {}
@@ -751,7 +846,14 @@ def compute_report(trace, fold, selection):
                          for name, wall_ns in sorted(unclassified.items(),
                                                      key=lambda kv: (-kv[1], kv[0]))],
         **token_views(tokens, fold.book),
+        "op_us_by_token": op_samples(tokens, sorted(tables["op"])),
     }
+
+
+def op_samples(tokens, ops):
+    """{op: its wall time in each token, in whole µs, in per_token's order}: the samples
+    `diff` tests a by-op change with, kept in the JSON report so that a saved one has them."""
+    return {op: [round(token.op_ns.get(op, 0) / 1e3) for token in tokens] for op in ops}
 
 
 def token_views(tokens, book):
@@ -1509,6 +1611,239 @@ def read_split_verdict(pair):
         f"({factor:.2f}x; {compare(flagged)} {READ_SPLIT_RATIO}x)")
 
 
+# ── diff: runs compared ──────────────────────────────────────────────────────────────────────
+# What `diff` compares, per kind of report. A headline figure is (label, path in the report,
+# the per_token field that samples it or None); a table is rows of one figure keyed by a
+# column. Every figure is per token, so runs of different lengths compare.
+READ_SCHEMAS = (2, 3)  # saved reports diff can read (2 lacks the per-op samples)
+DEFAULT_ALPHA = 0.05
+FIGURE_LIMIT = 1e15  # no figure of a real run comes near; past it, a saved report was edited
+DiffTable = namedtuple("DiffTable", "title table key figure per_token samples",
+                       defaults=(False, None))
+DIFF_HEADLINES = {
+    "compute": (("ms per token", ("ms_per_token",), "ms"),
+                ("major faults per token", ("majflt_per_token",), "majflt"),
+                ("nodes per token", ("nodes_per_token",), None),
+                ("token ms p50", ("token_ms", "p50"), None),
+                ("token ms p99", ("token_ms", "p99"), None),
+                ("faulting nodes' ms per token", ("faults", "ms_per_token"), None)),
+    "io": (("reads per token", ("reads_per_token",), "reads"),
+           ("MiB per token", ("mib_per_token",), "mib"),
+           ("I/O wall ms per token, all lanes at once", ("io_wall_ms_per_token", "min"), None),
+           ("I/O wall ms per token, one read at a time", ("io_wall_ms_per_token", "max"), None),
+           ("lane-busy MiB/s", ("busy_mib_per_s",), None),
+           ("alignment waste MiB per token", ("waste_mib_per_token",), None),
+           ("read latency us, mean", ("latency_us", "mean"), None),
+           ("read latency us, p50", ("latency_us", "p50"), None),
+           ("read latency us, p99", ("latency_us", "p99"), None),
+           ("speculative MiB per token", ("spec", "mib_per_token"), None),
+           ("reads per contiguous run", ("adjacency", "coalesce_factor"), None)),
+}
+DIFF_TABLES = {
+    "compute": (DiffTable("ms per token by op", "by_op", "op", "ms_per_token", samples="op"),
+                DiffTable("major faults per token by op", "by_op", "op", "majflt_per_token"),
+                DiffTable("ms per token by node category", "by_category", "category",
+                          "ms_per_token"),
+                DiffTable("ms per token by layer", "by_layer", "layer", "ms_per_token"),
+                DiffTable("ms per token by segment", "segments", "name", "ms_per_token")),
+    "io": (DiffTable("MiB per token by lane", "by_lane", "lane", "mib_per_token"),
+           DiffTable("lane-busy ms per token by lane", "by_lane", "lane", "busy_ms_per_token"),
+           DiffTable("reads per token by read size", "by_size", "size", "reads", True),
+           DiffTable("MiB per token by read size", "by_size", "size", "mib", True),
+           DiffTable("us per read by read size", "by_size", "size", "us_per_read"),
+           DiffTable("MiB per token by layer", "by_layer", "layer", "mib_per_token"),
+           DiffTable("reads per token by layer", "by_layer", "layer", "reads_per_token"),
+           DiffTable("MiB per token, demand and speculative", "demand_vs_spec", "kind",
+                     "mib_per_token")),
+}
+DIFF_ROW_KEYS = {"size": "label"}  # a table's row name where the report calls it otherwise
+SAMPLE_FIELDS = {"compute": ("ms", "majflt"), "io": ("mib", "reads")}
+IDENTITY_KEYS = ("model", "arch")  # a difference here is a warning, not just a change
+
+
+class DiffView:
+    """One input of `diff`, reduced to what is compared: for each part (compute, io) its
+    headline figures, tables, per-token samples and preamble. Built from a report dict, which
+    may have been saved by hand or by another version: every value is checked here."""
+
+    def __init__(self, path, source, report):
+        self.path, self.source = path, source
+        kind = report["kind"]
+        halves = {"compute": report["compute"], "io": report["io"]} if kind == "report" \
+            else {kind: report}
+        self.kind = kind
+        self.parts = {part: self._part(part, half) for part, half in halves.items()}
+
+    def _part(self, part, report):
+        tokens = report["tokens"]
+        if not isinstance(tokens, int) or tokens < 1:
+            raise ValueError("tokens is not a count of tokens")
+        per_token = report["per_token"]
+        samples = {field: [figure_value(t[field]) for t in per_token]
+                   for field in SAMPLE_FIELDS[part]}
+        op_samples = {str(op): [figure_value(v) for v in values]
+                      for op, values in report.get("op_us_by_token", {}).items()}
+        headline = {label: figure_value(dig(report, path))
+                    for label, path, _ in DIFF_HEADLINES[part]}
+        tables = {}
+        for table in DIFF_TABLES[part]:
+            scale = tokens if table.per_token else 1
+            key = DIFF_ROW_KEYS.get(table.key, table.key)
+            tables[table.title] = {
+                row_key(row[key]): scaled(figure_value(row[table.figure]), scale)
+                for row in report.get(table.table) or ()}
+        meta = {str(k): str(v) for k, v in report["meta"].items()}
+        return {"tokens": tokens, "samples": samples, "op_samples": op_samples,
+                "headline": headline, "tables": tables, "meta": meta,
+                "selection": report.get("selection"), "granularity": report.get("granularity")}
+
+
+def dig(report, path):
+    for key in path:
+        report = report[key]
+    return report
+
+
+def figure_value(value):
+    """A number from a report, or None; anything else (a string, 1e400, a figure no run
+    reaches, whose delta or ratio would overflow) is not a report this tool wrote."""
+    if value is None:
+        return value
+    if type(value) not in (int, float):
+        raise ValueError(f"{value!r:.40} is not a number")
+    if not abs(value) <= FIGURE_LIMIT:
+        raise ValueError(f"{value!r:.40} is out of range")
+    return value
+
+
+def row_key(value):
+    if type(value) not in (int, str):
+        raise ValueError(f"{value!r:.40} is not a row name")
+    return value
+
+
+def compared(base, new, alpha, base_samples=None, new_samples=None):
+    """One figure of one NEW against BASE: {new, delta, ratio, p, significant, status}."""
+    if new is None and base is None:
+        return {"new": None, "delta": None, "ratio": None, "p": None, "significant": None,
+                "status": "n/a"}
+    status = "added" if base is None else "removed" if new is None else "both"
+    p = None
+    if base_samples is not None and new_samples is not None:
+        p = mann_whitney_p(base_samples, new_samples)
+    both = status == "both"
+    return {"new": new, "delta": new - base if both else None,
+            "ratio": ratio(new, base) if both else None, "p": p,
+            "significant": None if p is None else p < alpha, "status": status}
+
+
+def diff_rows(figures, alpha, samples=None):
+    """figures: {name: [value per input]}, base first; samples: {name: [list per input]}.
+    Rows sorted by the largest absolute change over the NEWs (an added or removed row counts
+    its whole value), then by name."""
+    rows = []
+    for name, values in figures.items():
+        base = values[0]
+        per_sample = (samples or {}).get(name)
+        changes = [compared(base, new, alpha, per_sample and per_sample[0],
+                            per_sample and per_sample[i + 1])
+                   for i, new in enumerate(values[1:])]
+        rows.append({"name": name, "base": base, "changes": changes})
+    return rows
+
+
+def change_size(row):
+    sizes = [abs(c["delta"]) if c["delta"] is not None else abs(c["new"] or row["base"] or 0)
+             for c in row["changes"]]
+    return max(sizes, default=0)
+
+
+def ordered_rows(rows):
+    """Largest change first; among equal changes the largest base value (the heaviest op
+    first when nothing changed), then the name."""
+    return sorted(rows, key=lambda row: (-change_size(row), -abs(row["base"] or 0),
+                                         str(row["name"])))
+
+
+def diff_part(part, views, alpha):
+    """The sections of one part (compute or io) over every input: the headline figures in
+    their own order, then each table's rows by the largest change."""
+    halves = [view.parts[part] for view in views]
+    headline = {label: [half["headline"][label] for half in halves]
+                for label, _, _ in DIFF_HEADLINES[part]}
+    samples = {label: [half["samples"][field] for half in halves]
+               for label, _, field in DIFF_HEADLINES[part] if field}
+    headline = {label: values for label, values in headline.items() if any(values)}
+    sections = [{"part": part, "title": f"{part} headline", "key": "figure",
+                 "rows": diff_rows(headline, alpha, samples)}]
+    for table in DIFF_TABLES[part]:
+        keys = []
+        for half in halves:
+            keys += [key for key in half["tables"][table.title] if key not in keys]
+        if not keys:
+            continue
+        figures = {key: [half["tables"][table.title].get(key) for half in halves]
+                   for key in keys}
+        if all(not value for values in figures.values() for value in values):
+            continue  # all zero (no faults, no speculative reads): nothing to compare
+        samples = None
+        if table.samples == "op" and all(half["op_samples"] for half in halves):
+            samples = {key: [half["op_samples"].get(key) or [0] * half["tokens"]
+                             for half in halves] for key in keys}
+        sections.append({"part": part, "title": table.title, "key": table.key,
+                         "rows": ordered_rows(diff_rows(figures, alpha, samples))})
+    return sections
+
+
+def preamble_changes(base, new):
+    """[{key, base, new}] of the preamble keys whose values differ (None: absent)."""
+    keys = list(base) + [key for key in new if key not in base]
+    return [{"key": key, "base": base.get(key), "new": new.get(key)}
+            for key in keys if base.get(key) != new.get(key)]
+
+
+def diff_report(views, alpha):
+    """Every NEW against BASE (views[0]), part by part: the JSON of `diff`."""
+    parts = [part for part in ("compute", "io") if all(part in v.parts for v in views)]
+    warnings = []
+    changes = []
+    for view in views[1:]:
+        found = []  # a key of both traces of a pair is said once
+        for part in parts:
+            for change in preamble_changes(views[0].parts[part]["meta"],
+                                           view.parts[part]["meta"]):
+                if change not in found:
+                    found.append(change)
+        changes.append(found)
+        warnings += [f"{view.path}: {c['key']} {c['new']} is not the base's {c['base']}: "
+                     f"different models compare poorly" for c in found
+                     if c["key"] in IDENTITY_KEYS]
+    for part in parts:
+        warnings += selection_warnings(part, views)
+    return {"schema": SCHEMA, "tool_version": TOOL_VERSION, "kind": "diff",
+            "compares": "report" if len(parts) == 2 else parts[0], "alpha": alpha,
+            "inputs": [{"path": view.path, "source": view.source, "kind": view.kind,
+                        "tokens": {part: view.parts[part]["tokens"] for part in parts}}
+                       for view in views],
+            "preamble_changes": changes,
+            "sections": [section for part in parts for section in diff_part(part, views, alpha)],
+            "warnings": warnings}
+
+
+def selection_warnings(part, views):
+    """Inputs that cover different selections or granularities compare less directly."""
+    warnings = []
+    base = views[0].parts[part]
+    for view in views[1:]:
+        half = view.parts[part]
+        if half["selection"] != base["selection"]:
+            warnings.append(f"{view.path}: its {part} selection differs from the base's")
+        if half["granularity"] != base["granularity"]:
+            warnings.append(f"{view.path}: a per-{half['granularity']} trace against a "
+                            f"per-{base['granularity']} base: the by-op tables do not compare")
+    return warnings
+
+
 # ── rendering ────────────────────────────────────────────────────────────────────────────────
 TEXT_WIDTH = 100  # every line of the text output fits a terminal and a bug report
 BAR_WIDTH = 20
@@ -2014,6 +2349,92 @@ def render_pair(report, top=12, show_layers=False, ascii_only=False):
     return "\n".join(lines) + "\n"
 
 
+def figure_text(value):
+    """A figure with about four significant digits and no exponent: 4.495, 123.4, 0.0123."""
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return str(value)
+    size = abs(value)
+    digits = 0 if size >= 1000 else 1 if size >= 100 else 2 if size >= 10 else 3 \
+        if size >= 1 or size == 0 else 4
+    return f"{value:.{digits}f}"
+
+
+def delta_text(change):
+    if change["status"] in ("added", "removed"):
+        return change["status"]
+    delta = change["delta"]
+    return "-" if delta is None else ("+" if delta >= 0 else "") + figure_text(delta)
+
+
+def p_text(change):
+    """The p-value, and ~ when the change is not significant (benchstat's mark)."""
+    p = change["p"]
+    if p is None:
+        return ""
+    return ("<0.001" if p < 0.001 else f"{p:.3f}") + (" ~" if change["significant"] is False
+                                                       else "")
+
+
+def diff_columns(key, news, tested):
+    """The name and base columns, then new, delta, ratio (and p, when the section has a test)
+    for each NEW: one group of columns per NEW, as benchstat does with several files."""
+    columns = [Column(key, "name", safe, "<"), column("base", "base", figure_text)]
+    for i in range(news):
+        label = "" if news == 1 else f" #{i + 1}"
+        pick = (lambda field, i=i: lambda row: row["changes"][i][field])
+        columns += [column(f"new{label}", pick("new"), figure_text),
+                    column("delta", lambda row, i=i: row["changes"][i], delta_text),
+                    column("ratio", pick("ratio"), lambda r: "" if r is None else f"{r:.2f}x")]
+        if tested:
+            columns.append(Column("p", lambda row, i=i: row["changes"][i], p_text, "<"))
+    return columns
+
+
+def section_tested(section):
+    return any(change["p"] is not None for row in section["rows"] for change in row["changes"])
+
+
+def diff_preamble_lines(report):
+    lines = []
+    for i, changes in enumerate(report["preamble_changes"]):
+        who = "" if len(report["preamble_changes"]) == 1 else f" (new #{i + 1})"
+        items = [f"{safe(c['key'])} {safe(c['base'] or '(none)')} -> {safe(c['new'] or '(none)')}"
+                 for c in changes] or ["none differ"]
+        lines += wrap_items(f"preamble{who}:", items)
+    return lines
+
+
+def diff_input_lines(report):
+    lines = []
+    for i, source in enumerate(report["inputs"]):
+        label = "base" if i == 0 else "new" if len(report["inputs"]) == 2 else f"new #{i}"
+        tokens = ", ".join(f"{n} {part} tokens" for part, n in source["tokens"].items())
+        what = f"{source['kind']} trace" if source["source"] == "trace" else \
+            f"saved JSON of decode-analyze {source['kind']}"
+        lines.append(fit(f"  {label}: {source['path']} ({what}, {tokens})"))
+    return lines
+
+
+def significance_note(report):
+    return (f"p: two-sided Mann-Whitney U over per-token samples; ~ = no significant change "
+            f"(p >= {report['alpha']:g}); a figure without p has no samples to test")
+
+
+def render_diff(report):
+    lines = [f"decode-analyze {TOOL_VERSION} diff ({report['compares']})"]
+    lines += diff_input_lines(report) + diff_preamble_lines(report)
+    lines += [line for message in report["warnings"] for line in wrap(f"warning: {message}")]
+    lines += wrap(significance_note(report))
+    news = len(report["inputs"]) - 1
+    for section in report["sections"]:
+        lines += ["", section["title"]]
+        lines += table_lines(diff_columns(section["key"], news, section_tested(section)),
+                             section["rows"])
+    return "\n".join(lines) + "\n"
+
+
 # ── rendering: Markdown ─────────────────────────────────────────────────────────────────────
 # GitHub-flavoured Markdown for an issue or a pull request: the same table definitions as the
 # text, drawn as Markdown tables; long tables folded into <details>; every string escaped.
@@ -2152,6 +2573,21 @@ def markdown_pair(report):
     return fit_comment(parts)
 
 
+def markdown_diff(report):
+    names = " vs ".join(md(os.path.basename(str(source["path"])))
+                        for source in report["inputs"])
+    news = len(report["inputs"]) - 1
+    parts = [f"### decode-analyze {TOOL_VERSION} diff ({md(report['compares'])}): {names}",
+             md_lines([line.strip() for line in diff_input_lines(report)]
+                      + diff_preamble_lines(report)
+                      + [f"warning: {message}" for message in report["warnings"]]
+                      + [significance_note(report)])]
+    parts += [md_section(section["title"], diff_columns(section["key"], news,
+                                                         section_tested(section)),
+                         section["rows"]) for section in report["sections"]]
+    return fit_comment(parts)
+
+
 def fit_comment(parts, limit=GITHUB_COMMENT_LIMIT):
     """The parts joined; past one GitHub comment, the longest folded tables are cut, each with
     a line that says how many rows were left out."""
@@ -2192,6 +2628,8 @@ examples:
   decode-analyze io io.csv --adjacent --cache   reads, plus merging and caching what-ifs
   decode-analyze io io.csv --format json        the whole report as one JSON object
   decode-analyze compute <(zcat ct.csv.gz)      pipes and stdin ('-'); gzip, bzip2, xz read too
+  decode-analyze diff base-ct.csv new-ct.csv    before and after, with significance
+  decode-analyze diff monday.json today-ct.csv  against a report saved with --format json
 
 figures: per token = total / tokens (io alone: per token that read; report: per decoded token).
 I/O per token is a range: a v1 trace has no timestamps, so the reads of a token took between
@@ -2263,7 +2701,7 @@ def build_parser():
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version",
                         version=f"decode-analyze {TOOL_VERSION} (JSON schema {SCHEMA})")
-    commands = parser.add_subparsers(dest="command", metavar="{compute,io,report}",
+    commands = parser.add_subparsers(dest="command", metavar="{compute,io,report,diff}",
                                      required=True)
 
     def subcommand(name, help_text, description, paths=(("path", "the trace file"),)):
@@ -2300,7 +2738,40 @@ def build_parser():
     pair.add_argument("--layers", action="store_true",
                       help=f"the full by-layer table (past {COMPACT_LAYERS} layers the default "
                            f"shows the layers that stand out)")
+    diff = commands.add_parser(
+        "diff", help="before and after: BASE against one or more NEW runs",
+        description=DIFF_DESCRIPTION, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    diff.add_argument("base", help="the base: a trace, or a report saved with --format json")
+    diff.add_argument("new", nargs="+", help="the runs to compare with the base, of its kind")
+    add_common_options(diff)
+    diff.add_argument("--alpha", type=probability, default=DEFAULT_ALPHA, metavar="P",
+                      help=f"significance level: a tested change with p >= P is shown as ~ "
+                           f"(default {DEFAULT_ALPHA})")
     return parser
+
+
+DIFF_DESCRIPTION = """\
+Compares runs: BASE against each NEW, figure by figure, per token (so runs of different
+lengths compare). Inputs are traces (all compute or all io) or reports saved earlier with
+--format json by any command (a saved 'report' compares with compute or io inputs through its
+matching half, with another 'report' through both). Shows the preamble keys that differ, then
+the headline figures and every row of the by-op, by-category, by-layer (compute) and by-lane,
+by-size, by-layer (io) tables, rows by largest change first, with base, new, delta (new - base)
+and ratio (new / base). Figures with per-token samples on both sides (ms, major faults, MiB and
+reads per token; each op's ms per token) carry a two-sided Mann-Whitney U test: p, marked ~ (no significant
+change) when p >= --alpha; other figures have no test. Selection options apply to trace inputs
+only. Stdin and pipes are copied to a temporary file first."""
+
+
+def probability(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
+    return value
 
 
 def say(stream, message):
@@ -2378,6 +2849,99 @@ def analyze_pair(compute_path, io_path, selection, skip_bad_rows, warn, jobs=1):
     return report
 
 
+def analyze_diff(paths, selection, skip_bad_rows, warn, alpha, jobs=1):
+    """Every input of `diff` read (traces analysed, saved reports loaded and checked), then
+    compared: the diff report dict."""
+    if paths.count("-") > 1:
+        raise TraceError("<stdin>", 0, "stdin can carry only one of the inputs")
+    views = [diff_view(path, selection, skip_bad_rows, warn, jobs) for path in paths]
+    kinds = [set(view.parts) for view in views]
+    if not set.intersection(*kinds):
+        described = ", ".join(f"{view.path} is {view.kind}" for view in views)
+        raise TraceError(views[-1].path, 0, f"nothing to compare: {described} (diff compares "
+                                            f"compute with compute, io with io)")
+    report = diff_report(views, alpha)
+    for message in report["warnings"]:
+        warn(message)
+    return report
+
+
+def diff_view(path, selection, skip_bad_rows, warn, jobs):
+    """One input of diff as a DiffView: a trace analysed (an io trace with --adjacent), or a
+    saved report loaded and checked."""
+    name = "<stdin>" if path == "-" else path
+    with reopenable(path) as readable:
+        held = trace_io.sniff(readable)
+        try:
+            if held == "json":
+                report = saved_report(trace_io.read_saved_report(readable), name)
+            elif held == "compute":
+                report = analyze_compute(readable, selection, skip_bad_rows, warn, jobs)
+            else:
+                report = analyze_io(readable, selection, skip_bad_rows, warn, adjacent=True,
+                                    cache=False, jobs=jobs)
+        except TraceError as problem:
+            raise TraceError(name if problem.path == readable else problem.path,
+                             problem.line, problem.message) from None
+    try:
+        return DiffView(name, "saved report" if held == "json" else "trace", report)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise TraceError(name, 0, f"not a report this tool wrote ({type(exc).__name__}: "
+                                  f"{exc}); save one with --format json") from None
+
+
+def saved_report(report, name):
+    """A saved report whose schema and kind this version reads."""
+    schema, kind = report.get("schema"), report.get("kind")
+    if kind == "diff":
+        raise TraceError(name, 0, "a diff report cannot be compared again: give the runs' "
+                                  "traces or reports")
+    if kind not in ("compute", "io", "report"):
+        raise TraceError(name, 0, f"not a decode-analyze report (kind {safe(kind)!s:.40})")
+    if schema not in READ_SCHEMAS:
+        raise TraceError(name, 0, f"a schema {safe(schema)!s:.20} report (decode-analyze "
+                                  f"{safe(report.get('tool_version', '?'))!s:.20}); this version "
+                                  f"reads schemas {', '.join(map(str, READ_SCHEMAS))}: write it "
+                                  f"again from its traces")
+    return report
+
+
+class reopenable:
+    """A path that can be opened twice (diff looks at a file's head before reading it):
+    the path itself, or stdin or a pipe copied to a temporary file, removed afterwards."""
+
+    def __init__(self, path):
+        self.path, self.temporary = path, None
+
+    def __enter__(self):
+        if self.path != "-" and not _is_pipe(self.path):
+            return self.path
+        binary, _ = trace_io._open_binary(self.path)
+        handle, self.temporary = tempfile.mkstemp(prefix="decode-analyze-diff-")
+        try:
+            with os.fdopen(handle, "wb") as copy:
+                shutil.copyfileobj(binary, copy, 1 << 20)
+        except OSError as exc:
+            self.__exit__()
+            raise TraceError("<stdin>" if self.path == "-" else self.path, 0,
+                             f"cannot copy to a temporary file: {exc.strerror or exc}") from None
+        return self.temporary
+
+    def __exit__(self, *exc):
+        if self.temporary:
+            try:
+                os.unlink(self.temporary)
+            except OSError:
+                pass
+
+
+def _is_pipe(path):
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _outcome(analyze, path, selection, skip_bad_rows, jobs):
     """("ok", report, warnings) or ("error", (path, line, message), warnings): what a reading
     gave, with its warnings held back, so that a child process can send it."""
@@ -2407,7 +2971,11 @@ def run(args, out, warn):
     if args.output:
         refuse_to_overwrite_an_input(args)
     selection = selection_from(args)
-    if args.command == "report":
+    if args.command == "diff":
+        report = analyze_diff([args.base] + args.new, selection, args.skip_bad_rows, warn,
+                              args.alpha, args.jobs)
+        render, markdown = render_diff, markdown_diff
+    elif args.command == "report":
         report = analyze_pair(args.compute_path, args.io_path, selection, args.skip_bad_rows,
                               warn, args.jobs)
         render = lambda r: render_pair(r, args.top, args.layers, args.ascii)  # noqa: E731
@@ -2453,14 +3021,15 @@ def write_out(out, text):
 
 
 def refuse_to_overwrite_an_input(args):
-    inputs = [args.compute_path, args.io_path] if args.command == "report" else [args.path]
+    inputs = [args.compute_path, args.io_path] if args.command == "report" else \
+        [args.base] + args.new if args.command == "diff" else [args.path]
     for path in inputs:
         try:
             same = path != "-" and os.path.samefile(path, args.output)
         except OSError:
             same = False
         if same:
-            raise OutputError(f"{args.output}: is the input trace {path}: not writing over it")
+            raise OutputError(f"{args.output}: is the input {path}: not writing over it")
 
 
 def write_atomically(path, text):

@@ -289,6 +289,64 @@ class Batch(dict):
                      runs + following)
 
 
+# ── what a file holds ────────────────────────────────────────────────────────────────────────
+SAVED_REPORT_LIMIT = 256 << 20  # a saved JSON report is a few MB; past this it is not one
+
+
+def sniff(path):
+    """What the file at `path` (reopenable: not stdin) holds, from its head: "json" for a
+    report saved with --format json, else the trace's kind ("compute" or "io")."""
+    binary, owned = _open_binary(path)
+    try:
+        stream, _ = _text_stream(binary, path)
+        try:
+            head = stream.peek(64)[:64]
+        except READ_ERRORS as exc:
+            raise TraceError(path, 0, f"cannot read: {exc}") from None
+        if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"["):
+            return "json"
+    finally:
+        if owned:
+            binary.close()
+    with Trace(path) as trace:
+        if trace.kind is None:
+            trace.require("compute", ())  # says what a trace needs
+        return trace.kind
+
+
+def read_saved_report(path):
+    """The dict of a report saved with --format json (compressed too). Only the JSON is
+    checked here; what the report holds is its reader's to check."""
+    binary, owned = _open_binary(path)
+    try:
+        stream, _ = _text_stream(binary, path)
+        data = stream.read(SAVED_REPORT_LIMIT + 1)
+    except READ_ERRORS as exc:
+        raise TraceError(path, 0, f"cannot read: {exc}") from None
+    finally:
+        if owned:
+            binary.close()
+    if len(data) > SAVED_REPORT_LIMIT:
+        raise TraceError(path, 0, f"over {SAVED_REPORT_LIMIT >> 20} MiB: not a saved report")
+    try:
+        report = json.loads(data.decode("utf-8-sig"), parse_constant=_no_constant)
+    except UnicodeDecodeError as exc:
+        raise TraceError(path, 0, f"not UTF-8 text (byte {exc.start}): not a saved report") \
+            from None
+    except json.JSONDecodeError as exc:
+        raise TraceError(path, exc.lineno, f"not valid JSON: {exc.msg} (column {exc.colno})") \
+            from None
+    except (ValueError, RecursionError) as exc:
+        raise TraceError(path, 0, f"not a saved report: {exc}") from None
+    if not isinstance(report, dict):
+        raise TraceError(path, 1, "not a saved report: the JSON is not an object")
+    return report
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not a number a report holds")
+
+
 # ── one trace ────────────────────────────────────────────────────────────────────────────────
 class Trace:
     """One open trace: `kind`, `version`, `meta` and `columns` are known after construction;

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A seeded mutator over the real traces: cut, flip, inject bytes, bad numbers, odd CSV, line
-shuffles, compression. Every mutated file goes through compute, io and report, with and without
+shuffles, compression; and saved JSON reports with odd values put in. Every mutated file goes
+through compute, io, report and diff (a mutated saved report through diff), with and without
 --skip-bad-rows, as text and as JSON, in-process. What must hold for every case:
 
   - no exception escapes main(), and the exit status is 0 or 1;
@@ -121,6 +122,28 @@ def shuffle_lines(data, rng):
 
 
 MUTATIONS = [cut, flip, inject, bad_number, odd_csv, shuffle_lines]
+ODD_VALUES = [None, "x", -1, 0, 1e308, 1e400, 2**70, True, [], {}, [1, "a"], {"a": 1}, "\u202e"]
+
+
+def mutate_report(text, rng):
+    """A saved JSON report with one value somewhere replaced by an odd one, or a key dropped,
+    or the text itself cut or flipped."""
+    if rng.random() < 0.3:
+        return rng.choice([cut, flip, inject])(text.encode(), rng)
+    report = json.loads(text)
+    node, key = report, None
+    for _ in range(rng.randint(1, 6)):
+        keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+        key = rng.choice(keys) if keys else None
+        if key is None or not isinstance(node[key], (dict, list)) or rng.random() < 0.3:
+            break
+        node, key = node[key], None
+    if key is not None:
+        if isinstance(node, dict) and rng.random() < 0.3:
+            del node[key]
+        else:
+            node[key] = rng.choice(ODD_VALUES)
+    return json.dumps(report).encode()
 
 
 def alarm(signum, frame):
@@ -156,6 +179,21 @@ def check(argv):
     return None
 
 
+def saved_reports(originals, folder):
+    """{name: the JSON report of each source trace}, as --format json writes it."""
+    reports = {}
+    for name, data in originals.items():
+        path = folder / f"source-{name}"
+        path.write_bytes(data)
+        kind = "io" if b"io_trace" in data[:100] else "compute"
+        out = io.StringIO()
+        decode_analyze.main([kind, str(path), "--format", "json", "--phase", "all"], out=out,
+                            err=io.StringIO())
+        reports[name] = out.getvalue()
+        path.unlink()
+    return reports
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
@@ -168,6 +206,7 @@ def main():
     rng = random.Random(args.seed)
     originals = sources()
     names = sorted(originals)
+    reports = saved_reports(originals, keep)
     deadline = time.monotonic() + args.seconds
     cases, failures = 0, []
     while time.monotonic() < deadline:
@@ -177,18 +216,23 @@ def main():
         partner = keep / "partner.csv"
         partner.write_bytes(originals[rng.choice(names)])
         options = list(rng.choice(OPTIONS))
+        saved = keep / f"case-{cases}.json"
+        saved.write_bytes(mutate_report(reports[rng.choice(names)], rng))
         for argv in (["compute", str(path), *options], ["io", str(path), "--adjacent", "--cache",
                                                         *options],
                      ["report", str(path), str(partner), *options],
-                     ["report", str(partner), str(path), *options]):
+                     ["report", str(partner), str(path), *options],
+                     ["diff", str(partner), str(path), *options],
+                     ["diff", str(saved), str(partner), *options]):
             problem = check(argv)
             if problem:
                 failures.append({"case": cases, "source": name, "argv": argv,
                                  "problem": problem[-2000:]})
         if not failures or failures[-1]["case"] != cases:
             path.unlink()
+            saved.unlink()
         cases += 1
-    print(json.dumps({"seed": args.seed, "cases": cases, "runs": cases * 4,
+    print(json.dumps({"seed": args.seed, "cases": cases, "runs": cases * 6,
                       "failures": failures[:20], "kept": str(keep)}, indent=1))
     return 1 if failures else 0
 

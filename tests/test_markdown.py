@@ -92,3 +92,26 @@ def test_a_long_report_fits_one_github_comment(tmp_path):
     assert re.search(r"\*\d+ rows left out to fit one comment; `--format json` has them all\.\*",
                      out)
     parse(out)
+
+
+def test_diff_tables_have_the_json_rows(tmp_path):
+    base, new = REAL_TRACES["qwen3moe-l4-io-serial.csv"], REAL_TRACES["qwen3moe-l4-io-overlap.csv"]
+    diff = report("diff", base, new)
+    found = tables(parse(run("diff", base, new, "--format", "markdown").out))
+    for section in diff["sections"]:
+        rows = found[section["title"]]
+        assert [row[0] for row in rows] == [str(r["name"]) for r in section["rows"]]
+        for row, expected in zip(rows, section["rows"]):
+            change = expected["changes"][0]
+            assert row[4] == ("" if change["ratio"] is None else f"{change['ratio']:.2f}x")
+            if change["p"] is not None:
+                assert row[5].endswith("~") == (change["significant"] is False)
+
+
+def test_untrusted_names_in_a_diff_show_as_themselves(write):
+    rows = [f'0,1,{step},0,0,"{HOSTILE}","{HOSTILE}",1000000,0' for step in (4, 5)]
+    trace = write(ct_text(rows))
+    out = run("diff", trace, trace, "--format", "markdown").out
+    html = markdown_it.MarkdownIt("commonmark", {"html": True}).enable("table").render(out)
+    assert "<img" not in html and "<strong>d" not in html and 'href="http://x"' not in html
+    assert "&lt;img src=x&gt;" in html

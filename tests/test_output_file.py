@@ -34,7 +34,7 @@ def test_an_input_trace_is_never_overwritten(write):
     trace = write(ct_text(GOOD))
     before = trace.read_bytes()
     line = error_of("compute", trace, "--output", trace)
-    assert line.endswith(f"{trace}: is the input trace {trace}: not writing over it")
+    assert line.endswith(f"{trace}: is the input {trace}: not writing over it")
     assert trace.read_bytes() == before
 
 

@@ -27,7 +27,7 @@ def pair(write):
 
 def test_per_decoded_token(pair):
     r = report("report", *pair)
-    assert r["kind"] == "report" and r["schema"] == 2
+    assert r["kind"] == "report" and r["schema"] == 3
     p = r["pair"]
     assert p["tokens"] == 3 and p["tokens_without_reads"] == 1
     assert p["io_reads_per_token"] == 1.0 and p["io_mib_per_token"] == 1.0

@@ -180,14 +180,21 @@ def test_identical_layers_fold_into_one_line(write):
     assert re.search(r"^ +20 +5\.00", table, re.M) and table.count("\n") < 6
 
 
+def package_version():
+    text = (ROOT / "pyproject.toml").read_text()
+    return re.search(r'^version = "([^"]+)"', text, re.M).group(1)
+
+
 def test_version():
+    """One version everywhere: the package's, --version's, the report's and the header's."""
+    version = package_version()
     done = subprocess.run([sys.executable, str(ROOT / "decode_analyze.py"), "--version"],
                           capture_output=True, text=True)
-    assert done.returncode == 0 and done.stdout.startswith("decode-analyze 0.2.0")
+    assert done.returncode == 0 and done.stdout.startswith(f"decode-analyze {version} ")
     r = report("compute", REAL_TRACES["qwen3moe-l4-ct-layers.csv"])
-    assert r["tool_version"] == "0.2.0" and r["schema"] == 2
+    assert r["tool_version"] == version and r["schema"] == 3
     assert run("compute", REAL_TRACES["qwen3moe-l4-ct-layers.csv"]).out.startswith(
-        "decode-analyze 0.2.0 compute")
+        f"decode-analyze {version} compute")
 
 
 @pytest.mark.parametrize("command", ["compute", "report"])
@@ -199,7 +206,8 @@ def test_cp1252_output_falls_back_to_ascii(command):
                           capture_output=True, env={**os.environ, "PYTHONIOENCODING": "cp1252"})
     assert done.returncode == 0, done.stderr
     assert done.stderr == b"" and done.stdout.isascii() and b"  run |" in done.stdout
-    assert done.stdout.count(b"decode-analyze 0.2.0") == 1  # nothing written before the retry
+    # nothing written before the retry
+    assert done.stdout.count(f"decode-analyze {package_version()}".encode()) == 1
 
 
 def test_json_on_cp1252_stays_json(write):

@@ -1,0 +1,341 @@
+"""diff BASE NEW... (issue 10, part 2): the Mann-Whitney p-values against independent values,
+every figure against the reports it compares, and the issue's done-when cases on real traces."""
+import gzip
+import json
+import random
+import re
+from itertools import combinations
+
+import pytest
+
+from conftest import REAL_TRACES, ct_text, error_of, io_text, report, run
+from decode_analyze import mann_whitney_p
+
+CT_NODE = REAL_TRACES["qwen3moe-l4-ct-node.csv"]
+IO_SERIAL = REAL_TRACES["qwen3moe-l4-io-serial.csv"]
+IO_OVERLAP = REAL_TRACES["qwen3moe-l4-io-overlap.csv"]
+
+
+# ── the test itself ──────────────────────────────────────────────────────────────────────────
+def brute_force_p(base, new):
+    """Two-sided exact p by enumerating every split of the pooled values into two groups of
+    the samples' sizes: P(|U - mean| >= |u - mean|), counted, no formula."""
+    pooled = base + new
+
+    def u_of(chosen):  # pairs (one chosen, one not) where the chosen value is larger
+        return sum((pooled[i] > pooled[j]) + 0.5 * (pooled[i] == pooled[j])
+                   for i in chosen for j in range(len(pooled)) if j not in chosen)
+    u = u_of(set(range(len(base))))
+    centre = len(base) * len(new) / 2
+    splits = [u_of(set(chosen)) for chosen in combinations(range(len(pooled)), len(base))]
+    return sum(abs(s - centre) >= abs(u - centre) - 1e-9 for s in splits) / len(splits)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_exact_p_matches_enumeration(seed):
+    rng = random.Random(seed)
+    n1, n2 = rng.randint(1, 7), rng.randint(1, 7)
+    values = rng.sample(range(1000), n1 + n2)  # distinct: the exact test applies
+    base, new = values[:n1], [v + rng.choice((0, 150)) for v in values[n1:]]
+    if len(set(base + new)) < n1 + n2:
+        new = values[n1:]
+    assert mann_whitney_p(base, new) == pytest.approx(brute_force_p(base, new), abs=1e-12)
+
+
+def test_known_p_values():
+    # Values from scipy.stats.mannwhitneyu 1.17.1 (exact, and asymptotic with ties).
+    assert mann_whitney_p([19, 22, 16, 29, 24], [20, 11, 17, 12]) == \
+        pytest.approx(0.1111111111111111, rel=1e-12)
+    x = [1.83, 0.50, 1.62, 2.48, 1.68, 1.88, 1.55, 3.06, 1.30]
+    y = [0.878, 0.647, 0.598, 2.05, 1.06, 1.29, 1.06, 3.14, 1.29]
+    assert mann_whitney_p(x, y) == pytest.approx(0.13291945818531892, rel=1e-9)
+    rng = random.Random(7)
+    big_x = [rng.randint(0, 40) for _ in range(150)]
+    big_y = [rng.randint(3, 45) for _ in range(170)]
+    assert big_x[:5] == [20, 9, 25, 3, 4]  # the same sample scipy was given
+    assert mann_whitney_p(big_x, big_y) == pytest.approx(0.009984192724207041, rel=1e-9)
+    # Fully separated small samples: U = 0, p = 2 / C(6, 3).
+    assert mann_whitney_p([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1)
+
+
+def test_degenerate_samples():
+    assert mann_whitney_p([], [1, 2]) is None
+    assert mann_whitney_p([5] * 40, [5] * 60) == 1.0  # all tied: no evidence of a change
+    same = [random.Random(1).random() for _ in range(300)]
+    assert mann_whitney_p(same, list(same)) == 1.0
+
+
+# ── helpers ──────────────────────────────────────────────────────────────────────────────────
+def scaled_trace(source, target, factor, op=None):
+    """A copy of a compute trace with the wall_ns of `op` (or of every node) times factor."""
+    lines = source.read_text().splitlines(keepends=True)
+    out, header = [], None
+    for line in lines:
+        if line.startswith("#") or header is None:
+            out.append(line)
+            if not line.startswith("#"):
+                header = line.rstrip("\n").split(",")
+            continue
+        fields = line.rstrip("\n").split(",")
+        if op is None or fields[header.index("op")] == op:
+            wall = header.index("wall_ns")
+            fields[wall] = str(round(int(fields[wall]) * factor))
+        out.append(",".join(fields) + "\n")
+    target.write_text("".join(out))
+    return target
+
+
+def section(diff, title):
+    return next(s for s in diff["sections"] if s["title"] == title)
+
+
+def rows_by_name(section_):
+    return {row["name"]: row for row in section_["rows"]}
+
+
+# ── the done-when cases ──────────────────────────────────────────────────────────────────────
+def test_a_trace_against_itself_changes_nothing():
+    diff = report("diff", CT_NODE, CT_NODE)
+    assert diff["kind"] == "diff" and diff["compares"] == "compute"
+    assert diff["preamble_changes"] == [[]]
+    tested = 0
+    for section_ in diff["sections"]:
+        for row in section_["rows"]:
+            (change,) = row["changes"]
+            assert change["delta"] == 0 and change["status"] == "both"
+            assert change["ratio"] in (1.0, None)  # None: base 0
+            assert change["significant"] in (False, None)
+            tested += change["p"] is not None
+    assert tested >= 19  # ms and faults per token, and each of the 18 ops
+
+
+def test_one_op_scaled_by_one_and_a_half_comes_first_and_significant(tmp_path):
+    scaled = scaled_trace(CT_NODE, tmp_path / "scaled.csv", 1.5, op="MUL_MAT_ID")
+    diff = report("diff", CT_NODE, scaled)
+    first = section(diff, "ms per token by op")["rows"][0]
+    change = first["changes"][0]
+    assert first["name"] == "MUL_MAT_ID"
+    assert change["ratio"] == pytest.approx(1.5, abs=1e-4)
+    assert change["significant"] is True and change["p"] < 1e-6
+    others = section(diff, "ms per token by op")["rows"][1:]
+    assert all(row["changes"][0]["delta"] == 0 and not row["changes"][0]["significant"]
+               for row in others)
+    text = run("diff", CT_NODE, scaled).out
+    by_op = text.split("\nms per token by op\n")[1]
+    assert re.match(r"  op +base +new +delta +ratio +p\n  MUL_MAT_ID +1\.973 +2\.960 +\+0\.98\d+ "
+                    r"+1\.50x +<0\.001\n", by_op), by_op[:300]
+
+
+def test_every_op_one_percent_slower_on_a_noisy_trace_is_not_significant(tmp_path):
+    scaled = scaled_trace(CT_NODE, tmp_path / "slower.csv", 1.01)
+    diff = report("diff", CT_NODE, scaled)
+    ms = rows_by_name(section(diff, "compute headline"))["ms per token"]["changes"][0]
+    assert ms["ratio"] == pytest.approx(1.01, abs=1e-3)
+    assert ms["significant"] is False and ms["p"] > 0.5
+    assert not any(row["changes"][0]["significant"]
+                   for row in section(diff, "ms per token by op")["rows"])
+    line = next(l for l in run("diff", CT_NODE, scaled).out.splitlines()
+                if l.strip().startswith("ms per token"))
+    assert line.endswith(" ~")
+
+
+def test_serial_against_overlap_names_the_preamble_key():
+    diff = report("diff", IO_SERIAL, IO_OVERLAP)
+    assert diff["compares"] == "io"
+    assert diff["preamble_changes"] == [[{"key": "overlap", "base": "0", "new": "1"}]]
+    text = run("diff", IO_SERIAL, IO_OVERLAP).out
+    assert "\npreamble: overlap 0 -> 1\n" in text
+    base, new = report("io", IO_SERIAL, "--adjacent"), report("io", IO_OVERLAP, "--adjacent")
+    headline = rows_by_name(section(diff, "io headline"))
+    for label, key in (("MiB per token", "mib_per_token"),
+                       ("reads per token", "reads_per_token"),
+                       ("lane-busy MiB/s", "busy_mib_per_s")):
+        row = headline[label]
+        assert row["base"] == base[key] and row["changes"][0]["new"] == new[key]
+        assert row["changes"][0]["delta"] == new[key] - base[key]
+    p50 = headline["read latency us, p50"]
+    assert (p50["base"], p50["changes"][0]["new"]) == (base["latency_us"]["p50"],
+                                                       new["latency_us"]["p50"])
+    lanes = rows_by_name(section(diff, "lane-busy ms per token by lane"))
+    for lane in base["by_lane"]:
+        assert lanes[lane["lane"]]["base"] == lane["busy_ms_per_token"]
+
+
+# ── the figures, against the reports compared ────────────────────────────────────────────────
+def test_every_table_row_is_the_reports_figure(tmp_path):
+    scaled = scaled_trace(CT_NODE, tmp_path / "scaled.csv", 1.2, op="ADD")
+    diff = report("diff", CT_NODE, scaled)
+    base, new = report("compute", CT_NODE), report("compute", scaled)
+    for title, table, key in (("ms per token by op", "by_op", "op"),
+                              ("ms per token by node category", "by_category", "category"),
+                              ("ms per token by layer", "by_layer", "layer")):
+        rows = rows_by_name(section(diff, title))
+        assert len(rows) == len(base[table])
+        new_rows = {r[key]: r for r in new[table]}
+        for b in base[table]:
+            row = rows[b[key]]
+            expected = new_rows[b[key]]["ms_per_token"]
+            assert row["base"] == b["ms_per_token"] and row["changes"][0]["new"] == expected
+            assert row["changes"][0]["ratio"] == pytest.approx(expected / b["ms_per_token"])
+        changes = [abs(row["changes"][0]["delta"]) for row in section(diff, title)["rows"]]
+        assert changes == sorted(changes, reverse=True)
+
+
+def test_op_samples_add_up_to_the_by_op_figures():
+    r = report("compute", CT_NODE)
+    samples = r["op_us_by_token"]
+    assert set(samples) == {row["op"] for row in r["by_op"]}
+    for row in r["by_op"]:
+        assert len(samples[row["op"]]) == r["tokens"]
+        # whole microseconds: each token's value is off by at most 0.5 us
+        assert sum(samples[row["op"]]) / 1e3 / r["tokens"] == pytest.approx(
+            row["ms_per_token"], abs=0.5e-3)
+    for i, token in enumerate(r["per_token"]):
+        total_us = sum(values[i] for values in samples.values())
+        assert abs(total_us - token["ms"] * 1e3) <= 0.5 * len(samples)
+
+
+def test_per_token_normalisation_compares_runs_of_different_lengths(tmp_path):
+    lines = CT_NODE.read_text().splitlines(keepends=True)
+    steps = sorted({int(l.split(",")[2]) for l in lines[3:]})
+    half = tmp_path / "half.csv"
+    keep = set(steps[: len(steps) // 2])
+    half.write_text("".join(lines[:3] + [l for l in lines[3:] if int(l.split(",")[2]) in keep]))
+    diff = report("diff", half, CT_NODE)
+    short, full = report("compute", half), report("compute", CT_NODE)
+    row = rows_by_name(section(diff, "compute headline"))["ms per token"]
+    assert diff["inputs"][0]["tokens"] == {"compute": short["tokens"]}
+    assert row["base"] == short["ms_per_token"] and row["changes"][0]["new"] == \
+        full["ms_per_token"]
+    assert short["tokens"] < full["tokens"]
+
+
+def test_rows_on_one_side_only_are_added_or_removed(write):
+    rows = ["0,1,{s},0,0,{op},n-0,{w},0".format(s=s, op=op, w=w)
+            for s in range(4) for op, w in (("MUL_MAT", 1000 + s), ("ADD", 500))]
+    base = write(ct_text(rows), "base.csv")
+    new = write(ct_text([r.replace("ADD", "SCALE") for r in rows]), "new.csv")
+    rows_ = rows_by_name(section(report("diff", base, new), "ms per token by op"))
+    assert rows_["ADD"]["changes"][0]["status"] == "removed"
+    assert rows_["ADD"]["changes"][0]["new"] is None and rows_["ADD"]["base"] == 0.0005
+    assert rows_["SCALE"]["changes"][0]["status"] == "added"
+    assert rows_["SCALE"]["base"] is None
+    assert rows_["MUL_MAT"]["changes"][0]["delta"] == 0
+    text = run("diff", base, new).out
+    assert re.search(r"\n  ADD +0\.0005 +- +removed", text)
+    assert re.search(r"\n  SCALE +- +0\.0005 +added", text)
+
+
+def test_several_new_runs_one_column_group_each(tmp_path):
+    slower = scaled_trace(CT_NODE, tmp_path / "slower.csv", 1.5, op="MUL_MAT_ID")
+    faster = scaled_trace(CT_NODE, tmp_path / "faster.csv", 0.5, op="GET_ROWS")
+    diff = report("diff", CT_NODE, slower, faster)
+    by_op = rows_by_name(section(diff, "ms per token by op"))
+    assert len(by_op["MUL_MAT_ID"]["changes"]) == 2
+    assert by_op["MUL_MAT_ID"]["changes"][0]["ratio"] == pytest.approx(1.5, abs=1e-4)
+    assert by_op["GET_ROWS"]["changes"][1]["ratio"] == pytest.approx(0.5, abs=1e-4)
+    assert section(diff, "ms per token by op")["rows"][0]["name"] == "GET_ROWS"  # -2.25 ms
+    header = run("diff", CT_NODE, slower, faster).out.split("\nms per token by op\n")[1]
+    assert re.match(r"  op +base +new #1 +delta +ratio +p +new #2 +delta +ratio +p\n", header)
+
+
+# ── saved reports ────────────────────────────────────────────────────────────────────────────
+def test_saved_reports_compare_as_their_traces(tmp_path):
+    scaled = scaled_trace(CT_NODE, tmp_path / "scaled.csv", 1.5, op="MUL_MAT_ID")
+    saved = tmp_path / "base.json"
+    assert run("compute", CT_NODE, "--format", "json", "-o", saved).code == 0
+    pair = tmp_path / "pair.json.gz"
+    with gzip.open(pair, "wt") as f:
+        f.write(run("report", CT_NODE, IO_SERIAL, "--format", "json").out)
+    from_traces = report("diff", CT_NODE, scaled)
+    for base in (saved, pair):
+        from_saved = report("diff", base, scaled)
+        assert from_saved["sections"] == from_traces["sections"]
+        assert from_saved["inputs"][0]["source"] == "saved report"
+
+
+def test_two_saved_pair_reports_compare_both_halves(tmp_path):
+    paths = []
+    for name, io in (("serial", IO_SERIAL), ("overlap", IO_OVERLAP)):
+        paths.append(tmp_path / f"{name}.json")
+        assert run("report", CT_NODE, io, "--format", "json", "-o", paths[-1]).code == 0
+    diff = report("diff", *paths)
+    assert diff["compares"] == "report"
+    assert {s["part"] for s in diff["sections"]} == {"compute", "io"}
+    assert diff["preamble_changes"] == [[{"key": "overlap", "base": "0", "new": "1"}]]
+
+
+def test_a_schema_2_report_compares_without_op_tests(tmp_path):
+    saved = json.loads(run("compute", CT_NODE, "--format", "json").out)
+    saved["schema"] = 2
+    del saved["op_us_by_token"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(saved))
+    diff = report("diff", old, CT_NODE)
+    assert all(row["changes"][0]["p"] is None
+               for row in section(diff, "ms per token by op")["rows"])
+    assert rows_by_name(section(diff, "compute headline"))["ms per token"]["changes"][0]["p"] \
+        == 1.0
+
+
+@pytest.mark.parametrize("content, expected", [
+    ('{"schema": 1, "kind": "compute"}', "a schema 1 report (decode-analyze ?); this version "
+                                         "reads schemas 2, 3"),
+    ('{"schema": 3, "kind": "diff"}', "a diff report cannot be compared again"),
+    ('{"schema": 3, "kind": "pie"}', "not a decode-analyze report (kind pie)"),
+    ('{"schema": 3, "kind": "compute", "tokens": 5}', "not a report this tool wrote (KeyError: "
+                                                      "'per_token')"),
+    ('{"schema": 3,\n "kind": NaN}', "NaN is not a number a report holds"),
+    ('{"schema": 3,\n "kind": [', ":2: not valid JSON: Expecting value"),
+    ('[1, 2]', ":1: not a saved report: the JSON is not an object"),
+])
+def test_a_bad_saved_report_is_one_line(write, content, expected):
+    line = error_of("diff", write(content, "saved.json"), CT_NODE)
+    assert expected in line
+
+
+def test_a_hand_edited_report_with_bad_values_is_one_line(tmp_path):
+    saved = json.loads(run("compute", CT_NODE, "--format", "json").out)
+    saved["by_op"][0]["ms_per_token"] = "fast"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(saved))
+    assert "not a report this tool wrote (ValueError: 'fast' is not a number)" in \
+        error_of("diff", bad, CT_NODE)
+
+
+def test_kinds_that_do_not_compare(write):
+    line = error_of("diff", CT_NODE, IO_SERIAL)
+    assert f"{CT_NODE} is compute, {IO_SERIAL} is io" in line
+    assert "stdin can carry only one" in error_of("diff", "-", "-")
+
+
+def test_stdin_and_pipes_are_read_once(tmp_path, monkeypatch):
+    import io
+    import sys
+    data = CT_NODE.read_bytes()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    diff = report("diff", CT_NODE, "-")
+    assert diff["inputs"][1]["path"] == "<stdin>"
+    assert section(diff, "compute headline")["rows"][0]["changes"][0]["delta"] == 0
+
+
+def test_a_different_model_is_a_warning(write):
+    rows = [f"0,1,{s},0,0,MUL_MAT,n-0,1000,0" for s in range(3)]
+    base = write(ct_text(rows), "a.csv")
+    other = write(ct_text(rows, preamble="# compute_trace v1\n# model=big.gguf arch=gemma4\n"),
+                  "b.csv")
+    result = run("diff", base, other)
+    assert result.code == 0
+    assert f"warning: {other}: model big.gguf is not the base's m.gguf" in result.err
+    assert "preamble: model m.gguf -> big.gguf, arch qwen3moe -> gemma4," in result.out
+    assert "n_threads 4 -> (none)" in result.out
+
+
+def test_alpha_decides_what_is_significant(tmp_path):
+    scaled = scaled_trace(CT_NODE, tmp_path / "slower.csv", 1.01)
+    p = rows_by_name(section(report("diff", CT_NODE, scaled), "compute headline"))[
+        "ms per token"]["changes"][0]["p"]
+    loose = report("diff", CT_NODE, scaled, "--alpha", str(min(0.999, p + 0.01)))
+    assert rows_by_name(section(loose, "compute headline"))["ms per token"]["changes"][0][
+        "significant"] is True
+    assert run("diff", CT_NODE, CT_NODE, "--alpha", "1.5").code == 2

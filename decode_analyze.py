@@ -2738,6 +2738,11 @@ def build_parser():
     pair.add_argument("--layers", action="store_true",
                       help=f"the full by-layer table (past {COMPACT_LAYERS} layers the default "
                            f"shows the layers that stand out)")
+    add_diff_parser(commands)
+    return parser
+
+
+def add_diff_parser(commands):
     diff = commands.add_parser(
         "diff", help="before and after: BASE against one or more NEW runs",
         description=DIFF_DESCRIPTION, epilog=EPILOG,
@@ -2746,9 +2751,8 @@ def build_parser():
     diff.add_argument("new", nargs="+", help="the runs to compare with the base, of its kind")
     add_common_options(diff)
     diff.add_argument("--alpha", type=probability, default=DEFAULT_ALPHA, metavar="P",
-                      help=f"significance level: a tested change with p >= P is shown as ~ "
+                      help=f"significance level: a tested change with p >= P is marked ~ "
                            f"(default {DEFAULT_ALPHA})")
-    return parser
 
 
 DIFF_DESCRIPTION = """\

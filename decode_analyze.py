@@ -48,7 +48,7 @@ from functools import lru_cache
 from math import erfc, sqrt
 from itertools import accumulate, chain, compress, repeat
 from itertools import count as counter
-from operator import add, gt, itemgetter
+from operator import add, gt, itemgetter, sub
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trace_io  # noqa: E402
@@ -1435,6 +1435,255 @@ def pair_warnings(compute, io):
     return warnings
 
 
+# ── timeline: v2 traces, measured on one clock ───────────────────────────────────────────────
+# A v2 trace stamps every row with start_ns/end_ns on the steady clock, the same clock in both
+# files of a run: a decode's I/O time is then a measurement, not a range. Reads and waits are
+# given to decodes by time (clipped to the decode's span), not by the token they were stamped
+# with, so a read that runs across two decodes counts in each for the part it spent there.
+TIMELINE_COMPUTE_COLUMNS = ("turn", "phase", "step", "op", "start_ns", "end_ns")
+TIMELINE_IO_COLUMNS = ("start_ns", "end_ns", "kind")
+TIMELINE_FIGURES = (("decode_ms", "decode wall (BMOE_DECODE span)"),
+                    ("graph_ms", "graph wall (first node start to last node end)"),
+                    ("read_busy_ms", "read busy (union of reads over every lane)"),
+                    ("read_share", "read busy / decode wall"),
+                    ("wait_ms", "expert wait (union of waits)"),
+                    ("overlap_ms", "reads while compute was not waiting"),
+                    ("callback_ms", "callbacks (BMOE_CALLBACK)"))
+
+
+class TimelineToken:
+    """One selected decode of a v2 compute trace: its BMOE_DECODE span, its graph nodes' span,
+    and its callback intervals."""
+
+    __slots__ = ("turn", "phase", "step", "decode", "graph", "callbacks")
+
+    def __init__(self, turn, phase, step):
+        self.turn, self.phase, self.step = turn, phase, step
+        self.decode = self.graph = None  # (start_ns, end_ns)
+        self.callbacks = []
+
+    def merge(self, other):
+        self.decode = widest(self.decode, other.decode)
+        self.graph = widest(self.graph, other.graph)
+        self.callbacks += other.callbacks
+
+
+def widest(span, other):
+    """The smallest span holding both (either may be None)."""
+    if span is None or other is None:
+        return span or other
+    return (min(span[0], other[0]), max(span[1], other[1]))
+
+
+class TimelineComputeFold(TokenFold):
+    """Each selected decode's spans, from the synthetic rows and the graph nodes' timestamps."""
+
+    def __init__(self, selection):
+        super().__init__(selection, TimelineToken)
+        self.backwards = 0  # rows that end before they start
+
+    def _fold(self, batch, runs):
+        ops, starts, ends = batch["op"], batch["start_ns"], batch["end_ns"]
+        for run in runs:
+            token = self.book.lookup(run)
+            if token is None:
+                continue
+            run_ops = ops[run.start:run.end]
+            run_starts, run_ends = starts[run.start:run.end], ends[run.start:run.end]
+            self.backwards += sum(map(gt, run_starts, run_ends))
+            nodes = [op not in SYNTHETIC_OPS for op in run_ops]
+            if all(nodes):
+                token.graph = widest(token.graph, (min(run_starts), max(run_ends)))
+                continue
+            for op, start, end in zip(run_ops, run_starts, run_ends):
+                if op == "BMOE_DECODE":
+                    token.decode = widest(token.decode, (start, end))
+                elif op == "BMOE_CALLBACK":
+                    token.callbacks.append((start, end))
+            if any(nodes):
+                token.graph = widest(token.graph, (min(compress(run_starts, nodes)),
+                                                   max(compress(run_ends, nodes))))
+
+    def _finished(self):
+        pass
+
+    def merge(self, later):
+        self.book.merge(later.book)
+        self.backwards += later.backwards
+
+
+class TimelineIoFold:
+    """Every read's and every wait's interval, in two pairs of arrays (start, end)."""
+
+    def __init__(self):
+        self.reads = (array("Q"), array("Q"))
+        self.waits = (array("Q"), array("Q"))
+        self.backwards = 0  # rows that end before they start
+
+    def feed(self, batch):
+        kinds, starts, ends = batch["kind"], batch["start_ns"], batch["end_ns"]
+        self.backwards += sum(map(gt, starts, ends))
+        if "wait" not in kinds:
+            self.reads[0].extend(starts)
+            self.reads[1].extend(ends)
+            return
+        for intervals, wanted in ((self.reads, "read"), (self.waits, "wait")):
+            chosen = [kind == wanted for kind in kinds]
+            intervals[0].extend(compress(starts, chosen))
+            intervals[1].extend(compress(ends, chosen))
+
+    def finish(self):
+        pass
+
+    def detach(self):
+        pass
+
+    def merge(self, later):
+        self.backwards += later.backwards
+        for mine, theirs in ((self.reads, later.reads), (self.waits, later.waits)):
+            mine[0].extend(theirs[0])
+            mine[1].extend(theirs[1])
+
+
+def union(starts, ends):
+    """The union of intervals [start, end) as disjoint sorted (starts, ends) lists."""
+    merged_starts, merged_ends = [], []
+    for start, end in sorted(zip(starts, ends)):
+        if end <= start:
+            continue
+        if merged_ends and start <= merged_ends[-1]:
+            merged_ends[-1] = max(merged_ends[-1], end)
+        else:
+            merged_starts.append(start)
+            merged_ends.append(end)
+    return merged_starts, merged_ends
+
+
+def intersection(first, second):
+    """The intersection of two disjoint sorted interval lists, as one."""
+    (a_starts, a_ends), (b_starts, b_ends) = first, second
+    starts, ends = [], []
+    i = j = 0
+    while i < len(a_starts) and j < len(b_starts):
+        start, end = max(a_starts[i], b_starts[j]), min(a_ends[i], b_ends[j])
+        if start < end:
+            starts.append(start)
+            ends.append(end)
+        if a_ends[i] < b_ends[j]:
+            i += 1
+        else:
+            j += 1
+    return starts, ends
+
+
+def covered_ns(intervals, window):
+    """How much of window [start, end) the disjoint sorted intervals cover."""
+    starts, ends = intervals
+    low, high = window
+    total = 0
+    i = max(0, bisect_right(starts, low) - 1)
+    while i < len(starts) and starts[i] < high:
+        total += max(0, min(ends[i], high) - max(starts[i], low))
+        i += 1
+    return total
+
+
+def read_timeline(path, selection, skip_bad_rows, warn, jobs):
+    """(trace, TimelineComputeFold) of a v2 compute trace; a v1 trace is refused."""
+    columns = dict(ints=("start_ns", "end_ns"), keys=("turn", "phase", "step"),
+                   strings=("op",))
+    trace, fold = fold_file(path, "compute", TIMELINE_COMPUTE_COLUMNS, columns,
+                            lambda: TimelineComputeFold(selection), skip_bad_rows, warn,
+                            may_split=selection.skip == 0, jobs=jobs, check=require_v2)
+    return trace, fold
+
+
+def read_io_timeline(path, skip_bad_rows, warn, jobs):
+    columns = dict(ints=("start_ns", "end_ns"), strings=("kind",))
+    return fold_file(path, "io", TIMELINE_IO_COLUMNS, columns, TimelineIoFold, skip_bad_rows,
+                     warn, jobs=jobs, check=require_v2)
+
+
+def require_v2(trace):
+    """timeline measures what only v2 timestamps hold: a v1 trace is an error that says where
+    to look instead."""
+    if trace.version != "v2" or not {"start_ns", "end_ns"} <= set(trace.columns):
+        raise TraceError(trace.name, 1, f"a {trace.version or 'v1'} trace has no start_ns/end_ns "
+                                        f"timestamps to measure a timeline with; for v1 traces, "
+                                        f"'decode-analyze report CT IO' gives each token's I/O "
+                                        f"time as a range")
+
+
+def timeline_report(trace, fold, selection, io_trace=None, io_fold=None):
+    """Per decode and summarised: decode wall, graph wall, read busy and its share, expert
+    wait, overlap achieved and callbacks (the I/O figures null without an io trace)."""
+    _, label, tokens = selected_tokens(trace, fold.book, selection,
+                                       {token.phase for token in fold.book.selected})
+    reads = None
+    if io_fold is not None:
+        reads, waits = union(*io_fold.reads), union(*io_fold.waits)
+        reads_in_waits = intersection(reads, waits)
+    decodes, windows = [], []
+    for token in tokens:
+        window = token.decode or token.graph
+        windows.append(window)
+        row = {"turn": token.turn, "phase": token.phase, "step": token.step,
+               "span_from": "BMOE_DECODE" if token.decode else "graph",
+               "decode_ms": (window[1] - window[0]) / NS_PER_MS,
+               "graph_ms": (token.graph[1] - token.graph[0]) / NS_PER_MS if token.graph else None,
+               "callback_ms": total_ns(union(*zip(*token.callbacks))) / NS_PER_MS
+               if token.callbacks else 0.0}
+        if reads is not None:
+            read_ns = covered_ns(reads, window)
+            both_ns = covered_ns(reads_in_waits, window)
+            row.update(read_busy_ms=read_ns / NS_PER_MS,
+                       read_share=ratio(read_ns, window[1] - window[0]),
+                       wait_ms=covered_ns(waits, window) / NS_PER_MS,
+                       overlap_ms=(read_ns - both_ns) / NS_PER_MS)
+        else:
+            row.update(read_busy_ms=None, read_share=None, wait_ms=None, overlap_ms=None)
+        decodes.append(row)
+    return {"schema": SCHEMA, "tool_version": TOOL_VERSION, "kind": "timeline",
+            "paths": [trace.name] + ([io_trace.name] if io_trace else []),
+            "meta": {**(io_trace.meta if io_trace else {}), **trace.meta},
+            "phase": label, "selection": selection.as_dict(), "decodes_count": len(decodes),
+            "summary": timeline_summary(decodes),
+            "outside_decodes": outside_decodes(reads, windows),
+            "decodes": decodes}
+
+
+def total_ns(intervals):
+    return sum(map(sub, intervals[1], intervals[0]))
+
+
+def outside_decodes(reads, windows):
+    """Read busy time (union over lanes) that fell outside every selected decode's span: reads
+    between decodes, or of decodes not selected. None without an io trace."""
+    if reads is None:
+        return None
+    spans = union(*zip(*windows)) if windows else ([], [])
+    return {"read_busy_ms": (total_ns(reads) - total_ns(intersection(reads, spans)))
+            / NS_PER_MS}
+
+
+def timeline_summary(decodes):
+    """{figure: {p50, p99, total}} over the decodes (read_share's total: all read busy time
+    over all decode time); None for a figure no decode has."""
+    summary = {}
+    for key, _ in TIMELINE_FIGURES:
+        values = [row[key] for row in decodes if row[key] is not None]
+        if not values:
+            summary[key] = None
+            continue
+        ordered = SortedParts([sorted(values)])
+        summary[key] = {"p50": ordered.percentile("p50"), "p99": ordered.percentile("p99"),
+                        "total": sum(values)}
+    if summary["read_share"] is not None:
+        summary["read_share"]["total"] = ratio(summary["read_busy_ms"]["total"],
+                                               summary["decode_ms"]["total"])
+    return summary
+
+
 # ── verdicts ─────────────────────────────────────────────────────────────────────────────────
 # One line each, with the figures it rests on. flagged: True (said in capitals), False (the calm
 # statement, with its threshold) or None (undetermined: the data cannot decide, and says why).
@@ -2310,6 +2559,64 @@ def render_cache(what_if):
         table_lines(CACHE_TABLE, what_if["lru"])
 
 
+TIMELINE_SUMMARY_TABLE = (text_column("per decode", "label"), column("p50", "p50"),
+                          column("p99", "p99"), column("total", "total"))
+TIMELINE_SHOWN = 20  # decodes listed in text; the slowest when there are more
+
+
+def timeline_summary_rows(report):
+    """One row per figure, its values written as ms, or as a share for read_share."""
+    rows = []
+    for key, label in TIMELINE_FIGURES:
+        figure = report["summary"][key] or {}
+        write = percent if key == "read_share" else lambda ms: num(ms, ".3f")
+        rows.append({"label": label, **{stat: write(figure.get(stat))
+                                        for stat in ("p50", "p99", "total")}})
+    return rows
+
+
+TIMELINE_DECODE_TABLE = (
+    column("turn", "turn"), column("step", "step"),
+    column("decode ms", "decode_ms", fixed(3)), column("graph ms", "graph_ms", fixed(3)),
+    column("read busy", "read_busy_ms", fixed(3)), column("share", "read_share", percent),
+    column("wait ms", "wait_ms", fixed(3)), column("overlap ms", "overlap_ms", fixed(3)),
+    column("callback ms", "callback_ms", fixed(3)))
+
+
+def timeline_headline(report):
+    from_graph = sum(row["span_from"] == "graph" for row in report["decodes"])
+    lines = [f"decodes={report['decodes_count']} ({selection_text(report)}); each decode's span "
+             f"is its BMOE_DECODE row" + (f", or for {from_graph} without one its graph nodes' "
+                                          f"span" if from_graph else "")]
+    if report["outside_decodes"] is not None:
+        lines.append(f"read busy outside every selected decode: "
+                     f"{report['outside_decodes']['read_busy_ms']:.3f} ms")
+    else:
+        lines.append("no io trace: read busy, wait and overlap need one (timeline CT IO)")
+    return lines
+
+
+def shown_decodes(report):
+    decodes = report["decodes"]
+    if len(decodes) <= TIMELINE_SHOWN:
+        return "every decode", decodes
+    slowest = sorted(decodes, key=lambda row: -row["decode_ms"])[:TIMELINE_SHOWN]
+    return f"the {TIMELINE_SHOWN} slowest decodes (JSON has all {len(decodes)})", slowest
+
+
+def render_timeline(report):
+    paths = [("compute", report["paths"][0])] + ([("io", report["paths"][1])]
+                                                 if len(report["paths"]) > 1 else [])
+    lines = title_lines(report, "timeline", paths, ("model", "trace_id", "io_threads",
+                                                    "overlap"))
+    for line in timeline_headline(report):
+        lines += wrap(line)
+    lines += ["", *table_lines(TIMELINE_SUMMARY_TABLE, timeline_summary_rows(report))]
+    title, rows = shown_decodes(report)
+    lines += ["", title, *table_lines(TIMELINE_DECODE_TABLE, rows)]
+    return "\n".join(lines) + "\n"
+
+
 def render_pair(report, top=12, show_layers=False, ascii_only=False):
     compute, io, pair = report["compute"], report["io"], report["pair"]
     per = "per decoded token"
@@ -2573,6 +2880,17 @@ def markdown_pair(report):
     return fit_comment(parts)
 
 
+def markdown_timeline(report):
+    title, rows = shown_decodes(report)
+    parts = [md_title(report, "timeline", report["paths"], ("model", "trace_id", "io_threads",
+                                                              "overlap")),
+             md_lines(timeline_headline(report)),
+             md_section("per decode: p50, p99, total (ms)", TIMELINE_SUMMARY_TABLE,
+                        timeline_summary_rows(report)),
+             md_section(title, TIMELINE_DECODE_TABLE, rows)]
+    return fit_comment(parts)
+
+
 def markdown_diff(report):
     names = " vs ".join(md(os.path.basename(str(source["path"])))
                         for source in report["inputs"])
@@ -2701,7 +3019,7 @@ def build_parser():
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version",
                         version=f"decode-analyze {TOOL_VERSION} (JSON schema {SCHEMA})")
-    commands = parser.add_subparsers(dest="command", metavar="{compute,io,report,diff}",
+    commands = parser.add_subparsers(dest="command", metavar="{compute,io,report,diff,timeline}",
                                      required=True)
 
     def subcommand(name, help_text, description, paths=(("path", "the trace file"),)):
@@ -2739,6 +3057,18 @@ def build_parser():
                       help=f"the full by-layer table (past {COMPACT_LAYERS} layers the default "
                            f"shows the layers that stand out)")
     add_diff_parser(commands)
+    timeline = subcommand(
+        "timeline", "v2 traces: each decode's wall, reads, waits and overlap, measured",
+        "What v2 traces' timestamps measure, per decode and summarised (p50, p99, total): the "
+        "decode's wall (its BMOE_DECODE span), the graph's wall (first node start to last node "
+        "end), read busy time (the union of the reads over every lane, and its share of the "
+        "decode), expert wait (the union of the io trace's wait rows), overlap achieved (read "
+        "time while compute was not waiting) and callbacks (BMOE_CALLBACK). Reads and waits "
+        "count in a decode for the time they spent inside its span. v1 traces have no "
+        "timestamps: use report, whose I/O time is a range.",
+        paths=(("compute_path", "the v2 compute trace (ct.csv)"),))
+    timeline.add_argument("io_path", nargs="?",
+                          help="the v2 io trace of the same run (io.csv), for the I/O figures")
     return parser
 
 
@@ -2946,6 +3276,22 @@ def _is_pipe(path):
         return False
 
 
+def analyze_timeline(compute_path, io_path, selection, skip_bad_rows, warn, jobs=1):
+    """Read both v2 traces of a run (the io one optional): the timeline report dict."""
+    trace, fold = read_timeline(compute_path, selection, skip_bad_rows, warn, jobs)
+    io_trace = io_fold = None
+    if io_path is not None:
+        io_trace, io_fold = read_io_timeline(io_path, skip_bad_rows, warn, jobs)
+        ids = trace.meta.get("trace_id"), io_trace.meta.get("trace_id")
+        if ids[0] != ids[1]:
+            warn(f"trace_id differs: {ids[0]} in {trace.name}, {ids[1]} in {io_trace.name}: "
+                 f"the files may be from two runs")
+    if fold.backwards or io_fold is not None and io_fold.backwards:
+        warn(f"{fold.backwards + (io_fold.backwards if io_fold else 0)} row(s) end before they "
+             f"start: counted as empty intervals")
+    return timeline_report(trace, fold, selection, io_trace, io_fold)
+
+
 def _outcome(analyze, path, selection, skip_bad_rows, jobs):
     """("ok", report, warnings) or ("error", (path, line, message), warnings): what a reading
     gave, with its warnings held back, so that a child process can send it."""
@@ -2970,12 +3316,16 @@ def _reports(outcomes, warn):
 
 def run(args, out, warn):
     """Build the command's report and write it in the chosen format."""
-    if args.command == "report" and args.compute_path == args.io_path == "-":
+    if args.command in ("report", "timeline") and args.compute_path == args.io_path == "-":
         raise TraceError("<stdin>", 0, "stdin can carry only one of the two traces")
     if args.output:
         refuse_to_overwrite_an_input(args)
     selection = selection_from(args)
-    if args.command == "diff":
+    if args.command == "timeline":
+        report = analyze_timeline(args.compute_path, args.io_path, selection,
+                                  args.skip_bad_rows, warn, args.jobs)
+        render, markdown = render_timeline, markdown_timeline
+    elif args.command == "diff":
         report = analyze_diff([args.base] + args.new, selection, args.skip_bad_rows, warn,
                               args.alpha, args.jobs)
         render, markdown = render_diff, markdown_diff
@@ -3025,9 +3375,9 @@ def write_out(out, text):
 
 
 def refuse_to_overwrite_an_input(args):
-    inputs = [args.compute_path, args.io_path] if args.command == "report" else \
-        [args.base] + args.new if args.command == "diff" else [args.path]
-    for path in inputs:
+    inputs = [args.compute_path, args.io_path] if args.command in ("report", "timeline") \
+        else [args.base] + args.new if args.command == "diff" else [args.path]
+    for path in filter(None, inputs):
         try:
             same = path != "-" and os.path.samefile(path, args.output)
         except OSError:

@@ -757,15 +757,17 @@ def usable_cores():
 
 
 def fold_file(path, kind, required, columns, make_fold, skip_bad_rows=False, warn=None,
-              may_split=True, jobs=2):
-    """Open the trace at `path`, check it is `kind` with the `required` columns, and fold the
-    batches of `columns` (Trace.batches' arguments) into make_fold(), in up to `jobs`
-    processes.
+              may_split=True, jobs=2, check=None):
+    """Open the trace at `path`, check it is `kind` with the `required` columns (and passes
+    check(trace), which raises TraceError), and fold the batches of `columns` (Trace.batches'
+    arguments) into make_fold(), in up to `jobs` processes.
 
     Returns (trace, fold). may_split=False reads in one piece (a fold that needs every earlier
     row of a turn). Skipped rows are counted into the trace, and said once through `warn`."""
     warn = warn or (lambda message: None)
     with Trace(path, skip_bad_rows, warn) as trace:
+        if check is not None and trace.kind == kind:
+            check(trace)
         trace.require(kind, required)
         splits = split_points(trace, jobs) if may_split and hasattr(os, "fork") else []
         parts = list(zip(splits, splits[1:] + [None]))

@@ -33,6 +33,7 @@ the sections above it:
 """
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -52,10 +53,10 @@ from operator import add, gt, itemgetter, sub
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trace_io  # noqa: E402
-from trace_io import HOLD_ROWS, Forked, TraceError, fold_file, usable_cores  # noqa: E402
+from trace_io import HOLD_ROWS, Forked, Trace, TraceError, fold_file, usable_cores  # noqa: E402
 
 SCHEMA = 3  # of the JSON report: 2 added the I/O ranges, tool_version, undetermined verdicts;
-# 3 added op_us_by_token (per-op samples for diff)
+# 3 added the per-token samples: op_us_by_token, category_us_by_token, lane_bytes_by_token
 TOOL_VERSION = "0.3.0"
 NS_PER_MS = 1e6
 MIB = 1 << 20
@@ -523,24 +524,26 @@ SYNTHETIC_OPS = {"BMOE_DECODE", "BMOE_CALLBACK"}  # v2 rows that are not graph n
 
 class ComputeToken:
     """One selected token of a compute trace: its summed wall time and major faults, and its
-    wall time per op (op_ns, complete after the fold's finish: the per-op samples that
-    `diff` tests)."""
+    wall time per op and per node category (op_ns, category_ns: complete after the fold's
+    finish; the samples `diff` tests and the SVG stacks)."""
 
-    __slots__ = ("turn", "phase", "step", "wall_ns", "majflt", "op_ns")
+    __slots__ = ("turn", "phase", "step", "wall_ns", "majflt", "op_ns", "category_ns")
 
     def __init__(self, turn, phase, step):
         self.turn, self.phase, self.step = turn, phase, step
         self.wall_ns = self.majflt = 0
-        self.op_ns = {}
+        self.op_ns, self.category_ns = {}, {}
 
-    def add_op(self, op, wall_ns):
+    def add_group(self, op, category, wall_ns):
         self.op_ns[op] = self.op_ns.get(op, 0) + wall_ns
+        self.category_ns[category] = self.category_ns.get(category, 0) + wall_ns
 
     def merge(self, other):
         self.wall_ns += other.wall_ns
         self.majflt += other.majflt
-        for op, wall_ns in other.op_ns.items():
-            self.add_op(op, wall_ns)
+        for mine, theirs in ((self.op_ns, other.op_ns), (self.category_ns, other.category_ns)):
+            for key, wall_ns in theirs.items():
+                mine[key] = mine.get(key, 0) + wall_ns
 
 
 class TokenGraph:
@@ -586,11 +589,12 @@ class TokenGraph:
         self.fault_wall_ns = list(map(add, self.fault_wall_ns, other.fault_wall_ns))
         self.tokens += other.tokens
 
-    def op_positions(self):
-        """{op: [node positions]} in this graph."""
+    def group_positions(self):
+        """{(op, category): [node positions]} in this graph."""
         positions = defaultdict(list)
-        for position, op in enumerate(self.ops):
-            positions[op].append(position)
+        nodes = classify_graph(self.ops, self.names, [int(layer) for layer in self.layers])
+        for position, node in enumerate(nodes):
+            positions[node.op, node.category].append(position)
         return positions
 
     def node_sums(self):
@@ -612,7 +616,7 @@ class LooseNodes:
     def add(self, token, ops, names, layers, walls, faults):
         nodes = classify_graph(ops, names, [int(layer) for layer in layers])
         for node, wall_ns, majflt in zip(nodes, walls, faults):
-            token.add_op(node.op, wall_ns)
+            token.add_group(node.op, node.category, wall_ns)
             entry = self.sums.get(node)
             if entry is None:
                 entry = self.sums[node] = [0, 0, 0, 0]
@@ -690,18 +694,18 @@ class ComputeFold(TokenFold):
             graphs = self.graphs.get(phase, {})
             loose = self.loose.get(phase, LooseNodes())
             loose.finish()
-            places = defaultdict(list)  # op -> [(graph, [positions])]
+            places = defaultdict(list)  # op -> [(graph, category, [positions])]
             for graph in graphs.values():
-                for op, positions in graph.op_positions().items():
-                    places[op].append((graph, positions))
+                for (op, category), positions in graph.group_positions().items():
+                    places[op].append((graph, category, positions))
             walls = self.op_walls.setdefault(phase, {})
             for op in set(places) | set(loose.op_walls):
                 columns = []
-                for graph, positions in places.get(op, ()):
+                for graph, category, positions in places.get(op, ()):
                     width = len(graph.ops)
                     graph_columns = [graph.history[p::width] for p in positions]
                     for token, wall_ns in zip(graph.members, map(sum, zip(*graph_columns))):
-                        token.add_op(op, wall_ns)
+                        token.add_group(op, category, wall_ns)
                     columns.extend(graph_columns)
                 walls[op] = SortedParts([sorted_array(chain.from_iterable(columns))]) + \
                     SortedParts([loose.op_walls.get(op, ())])
@@ -846,14 +850,18 @@ def compute_report(trace, fold, selection):
                          for name, wall_ns in sorted(unclassified.items(),
                                                      key=lambda kv: (-kv[1], kv[0]))],
         **token_views(tokens, fold.book),
-        "op_us_by_token": op_samples(tokens, sorted(tables["op"])),
+        "op_us_by_token": us_by_token(tokens, "op_ns", sorted(tables["op"])),
+        "category_us_by_token": {} if granularity == "layer" else
+        us_by_token(tokens, "category_ns", sorted(tables["category"])),
     }
 
 
-def op_samples(tokens, ops):
-    """{op: its wall time in each token, in whole µs, in per_token's order}: the samples
-    `diff` tests a by-op change with, kept in the JSON report so that a saved one has them."""
-    return {op: [round(token.op_ns.get(op, 0) / 1e3) for token in tokens] for op in ops}
+def us_by_token(tokens, field, groups):
+    """{group: its wall time in each token, in whole µs, in per_token's order}, of the ops
+    (the samples `diff` tests a by-op change with, kept in the JSON report so that a saved
+    one has them) or of the node categories (what the SVG stacks)."""
+    return {group: [round(getattr(token, field).get(group, 0) / 1e3) for token in tokens]
+            for group in groups}
 
 
 def token_views(tokens, book):
@@ -927,9 +935,26 @@ IO_COLUMNS = ("turn", "phase", "step", "layer", "expert", "lane", "spec", "offse
               "read_bytes", "latency_ns")
 
 
-IoToken = summing_record(
-    "IoToken", ("reads", "read_bytes"), keys=("turn", "phase", "step"),
-    doc="One selected token of an io trace: its reads and bytes read.")
+class IoToken:
+    """One selected token of an io trace: its reads and bytes read, in all and per lane."""
+
+    __slots__ = ("turn", "phase", "step", "reads", "read_bytes", "lane_bytes")
+
+    def __init__(self, turn, phase, step):
+        self.turn, self.phase, self.step = turn, phase, step
+        self.reads = self.read_bytes = 0
+        self.lane_bytes = {}  # lane as written -> bytes
+
+    def add_lanes(self, lanes, sizes):
+        for lane in set(lanes):
+            self.lane_bytes[lane] = self.lane_bytes.get(lane, 0) + sum(
+                compress(sizes, map(lane.__eq__, lanes)))
+
+    def merge(self, other):
+        self.reads += other.reads
+        self.read_bytes += other.read_bytes
+        for lane, size in other.lane_bytes.items():
+            self.lane_bytes[lane] = self.lane_bytes.get(lane, 0) + size
 
 
 class IntCache(dict):
@@ -1042,7 +1067,7 @@ class IoFold(TokenFold):
         """Token sums and adjacency per token run; then each phase's selected rows of the batch
         are added at once, so that the per-read work stays inside C builtins."""
         sizes = list(map(self.sizes.__getitem__, batch["read_bytes"]))
-        wanted, offsets = batch["req_bytes"], batch.get("offset")
+        wanted, offsets, lanes = batch["req_bytes"], batch.get("offset"), batch["lane"]
         spans = defaultdict(list)  # phase -> [(start, end)] of its selected runs
         for run in runs:
             token = self.book.lookup(run)
@@ -1053,6 +1078,7 @@ class IoFold(TokenFold):
                                                                             PhaseReads())
             token.reads += end - start
             token.read_bytes += sum(sizes[start:end])
+            token.add_lanes(lanes[start:end], sizes[start:end])
             reads.req_bytes += sum(wanted[start:end])
             if self.adjacent:
                 reads.runs += contiguous_runs(offsets[start:end], wanted[start:end])
@@ -1290,8 +1316,17 @@ def io_report(trace, fold, selection, jobs=2):
         "heaviest": [io_token_dict(token) for token in
                      sorted(tokens, key=lambda t: -t.read_bytes)[:SLOWEST]],
         "per_token": [io_token_dict(token) for token in tokens],
+        "lane_bytes_by_token": lane_bytes_by_token(tokens),
     }
     return report
+
+
+def lane_bytes_by_token(tokens):
+    """{lane: bytes each token read on it, in per_token's order} (what the SVG stacks); JSON
+    keys are text, so lanes are too."""
+    lanes = sorted({lane for token in tokens for lane in token.lane_bytes}, key=int)
+    return {str(int(lane)): [token.lane_bytes.get(lane, 0) for token in tokens]
+            for lane in lanes}
 
 
 def io_ranges(busy_ms, mib, lanes):
@@ -2075,6 +2110,9 @@ def diff_report(views, alpha):
                         "tokens": {part: view.parts[part]["tokens"] for part in parts}}
                        for view in views],
             "preamble_changes": changes,
+            "per_token": {part: {"field": SAMPLE_FIELDS[part][0], "series": [
+                view.parts[part]["samples"][SAMPLE_FIELDS[part][0]] for view in views]}
+                for part in parts},
             "sections": [section for part in parts for section in diff_part(part, views, alpha)],
             "warnings": warnings}
 
@@ -2937,6 +2975,551 @@ def cut_details(part, excess):
     return head + "<details>" + "\n".join(kept).rstrip("\n") + "\n" + note + "\n</details>" + tail
 
 
+# ── Perfetto: a Chrome Trace Event Format file ───────────────────────────────────────────────
+# Opens in ui.perfetto.dev and chrome://tracing. Timestamps are µs. A v1 trace has no clock:
+# its nodes are laid end to end in file (seq) order with their wall_ns, which is real because
+# tracing runs one node at a time behind a barrier (the gaps between nodes are not recorded),
+# and its reads end to end per lane; each token starts where the one before it ended. v2 traces
+# use their start_ns/end_ns, and the two files of a run share one clock.
+PERFETTO_TOKENS = (0, 64)
+COMPUTE_PID, READS_PID, WAITS_PID = 1, 2, 3
+ExportToken = namedtuple("ExportToken", "turn phase step index")
+
+
+def exported_runs(path, kind, columns, selection, window, keys=None, skip_bad_rows=False):
+    """(token, {column: values}) for each run of rows of the exported tokens, in file order:
+    the selection's tokens from the window's A-th (0-based) to before its B-th, or those whose
+    (turn, phase, step) is in `keys`. Reading stops after the window's last token."""
+    first, last = window
+    with Trace(path, skip_bad_rows) as trace:
+        trace.require(kind, ())
+        book = TokenBook(selection, lambda turn, phase, step: ExportToken(
+            turn, phase, step, len(book.selected)))
+        wanted = {**columns, "ints": [c for c in columns["ints"] if c in trace.columns]}
+        for batch in trace.batches(**wanted):
+            for run in batch.runs:
+                token = book.lookup(run)
+                if token is None:
+                    continue
+                if keys is not None:
+                    if (token.turn, token.phase, token.step) not in keys:
+                        continue
+                elif token.index >= last:
+                    return
+                elif token.index < first:
+                    continue
+                yield token, {name: values[run.start:run.end]
+                              for name, values in batch.items()}
+
+
+def export_selection(selection):
+    """The selection an export reads: decode tokens unless a phase was chosen."""
+    return Selection(selection.phase or "decode", selection.turns, selection.steps,
+                     selection.skip)
+
+
+def event(name, ts_us, dur_us, pid, tid, args, category=None):
+    record = {"name": name, "ph": "X", "ts": ts_us, "dur": dur_us, "pid": pid, "tid": tid,
+              "args": args}
+    if category:
+        record["cat"] = category
+    return record
+
+
+def name_event(kind, pid, tid, name):
+    """A metadata event naming a process or a thread (ts 0: Perfetto wants one on every
+    event)."""
+    return {"name": kind, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": {"name": name}}
+
+
+def compute_events(token, rows, start_us, v2_origin=None):
+    """The token's slice and its nodes' slices (category-named), and the token's end in µs.
+    v1: nodes end to end from start_us; v2: at their own timestamps less the origin."""
+    ops, names, walls = rows["op"], rows["name"], rows["wall_ns"]
+    synthetic = [op in SYNTHETIC_OPS for op in ops]
+    nodes = [i for i, flag in enumerate(synthetic) if not flag]
+    categories = classify_graph([ops[i] for i in nodes], [names[i] for i in nodes],
+                                [int(rows["layer"][i]) for i in nodes])
+    events, cursor = [], start_us
+    total_ns = sum(walls[i] for i in nodes)
+    for i, node in zip(nodes, categories):
+        at = cursor if v2_origin is None else (rows["start_ns"][i] - v2_origin) / 1e3
+        events.append(event(names[i] or ops[i], at, walls[i] / 1e3, COMPUTE_PID,
+                            token.turn * 2, {"op": ops[i], "layer": node.layer,
+                                             "category": node.category,
+                                             "majflt": rows["majflt"][i]}, node.category))
+        cursor += walls[i] / 1e3
+    span = (start_us, start_us + total_ns / 1e3)
+    if v2_origin is not None:
+        span = token_span_v2(rows, synthetic, v2_origin)
+        events += [event("callback", (rows["start_ns"][i] - v2_origin) / 1e3,
+                         walls[i] / 1e3, COMPUTE_PID, token.turn * 2 + 1, {})
+                   for i, op in enumerate(ops) if op == "BMOE_CALLBACK"]
+    head = event(f"turn {token.turn} step {token.step}", span[0], span[1] - span[0],
+                 COMPUTE_PID, token.turn * 2, {"turn": token.turn, "phase": token.phase,
+                                               "step": token.step, "ms": total_ns / NS_PER_MS,
+                                               "majflt": sum(rows["majflt"])}, "token")
+    return [head] + events, span[1]
+
+
+def token_span_v2(rows, synthetic, origin):
+    """The token's span in µs: its BMOE_DECODE row's, else its graph nodes'."""
+    starts, ends, ops = rows["start_ns"], rows["end_ns"], rows["op"]
+    decode = [i for i, op in enumerate(ops) if op == "BMOE_DECODE"]
+    chosen = decode or [i for i, flag in enumerate(synthetic) if not flag] or range(len(ops))
+    return ((min(starts[i] for i in chosen) - origin) / 1e3,
+            (max(ends[i] for i in chosen) - origin) / 1e3)
+
+
+def io_events(rows, start_us, threads, v2_origin=None):
+    """The reads' slices, by lane (and the waits', by thread, in v2), and how long the
+    token's reads took in µs: v1 lays each lane's reads end to end from start_us."""
+    events, lane_end = [], {}
+    kinds = rows.get("kind") or ["read"] * len(rows["lane"])
+    for i, kind in enumerate(kinds):
+        latency_us = rows["latency_ns"][i] / 1e3
+        if v2_origin is not None:
+            at = (rows["start_ns"][i] - v2_origin) / 1e3
+            latency_us = (rows["end_ns"][i] - rows["start_ns"][i]) / 1e3
+        else:
+            at = lane_end.get(rows["lane"][i], start_us)
+            lane_end[rows["lane"][i]] = at + latency_us
+        if kind == "wait":
+            events.append(event("expert wait", at, latency_us, WAITS_PID,
+                                threads.setdefault(rows["thread_id"][i], len(threads)),
+                                {"layer": int(rows["layer"][i]),
+                                 "expert": int(rows["expert"][i])}, "wait"))
+            continue
+        events.append(event(f"read L{rows['layer'][i]} E{rows['expert'][i]}", at, latency_us,
+                            READS_PID, int(rows["lane"][i]),
+                            {"layer": int(rows["layer"][i]), "expert": int(rows["expert"][i]),
+                             "spec": int(rows["spec"][i]),
+                             "read_bytes": int(rows["read_bytes"][i])},
+                            "speculative read" if rows["spec"][i] == "1" else "read"))
+    return events, max(lane_end.values(), default=start_us) - start_us
+
+
+def export_perfetto(target, compute_path, io_path, selection, window, skip_bad_rows=False):
+    """Write the Perfetto file of the exported tokens of one trace or a pair, atomically.
+    Returns how many tokens it holds."""
+    selection = export_selection(selection)
+    v2 = all(is_v2(path) for path in (compute_path, io_path) if path)
+    io_rows, keys = {}, None
+    if compute_path and io_path:
+        keys = {token[:3] for token, _ in exported_runs(compute_path, "compute", COMPUTE_EXPORT,
+                                                        selection, window, None, skip_bad_rows)}
+    if io_path:
+        for token, rows in exported_runs(io_path, "io", IO_EXPORT, selection, window, keys,
+                                         skip_bad_rows):
+            io_rows.setdefault(token[:3], []).append(rows)
+    origin = min(chain((min(rows["start_ns"]) for runs in io_rows.values() for rows in runs),
+                       first_start(compute_path, selection, window, skip_bad_rows)),
+                 default=0) if v2 else None
+    counted = []
+    write_atomically(target, perfetto_chunks(compute_path, io_rows, selection, window, keys,
+                                             origin, skip_bad_rows, counted))
+    return counted[0]
+
+
+COMPUTE_EXPORT = dict(ints=("wall_ns", "majflt", "start_ns", "end_ns"),
+                      keys=("turn", "phase", "step", "layer"), strings=("op", "name"))
+IO_EXPORT = dict(ints=("latency_ns", "start_ns", "end_ns"),
+                 keys=("turn", "phase", "step", "layer", "expert", "lane", "spec", "read_bytes"),
+                 strings=("kind", "thread_id"))
+
+
+def is_v2(path):
+    with Trace(path) as trace:
+        return trace.version == "v2" and {"start_ns", "end_ns"} <= set(trace.columns)
+
+
+def first_start(compute_path, selection, window, skip_bad_rows):
+    """The start_ns of the first exported compute token's first row (v2), or nothing."""
+    if compute_path:
+        for _, rows in exported_runs(compute_path, "compute", COMPUTE_EXPORT, selection, window,
+                                     None, skip_bad_rows):
+            return [min(rows["start_ns"])]
+    return []
+
+
+def perfetto_chunks(compute_path, io_rows, selection, window, keys, origin, skip_bad_rows,
+                    counted):
+    """The JSON text of the file, in pieces; the number of tokens is appended to `counted`."""
+    threads = {}
+    yield '{"traceEvents": [\n'
+    yield from (json_event(e) + ",\n" for e in (
+        name_event("process_name", COMPUTE_PID, 0, "compute"),
+        name_event("process_name", READS_PID, 0, "reads by lane"),
+        name_event("process_name", WAITS_PID, 0, "expert waits by thread")))
+    cursor, tokens, turns = 0.0, 0, set()
+    for token, runs in token_groups(compute_path, io_rows, selection, window, keys,
+                                    skip_bad_rows):
+        tokens += 1
+        key = token[:3]
+        events, end = [], cursor
+        if token.turn not in turns and compute_path:
+            turns.add(token.turn)
+            events += [name_event("thread_name", COMPUTE_PID, token.turn * 2,
+                                  f"turn {token.turn}"),
+                       name_event("thread_name", COMPUTE_PID, token.turn * 2 + 1,
+                                  f"turn {token.turn} callbacks")]
+        for rows in runs:
+            more, end = compute_events(token, rows, cursor, origin)
+            events += more
+        reads_end = cursor
+        for rows in io_rows.get(key, ()):
+            more, took = io_events(rows, cursor, threads, origin)
+            events += more
+            reads_end = max(reads_end, cursor + took)
+        cursor = max(end, reads_end)
+        yield "".join(json_event(e) + ",\n" for e in events)
+    lanes = sorted({e for runs in io_rows.values() for rows in runs
+                    for e in map(int, rows["lane"])})
+    names = [name_event("thread_name", READS_PID, lane, f"lane {lane}") for lane in lanes]
+    names += [name_event("thread_name", WAITS_PID, tid, f"thread {safe(thread)}")
+              for thread, tid in threads.items()]
+    yield ",\n".join(map(json_event, names)) or json_event(
+        name_event("process_name", COMPUTE_PID, 0, "compute"))
+    clock = ("steady_ns: the v2 traces' own timestamps, one clock for both files"
+             if origin is not None else
+             "reconstructed from v1 wall_ns and latency_ns: nodes end to end in seq order, "
+             "reads end to end per lane, tokens one after another; gaps are not recorded")
+    yield ('\n], "displayTimeUnit": "ms", "otherData": ' + json_event(
+        {"tool": f"decode-analyze {TOOL_VERSION}", "clock": clock,
+         "reconstructed": origin is None, "tokens": tokens,
+         "window": f"{window[0]}:{window[1]}", "phase": selection.phase}) + "}\n")
+    counted.append(tokens)
+
+
+def token_groups(compute_path, io_rows, selection, window, keys, skip_bad_rows):
+    """(token, [runs of compute rows]) per exported token; io-only: (token, [])."""
+    if not compute_path:
+        for key in io_rows:
+            yield ExportToken(*key, 0), []
+        return
+    current, runs = None, []
+    for token, rows in exported_runs(compute_path, "compute", COMPUTE_EXPORT, selection, window,
+                                     None, skip_bad_rows):
+        if current is not None and token != current:
+            yield current, runs
+            runs = []
+        current = token
+        runs.append(rows)
+    if current is not None:
+        yield current, runs
+
+
+def json_event(record):
+    return json.dumps(record, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+
+
+# ── SVG: the report's pictures ───────────────────────────────────────────────────────────────
+# One self-contained SVG (no script, no external font or link), drawn from the report dict.
+# Panels stack vertically, each with a title, axes with units and a legend. Past SVG_MAX_BARS
+# tokens, each bar is a group of consecutive tokens: its mean, with a tick at the group's
+# largest token, so that the file stays small whatever the run's length.
+SVG_WIDTH = 960
+SVG_PANEL = 230  # height of one panel, title and axes included
+SVG_LEFT, SVG_RIGHT, SVG_TOP, SVG_BOTTOM = 64, 16, 34, 34
+SVG_MAX_BARS = 160
+SVG_PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+               "#ff9da7", "#9c755f", "#bab0ac")
+_XML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml(text):
+    """Untrusted text as XML character data or an attribute value: shown as itself."""
+    text = _XML_UNSAFE.sub(lambda m: ascii(m.group())[1:-1], safe(text))
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace('"', "&quot;").replace("'", "&#39;"))
+
+
+def nice_ceiling(value):
+    """The smallest 1, 2, 3, 4, 5, 6 or 8 times a power of ten that is >= value (1 for
+    nothing): quarters of it are round numbers."""
+    if not value or value <= 0:
+        return 1.0
+    power = 10 ** math.floor(math.log10(value))
+    return next(step * power for step in (1, 2, 3, 4, 5, 6, 8, 10)
+                if step * power >= value * (1 - 1e-12))
+
+
+class Panel:
+    """One chart: a plot area at (left, top) of size width x height inside the SVG, a y axis
+    from 0 to y_max in `unit`, and the elements drawn into it."""
+
+    def __init__(self, index, title, unit, y_max, x_label):
+        self.top = index * SVG_PANEL + SVG_TOP
+        self.left, self.width = SVG_LEFT, SVG_WIDTH - SVG_LEFT - SVG_RIGHT
+        self.height = SVG_PANEL - SVG_TOP - SVG_BOTTOM
+        self.y_max = nice_ceiling(y_max)
+        self.per_px = self.y_max / self.height  # units per pixel, for readers and tests
+        self.parts = [f'<g class="panel" data-title="{xml(title)}" data-unit="{xml(unit)}" '
+                      f'data-per-px="{self.per_px:.9g}">',
+                      f'<text x="{self.left}" y="{self.top - 14}" class="title">'
+                      f'{xml(title)}</text>']
+        self._axes(unit, x_label)
+
+    def _axes(self, unit, x_label):
+        bottom = self.top + self.height
+        for i in range(5):
+            value = self.y_max * i / 4
+            y = bottom - self.height * i / 4
+            self.parts.append(f'<line x1="{self.left}" y1="{y:.1f}" x2="{self.left + self.width}"'
+                              f' y2="{y:.1f}" class="grid"/><text x="{self.left - 4}" '
+                              f'y="{y + 4:.1f}" class="tick" text-anchor="end">{value:g}</text>')
+        self.parts.append(f'<text transform="translate(14,{self.top + self.height / 2:.0f}) '
+                          f'rotate(-90)" class="axis" text-anchor="middle">{xml(unit)}</text>'
+                          f'<text x="{self.left + self.width / 2:.0f}" y="{bottom + 28}" '
+                          f'class="axis" text-anchor="middle">{xml(x_label)}</text>')
+
+    def y(self, value):
+        return self.top + self.height - min(value, self.y_max) / self.per_px
+
+    def x_label(self, x, text, anchor="middle"):
+        self.parts.append(f'<text x="{x:.1f}" y="{self.top + self.height + 13}" class="tick" '
+                          f'text-anchor="{anchor}">{xml(text)}</text>')
+
+    def legend(self, names):
+        x = self.left + self.width
+        for i, name in reversed(list(enumerate(names))):
+            x -= 8 * len(str(name)) + 22
+            self.parts.append(f'<rect x="{x}" y="{self.top - 24}" width="10" height="10" '
+                              f'class="c{i % len(SVG_PALETTE)}"/><text x="{x + 13}" '
+                              f'y="{self.top - 15}" class="tick">{xml(name)}</text>')
+
+    def stacked_bars(self, stacks, names, tops=None, css="bar"):
+        """One bar per stack (a list of values, one per name), bottom to top; `tops`: a tick at
+        each bar's own maximum (a group's largest token)."""
+        width = self.width / max(1, len(stacks))
+        bar = f"{max(width - 1, 0.5):.1f}"
+        for i, stack in enumerate(stacks):
+            x = f"{self.left + i * width:.1f}"
+            shown = ", ".join(f"{name} {value:.4g}" for name, value in zip(names, stack) if value)
+            self.parts.append(f'<g class="{css}" data-index="{i}" data-total="{sum(stack):.9g}">'
+                              f'<title>{xml(shown)}</title>')
+            base = 0.0
+            for j, value in enumerate(stack):
+                if value > 0:  # classes, not fill colours: about 60 bytes a rectangle
+                    self.parts.append(f'<rect x="{x}" y="{self.y(base + value):.1f}" '
+                                      f'width="{bar}" height="{value / self.per_px:.2f}" '
+                                      f'class="c{j % len(SVG_PALETTE)}"/>')
+                base += value
+            self.parts.append("</g>")
+            if tops is not None:
+                y, x = self.y(tops[i]), self.left + i * width
+                self.parts.append(f'<line x1="{x:.2f}" x2="{x + width - 1:.2f}" y1="{y:.2f}" '
+                                  f'y2="{y:.2f}" class="max"/>')
+        return width
+
+    def polyline(self, values, color, name):
+        step = self.width / max(1, len(values) - 1)
+        points = " ".join(f"{self.left + i * step:.1f},{self.y(v):.1f}"
+                          for i, v in enumerate(values))
+        self.parts.append(f'<polyline points="{points}" fill="none" stroke="{color}" '
+                          f'stroke-width="1.5" class="series"><title>{xml(name)}</title>'
+                          f'</polyline>')
+
+    def marker(self, x0, x1, css, label=None):
+        self.parts.append(f'<rect x="{x0:.2f}" y="{self.top}" width="{max(x1 - x0, 1):.2f}" '
+                          f'height="{self.height}" class="{css}"/>')
+        if label:
+            self.parts.append(f'<text x="{x0 + 2:.1f}" y="{self.top + 10}" class="note">'
+                              f'{xml(label)}</text>')
+
+    def text(self):
+        return "".join(self.parts) + "</g>"
+
+
+def binned(rows, limit=SVG_MAX_BARS):
+    """rows grouped into at most `limit` runs of consecutive rows: [(first index, rows)]."""
+    size = max(1, math.ceil(len(rows) / limit))
+    return [(i, rows[i:i + size]) for i in range(0, len(rows), size)], size
+
+
+def stacks_of(series, names, groups):
+    """Per group, the mean of each named series over its rows; and each group's largest
+    total."""
+    stacks, tops = [], []
+    for start, rows in groups:
+        indexes = range(start, start + len(rows))
+        stacks.append([sum(series[name][i] for i in indexes) / len(rows) for name in names])
+        tops.append(max(sum(series[name][i] for name in names) for i in indexes))
+    return stacks, tops
+
+
+def token_axis_panel(index, title, unit, tokens, series, names, note_turns=True):
+    """Per-token stacked bars (binned past SVG_MAX_BARS) with turn boundaries and the
+    warm-up marked."""
+    groups, size = binned(tokens)
+    stacks, tops = stacks_of(series, names, groups)
+    what = "token" if size == 1 else f"group of {size} tokens (bar: mean; tick: max)"
+    panel = Panel(index, title, unit, max(tops, default=0), f"decode order, one bar per {what}")
+    panel.legend(names)
+    width = panel.stacked_bars(stacks, names, tops if size > 1 else None)
+    seen = defaultdict(int)
+    for i, token in enumerate(tokens):
+        group = i // size
+        if note_turns and i and token["turn"] != tokens[i - 1]["turn"]:
+            x = panel.left + group * width
+            panel.marker(x, x + 1, "turn", f"turn {token['turn']}")
+        if token["phase"] == DECODE and seen[token["turn"]] == 0:
+            x = panel.left + group * width
+            end = min(len(tokens), i + WARMUP_TOKENS)
+            panel.marker(x, panel.left + ((end - 1) // size + 1) * width, "warmup",
+                         None if i else f"first {WARMUP_TOKENS} tokens")
+        seen[token["turn"]] += token["phase"] == DECODE
+    ends = {0: ("start", 0), len(groups) // 2: ("middle", 0.5), len(groups) - 1: ("end", 1)}
+    for label_index, (anchor, offset) in sorted(ends.items()) if groups else ():
+        token = tokens[groups[label_index][0]]
+        panel.x_label(panel.left + (label_index + offset) * width,
+                      f"turn {token['turn']} step {token['step']}", anchor)
+    return panel, width, size
+
+
+def outlier_labels(panel, tokens, values, width, size):
+    ordered = sorted(values)
+    median = ordered[len(ordered) // 2] if ordered else 0
+    for i, value in enumerate(values):
+        if median and value >= OUTLIER_FACTOR * median:
+            x = panel.left + (i // size + 0.5) * width
+            panel.parts.append(f'<text x="{x:.1f}" y="{panel.y(value) - 3:.1f}" class="note" '
+                               f'text-anchor="middle">step {tokens[i]["step"]}</text>')
+
+
+def compute_panels(report, start):
+    tokens = report["per_token"]
+    samples = report["category_us_by_token"]
+    if samples:
+        names = [c["category"] for c in report["by_category"]]
+        series = {name: [us / 1e3 for us in samples[name]] for name in names}
+    else:
+        names, series = ["compute"], {"compute": [t["ms"] for t in tokens]}
+    panel, width, size = token_axis_panel(start, "compute ms per token, by node category",
+                                          "ms", tokens, series, names)
+    outlier_labels(panel, tokens, [t["ms"] for t in tokens], width, size)
+    layers = report["by_layer"]
+    profile = Panel(start + 1, "compute ms per token, by layer (inferred)", "ms",
+                    max((row["ms_per_token"] for row in layers), default=0), "layer")
+    bar_width = profile.stacked_bars([[row["ms_per_token"]] for row in layers], ["ms"],
+                                     css="layer")
+    for i, row in enumerate(layers):
+        if len(layers) <= 24 or i % math.ceil(len(layers) / 24) == 0:
+            profile.x_label(profile.left + (i + 0.5) * bar_width, str(row["layer"]))
+    return [panel, profile]
+
+
+def io_panels(report, start, tokens=None):
+    """The per-token MiB by lane (on `tokens`' axis when given: the pair's decoded tokens),
+    the latency histogram and, with --cache, the LRU what-if curve."""
+    lanes = report["lane_bytes_by_token"]
+    names = [f"lane {lane}" for lane in lanes]
+    by_key = {(t["turn"], t["phase"], t["step"]): i for i, t in enumerate(report["per_token"])}
+    axis = tokens or report["per_token"]
+    series = {f"lane {lane}": [values[by_key[key]] / MIB if key in by_key else 0.0
+                               for key in ((t["turn"], t["phase"], t["step"]) for t in axis)]
+              for lane, values in lanes.items()}
+    per_token, _, _ = token_axis_panel(start, "MiB read per token, by lane", "MiB", axis,
+                                       series, names)
+    hist = report["latency_hist"]
+    latency = Panel(start + 1, "read latency, log2 buckets", "reads",
+                    max((row["count"] for row in hist), default=0),
+                    "latency (us), each bucket from its lower bound to twice it")
+    bar_width = latency.stacked_bars([[row["count"]] for row in hist], ["reads"], css="hist")
+    for i, row in enumerate(hist):
+        latency.x_label(latency.left + (i + 0.5) * bar_width, f"{row['lo_us']}")
+    panels = [per_token, latency]
+    if report["reuse"]:
+        curve = report["reuse"]["lru"]
+        cache = Panel(start + 2, "extra LRU cache what-if: share of bytes served", "share",
+                      1.0, "cache size (MiB)")
+        cache.polyline([row["hit_share"] for row in curve], SVG_PALETTE[0], "hit share")
+        step = cache.width / max(1, len(curve) - 1)
+        for i, row in enumerate(curve):
+            cache.x_label(cache.left + i * step, f"{row['cache_mib']:.1f}")
+        panels.append(cache)
+    return panels
+
+
+DIFF_SIDE_BY_SIDE = {"compute": "ms per token by op", "io": "MiB per token by lane"}
+
+
+def diff_panels(report, start):
+    """Per part: every input's per-token series overlaid (each run's tokens spread over the
+    whole width, so runs of different lengths overlay; binned to means past SVG_MAX_BARS
+    points), then the table rows with the largest change, base and new side by side."""
+    panels = []
+    inputs = ["base"] + [f"new #{i + 1}" for i in range(len(report["inputs"]) - 1)]
+    for part, per_token in report["per_token"].items():
+        unit = "ms" if per_token["field"] == "ms" else "MiB"
+        series = [[sum(rows) / len(rows) for _, rows in binned(values)[0]]
+                  for values in per_token["series"]]
+        overlay = Panel(start + len(panels), f"{part}: {unit} per token, every input overlaid",
+                        unit, max((max(v, default=0) for v in series), default=0),
+                        "position in the run (each run spread over the width)")
+        for i, values in enumerate(series):
+            overlay.polyline(values, SVG_PALETTE[i % len(SVG_PALETTE)], inputs[i])
+        overlay.legend(inputs)
+        panels.append(overlay)
+        section = next((s for s in report["sections"] if s["title"] == DIFF_SIDE_BY_SIDE[part]),
+                       None)
+        if section:
+            panels.append(side_by_side(start + len(panels), section, inputs))
+    return panels
+
+
+def side_by_side(index, section, inputs):
+    rows = section["rows"][:12]
+    values = [[row["base"] or 0] + [c["new"] or 0 for c in row["changes"]] for row in rows]
+    unit = section["title"].split(" by ")[0]
+    panel = Panel(index, f"{section['title']}: the {len(rows)} largest changes", unit,
+                  max((max(v) for v in values), default=0), section["key"])
+    width = panel.width / max(1, len(rows))
+    for i, (row, group) in enumerate(zip(rows, values)):
+        bar = (width - 4) / len(group)
+        for j, value in enumerate(group):
+            x = panel.left + i * width + j * bar
+            panel.parts.append(f'<rect x="{x:.2f}" y="{panel.y(value):.2f}" '
+                               f'width="{max(bar - 1, 0.5):.2f}" '
+                               f'height="{min(value, panel.y_max) / panel.per_px:.3f}" '
+                               f'class="c{j % len(SVG_PALETTE)}">'
+                               f'<title>{xml(row["name"])} {xml(inputs[j])} {value:.4g}'
+                               f'</title></rect>')
+        panel.x_label(panel.left + (i + 0.5) * width, str(row["name"])[:14])
+    panel.legend(inputs)
+    return panel
+
+
+def svg_of(report):
+    """The SVG of a compute, io, report or diff report."""
+    kind = report["kind"]
+    if kind == "compute":
+        panels, source = compute_panels(report, 0), report["path"]
+    elif kind == "io":
+        panels, source = io_panels(report, 0), report["path"]
+    elif kind == "report":
+        panels = compute_panels(report["compute"], 0)
+        panels += io_panels(report["io"], len(panels), report["compute"]["per_token"])
+        source = f"{report['compute']['path']} + {report['io']['path']}"
+    else:
+        panels = diff_panels(report, 0)
+        source = " vs ".join(str(source["path"]) for source in report["inputs"])
+    height = len(panels) * SVG_PANEL + 24
+    style = ("text{font-family:sans-serif;font-size:11px;fill:#222}.title{font-size:13px;"
+             "font-weight:bold}.tick{font-size:10px;fill:#555}.axis{font-size:11px}"
+             ".grid{stroke:#ddd;stroke-width:1}.max{stroke:#222;stroke-width:1}"
+             ".turn{fill:#222}.warmup{fill:#edc948;fill-opacity:0.15}.note{font-size:10px;"
+             "fill:#b00}" + "".join(f".c{i}{{fill:{colour}}}"
+                                     for i, colour in enumerate(SVG_PALETTE)))
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<svg xmlns="http://www.w3.org/2000/svg" '
+            f'width="{SVG_WIDTH}" height="{height}" viewBox="0 0 {SVG_WIDTH} {height}">'
+            f'<title>decode-analyze {TOOL_VERSION} {kind}: {xml(source)}</title>'
+            f'<style>{style}</style><rect width="100%" height="100%" fill="#fff"/>'
+            + "".join(panel.text() for panel in panels)
+            + f'<text x="{SVG_LEFT}" y="{height - 6}" class="tick">decode-analyze '
+              f'{TOOL_VERSION} {kind}: {xml(source)}</text></svg>\n')
+
+
 # ── command line ─────────────────────────────────────────────────────────────────────────────
 EPILOG = """\
 examples:
@@ -3013,6 +3596,30 @@ def add_common_options(sub):
                           f"cores, at most {MAX_JOBS}; report shares them between its files)")
 
 
+def token_window(text):
+    """'A:B': the A-th (0-based) to before the B-th exported token; either side optional."""
+    low, high = steps_range(text)
+    low = 0 if low is None else low
+    high = float("inf") if high is None else high
+    if low < 0 or high <= low:
+        raise argparse.ArgumentTypeError(f"expected A:B with 0 <= A < B, got {text!r}")
+    return (low, high)
+
+
+def add_picture_options(sub, svg=True, perfetto=True):
+    if svg:
+        sub.add_argument("--svg", metavar="FILE",
+                         help="also write the report's pictures to FILE: one self-contained SVG")
+    if perfetto:
+        sub.add_argument("--perfetto", metavar="FILE",
+                         help="also write a timeline of the tokens to FILE, in the Chrome Trace "
+                              "Event Format (ui.perfetto.dev, chrome://tracing)")
+        sub.add_argument("--tokens", type=token_window, default=PERFETTO_TOKENS, metavar="A:B",
+                         help=f"the tokens --perfetto exports: the A-th (0-based) to before the "
+                              f"B-th of the selection, decode tokens unless --phase says "
+                              f"otherwise (default {PERFETTO_TOKENS[0]}:{PERFETTO_TOKENS[1]})")
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="decode-analyze", description=__doc__.split("\nMap of this file")[0], epilog=EPILOG,
@@ -3036,6 +3643,7 @@ def build_parser():
     compute.add_argument("--top", type=non_negative, default=12, metavar="N",
                          help="how many ops the by-op table lists (default 12; JSON has all)")
     compute.add_argument("--layers", action="store_true", help="also print the by-layer table")
+    add_picture_options(compute)
     io_parser = subcommand("io", "what the reads are made of: latency, sizes, lanes, layers",
                            "What the flash reads are made of, from an io trace (io.csv).")
     io_parser.add_argument("--adjacent", action="store_true",
@@ -3045,6 +3653,7 @@ def build_parser():
     io_parser.add_argument("--layers", action="store_true",
                            help=f"the full by-layer table (past {COMPACT_LAYERS} layers the "
                                 f"default shows the layers that stand out)")
+    add_picture_options(io_parser)
     pair = subcommand("report", "both traces of one run, on one screen",
                       "The compute and io traces of one run together: I/O per decoded token "
                       "(counting tokens that read nothing), compute and reads side by side per "
@@ -3056,6 +3665,7 @@ def build_parser():
     pair.add_argument("--layers", action="store_true",
                       help=f"the full by-layer table (past {COMPACT_LAYERS} layers the default "
                            f"shows the layers that stand out)")
+    add_picture_options(pair)
     add_diff_parser(commands)
     timeline = subcommand(
         "timeline", "v2 traces: each decode's wall, reads, waits and overlap, measured",
@@ -3069,6 +3679,7 @@ def build_parser():
         paths=(("compute_path", "the v2 compute trace (ct.csv)"),))
     timeline.add_argument("io_path", nargs="?",
                           help="the v2 io trace of the same run (io.csv), for the I/O figures")
+    add_picture_options(timeline, svg=False)
     return parser
 
 
@@ -3080,6 +3691,7 @@ def add_diff_parser(commands):
     diff.add_argument("base", help="the base: a trace, or a report saved with --format json")
     diff.add_argument("new", nargs="+", help="the runs to compare with the base, of its kind")
     add_common_options(diff)
+    add_picture_options(diff, perfetto=False)
     diff.add_argument("--alpha", type=probability, default=DEFAULT_ALPHA, metavar="P",
                       help=f"significance level: a tested change with p >= P is marked ~ "
                            f"(default {DEFAULT_ALPHA})")
@@ -3319,7 +3931,8 @@ def run(args, out, warn):
     if args.command in ("report", "timeline") and args.compute_path == args.io_path == "-":
         raise TraceError("<stdin>", 0, "stdin can carry only one of the two traces")
     if args.output:
-        refuse_to_overwrite_an_input(args)
+        refuse_to_overwrite_an_input(args, args.output)
+    check_pictures(args)
     selection = selection_from(args)
     if args.command == "timeline":
         report = analyze_timeline(args.compute_path, args.io_path, selection,
@@ -3344,6 +3957,7 @@ def run(args, out, warn):
         render = lambda r: render_io(r, args.layers, args.ascii)  # noqa: E731
         markdown = markdown_io
     report.setdefault("warnings", list(warn.said))
+    write_pictures(args, report, selection, warn)
     text = json_text(report) if args.format == "json" else \
         markdown(report) if args.format == "markdown" else render(report)
     if args.output:
@@ -3362,6 +3976,41 @@ def run(args, out, warn):
         write_out(out, text)
 
 
+def trace_inputs(args):
+    """(compute trace, io trace) of the command, either None."""
+    if args.command in ("report", "timeline"):
+        return args.compute_path, args.io_path
+    if args.command == "compute":
+        return args.path, None
+    return (None, args.path) if args.command == "io" else (None, None)
+
+
+def check_pictures(args):
+    """Refused up front: a picture over an input, or --perfetto on an input read only once."""
+    for option in ("svg", "perfetto"):
+        target = getattr(args, option, None)
+        if target:
+            refuse_to_overwrite_an_input(args, target)
+    if getattr(args, "perfetto", None):
+        for path in filter(None, trace_inputs(args)):
+            if path == "-" or _is_pipe(path):
+                raise TraceError("<stdin>" if path == "-" else path, 0,
+                                 "--perfetto reads its traces a second time: give a file, not "
+                                 "stdin or a pipe")
+
+
+def write_pictures(args, report, selection, warn):
+    if getattr(args, "perfetto", None):
+        compute_path, io_path = trace_inputs(args)
+        tokens = export_perfetto(args.perfetto, compute_path, io_path, selection, args.tokens,
+                                 args.skip_bad_rows)
+        if not tokens:
+            warn(f"{args.perfetto}: no token in --tokens {args.tokens[0]}:{args.tokens[1]} of "
+                 f"the selection: the timeline is empty")
+    if getattr(args, "svg", None):
+        write_atomically(args.svg, svg_of(report))
+
+
 def write_out(out, text):
     """The whole text to the stream (a text stream encodes it all before writing any of it,
     so a UnicodeEncodeError leaves nothing written)."""
@@ -3374,20 +4023,21 @@ def write_out(out, text):
         raise OutputError(f"cannot write the output: {getattr(exc, 'strerror', None) or exc}")
 
 
-def refuse_to_overwrite_an_input(args):
+def refuse_to_overwrite_an_input(args, target):
     inputs = [args.compute_path, args.io_path] if args.command in ("report", "timeline") \
         else [args.base] + args.new if args.command == "diff" else [args.path]
     for path in filter(None, inputs):
         try:
-            same = path != "-" and os.path.samefile(path, args.output)
+            same = path != "-" and os.path.samefile(path, target)
         except OSError:
             same = False
         if same:
-            raise OutputError(f"{args.output}: is the input {path}: not writing over it")
+            raise OutputError(f"{target}: is the input {path}: not writing over it")
 
 
 def write_atomically(path, text):
-    """text into the file at `path`, whole or not at all: a reader never sees half a report."""
+    """text (a string, or string pieces as they are made) into the file at `path`, whole or
+    not at all: a reader never sees half a report."""
     folder = os.path.dirname(os.path.abspath(path))
     try:
         handle, temporary = tempfile.mkstemp(dir=folder, prefix=".decode-analyze-",
@@ -3396,13 +4046,15 @@ def write_atomically(path, text):
         raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+            f.writelines([text] if isinstance(text, str) else text)
         os.replace(temporary, path)
-    except OSError as exc:
+    except BaseException as exc:
         try:
             os.unlink(temporary)
         except OSError:
             pass
+        if not isinstance(exc, OSError):
+            raise  # a bad trace met while writing: its error, with no file left behind
         raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 

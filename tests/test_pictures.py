@@ -1,0 +1,289 @@
+"""--svg, --perfetto and timeline (issue 11): pictures whose bars are the report's figures, a
+Perfetto file whose slices add up to the report, and v2 timelines with hand-computed answers."""
+import json
+import math
+import xml.etree.ElementTree as ET
+
+import pytest
+
+import tracegen
+from conftest import CT_HEADER, REAL_TRACES, ct_text, error_of, report, run
+
+SVG = "{http://www.w3.org/2000/svg}"
+CT_NODE = REAL_TRACES["qwen3moe-l4-ct-node.csv"]
+IO_PREFETCH = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]
+SESSION_CT = REAL_TRACES["qwen3moe-l4-session-ct-node.csv"]
+SESSION_IO = REAL_TRACES["qwen3moe-l4-session-ct-node-io.csv"]
+V2_CT = REAL_TRACES["qwen3moe-l4-ct-node.csv"].parent / "v2" / "ct.csv"
+V2_IO = V2_CT.parent / "io.csv"
+
+
+def svg_of(tmp_path, *argv):
+    target = tmp_path / "out.svg"
+    result = run(*argv, "--svg", target)
+    assert result.code == 0, result.err
+    return ET.parse(target).getroot(), target
+
+
+def panels(root):
+    return {g.get("data-title"): g for g in root.iter(f"{SVG}g") if g.get("class") == "panel"}
+
+
+def bars(panel, css="bar"):
+    """[(data-total, [rect heights])] of the panel's bars, in order."""
+    found = []
+    for g in panel.iter(f"{SVG}g"):
+        if g.get("class") == css:
+            found.append((float(g.get("data-total")),
+                          [float(r.get("height")) for r in g.iter(f"{SVG}rect")]))
+    return found
+
+
+# ── SVG ──────────────────────────────────────────────────────────────────────────────────────
+def test_compute_bars_are_the_per_token_figures(tmp_path):
+    r = report("compute", CT_NODE)
+    root, _ = svg_of(tmp_path, "compute", CT_NODE)
+    panel = panels(root)["compute ms per token, by node category"]
+    per_px = float(panel.get("data-per-px"))
+    drawn = bars(panel)
+    assert len(drawn) == r["tokens"] == 128  # one bar a token below 160 tokens
+    for (total, heights), token in zip(drawn, r["per_token"]):
+        # categories are kept in whole µs: 7 of them are off by 3.5 µs at most
+        assert total == pytest.approx(token["ms"], abs=0.004)
+        assert sum(heights) * per_px == pytest.approx(token["ms"], abs=0.004 + 0.01 * per_px * 7)
+    layers = bars(panels(root)["compute ms per token, by layer (inferred)"], "layer")
+    assert [total for total, _ in layers] == pytest.approx(
+        [row["ms_per_token"] for row in r["by_layer"]])
+
+
+def test_many_tokens_are_binned_with_their_mean_and_max(tmp_path):
+    path = tracegen.write(tmp_path / "ct.csv", tracegen.compute_lines(n_layer=1,
+                                                                      decode_tokens=400))
+    r = report("compute", path)
+    root, target = svg_of(tmp_path, "compute", path)
+    panel = panels(root)["compute ms per token, by node category"]
+    drawn = bars(panel)
+    size = math.ceil(r["tokens"] / 160)
+    assert len(drawn) == math.ceil(r["tokens"] / size)
+    ms = [t["ms"] for t in r["per_token"]]
+    for i, (total, _) in enumerate(drawn):
+        group = ms[i * size:(i + 1) * size]
+        assert total == pytest.approx(sum(group) / len(group), abs=0.004)
+    ticks = [line for line in panel.iter(f"{SVG}line") if line.get("class") == "max"]
+    per_px = float(panel.get("data-per-px"))
+    bottom = max(float(line.get("y1")) for line in panel.iter(f"{SVG}line")
+                 if line.get("class") == "grid")
+    for i, tick in enumerate(ticks):
+        group = ms[i * size:(i + 1) * size]
+        assert (bottom - float(tick.get("y1"))) * per_px == pytest.approx(max(group),
+                                                                         abs=0.004 + per_px * 0.06)
+    assert len(ticks) == len(drawn)
+
+
+def test_io_lanes_histogram_and_cache_curve(tmp_path):
+    r = report("io", IO_PREFETCH, "--cache")
+    root, _ = svg_of(tmp_path, "io", IO_PREFETCH, "--cache")
+    found = panels(root)
+    lanes = bars(found["MiB read per token, by lane"])
+    assert len(lanes) == r["tokens"]
+    for (total, heights), token in zip(lanes, r["per_token"]):
+        assert total == pytest.approx(token["mib"])
+    hist = bars(found["read latency, log2 buckets"], "hist")
+    assert [total for total, _ in hist] == [row["count"] for row in r["latency_hist"]]
+    (curve,) = found["extra LRU cache what-if: share of bytes served"].iter(f"{SVG}polyline")
+    assert len(curve.get("points").split()) == len(r["reuse"]["lru"])
+
+
+def test_report_shares_the_token_axis(tmp_path):
+    r = report("report", SESSION_CT, SESSION_IO)
+    root, target = svg_of(tmp_path, "report", SESSION_CT, SESSION_IO)
+    found = panels(root)
+    compute = bars(found["compute ms per token, by node category"])
+    reads = bars(found["MiB read per token, by lane"])
+    assert len(compute) == len(reads) == math.ceil(r["pair"]["tokens"] / 2)  # 208 in pairs
+    turns = [t for t in root.iter(f"{SVG}rect") if t.get("class") == "turn"]
+    assert len(turns) == 2 * 3  # 4 turns: 3 boundaries, on both token-axis panels
+    assert target.stat().st_size < 200_000
+
+
+def test_diff_overlays_each_input(tmp_path):
+    root, _ = svg_of(tmp_path, "diff", CT_NODE, CT_NODE, CT_NODE)
+    found = panels(root)
+    lines = list(found["compute: ms per token, every input overlaid"].iter(f"{SVG}polyline"))
+    assert len(lines) == 3
+    side = [r for r in found["ms per token by op: the 12 largest changes"].iter(f"{SVG}rect")
+            if r.get("class", "").startswith("c") and r.find(f"{SVG}title") is not None]
+    assert len(side) == 12 * 3
+
+
+def test_untrusted_strings_are_escaped_in_svg(tmp_path, write):
+    hostile = '<script>alert(1)</script> & "x"'
+    rows = [f'0,1,{step},0,0,"{hostile}","{hostile}",1000000,0' for step in (4, 5)]
+    trace = write(ct_text(rows), "a<b>&c.csv")
+    root, target = svg_of(tmp_path, "diff", trace, trace)
+    text = target.read_text()
+    assert "<script" not in text and "&lt;script&gt;alert(1)&lt;/script&gt; &amp;" in text
+    assert not [e for e in root.iter() if e.tag.endswith("script")]
+    assert any(hostile[:14] in "".join(e.itertext()) for e in root.iter(f"{SVG}title"))
+    assert "a&lt;b&gt;&amp;c.csv" in text
+
+
+def test_svg_is_never_written_over_an_input(write):
+    trace = write(ct_text(["0,1,4,0,0,MUL_MAT,n-0,1000,0"]))
+    assert "is the input" in error_of("compute", trace, "--svg", trace)
+
+
+# ── Perfetto ─────────────────────────────────────────────────────────────────────────────────
+def perfetto_of(tmp_path, *argv):
+    target = tmp_path / "trace.json"
+    result = run(*argv, "--perfetto", target)
+    assert result.code == 0, result.err
+    return json.loads(target.read_text())
+
+
+def check_events(data):
+    for event in data["traceEvents"]:
+        assert {"ph", "ts", "pid", "tid"} <= set(event)
+        if event["ph"] == "X":
+            assert event["dur"] >= 0
+
+
+def token_slices(data):
+    return [e for e in data["traceEvents"] if e.get("cat") == "token"]
+
+
+def test_compute_nodes_add_up_to_the_token(tmp_path):
+    data = perfetto_of(tmp_path, "compute", CT_NODE)
+    check_events(data)
+    r = report("compute", CT_NODE)
+    tokens = token_slices(data)
+    assert len(tokens) == 64  # the default window: the first 64 decode tokens
+    assert data["otherData"]["reconstructed"] is True
+    nodes = [e for e in data["traceEvents"] if e["ph"] == "X" and e.get("cat") != "token"
+             and e["pid"] == 1]
+    for token, expected in zip(tokens, r["per_token"]):
+        inside = [e for e in nodes if token["ts"] <= e["ts"] < token["ts"] + token["dur"]]
+        assert token["args"]["step"] == expected["step"]
+        assert sum(e["dur"] for e in inside) == pytest.approx(expected["ms"] * 1e3)
+        assert token["dur"] == pytest.approx(expected["ms"] * 1e3)
+        assert len(inside) == r["nodes_per_token"]
+        ends = [e["ts"] + e["dur"] for e in inside]
+        assert [e["ts"] for e in inside[1:]] == pytest.approx(ends[:-1])  # end to end
+
+
+def test_tokens_window(tmp_path):
+    data = perfetto_of(tmp_path, "compute", CT_NODE, "--tokens", "10:13")
+    steps = [t["args"]["step"] for t in token_slices(data)]
+    r = report("compute", CT_NODE)
+    assert steps == [t["step"] for t in r["per_token"][10:13]]
+    assert run("compute", CT_NODE, "--tokens", "5:5").code == 2
+
+
+def test_io_reads_end_to_end_per_lane(tmp_path):
+    data = perfetto_of(tmp_path, "io", IO_PREFETCH, "--tokens", "0:3")
+    check_events(data)
+    reads = [e for e in data["traceEvents"] if e["pid"] == 2 and e["ph"] == "X"]
+    r = report("io", IO_PREFETCH)
+    assert len(reads) == sum(t["reads"] for t in r["per_token"][:3])
+    assert sum(e["args"]["read_bytes"] for e in reads) / 2**20 == pytest.approx(
+        sum(t["mib"] for t in r["per_token"][:3]))
+
+
+def test_pair_shares_one_axis(tmp_path):
+    data = perfetto_of(tmp_path, "report", SESSION_CT, SESSION_IO, "--tokens", "0:4")
+    check_events(data)
+    tokens = token_slices(data)
+    reads = [e for e in data["traceEvents"] if e["pid"] == 2 and e["ph"] == "X"]
+    for token, following in zip(tokens, tokens[1:] + [None]):
+        mine = [e for e in reads if token["ts"] <= e["ts"] and
+                (following is None or e["ts"] < following["ts"])]
+        assert mine and all(e["ts"] + e["dur"] <= (following or {"ts": math.inf})["ts"] + 1e-6
+                            for e in mine)
+
+
+def test_v2_uses_its_own_clock(tmp_path):
+    data = perfetto_of(tmp_path, "timeline", V2_CT, V2_IO)
+    check_events(data)
+    assert data["otherData"]["reconstructed"] is False
+    events = data["traceEvents"]
+    decodes = token_slices(data)
+    assert [(e["ts"], e["dur"]) for e in decodes] == [(0.0, 1000.0), (1500.0, 1000.0),
+                                                      (3000.0, 500.0)]
+    crossing = next(e for e in events if e["name"] == "read L0 E5")
+    assert (crossing["ts"], crossing["dur"]) == (900.0, 800.0)  # 1.9 ms to 2.7 ms, origin 1 ms
+    waits = [e for e in events if e.get("cat") == "wait"]
+    assert [(e["pid"], e["ts"], e["dur"]) for e in waits] == [(3, 300.0, 150.0),
+                                                              (3, 2050.0, 150.0)]
+    callbacks = [e for e in events if e["name"] == "callback"]
+    assert [(e["ts"], e["dur"], e["tid"]) for e in callbacks] == [(950.0, 40.0, 1)]
+
+
+def test_perfetto_needs_files_it_can_read_again():
+    assert "--perfetto reads its traces a second time" in error_of(
+        "compute", "-", "--perfetto", "/tmp/never-written.json")
+
+
+def test_node_names_stay_json(tmp_path, write):
+    rows = [f'0,1,{step},0,0,MUL_MAT,"a ""quoted"" name\u202e, x",1000,0' for step in (4, 5)]
+    data = perfetto_of(tmp_path, "compute", write(ct_text(rows)))
+    assert [e["name"] for e in data["traceEvents"] if e.get("cat") == "other"] == \
+        ['a "quoted" name\u202e, x'] * 2
+
+
+# ── timeline (v2) ────────────────────────────────────────────────────────────────────────────
+def test_timeline_hand_computed():
+    r = report("timeline", V2_CT, V2_IO)
+    rows = [(d["step"], d["span_from"], d["decode_ms"], d["graph_ms"], d["read_busy_ms"],
+             d["read_share"], d["wait_ms"], d["overlap_ms"], d["callback_ms"])
+            for d in r["decodes"]]
+    # Step 10: reads on two lanes overlap (1.1-1.4, 1.2-1.6 ms: union 0.5 ms), a wait inside
+    # them (1.3-1.45), and a read from 1.9 ms that runs on to 2.7 ms: 0.1 ms of it is step
+    # 10's (its decode ends at 2.0), 0.2 ms step 11's (which starts at 2.5), 0.5 ms between.
+    assert rows == pytest.approx([
+        (10, "BMOE_DECODE", 1.0, 0.8, 0.6, 0.6, 0.15, 0.45, 0.04),
+        (11, "BMOE_DECODE", 1.0, 0.8, 0.3, 0.3, 0.15, 0.25, 0.0),
+        (12, "graph", 0.5, 0.5, 0.1, 0.2, 0.0, 0.1, 0.0)])
+    assert r["outside_decodes"]["read_busy_ms"] == pytest.approx(0.7)
+    summary = r["summary"]
+    assert summary["decode_ms"] == pytest.approx({"p50": 1.0, "p99": 1.0, "total": 2.5})
+    assert summary["read_share"]["total"] == pytest.approx(1.0 / 2.5)
+    assert summary["overlap_ms"]["total"] == pytest.approx(0.8)
+
+
+def test_timeline_of_compute_alone():
+    r = report("timeline", V2_CT)
+    assert [d["read_busy_ms"] for d in r["decodes"]] == [None] * 3
+    assert r["outside_decodes"] is None
+    text = run("timeline", V2_CT).out
+    assert "no io trace: read busy, wait and overlap need one" in text
+
+
+def test_timeline_refuses_v1():
+    line = error_of("timeline", CT_NODE)
+    assert line.endswith(f"{CT_NODE}:1: a v1 trace has no start_ns/end_ns timestamps to measure "
+                         f"a timeline with; for v1 traces, 'decode-analyze report CT IO' gives "
+                         f"each token's I/O time as a range")
+
+
+def test_timeline_names_both_trace_ids(tmp_path):
+    other = tmp_path / "io.csv"
+    other.write_text(V2_IO.read_text().replace("trace_id=42", "trace_id=43"))
+    result = run("timeline", V2_CT, other)
+    assert result.code == 0
+    assert f"trace_id differs: 42 in {V2_CT}, 43 in {other}" in result.err
+
+
+def test_v1_paths_ignore_synthetic_and_wait_rows():
+    compute = report("compute", V2_CT)
+    assert compute["ms_per_token"] == pytest.approx(2.0 / 3)  # 0.7 + 0.8 + 0.5 ms of nodes
+    assert {row["op"] for row in compute["by_op"]} == {"MUL_MAT", "MUL_MAT_ID"}
+    io = report("io", V2_IO)
+    assert io["reads"] == 5 and io["tokens"] == 3
+
+
+def test_timeline_text_and_markdown():
+    text = run("timeline", V2_CT, V2_IO).out
+    assert "  read busy / decode wall                         30.0%  60.0%  40.0%" in text
+    assert "read busy outside every selected decode: 0.700 ms" in text
+    markdown = run("timeline", V2_CT, V2_IO, "--format", "markdown").out
+    assert "| reads while compute was not waiting | 0.250 | 0.450 | 0.800 |" in markdown

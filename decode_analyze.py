@@ -1963,9 +1963,9 @@ class DiffView:
         if not isinstance(tokens, int) or tokens < 1:
             raise ValueError("tokens is not a count of tokens")
         per_token = report["per_token"]
-        samples = {field: [figure_value(t[field]) for t in per_token]
+        samples = {field: [sample_value(t[field]) for t in per_token]
                    for field in SAMPLE_FIELDS[part]}
-        op_samples = {str(op): [figure_value(v) for v in values]
+        op_samples = {str(op): [sample_value(v) for v in values]
                       for op, values in report.get("op_us_by_token", {}).items()}
         headline = {label: figure_value(dig(report, path))
                     for label, path, _ in DIFF_HEADLINES[part]}
@@ -1998,6 +1998,13 @@ def figure_value(value):
     if not abs(value) <= FIGURE_LIMIT:
         raise ValueError(f"{value!r:.40} is out of range")
     return value
+
+
+def sample_value(value):
+    """A per-token sample: a number, never missing."""
+    if value is None:
+        raise ValueError("a per-token sample is null")
+    return figure_value(value)
 
 
 def row_key(value):
@@ -2992,7 +2999,7 @@ def exported_runs(path, kind, columns, selection, window, keys=None, skip_bad_ro
     (turn, phase, step) is in `keys`. Reading stops after the window's last token."""
     first, last = window
     with Trace(path, skip_bad_rows) as trace:
-        trace.require(kind, ())
+        trace.require(kind, COMPUTE_COLUMNS if kind == "compute" else IO_COLUMNS)
         book = TokenBook(selection, lambda turn, phase, step: ExportToken(
             turn, phase, step, len(book.selected)))
         wanted = {**columns, "ints": [c for c in columns["ints"] if c in trace.columns]}
@@ -3076,6 +3083,7 @@ def io_events(rows, start_us, threads, v2_origin=None):
     token's reads took in µs: v1 lays each lane's reads end to end from start_us."""
     events, lane_end = [], {}
     kinds = rows.get("kind") or ["read"] * len(rows["lane"])
+    thread_ids = rows.get("thread_id") or ["?"] * len(rows["lane"])
     for i, kind in enumerate(kinds):
         latency_us = rows["latency_ns"][i] / 1e3
         if v2_origin is not None:
@@ -3086,7 +3094,7 @@ def io_events(rows, start_us, threads, v2_origin=None):
             lane_end[rows["lane"][i]] = at + latency_us
         if kind == "wait":
             events.append(event("expert wait", at, latency_us, WAITS_PID,
-                                threads.setdefault(rows["thread_id"][i], len(threads)),
+                                threads.setdefault(thread_ids[i], len(threads)),
                                 {"layer": int(rows["layer"][i]),
                                  "expert": int(rows["expert"][i])}, "wait"))
             continue

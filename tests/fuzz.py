@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A seeded mutator over the real traces: cut, flip, inject bytes, bad numbers, odd CSV, line
 shuffles, compression; and saved JSON reports with odd values put in. Every mutated file goes
-through compute, io, report and diff (a mutated saved report through diff), with and without
---skip-bad-rows, as text and as JSON, in-process. What must hold for every case:
+through compute, io, report, diff and timeline (a mutated saved report through diff), with and
+without --skip-bad-rows, as text, JSON and Markdown, sometimes with --svg or --perfetto,
+in-process. What must hold for every case:
 
   - no exception escapes main(), and the exit status is 0 or 1;
   - every stderr line starts with 'decode-analyze: '; a failure says exactly one line;
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 import traceback
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -48,11 +50,13 @@ class Hang(Exception):
 
 
 def sources():
-    files = sorted((HERE / "data").glob("*.csv")) + sorted((HERE.parent / "examples").glob("*.csv"))
+    files = sorted((HERE / "data").glob("*.csv")) + sorted((HERE / "data" / "v2").glob("*.csv")) \
+        + sorted((HERE.parent / "examples").glob("*.csv"))
     picked = {}
     for path in files:
         with open(path, "rb") as f:
-            picked[path.name] = b"".join(line for _, line in zip(range(SOURCE_LINES), f))
+            picked[f"{path.parent.name}/{path.name}"] = b"".join(
+            line for _, line in zip(range(SOURCE_LINES), f))
     return picked
 
 
@@ -176,6 +180,20 @@ def check(argv):
             json.loads(out.getvalue())
         except ValueError as exc:
             return f"JSON does not parse: {exc}"
+    return picture_problem(argv) if code == 0 else None
+
+
+def picture_problem(argv):
+    """None, or what is wrong with the --svg (XML) or --perfetto (JSON) file a run wrote."""
+    for option, parse in (("--svg", ET.parse), ("--perfetto", lambda p: json.loads(
+            Path(p).read_text(encoding="utf-8")))):
+        if option in argv:
+            target = argv[argv.index(option) + 1]
+            try:
+                parse(target)
+            except (ValueError, ET.ParseError, OSError) as exc:
+                return f"{option} file does not parse: {exc}"
+            Path(target).unlink()
     return None
 
 
@@ -183,7 +201,7 @@ def saved_reports(originals, folder):
     """{name: the JSON report of each source trace}, as --format json writes it."""
     reports = {}
     for name, data in originals.items():
-        path = folder / f"source-{name}"
+        path = folder / f"source-{name.replace('/', '-')}"
         path.write_bytes(data)
         kind = "io" if b"io_trace" in data[:100] else "compute"
         out = io.StringIO()
@@ -216,14 +234,20 @@ def main():
         partner = keep / "partner.csv"
         partner.write_bytes(originals[rng.choice(names)])
         options = list(rng.choice(OPTIONS))
+        pictures = rng.choice([[], ["--svg", str(keep / "out.svg")],
+                               ["--perfetto", str(keep / "out.json"), "--tokens", "0:8"]])
         saved = keep / f"case-{cases}.json"
         saved.write_bytes(mutate_report(reports[rng.choice(names)], rng))
-        for argv in (["compute", str(path), *options], ["io", str(path), "--adjacent", "--cache",
-                                                        *options],
-                     ["report", str(path), str(partner), *options],
+        perfetto = [] if "--svg" in pictures else pictures
+        svg = [] if "--perfetto" in pictures else pictures
+        for argv in (["compute", str(path), *options, *pictures],
+                     ["io", str(path), "--adjacent", "--cache", *options, *pictures],
+                     ["report", str(path), str(partner), *options, *pictures],
                      ["report", str(partner), str(path), *options],
-                     ["diff", str(partner), str(path), *options],
-                     ["diff", str(saved), str(partner), *options]):
+                     ["diff", str(partner), str(path), *options, *svg],
+                     ["diff", str(saved), str(partner), *options],
+                     ["timeline", str(path), str(partner), *options, *perfetto],
+                     ["timeline", str(partner), str(path), *options]):
             problem = check(argv)
             if problem:
                 failures.append({"case": cases, "source": name, "argv": argv,
@@ -232,7 +256,7 @@ def main():
             path.unlink()
             saved.unlink()
         cases += 1
-    print(json.dumps({"seed": args.seed, "cases": cases, "runs": cases * 6,
+    print(json.dumps({"seed": args.seed, "cases": cases, "runs": cases * 8,
                       "failures": failures[:20], "kept": str(keep)}, indent=1))
     return 1 if failures else 0
 

@@ -4055,6 +4055,7 @@ def write_atomically(path, text):
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
             f.writelines([text] if isinstance(text, str) else text)
+        os.chmod(temporary, 0o666 & ~current_umask())  # mkstemp's 0600 is not what > gives
         os.replace(temporary, path)
     except BaseException as exc:
         try:
@@ -4064,6 +4065,12 @@ def write_atomically(path, text):
         if not isinstance(exc, OSError):
             raise  # a bad trace met while writing: its error, with no file left behind
         raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def current_umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def main(argv=None, out=None, err=None):

@@ -43,3 +43,15 @@ def test_an_unwritable_folder_is_one_line(write, tmp_path):
     line = error_of("compute", write(ct_text(GOOD)), "--output", target)
     assert line.endswith(f"{target}: cannot write: No such file or directory")
     assert not os.path.exists(target)
+
+
+def test_the_file_gets_the_usual_permissions(write, tmp_path):
+    import os
+    trace = write(ct_text(GOOD))
+    target = tmp_path / "report.md"
+    mask = os.umask(0o022)
+    try:
+        assert run("compute", trace, "--format", "markdown", "-o", target).code == 0
+    finally:
+        os.umask(mask)
+    assert target.stat().st_mode & 0o777 == 0o644

@@ -287,3 +287,32 @@ def test_timeline_text_and_markdown():
     assert "read busy outside every selected decode: 0.700 ms" in text
     markdown = run("timeline", V2_CT, V2_IO, "--format", "markdown").out
     assert "| reads while compute was not waiting | 0.250 | 0.450 | 0.800 |" in markdown
+
+
+def test_timeline_is_the_same_read_in_parts(small_split, tmp_path):
+    """Several copies of the v2 run one after another (steps shifted, times too), so that
+    the split has tokens to cut between: one process and several give the same timeline."""
+    def repeated(source, target, copies, step_column):
+        lines = source.read_text().splitlines(keepends=True)
+        head = [line for line in lines if line.startswith("#")] + [
+            next(line for line in lines if not line.startswith("#"))]
+        header = head[-1].rstrip("\n").split(",")
+        body = lines[len(head):]
+        out = list(head)
+        for copy in range(copies):
+            for line in body:
+                fields = line.rstrip("\n").split(",")
+                fields[header.index("step")] = str(int(fields[header.index("step")]) + 3 * copy)
+                for column in ("start_ns", "end_ns"):
+                    i = header.index(column)
+                    fields[i] = str(int(fields[i]) + 5_000_000 * copy)
+                out.append(",".join(fields) + "\n")
+        target.write_text("".join(out))
+        return target
+    ct = repeated(V2_CT, tmp_path / "ct.csv", 300, "step")
+    io = repeated(V2_IO, tmp_path / "io.csv", 300, "step")
+    single, split = small_split("timeline", ct, io, "--format", "json", "--jobs", "4")
+    assert single.code == 0 and single.out == split.out
+    r = json.loads(single.out)
+    assert r["decodes_count"] == 900
+    assert r["summary"]["read_busy_ms"]["total"] == pytest.approx(300 * 1.0)

@@ -3087,6 +3087,8 @@ def io_events(rows, start_us, threads, v2_origin=None):
     kinds = rows.get("kind") or ["read"] * len(rows["lane"])
     thread_ids = rows.get("thread_id") or ["?"] * len(rows["lane"])
     for i, kind in enumerate(kinds):
+        if kind == "wait" and v2_origin is None:
+            continue  # not a read: on a reconstructed lane it would push the reads along
         latency_us = rows["latency_ns"][i] / 1e3
         if v2_origin is not None:
             at = (rows["start_ns"][i] - v2_origin) / 1e3

@@ -316,3 +316,15 @@ def test_timeline_is_the_same_read_in_parts(small_split, tmp_path):
     r = json.loads(single.out)
     assert r["decodes_count"] == 900
     assert r["summary"]["read_busy_ms"]["total"] == pytest.approx(300 * 1.0)
+
+
+def test_a_v1_partner_makes_the_pair_reconstructed_without_waits(tmp_path, write):
+    ct = write(ct_text([f"0,1,{step},0,0,MUL_MAT,n-0,100000,0" for step in (10, 11, 12)]))
+    data = perfetto_of(tmp_path, "report", ct, V2_IO)
+    assert data["otherData"]["reconstructed"] is True
+    events = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    assert not [e for e in events if e.get("cat") == "wait"]
+    assert len([e for e in events if e["pid"] == 2]) == 5
+    alone = perfetto_of(tmp_path, "io", V2_IO)
+    assert alone["otherData"]["reconstructed"] is False
+    assert len([e for e in alone["traceEvents"] if e.get("cat") == "wait"]) == 2

@@ -3679,6 +3679,11 @@ def build_parser():
                            f"shows the layers that stand out)")
     add_picture_options(pair)
     add_diff_parser(commands)
+    add_timeline_parser(subcommand)
+    return parser
+
+
+def add_timeline_parser(subcommand):
     timeline = subcommand(
         "timeline", "v2 traces: each decode's wall, reads, waits and overlap, measured",
         "What v2 traces' timestamps measure, per decode and summarised (p50, p99, total): the "
@@ -3692,7 +3697,6 @@ def build_parser():
     timeline.add_argument("io_path", nargs="?",
                           help="the v2 io trace of the same run (io.csv), for the I/O figures")
     add_picture_options(timeline, svg=False)
-    return parser
 
 
 def add_diff_parser(commands):

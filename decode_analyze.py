@@ -47,7 +47,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter, OrderedDict, defaultdict, namedtuple
 from functools import lru_cache
 from math import erfc, sqrt
-from itertools import accumulate, chain, compress, repeat
+from itertools import accumulate, chain, compress, islice, repeat
 from itertools import count as counter
 from operator import add, gt, itemgetter, sub
 
@@ -294,10 +294,20 @@ class SortedParts:
         return sum(map(sum, self.parts))
 
 
-def sorted_array(values):
-    """values sorted into the most compact array that holds them (all below 2^64)."""
-    ordered = sorted(values)
-    return array(WALL_32 if not ordered or ordered[-1] < 1 << 32 else "Q", ordered)
+SORT_CHUNK = 1 << 16  # values sorted at once: until stored, each is a ~36-byte int object
+
+
+def sorted_parts(values):
+    """values (all below 2^64) as SortedParts: sorted SORT_CHUNK at a time into the most
+    compact arrays that hold them, so that a million walls never stand as int objects at
+    once."""
+    iterator = iter(values)
+    parts = []
+    while True:
+        ordered = sorted(islice(iterator, SORT_CHUNK))
+        if not ordered:
+            return SortedParts(parts)
+        parts.append(array(WALL_32 if ordered[-1] < 1 << 32 else "Q", ordered))
 
 
 def percentile_summary(values):
@@ -628,7 +638,7 @@ class LooseNodes:
             self.walls[node.op].append(wall_ns)
 
     def finish(self):
-        self.op_walls = {op: sorted_array(walls) for op, walls in self.walls.items()}
+        self.op_walls = {op: sorted_parts(walls) for op, walls in self.walls.items()}
         self.walls.clear()
 
     def merge(self, later):
@@ -707,8 +717,8 @@ class ComputeFold(TokenFold):
                     for token, wall_ns in zip(graph.members, map(sum, zip(*graph_columns))):
                         token.add_group(op, category, wall_ns)
                     columns.extend(graph_columns)
-                walls[op] = SortedParts([sorted_array(chain.from_iterable(columns))]) + \
-                    SortedParts([loose.op_walls.get(op, ())])
+                walls[op] = sorted_parts(chain.from_iterable(columns)) + \
+                    loose.op_walls.get(op, SortedParts())
             loose.op_walls = {}
             for graph in graphs.values():
                 graph.history, graph.members = array(WALL_32), []
@@ -997,7 +1007,7 @@ class PhaseReads:
     def sort(self):
         """Sort the latencies (in each process, so that the merge is a linear pass)."""
         for spec, latencies in self.latency.items():
-            self.latency[spec] = SortedParts([sorted_array(latencies)])
+            self.latency[spec] = sorted_parts(latencies)
 
     def merge(self, later):
         self.by_expert.update(later.by_expert)
@@ -4142,5 +4152,25 @@ def run_and_exit():
     os._exit(status)
 
 
+def reenter_as_module():
+    """Run as `python3 decode_analyze.py`, Python keeps the whole file's syntax tree alive
+    until the script ends (about 9 MB here) and never caches its compiled code: on POSIX the
+    process replaces itself with one that imports this file as a module instead (its bytecode
+    cached beside it), which costs one interpreter start-up and saves both."""
+    if os.name != "posix" or os.environ.get("DECODE_ANALYZE_REENTERED"):
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    # The script's folder takes the place of -c's current directory on sys.path, as it has
+    # for a script: a csv.py where the user stands must not shadow the standard library.
+    code = ("import sys; sys.path[0] = sys.argv.pop(1); import decode_analyze; "
+            "decode_analyze.run_and_exit()")
+    try:
+        os.environ["DECODE_ANALYZE_REENTERED"] = "1"
+        os.execv(sys.executable, [sys.executable, "-c", code, here] + sys.argv[1:])
+    except OSError:
+        pass  # carry on in this process: the same run, with the tree kept
+
+
 if __name__ == "__main__":
+    reenter_as_module()
     run_and_exit()

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, ct_text, run_measured
+from conftest import REAL_TRACES, ROOT, ct_text, run_measured
 
 TOOL = str(ROOT / "decode_analyze.py")
 MEMORY_LIMIT_MIB = 200
@@ -83,3 +83,22 @@ def test_one_long_token_keeps_its_figures(one_token):
                                         for row in many[table]})
     assert {(r["op"], r["p50_us"], r["p99_us"], r["max_us"]) for r in single["by_op"]} == \
         {(r["op"], r["p50_us"], r["p99_us"], r["max_us"]) for r in many["by_op"]}
+
+
+def test_the_script_reenters_as_a_module_without_shadowing(tmp_path):
+    """Run as a script, the tool replaces itself with an import of itself (the script's syntax
+    tree is not kept for the whole run); a csv.py in the current directory still cannot
+    shadow the standard library, and the in-place run (re-entry refused) gives the same."""
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "csv.py").write_text("raise SystemExit('shadowed')\n")
+    argv = [sys.executable, str(ROOT / "decode_analyze.py"), "compute",
+            str(REAL_TRACES["qwen3moe-l4-ct-layers.csv"]), "--format", "json"]
+    outputs = []
+    for extra in ({}, {"DECODE_ANALYZE_REENTERED": "1"}):
+        done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True,
+                              env={**os.environ, **extra})
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1] and '"kind": "compute"' in outputs[0]

@@ -144,6 +144,10 @@ def test_no_line_over_100_columns(name):
     for command, *options in commands_for(name):
         out = run(command, REAL_TRACES[name], *options).out
         assert max(map(len, out.splitlines())) <= 100, (command, options)
+    partner = next(other for other in sorted(REAL_TRACES)
+                   if ("-io" in other) == ("-io" in name) and other != name)
+    out = run("diff", REAL_TRACES[name], REAL_TRACES[partner]).out  # one NEW: one column group
+    assert max(map(len, out.splitlines())) <= 100, partner
     out = run("report", REAL_TRACES["qwen3moe-l4-session-ct-node.csv"],
               REAL_TRACES["qwen3moe-l4-session-ct-node-io.csv"]).out
     assert max(map(len, out.splitlines())) <= 100

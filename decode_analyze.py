@@ -45,7 +45,7 @@ import textwrap
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter, OrderedDict, defaultdict, namedtuple
-from functools import lru_cache
+from functools import lru_cache, partial
 from math import erfc, sqrt
 from itertools import accumulate, chain, compress, islice, repeat
 from itertools import count as counter
@@ -3786,10 +3786,12 @@ def analyze_compute(path, selection, skip_bad_rows, warn, jobs=1):
     return report
 
 
-def analyze_io(path, selection, skip_bad_rows, warn, adjacent=True, cache=True, jobs=1):
-    """Read, sum up and judge an io trace: its report dict."""
+def analyze_io(path, selection, skip_bad_rows, warn, adjacent=True, cache=True, jobs=1,
+               what_if_jobs=None):
+    """Read, sum up and judge an io trace: its report dict. what_if_jobs: processes for the
+    cache simulation (default: jobs)."""
     trace, fold = read_io(path, selection, adjacent, skip_bad_rows, warn, cache, jobs)
-    report = io_report(trace, fold, selection, jobs)
+    report = io_report(trace, fold, selection, what_if_jobs or jobs)
     report["verdicts"] = io_verdicts(report)
     return report
 
@@ -3807,7 +3809,10 @@ def analyze_pair(compute_path, io_path, selection, skip_bad_rows, warn, jobs=1):
                                  jobs=jobs)]
             outcomes.append(_outcome(analyze_io, io_path, selection, skip_bad_rows, jobs=jobs))
         else:
-            io = _outcome(analyze_io, io_path, selection, skip_bad_rows, jobs=jobs - compute_jobs)
+            # The cache simulation comes last, when the compute side has mostly finished:
+            # it gets every job.
+            io = _outcome(partial(analyze_io, what_if_jobs=jobs), io_path, selection,
+                          skip_bad_rows, jobs=jobs - compute_jobs)
             outcomes = [child.result() or _outcome(analyze_compute, compute_path, selection,
                                                    skip_bad_rows, jobs=compute_jobs), io]
     finally:

@@ -4157,12 +4157,26 @@ def run_and_exit():
     os._exit(status)
 
 
+REENTER_MIN_BYTES = 32 << 20  # of input files, past which the syntax tree's 9 MB matter
+
+
+def file_size(argument):
+    """The size of the regular file an argument names, else 0."""
+    try:
+        return os.stat(argument).st_size if os.path.isfile(argument) else 0
+    except (OSError, ValueError):
+        return 0
+
+
 def reenter_as_module():
     """Run as `python3 decode_analyze.py`, Python keeps the whole file's syntax tree alive
-    until the script ends (about 9 MB here) and never caches its compiled code: on POSIX the
-    process replaces itself with one that imports this file as a module instead (its bytecode
-    cached beside it), which costs one interpreter start-up and saves both."""
+    until the script ends (about 9 MB here). Next to a large input, on POSIX, the process
+    replaces itself with one that imports this file as a module instead: one more interpreter
+    start-up and, where bytecode is not cached, one more compile (0.06-0.2 s), which a small
+    run would notice and a large one does not."""
     if os.name != "posix" or os.environ.get("DECODE_ANALYZE_REENTERED"):
+        return
+    if sum(map(file_size, sys.argv[1:])) < REENTER_MIN_BYTES:
         return
     here = os.path.dirname(os.path.abspath(__file__))
     # The script's folder takes the place of -c's current directory on sys.path, as it has

@@ -1537,7 +1537,10 @@ class TimelineComputeFold(TokenFold):
                 continue
             run_ops = ops[run.start:run.end]
             run_starts, run_ends = starts[run.start:run.end], ends[run.start:run.end]
-            self.backwards += sum(map(gt, run_starts, run_ends))
+            backwards = sum(map(gt, run_starts, run_ends))
+            if backwards:  # counted, then taken as empty: a span never runs backwards
+                self.backwards += backwards
+                run_ends = list(map(max, run_starts, run_ends))
             nodes = [op not in SYNTHETIC_OPS for op in run_ops]
             if all(nodes):
                 token.graph = widest(token.graph, (min(run_starts), max(run_ends)))

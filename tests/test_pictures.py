@@ -328,3 +328,15 @@ def test_a_v1_partner_makes_the_pair_reconstructed_without_waits(tmp_path, write
     alone = perfetto_of(tmp_path, "io", V2_IO)
     assert alone["otherData"]["reconstructed"] is False
     assert len([e for e in alone["traceEvents"] if e.get("cat") == "wait"]) == 2
+
+
+def test_a_row_that_ends_before_it_starts_is_an_empty_interval(tmp_path):
+    text = V2_CT.read_text().replace("0,1,11,0,-1,BMOE_DECODE,decode,1000000,0,2500000,3500000",
+                                     "0,1,11,0,-1,BMOE_DECODE,decode,1000000,0,3500000,2500000")
+    ct = tmp_path / "ct.csv"
+    ct.write_text(text)
+    result = run("timeline", ct, V2_IO, "--format", "json")
+    assert result.code == 0
+    assert "1 row(s) end before they start: counted as empty intervals" in result.err
+    decode = json.loads(result.out)["decodes"][1]
+    assert decode["decode_ms"] == 0 and decode["read_share"] is None

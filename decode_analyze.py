@@ -1974,10 +1974,9 @@ class DiffView:
         self.parts = {part: self._part(part, half) for part, half in halves.items()}
 
     def _part(self, part, report):
-        tokens = report["tokens"]
-        if not isinstance(tokens, int) or tokens < 1:
-            raise ValueError("tokens is not a count of tokens")
-        per_token = report["per_token"]
+        tokens, per_token = report["tokens"], report["per_token"]
+        if type(tokens) is not int or tokens < 1 or tokens != len(per_token):
+            raise ValueError("tokens is not the number of per_token entries")
         samples = {field: [sample_value(t[field]) for t in per_token]
                    for field in SAMPLE_FIELDS[part]}
         op_samples = {str(op): [sample_value(v) for v in values]

@@ -339,3 +339,11 @@ def test_alpha_decides_what_is_significant(tmp_path):
     assert rows_by_name(section(loose, "compute headline"))["ms per token"]["changes"][0][
         "significant"] is True
     assert run("diff", CT_NODE, CT_NODE, "--alpha", "1.5").code == 2
+
+
+def test_a_token_count_that_is_not_the_per_token_list_is_refused(tmp_path):
+    saved = json.loads(run("compute", CT_NODE, "--format", "json").out)
+    saved["tokens"] = 2**70
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(saved))
+    assert "tokens is not the number of per_token entries" in error_of("diff", bad, CT_NODE)

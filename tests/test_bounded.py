@@ -94,7 +94,7 @@ def reentry_of(tmp_path, monkeypatch):
     import decode_analyze
     big = tmp_path / "big.csv"
     with open(big, "wb") as f:
-        f.truncate(40 << 20)  # sparse: a size, no data
+        f.truncate(200 << 20)  # sparse: a size, no data
     calls = []
     monkeypatch.setattr(os, "execv", lambda path, argv: calls.append(argv))
     monkeypatch.setenv("DECODE_ANALYZE_REENTERED", "")  # restored after the test

@@ -3896,8 +3896,8 @@ class reopenable:
         if self.path != "-" and not _is_pipe(self.path):
             return self.path
         binary, _ = trace_io._open_binary(self.path)
-        handle, self.temporary = tempfile.mkstemp(prefix="decode-analyze-diff-")
         try:
+            handle, self.temporary = tempfile.mkstemp(prefix="decode-analyze-diff-")
             with os.fdopen(handle, "wb") as copy:
                 shutil.copyfileobj(binary, copy, 1 << 20)
         except OSError as exc:

@@ -347,3 +347,18 @@ def test_a_token_count_that_is_not_the_per_token_list_is_refused(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(saved))
     assert "tokens is not the number of per_token entries" in error_of("diff", bad, CT_NODE)
+
+
+def test_stdin_with_no_room_for_its_copy_is_one_line(monkeypatch, tmp_path):
+    import io
+    import sys
+    import errno
+    import os
+    import tempfile
+
+    def no_room(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(tempfile, "mkstemp", no_room)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(CT_NODE.read_bytes())))
+    line = error_of("diff", CT_NODE, "-")
+    assert "<stdin>: cannot copy to a temporary file" in line

@@ -1542,17 +1542,16 @@ class TimelineComputeFold(TokenFold):
                 self.backwards += backwards
                 run_ends = list(map(max, run_starts, run_ends))
             nodes = [op not in SYNTHETIC_OPS for op in run_ops]
+            if any(nodes):
+                token.graph = widest(token.graph, (min(compress(run_starts, nodes)),
+                                                   max(compress(run_ends, nodes))))
             if all(nodes):
-                token.graph = widest(token.graph, (min(run_starts), max(run_ends)))
                 continue
             for op, start, end in zip(run_ops, run_starts, run_ends):
                 if op == "BMOE_DECODE":
                     token.decode = widest(token.decode, (start, end))
                 elif op == "BMOE_CALLBACK":
                     token.callbacks.append((start, end))
-            if any(nodes):
-                token.graph = widest(token.graph, (min(compress(run_starts, nodes)),
-                                                   max(compress(run_ends, nodes))))
 
     def _finished(self):
         pass
@@ -1675,10 +1674,10 @@ def timeline_report(trace, fold, selection, io_trace=None, io_fold=None):
         reads_in_waits = intersection(reads, waits)
     decodes, windows = [], []
     for token in tokens:
-        window = token.decode or token.graph
+        span_from, window = decode_span(token)
         windows.append(window)
         row = {"turn": token.turn, "phase": token.phase, "step": token.step,
-               "span_from": "BMOE_DECODE" if token.decode else "graph",
+               "span_from": span_from,
                "decode_ms": (window[1] - window[0]) / NS_PER_MS,
                "graph_ms": (token.graph[1] - token.graph[0]) / NS_PER_MS if token.graph else None,
                "callback_ms": total_ns(union(*zip(*token.callbacks))) / NS_PER_MS
@@ -1700,6 +1699,17 @@ def timeline_report(trace, fold, selection, io_trace=None, io_fold=None):
             "summary": timeline_summary(decodes),
             "outside_decodes": outside_decodes(reads, windows),
             "decodes": decodes}
+
+
+def decode_span(token):
+    """(what it came from, (start_ns, end_ns)) of a decode: its BMOE_DECODE row, else its graph
+    nodes, else (a decode of callbacks only) its callbacks."""
+    if token.decode:
+        return "BMOE_DECODE", token.decode
+    if token.graph:
+        return "graph", token.graph
+    return "callbacks", (min(start for start, _ in token.callbacks),
+                         max(end for _, end in token.callbacks))
 
 
 def total_ns(intervals):
@@ -1725,8 +1735,8 @@ def timeline_summary(decodes):
         if not values:
             summary[key] = None
             continue
-        ordered = SortedParts([sorted(values)])
-        summary[key] = {"p50": ordered.percentile("p50"), "p99": ordered.percentile("p99"),
+        percentiles = percentile_summary(values)
+        summary[key] = {"p50": percentiles["p50"], "p99": percentiles["p99"],
                         "total": sum(values)}
     if summary["read_share"] is not None:
         summary["read_share"]["total"] = ratio(summary["read_busy_ms"]["total"],

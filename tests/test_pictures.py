@@ -340,3 +340,12 @@ def test_a_row_that_ends_before_it_starts_is_an_empty_interval(tmp_path):
     assert "1 row(s) end before they start: counted as empty intervals" in result.err
     decode = json.loads(result.out)["decodes"][1]
     assert decode["decode_ms"] == 0 and decode["read_share"] is None
+
+
+def test_a_decode_of_callbacks_only_spans_its_callbacks(tmp_path):
+    ct = tmp_path / "ct.csv"
+    ct.write_text(V2_CT.read_text() + "0,1,13,0,-1,BMOE_CALLBACK,callback,50000,0,"
+                                      "5000000,5050000\n")
+    last = report("timeline", ct)["decodes"][-1]
+    assert (last["step"], last["span_from"], last["decode_ms"], last["graph_ms"],
+            last["callback_ms"]) == (13, "callbacks", 0.05, None, 0.05)

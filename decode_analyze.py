@@ -3138,17 +3138,15 @@ def export_perfetto(target, compute_path, io_path, selection, window, skip_bad_r
     Returns how many tokens it holds."""
     selection = export_selection(selection)
     v2 = all(is_v2(path) for path in (compute_path, io_path) if path)
-    io_rows, keys = {}, None
-    if compute_path and io_path:
-        keys = {token[:3] for token, _ in exported_runs(compute_path, "compute", COMPUTE_EXPORT,
-                                                        selection, window, None, skip_bad_rows)}
+    keys, first = compute_preview(compute_path, selection, window, skip_bad_rows,
+                                  keys=bool(io_path), first=v2)
+    io_rows = {}
     if io_path:
         for token, rows in exported_runs(io_path, "io", IO_EXPORT, selection, window, keys,
                                          skip_bad_rows):
             io_rows.setdefault(token[:3], []).append(rows)
     origin = min(chain((min(rows["start_ns"]) for runs in io_rows.values() for rows in runs),
-                       first_start(compute_path, selection, window, skip_bad_rows)),
-                 default=0) if v2 else None
+                       first), default=0) if v2 else None
     counted = []
     write_atomically(target, perfetto_chunks(compute_path, io_rows, selection, window, keys,
                                              origin, skip_bad_rows, counted))
@@ -3167,13 +3165,21 @@ def is_v2(path):
         return trace.version == "v2" and {"start_ns", "end_ns"} <= set(trace.columns)
 
 
-def first_start(compute_path, selection, window, skip_bad_rows):
-    """The start_ns of the first exported compute token's first row (v2), or nothing."""
-    if compute_path:
-        for _, rows in exported_runs(compute_path, "compute", COMPUTE_EXPORT, selection, window,
-                                     None, skip_bad_rows):
-            return [min(rows["start_ns"])]
-    return []
+def compute_preview(compute_path, selection, window, skip_bad_rows, keys, first):
+    """What must be known of the compute trace before the events are written, in one pass
+    that stops as soon as it has it: the exported tokens' (turn, phase, step) when `keys` (a
+    pair: which reads to keep), or None; and [the first exported row's start_ns] when `first`
+    (v2: the origin of the clock), or []."""
+    found, start = set(), []
+    if compute_path and (keys or first):
+        for token, rows in exported_runs(compute_path, "compute", COMPUTE_EXPORT, selection,
+                                         window, None, skip_bad_rows):
+            if first and not start:
+                start.append(min(rows["start_ns"]))
+            if not keys:
+                break
+            found.add(token[:3])
+    return (found if keys and compute_path else None), start
 
 
 def perfetto_chunks(compute_path, io_rows, selection, window, keys, origin, skip_bad_rows,
@@ -3181,10 +3187,6 @@ def perfetto_chunks(compute_path, io_rows, selection, window, keys, origin, skip
     """The JSON text of the file, in pieces; the number of tokens is appended to `counted`."""
     threads = {}
     yield '{"traceEvents": [\n'
-    yield from (json_event(e) + ",\n" for e in (
-        name_event("process_name", COMPUTE_PID, 0, "compute"),
-        name_event("process_name", READS_PID, 0, "reads by lane"),
-        name_event("process_name", WAITS_PID, 0, "expert waits by thread")))
     cursor, tokens, turns = 0.0, 0, set()
     for token, runs in token_groups(compute_path, io_rows, selection, window, keys,
                                     skip_bad_rows):
@@ -3209,11 +3211,14 @@ def perfetto_chunks(compute_path, io_rows, selection, window, keys, origin, skip
         yield "".join(json_event(e) + ",\n" for e in events)
     lanes = sorted({e for runs in io_rows.values() for rows in runs
                     for e in map(int, rows["lane"])})
+    # The names come last: every chunk above ends with a comma, and these are never none.
     names = [name_event("thread_name", READS_PID, lane, f"lane {lane}") for lane in lanes]
     names += [name_event("thread_name", WAITS_PID, tid, f"thread {safe(thread)}")
               for thread, tid in threads.items()]
-    yield ",\n".join(map(json_event, names)) or json_event(
-        name_event("process_name", COMPUTE_PID, 0, "compute"))
+    names += [name_event("process_name", COMPUTE_PID, 0, "compute"),
+              name_event("process_name", READS_PID, 0, "reads by lane"),
+              name_event("process_name", WAITS_PID, 0, "expert waits by thread")]
+    yield ",\n".join(map(json_event, names))
     clock = ("steady_ns: the v2 traces' own timestamps, one clock for both files"
              if origin is not None else
              "reconstructed from v1 wall_ns and latency_ns: nodes end to end in seq order, "

@@ -2053,9 +2053,8 @@ def compared(base, new, alpha, base_samples=None, new_samples=None):
 
 
 def diff_rows(figures, alpha, samples=None):
-    """figures: {name: [value per input]}, base first; samples: {name: [list per input]}.
-    Rows sorted by the largest absolute change over the NEWs (an added or removed row counts
-    its whole value), then by name."""
+    """One row per name, in the figures' order: figures {name: [value per input]}, base
+    first; samples {name: [list per input]} for the figures that carry a test."""
     rows = []
     for name, values in figures.items():
         base = values[0]
@@ -2068,6 +2067,8 @@ def diff_rows(figures, alpha, samples=None):
 
 
 def change_size(row):
+    """The row's largest absolute change over the NEWs; an added or removed row counts its
+    whole value."""
     sizes = [abs(c["delta"]) if c["delta"] is not None else abs(c["new"] or row["base"] or 0)
              for c in row["changes"]]
     return max(sizes, default=0)
@@ -3416,9 +3417,9 @@ def token_axis_panel(index, title, unit, tokens, series, names, note_turns=True)
     return panel, width, size
 
 
-def outlier_labels(panel, tokens, values, width, size):
-    ordered = sorted(values)
-    median = ordered[len(ordered) // 2] if ordered else 0
+def outlier_labels(panel, tokens, values, median, width, size):
+    """The step of each token at least OUTLIER_FACTOR times the median, as the outliers
+    verdict counts them."""
     for i, value in enumerate(values):
         if median and value >= OUTLIER_FACTOR * median:
             x = panel.left + (i // size + 0.5) * width
@@ -3436,7 +3437,8 @@ def compute_panels(report, start):
         names, series = ["compute"], {"compute": [t["ms"] for t in tokens]}
     panel, width, size = token_axis_panel(start, "compute ms per token, by node category",
                                           "ms", tokens, series, names)
-    outlier_labels(panel, tokens, [t["ms"] for t in tokens], width, size)
+    outlier_labels(panel, tokens, [t["ms"] for t in tokens], report["token_ms"]["p50"], width,
+                   size)
     layers = report["by_layer"]
     profile = Panel(start + 1, "compute ms per token, by layer (inferred)", "ms",
                     max((row["ms_per_token"] for row in layers), default=0), "layer")

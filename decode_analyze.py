@@ -1068,9 +1068,9 @@ class IoFold(TokenFold):
 
     SUMMED = ("layer", "expert", "lane", "spec", "read_bytes", "latency_ns")
 
-    def __init__(self, selection, adjacent=False, cache=False):
+    def __init__(self, selection, adjacent=False, cache=False, per_lane=False):
         super().__init__(selection, IoToken)
-        self.adjacent = adjacent
+        self.adjacent, self.per_lane = adjacent, per_lane
         self.cache_sequence = CacheSequence() if cache else None
         self.phases = {}  # phase -> PhaseReads
         self.sizes = IntCache()
@@ -1090,7 +1090,8 @@ class IoFold(TokenFold):
                                                                             PhaseReads())
             token.reads += end - start
             token.read_bytes += sum(sizes[start:end])
-            token.add_lanes(lanes[start:end], sizes[start:end])
+            if self.per_lane:  # a loop over every read, for the SVG alone
+                token.add_lanes(lanes[start:end], sizes[start:end])
             reads.req_bytes += sum(wanted[start:end])
             if self.adjacent:
                 reads.runs += contiguous_runs(offsets[start:end], wanted[start:end])
@@ -1123,7 +1124,7 @@ class IoFold(TokenFold):
 
 
 def read_io(path, selection, adjacent=False, skip_bad_rows=False, warn=None, cache=False,
-            jobs=1):
+            jobs=1, per_lane=False):
     """Stream an io trace into an IoFold; returns (trace, fold)."""
     ints = ("offset", "req_bytes", "latency_ns") if adjacent or cache else \
         ("req_bytes", "latency_ns")
@@ -1131,7 +1132,7 @@ def read_io(path, selection, adjacent=False, skip_bad_rows=False, warn=None, cac
                                     "read_bytes"),
                    drop=("kind", {"wait"}))
     return fold_file(path, "io", IO_COLUMNS, columns,
-                     lambda: IoFold(selection, adjacent, cache), skip_bad_rows, warn,
+                     lambda: IoFold(selection, adjacent, cache, per_lane), skip_bad_rows, warn,
                      may_split=selection.skip == 0, jobs=jobs)
 
 
@@ -1328,14 +1329,14 @@ def io_report(trace, fold, selection, jobs=2):
         "heaviest": [io_token_dict(token) for token in
                      sorted(tokens, key=lambda t: -t.read_bytes)[:SLOWEST]],
         "per_token": [io_token_dict(token) for token in tokens],
-        "lane_bytes_by_token": lane_bytes_by_token(tokens),
+        "lane_bytes_by_token": lane_bytes_by_token(tokens) if fold.per_lane else None,
     }
     return report
 
 
 def lane_bytes_by_token(tokens):
-    """{lane: bytes each token read on it, in per_token's order} (what the SVG stacks); JSON
-    keys are text, so lanes are too."""
+    """{lane: bytes each token read on it, in per_token's order} (what the SVG stacks, so
+    counted only with --svg); JSON keys are text, so lanes are too."""
     lanes = sorted({lane for token in tokens for lane in token.lane_bytes}, key=int)
     return {str(int(lane)): [token.lane_bytes.get(lane, 0) for token in tokens]
             for lane in lanes}
@@ -3806,16 +3807,16 @@ def analyze_compute(path, selection, skip_bad_rows, warn, jobs=1):
 
 
 def analyze_io(path, selection, skip_bad_rows, warn, adjacent=True, cache=True, jobs=1,
-               what_if_jobs=None):
+               what_if_jobs=None, per_lane=False):
     """Read, sum up and judge an io trace: its report dict. what_if_jobs: processes for the
-    cache simulation (default: jobs)."""
-    trace, fold = read_io(path, selection, adjacent, skip_bad_rows, warn, cache, jobs)
+    cache simulation (default: jobs); per_lane: each token's bytes by lane (for the SVG)."""
+    trace, fold = read_io(path, selection, adjacent, skip_bad_rows, warn, cache, jobs, per_lane)
     report = io_report(trace, fold, selection, what_if_jobs or jobs)
     report["verdicts"] = io_verdicts(report)
     return report
 
 
-def analyze_pair(compute_path, io_path, selection, skip_bad_rows, warn, jobs=1):
+def analyze_pair(compute_path, io_path, selection, skip_bad_rows, warn, jobs=1, per_lane=False):
     """Both traces of a run, read at once when there are cores for it: the compute trace in a
     child process with half of the jobs, the io trace here with the rest. Warnings and the
     first error come in the order a one-after-the-other reading gives (compute first)."""
@@ -3826,12 +3827,13 @@ def analyze_pair(compute_path, io_path, selection, skip_bad_rows, warn, jobs=1):
         if child is None or child.pid is None:  # one process: one after the other
             outcomes = [_outcome(analyze_compute, compute_path, selection, skip_bad_rows,
                                  jobs=jobs)]
-            outcomes.append(_outcome(analyze_io, io_path, selection, skip_bad_rows, jobs=jobs))
+            outcomes.append(_outcome(partial(analyze_io, per_lane=per_lane), io_path, selection,
+                                     skip_bad_rows, jobs=jobs))
         else:
             # The cache simulation comes last, when the compute side has mostly finished:
             # it gets every job.
-            io = _outcome(partial(analyze_io, what_if_jobs=jobs), io_path, selection,
-                          skip_bad_rows, jobs=jobs - compute_jobs)
+            io = _outcome(partial(analyze_io, what_if_jobs=jobs, per_lane=per_lane), io_path,
+                          selection, skip_bad_rows, jobs=jobs - compute_jobs)
             outcomes = [child.result() or _outcome(analyze_compute, compute_path, selection,
                                                    skip_bad_rows, jobs=compute_jobs), io]
     finally:
@@ -3994,7 +3996,7 @@ def run(args, out, warn):
         render, markdown = render_diff, markdown_diff
     elif args.command == "report":
         report = analyze_pair(args.compute_path, args.io_path, selection, args.skip_bad_rows,
-                              warn, args.jobs)
+                              warn, args.jobs, per_lane=bool(args.svg))
         render = lambda r: render_pair(r, args.top, args.layers, args.ascii)  # noqa: E731
         markdown = markdown_pair
     elif args.command == "compute":
@@ -4003,7 +4005,7 @@ def run(args, out, warn):
         markdown = markdown_compute
     else:
         report = analyze_io(args.path, selection, args.skip_bad_rows, warn, args.adjacent,
-                            args.cache, args.jobs)
+                            args.cache, args.jobs, per_lane=bool(args.svg))
         render = lambda r: render_io(r, args.layers, args.ascii)  # noqa: E731
         markdown = markdown_io
     report.setdefault("warnings", list(warn.said))

@@ -349,3 +349,17 @@ def test_a_decode_of_callbacks_only_spans_its_callbacks(tmp_path):
     last = report("timeline", ct)["decodes"][-1]
     assert (last["step"], last["span_from"], last["decode_ms"], last["graph_ms"],
             last["callback_ms"]) == (13, "callbacks", 0.05, None, 0.05)
+
+
+def test_lane_bytes_are_the_same_read_in_parts(monkeypatch, tmp_path):
+    """Each token's bytes by lane (counted for --svg alone) merge exactly between processes;
+    without --svg they are not counted."""
+    import trace_io
+    assert report("io", IO_PREFETCH)["lane_bytes_by_token"] is None
+    target = tmp_path / "io.svg"
+    pictures = []
+    for limit in (1 << 60, 1024):  # one process, then parts of a few KiB
+        monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", limit)
+        assert run("io", IO_PREFETCH, "--svg", target, "--jobs", "4").code == 0
+        pictures.append(target.read_text())
+    assert pictures[0] == pictures[1] and "lane 3" in pictures[0]

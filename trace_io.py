@@ -296,36 +296,31 @@ SAVED_REPORT_LIMIT = 256 << 20  # a saved JSON report is a few MB; past this it 
 def sniff(path):
     """What the file at `path` (reopenable: not stdin) holds, from its head: "json" for a
     report saved with --format json, else the trace's kind ("compute" or "io")."""
-    binary, owned = _open_binary(path)
-    try:
-        stream, _ = _text_stream(binary, path)
-        try:
-            head = stream.peek(64)[:64]
-        except READ_ERRORS as exc:
-            raise TraceError(path, 0, f"cannot read: {exc}") from None
-        if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"["):
-            return "json"
-    finally:
-        if owned:
-            binary.close()
+    if _opening_bytes(path, 64).lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"["):
+        return "json"
     with Trace(path) as trace:
         if trace.kind is None:
             trace.require("compute", ())  # says what a trace needs
         return trace.kind
 
 
-def read_saved_report(path):
-    """The dict of a report saved with --format json (compressed too). Only the JSON is
-    checked here; what the report holds is its reader's to check."""
+def _opening_bytes(path, limit):
+    """Up to `limit` bytes from the start of the file at `path`, decompressed."""
     binary, owned = _open_binary(path)
     try:
         stream, _ = _text_stream(binary, path)
-        data = stream.read(SAVED_REPORT_LIMIT + 1)
+        return stream.read(limit)
     except READ_ERRORS as exc:
         raise TraceError(path, 0, f"cannot read: {exc}") from None
     finally:
         if owned:
             binary.close()
+
+
+def read_saved_report(path):
+    """The dict of a report saved with --format json (compressed too). Only the JSON is
+    checked here; what the report holds is its reader's to check."""
+    data = _opening_bytes(path, SAVED_REPORT_LIMIT + 1)
     if len(data) > SAVED_REPORT_LIMIT:
         raise TraceError(path, 0, f"over {SAVED_REPORT_LIMIT >> 20} MiB: not a saved report")
     try:

@@ -4029,7 +4029,8 @@ def run(args, out, warn):
 
 
 def trace_inputs(args):
-    """(compute trace, io trace) of the command, either None."""
+    """(compute trace, io trace) of the command, either None (both for diff, whose inputs
+    are base and new)."""
     if args.command in ("report", "timeline"):
         return args.compute_path, args.io_path
     if args.command == "compute":
@@ -4076,8 +4077,7 @@ def write_out(out, text):
 
 
 def refuse_to_overwrite_an_input(args, target):
-    inputs = [args.compute_path, args.io_path] if args.command in ("report", "timeline") \
-        else [args.base] + args.new if args.command == "diff" else [args.path]
+    inputs = [args.base] + args.new if args.command == "diff" else trace_inputs(args)
     for path in filter(None, inputs):
         try:
             same = path != "-" and os.path.samefile(path, target)

@@ -3265,12 +3265,12 @@ SVG_LEFT, SVG_RIGHT, SVG_TOP, SVG_BOTTOM = 64, 16, 34, 34
 SVG_MAX_BARS = 160
 SVG_PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
                "#ff9da7", "#9c755f", "#bab0ac")
-_XML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def xml(text):
-    """Untrusted text as XML character data or an attribute value: shown as itself."""
-    text = _XML_UNSAFE.sub(lambda m: ascii(m.group())[1:-1], safe(text))
+    """Untrusted text as XML character data or an attribute value: shown as itself (safe()
+    has already written every character XML forbids, all unprintable, as an escape)."""
+    text = safe(text)
     return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
             .replace('"', "&quot;").replace("'", "&#39;"))
 

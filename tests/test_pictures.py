@@ -118,7 +118,7 @@ def test_diff_overlays_each_input(tmp_path):
 
 def test_untrusted_strings_are_escaped_in_svg(tmp_path, write):
     hostile = '<script>alert(1)</script> & "x"'
-    rows = [f'0,1,{step},0,0,"{hostile}","{hostile}",1000000,0' for step in (4, 5)]
+    rows = [f'0,1,{step},0,0,"{hostile}\x1b[2J\x01","{hostile}",1000000,0' for step in (4, 5)]
     trace = write(ct_text(rows), "a<b>&c.csv")
     root, target = svg_of(tmp_path, "diff", trace, trace)
     text = target.read_text()
@@ -126,6 +126,7 @@ def test_untrusted_strings_are_escaped_in_svg(tmp_path, write):
     assert not [e for e in root.iter() if e.tag.endswith("script")]
     assert any(hostile[:14] in "".join(e.itertext()) for e in root.iter(f"{SVG}title"))
     assert "a&lt;b&gt;&amp;c.csv" in text
+    assert "\\x1b[2J\\x01" in text and "\x1b" not in text  # XML forbids it: an escape
 
 
 def test_svg_is_never_written_over_an_input(write):

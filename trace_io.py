@@ -129,6 +129,8 @@ def _bulk_integers(texts, last_column):
         values = json.loads("[" + joined + "]")
     except ValueError:  # leading zeros, empty fields, too many digits
         return None
+    if len(values) != len(texts):  # one empty field alone reads as "[]"
+        return None
     if values and set(map(type, values)) != {int}:
         return None
     return values if not values or max(values) < INTEGER_LIMIT else None

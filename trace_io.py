@@ -98,6 +98,11 @@ def shown(text):
     return f"{text[:SHOWN_CHARS]!r}... ({len(text)} characters)"
 
 
+# Fractions and exponents (. e E), strings ("), arrays ([), objects ({), true and false (e),
+# null (l), NaN (N), Infinity (I): every JSON value that is not an integer holds one of these.
+NOT_JSON_INTEGER = '.eE"[{lNI'
+
+
 def _plain_digits(joined):
     return joined.isascii() and joined.isdigit()
 
@@ -121,17 +126,17 @@ def _bulk_integers(texts, last_column):
         return values
     joined = ",".join(texts)
     # What JSON takes beyond plain digits: a sign, blanks (the only newlines are those that
-    # end the lines, on the last column), fractions and exponents, true/false/null,
-    # NaN/Infinity: the last three come back as other types than int.
-    if "-" in joined or " " in joined or "\t" in joined or "\r" in joined:
+    # end the lines, on the last column), and values other than integers, each of which has
+    # one of NOT_JSON_INTEGER's characters. Searching for a character costs a fraction of
+    # asking each parsed value its type.
+    if "-" in joined or " " in joined or "\t" in joined or "\r" in joined or \
+            any(char in joined for char in NOT_JSON_INTEGER):
         return None
     try:  # the JSON parser reads a list of integers faster than int() one by one
         values = json.loads("[" + joined + "]")
     except ValueError:  # leading zeros, empty fields, too many digits
         return None
     if len(values) != len(texts):  # one empty field alone reads as "[]"
-        return None
-    if values and set(map(type, values)) != {int}:
         return None
     return values if not values or max(values) < INTEGER_LIMIT else None
 

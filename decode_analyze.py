@@ -559,8 +559,9 @@ class ComputeToken:
 class TokenGraph:
     """One distinct token graph (its sequence of (op, name, layer)), with per-node sums.
 
-    The tokens of a decode run share their graph, so sums are kept per node position and added
-    at C speed with map(add, ...); the nodes are classified once per graph, at the end.
+    The tokens of a decode run share their graph, so sums are kept per node position (walls
+    summed from the history at finish, faults as they come); the nodes are classified once per
+    graph, at the end.
     """
 
     __slots__ = ("key", "ops", "names", "layers", "tokens", "wall_ns", "majflt",
@@ -577,7 +578,7 @@ class TokenGraph:
         self.members = []  # the token record of each history entry, until finish
 
     def add(self, token, walls, faults):
-        self.wall_ns = list(map(add, self.wall_ns, walls))
+        # wall_ns is summed from the history at finish, at C speed per position.
         if any(faults):
             # Few nodes fault (the expert matmuls), so visit just those.
             majflt, fault_wall_ns = self.majflt, self.fault_wall_ns
@@ -714,6 +715,8 @@ class ComputeFold(TokenFold):
                 for graph, category, positions in places.get(op, ()):
                     width = len(graph.ops)
                     graph_columns = [graph.history[p::width] for p in positions]
+                    for position, column in zip(positions, graph_columns):
+                        graph.wall_ns[position] = sum(column)
                     for token, wall_ns in zip(graph.members, map(sum, zip(*graph_columns))):
                         token.add_group(op, category, wall_ns)
                     columns.extend(graph_columns)

@@ -3,6 +3,10 @@
 file, the reference script (../shared/reference, when it is there) and, when installed, DuckDB
 and polars doing the core group-bys (benchmark-only peers, never dependencies of the tool).
 
+"stdlib floor" is what no fold written in Python can beat: the tool's processes reading the
+file, splitting it into fields and converting the integer columns it needs, and nothing more
+(FLOOR below); against the bare pass it shows how much of a floor is left for the fold itself.
+
 Traces are generated (tests/tracegen.py: 48 layers of real llama.cpp node names, prefill +
 decode, faults on expert matmuls; io with 4 lanes, 4 sizes, chunked slices, spec reads). Every
 command runs as its own process; each cell is the median of the trials with [min-max], and the
@@ -56,6 +60,62 @@ else:
         pl.len(), pl.col("latency_ns").sum()).collect()
     frame.group_by("turn", "step").agg(pl.len(), pl.col("read_bytes").sum()).collect()
 """
+
+# The floor under any fold in this language: in as many processes as the tool uses, read the
+# file in 256 KiB batches, split them into fields, slice out the columns a command needs and
+# convert its integer columns, and nothing else: no validation, no token, no sum, no report.
+FLOOR = """import json, os, sys
+path, ints, wanted = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split(",")
+with open(path, "rb") as f:
+    while True:
+        start, line = f.tell(), f.readline()
+        if not line.startswith(b"#"):
+            break
+columns = line.decode().rstrip("\\r\\n").split(",")
+width, body, size = len(columns), start + len(line), os.path.getsize(path)
+jobs = min(8, len(os.sched_getaffinity(0)))
+def line_start(offset):
+    if offset <= body or offset >= size:
+        return min(max(offset, body), size)
+    with open(path, "rb") as f:
+        f.seek(offset - 1)
+        f.readline()
+        return f.tell()
+def fold(begin, end):
+    with open(path, "rb") as f:
+        f.seek(begin)
+        remainder = b""
+        while begin < end:
+            raw = f.read(min(1 << 18, end - begin))
+            begin += len(raw)
+            chunk = remainder + raw
+            cut = chunk.rfind(b"\\n") + 1 if begin < end else len(chunk)
+            chunk, remainder = chunk[:cut], chunk[cut:]
+            flat = chunk.decode().replace("\\n", "\\n,").split(",")
+            for name in wanted:
+                column = flat[columns.index(name)::width]
+                if name in ints:
+                    json.loads("[" + ",".join(column) + "]")
+cuts = [line_start(body + (size - body) * i // jobs) for i in range(jobs + 1)]
+children = []
+for i in range(1, jobs):
+    pid = os.fork()
+    if pid == 0:
+        fold(cuts[i], cuts[i + 1])
+        os._exit(0)
+    children.append(pid)
+fold(cuts[0], cuts[1])
+for pid in children:
+    os.waitpid(pid, 0)
+"""
+# What each case's fold must read: (integer columns, every column it needs).
+FLOOR_COLUMNS = {
+    "compute": ("wall_ns,majflt", "turn,phase,step,layer,op,name,wall_ns,majflt"),
+    "io": ("req_bytes,latency_ns",
+           "turn,phase,step,layer,expert,lane,spec,req_bytes,read_bytes,latency_ns"),
+    "io --adjacent": ("offset,req_bytes,latency_ns", "turn,phase,step,layer,expert,lane,spec,"
+                                                      "offset,req_bytes,read_bytes,latency_ns"),
+}
 
 
 class Timing:
@@ -158,18 +218,21 @@ def main():
              ("io --adjacent --cache, 500k reads", "io500k", ["io", "--adjacent", "--cache"]),
              ("io, 1M reads", "io1m", ["io"]),
              ("io --adjacent --cache, 1M reads", "io1m", ["io", "--adjacent", "--cache"])]
-    print("| case | rows | this tool | bare csv.reader | this / bare | "
-          + "".join(f"{name} | " for name in others) + "peak RSS |")
-    print("|---" * (6 + len(others)) + "|")
+    print("| case | rows | this tool | bare csv.reader | this / bare | stdlib floor | "
+          "floor / bare | " + "".join(f"{name} | " for name in others) + "peak RSS |")
+    print("|---" * (8 + len(others)) + "|")
     results = {}
     for label, name, (command, *options) in cases:
         path = str(paths[name])
         mine = results[label] = measure([*tool, command, path, *options], trials)
         bare = measure([python, "-c", BARE, path], trials)
+        needs = FLOOR_COLUMNS["io --adjacent" if options else command]
+        floor = measure([python, "-c", FLOOR, path, *needs], trials)
         peer_cells = "".join(measure([python, "-c", script, command, path], trials).cell() + " | "
                              for script in others.values())
         print(f"| {label} | {rows_of(path):,} | {mine.cell()} | {bare.cell()} | "
-              f"{mine.median / bare.median:.2f}x | {peer_cells}{mine.peak_mib:.0f} MiB |",
+              f"{mine.median / bare.median:.2f}x | {floor.cell()} | "
+              f"{floor.median / bare.median:.2f}x | {peer_cells}{mine.peak_mib:.0f} MiB |",
               flush=True)
 
     # report reads its two files at once: against compute and io run one after the other.

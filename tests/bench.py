@@ -226,7 +226,7 @@ def main():
         path = str(paths[name])
         mine = results[label] = measure([*tool, command, path, *options], trials)
         bare = measure([python, "-c", BARE, path], trials)
-        needs = FLOOR_COLUMNS["io --adjacent" if options else command]
+        needs = FLOOR_COLUMNS["io --adjacent" if "--adjacent" in options else command]
         floor = measure([python, "-c", FLOOR, path, *needs], trials)
         peer_cells = "".join(measure([python, "-c", script, command, path], trials).cell() + " | "
                              for script in others.values())

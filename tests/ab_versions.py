@@ -40,9 +40,11 @@ def main():
     parser.add_argument("new", type=Path)
     parser.add_argument("--dir", type=Path, required=True, help="the benchmark's traces")
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--only", help="run the cases whose command line holds this text")
     args = parser.parse_args()
     tools = {"old": load("old", args.old), "new": load("new", args.new)}
     cases = [["compute", "ct420.csv"], ["io", "io500k.csv"], ["io", "io500k.csv", "--adjacent"]]
+    cases = [case for case in cases if not args.only or args.only in " ".join(case)]
     for command, name, *options in cases:
         argv = [command, str(args.dir / name), *options]
         times = {"old": [], "new": []}

@@ -1,6 +1,7 @@
 """Issue 8, wrong figures given silently: a skipped row, a split into processes and the read
 path change nothing; `spec` is 0 or 1 everywhere."""
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import trace_io
 from conftest import assert_token_start, ct_text, error_of, io_text, report, run
@@ -97,3 +98,26 @@ def test_fast_and_line_by_line_paths_agree(write, probe, skip):
     assert fast.err.replace("plain.csv", "X") == slow.err.replace("quoted.csv", "X")
     if fast.code == 0:
         assert without_warnings(fast.json) == without_warnings(slow.json)
+
+
+# 14. the whole-column integer conversion is a shortcut, never a second rule
+INTEGER_TEXTS = st.one_of(
+    st.integers(0, 2 ** 66).map(str),
+    st.sampled_from(["", "0", "00", "007", "-0", "-1", "+5", " 5", "5 ", "1.5", "1e3", "1E3",
+                     "true", "false", "null", "NaN", "Infinity", "-Infinity", "[5]", "{}",
+                     '"5"', "0x10", "١٢", "\t5", "5\r", "18446744073709551615",
+                     "18446744073709551616"]),
+    st.text(alphabet="0123456789eE.-+ [{\"nNIl", max_size=6))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(INTEGER_TEXTS, min_size=1, max_size=12), st.booleans())
+def test_bulk_integers_are_the_rule_or_nothing(plain, last_column):
+    # A line's last field is handed over with its newline; no other field holds one.
+    texts = [text + "\n" for text in plain] if last_column else plain
+    values = trace_io._bulk_integers(texts, last_column)
+    valid = all(trace_io.integer_problem("wall_ns", text) is None for text in plain)
+    if values is not None:  # what it converts is exactly what the rule accepts
+        assert valid and values == [int(text) for text in plain]
+    elif valid:  # it may give up, only on what is not written the one plain way
+        assert any(text != str(int(text)) for text in plain)

@@ -1100,7 +1100,11 @@ class IoFold(TokenFold):
                 reads.runs += contiguous_runs(offsets[start:end], wanted[start:end])
             if self.cache_sequence is not None:
                 self.cache_sequence.add(token.phase, offsets[start:end], sizes[start:end])
-            spans[token.phase].append((start, end))
+            phase_spans = spans[token.phase]
+            if phase_spans and phase_spans[-1][1] == start:  # the runs of a batch abut
+                phase_spans[-1] = (phase_spans[-1][0], end)
+            else:
+                phase_spans.append((start, end))
         columns = [batch[name] for name in self.SUMMED]
         for phase, phase_spans in spans.items():
             if len(phase_spans) > 1 or phase_spans[0] != (0, len(sizes)):

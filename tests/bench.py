@@ -3,14 +3,16 @@
 file, the reference script (../shared/reference, when it is there) and, when installed, DuckDB
 and polars doing the core group-bys (benchmark-only peers, never dependencies of the tool).
 
-"stdlib floor" is what no fold written in Python can beat: the tool's processes reading the
-file, splitting it into fields and converting the integer columns it needs, and nothing more
-(FLOOR below); against the bare pass it shows how much of a floor is left for the fold itself.
+"stdlib floor" is the work every fold written in Python does before it sums anything: as many
+processes as the tool uses read the file, split it into fields and convert the integer columns
+it needs (FLOOR below). Against the bare pass, it shows how much of a floor set as a ratio to
+that pass is left for the fold itself.
 
 Traces are generated (tests/tracegen.py: 48 layers of real llama.cpp node names, prefill +
 decode, faults on expert matmuls; io with 4 lanes, 4 sizes, chunked slices, spec reads). Every
 command runs as its own process; each cell is the median of the trials with [min-max], and the
-peak RSS of the process tree. Ratios are taken between medians of the same run.
+peak RSS of the largest process. The commands of one row run in turns, trial by trial, so that
+a slow spell of a shared machine falls on all of them alike; ratios are between their medians.
 
   python3 tests/bench.py                  # everything (the reference's --adjacent takes minutes)
   python3 tests/bench.py --quick          # skip the reference runs
@@ -131,20 +133,29 @@ class Timing:
         return f"{self.median:.2f} s [{min(self.times):.2f}-{max(self.times):.2f}]"
 
 
-def measure(argv, trials):
-    """Timing of running argv as a child process `trials` times."""
-    times, peak = [], 0
+def run_once(argv):
+    """(wall seconds, peak RSS in MiB) of running argv as a child process."""
+    start = time.perf_counter()
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - start
+    errors = child.stderr.read().decode(errors="replace")
+    child.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(map(str, argv))}\n{errors}")
+    return wall, usage.ru_maxrss / 1024  # KiB on Linux
+
+
+def measure(argvs, trials):
+    """A Timing for each of argvs, run in turns (trial 1 of each, then trial 2 of each...), so
+    that a slow spell of a shared machine falls on all of them alike and their ratios hold."""
+    times, peaks = [[] for _ in argvs], [0.0] * len(argvs)
     for _ in range(trials):
-        start = time.perf_counter()
-        child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(child.pid, 0)
-        times.append(time.perf_counter() - start)
-        errors = child.stderr.read().decode(errors="replace")
-        child.stderr.close()
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise SystemExit(f"failed: {' '.join(map(str, argv))}\n{errors}")
-        peak = max(peak, usage.ru_maxrss / 1024)  # KiB on Linux
-    return Timing(times, peak)
+        for i, argv in enumerate(argvs):
+            wall, peak = run_once(argv)
+            times[i].append(wall)
+            peaks[i] = max(peaks[i], peak)
+    return [Timing(each, peak) for each, peak in zip(times, peaks)]
 
 
 def generate(directory):
@@ -224,12 +235,13 @@ def main():
     results = {}
     for label, name, (command, *options) in cases:
         path = str(paths[name])
-        mine = results[label] = measure([*tool, command, path, *options], trials)
-        bare = measure([python, "-c", BARE, path], trials)
         needs = FLOOR_COLUMNS["io --adjacent" if "--adjacent" in options else command]
-        floor = measure([python, "-c", FLOOR, path, *needs], trials)
-        peer_cells = "".join(measure([python, "-c", script, command, path], trials).cell() + " | "
-                             for script in others.values())
+        mine, bare, floor, *peer_timings = measure(
+            [[*tool, command, path, *options], [python, "-c", BARE, path],
+             [python, "-c", FLOOR, path, *needs]]
+            + [[python, "-c", script, command, path] for script in others.values()], trials)
+        results[label] = mine
+        peer_cells = "".join(timing.cell() + " | " for timing in peer_timings)
         print(f"| {label} | {rows_of(path):,} | {mine.cell()} | {bare.cell()} | "
               f"{mine.median / bare.median:.2f}x | {floor.cell()} | "
               f"{floor.median / bare.median:.2f}x | {peer_cells}{mine.peak_mib:.0f} MiB |",
@@ -237,25 +249,25 @@ def main():
 
     # report reads its two files at once: against compute and io run one after the other.
     ct, io = str(paths["ct420"]), str(paths["io420"])
-    pair = measure([*tool, "report", ct, io], trials)
-    alone = results["compute --layers, 48 layers, 420 tokens"].median + \
-        measure([*tool, "io", io, "--adjacent", "--cache"], trials).median
+    pair, ct_alone, io_alone = measure([[*tool, "report", ct, io], [*tool, "compute", ct, "--layers"],
+                                        [*tool, "io", io, "--adjacent", "--cache"]], trials)
+    alone = ct_alone.median + io_alone.median
     print("\n| case | report CT IO | compute + io --adjacent --cache, one after the other | "
           "report / sequential |")
     print("|---" * 4 + "|")
     print(f"| 420-token pair | {pair.cell()} | {alone:.2f} s | {pair.median / alone:.2f}x |")
 
     # --jobs: one process against the default.
-    one = measure([*tool, "compute", str(paths["ct3m"]), "--jobs", "1"], trials)
+    one, default = measure([[*tool, "compute", str(paths["ct3m"]), "--layers", "--jobs", "1"],
+                            [*tool, "compute", str(paths["ct3m"]), "--layers"]], trials)
     print("\n| case | --jobs 1 | default --jobs | default / 1 | peak RSS --jobs 1 |")
     print("|---" * 5 + "|")
-    print(f"| compute, 3M rows | {one.cell()} | {results['compute --layers, 3M rows'].cell()} | "
-          f"{results['compute --layers, 3M rows'].median / one.median:.2f}x | "
-          f"{one.peak_mib:.0f} MiB |")
+    print(f"| compute --layers, 3M rows | {one.cell()} | {default.cell()} | "
+          f"{default.median / one.median:.2f}x | {one.peak_mib:.0f} MiB |")
 
     # Quoted names: only the quoted lines may take the slow path (issue 8: within 1.2x).
-    plain_ct = measure([*tool, "compute", str(paths["ct420"])], trials)
-    quoted_ct = measure([*tool, "compute", str(paths["ct420q"])], trials)
+    plain_ct, quoted_ct = measure([[*tool, "compute", str(paths["ct420"])],
+                                   [*tool, "compute", str(paths["ct420q"])]], trials)
     print("\n| case | unquoted | one quoted name per layer | quoted / unquoted |")
     print("|---" * 4 + "|")
     print(f"| compute, 420 tokens | {plain_ct.cell()} | {quoted_ct.cell()} | "
@@ -266,8 +278,8 @@ def main():
         print("|---" * 5 + "|")
         for label, name, command in (("compute, 420 tokens", "ct420", ["compute"]),
                                      ("io, 500k reads", "io500k", ["io"])):
-            mine = measure([*tool, *command[:1], str(paths[name]), *command[1:]], trials)
-            theirs = measure([python, str(REFERENCE), *command[:1], str(paths[name])], 1)
+            mine, = measure([[*tool, *command[:1], str(paths[name]), *command[1:]]], trials)
+            theirs, = measure([[python, str(REFERENCE), *command[:1], str(paths[name])]], 1)
             print(f"| {label} | {mine.cell()} | {theirs.cell()} | "
                   f"{theirs.median / mine.median:.1f}x | {theirs.peak_mib:.0f} MiB |", flush=True)
 

@@ -243,6 +243,20 @@ PERCENTILES = {"p50": (1, 2), "p90": (9, 10), "p99": (99, 100), "p999": (999, 10
 WALL_32 = next(code for code in "IL" if array(code).itemsize == 4)
 
 
+def extend_wide(values, more):
+    """`values`, an array of unsigned ints 4 bytes wide (WALL_32) until one needs 8 ("Q"),
+    extended by `more` (a list or an array): returns the array that holds them all."""
+    if isinstance(more, array) and more.typecode != values.typecode:
+        more = more.tolist()
+    kept = len(values)
+    try:
+        values.extend(more)
+    except OverflowError:  # what went in before the value that did not fit is taken back
+        values = array("Q", values[:kept])
+        values.extend(more)
+    return values
+
+
 def percentile_index(n, num, den):
     """The 0-based index, among n sorted values, of percentile num/den."""
     return min(n - 1, n * num // den)
@@ -300,14 +314,27 @@ SORT_CHUNK = 1 << 16  # values sorted at once: until stored, each is a ~36-byte 
 def sorted_parts(values):
     """values (all below 2^64) as SortedParts: sorted SORT_CHUNK at a time into the most
     compact arrays that hold them, so that a million walls never stand as int objects at
-    once."""
-    iterator = iter(values)
+    once. An array is emptied from its end as its parts are made, so that the values are
+    never held twice."""
+    if isinstance(values, array):
+        chunks = taken_from_the_end(values)
+    else:
+        iterator = iter(values)
+        chunks = iter(lambda: list(islice(iterator, SORT_CHUNK)), [])
     parts = []
-    while True:
-        ordered = sorted(islice(iterator, SORT_CHUNK))
-        if not ordered:
-            return SortedParts(parts)
+    for chunk in chunks:
+        ordered = sorted(chunk)
         parts.append(array(WALL_32 if ordered[-1] < 1 << 32 else "Q", ordered))
+    return SortedParts(parts)
+
+
+def taken_from_the_end(values):
+    """SORT_CHUNK values at a time from the end of an array, each removed as it is handed
+    out (a large array gives its memory back as it shrinks)."""
+    while values:
+        chunk = values[-SORT_CHUNK:]
+        del values[-SORT_CHUNK:]
+        yield chunk
 
 
 def percentile_summary(values):
@@ -585,11 +612,7 @@ class TokenGraph:
             for position in compress(range(len(faults)), faults):
                 majflt[position] += faults[position]
                 fault_wall_ns[position] += walls[position]
-        try:
-            self.history.extend(walls)
-        except OverflowError:
-            self.history = array("Q", self.history[:self.tokens * len(self.ops)])
-            self.history.extend(walls)
+        self.history = extend_wide(self.history, walls)
         self.members.append(token)
         self.tokens += 1
 
@@ -989,7 +1012,7 @@ class PhaseReads:
         self.by_lane = Counter()  # "lane,read_bytes,spec,layer" -> reads
         self.lane_ns = {}  # "lane,read_bytes,spec,layer" -> latency_ns
         # spec -> latency_ns of each read; sorted into SortedParts by sort()
-        self.latency = {"0": array("Q"), "1": array("Q")}
+        self.latency = {"0": array(WALL_32), "1": array(WALL_32)}
         self.req_bytes = 0
         self.runs = 0  # contiguous runs, with adjacent
 
@@ -1001,11 +1024,14 @@ class PhaseReads:
         get = lane_ns.get
         for key, latency in zip(keys, latencies):
             lane_ns[key] = get(key, 0) + latency
+        latency = self.latency
         if "1" in specs:
-            self.latency["1"].extend(compress(latencies, map("1".__eq__, specs)))
-            self.latency["0"].extend(compress(latencies, map("1".__ne__, specs)))
+            latency["1"] = extend_wide(latency["1"],
+                                       list(compress(latencies, map("1".__eq__, specs))))
+            latency["0"] = extend_wide(latency["0"],
+                                       list(compress(latencies, map("1".__ne__, specs))))
         else:
-            self.latency["0"].extend(latencies)
+            latency["0"] = extend_wide(latency["0"], latencies)
 
     def sort(self):
         """Sort the latencies (in each process, so that the merge is a linear pass)."""

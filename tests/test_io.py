@@ -121,3 +121,15 @@ def test_u64_values_are_exact(write):
     r = report("io", write(io_text([f"0,1,1,0,0,0,0,0,{top},{top},{top},{top}"]), "b.csv"),
                "--adjacent")
     assert r["adjacency"]["coalesce_factor"] == 1.0
+
+
+def test_latencies_past_32_bits_among_small_ones_stay_exact(write):
+    # Latencies are kept 4 bytes wide until one needs 8: the switch keeps every value.
+    latencies = [1000, 2000, 2 ** 32, 3000, 2 ** 64 - 1, 4000]
+    rows = [f"0,1,{step},0,0,0,{step % 2},0,{step * 4096},4096,4096,{latency}"
+            for step, latency in enumerate(latencies)]
+    r = report("io", write(io_text(rows)))
+    ordered = sorted(latencies)
+    assert r["latency_us"]["max"] == ordered[-1] / 1e3
+    assert r["latency_us"]["p50"] == ordered[len(ordered) // 2] / 1e3
+    assert r["latency_us"]["min"] == ordered[0] / 1e3

@@ -918,12 +918,15 @@ class Forked:
         if not self.pid:
             return None
         pid, self.pid = self.pid, None  # reaped: never to be signalled again
-        try:
-            data = self.reader.read()
+        try:  # unpickled as it arrives: the whole message is never held beside what it holds
+            outcome = pickle.load(self.reader)
+        except (EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError,
+                IndexError, KeyError, MemoryError):
+            outcome = None  # a child that died part-way
         finally:
             self.reader.close()
-            os.waitpid(pid, 0)
-        return pickle.loads(data) if data else None
+            _, status = os.waitpid(pid, 0)
+        return outcome if os.waitstatus_to_exitcode(status) == 0 else None
 
     def cancel(self):
         """End the child, unless its result was taken already."""

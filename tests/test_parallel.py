@@ -130,3 +130,20 @@ def test_a_dead_child_is_said_and_its_part_read_again(traces, small_split, monke
     assert single.json["per_token"] == parallel.json["per_token"]
     assert single.json["by_op"] == parallel.json["by_op"]
     assert "of the file died; that part was read again here" in parallel.err
+
+
+class DiesWhilePickled:
+    def __reduce__(self):
+        trace_io.os._exit(3)
+
+
+def test_a_child_that_dies_half_way_through_its_answer_is_read_again(traces, small_split,
+                                                                     monkeypatch):
+    # The parent unpickles as the bytes arrive: a message cut short is a dead child, not a
+    # traceback, even with megabytes of it already read.
+    monkeypatch.setattr(trace_io, "_fold_part",
+                        lambda *args: ("ok", [b"x" * (4 << 20), DiesWhilePickled()]))
+    single, parallel = small_split("compute", traces["ct"], "--format", "json")
+    assert parallel.code == 0
+    assert single.json["per_token"] == parallel.json["per_token"]
+    assert "of the file died; that part was read again here" in parallel.err

@@ -47,7 +47,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter, OrderedDict, defaultdict, namedtuple
 from functools import lru_cache, partial
 from math import erfc, sqrt
-from itertools import accumulate, chain, compress, islice, repeat
+from itertools import accumulate, chain, compress, filterfalse, islice, repeat
 from itertools import count as counter
 from operator import add, gt, itemgetter, sub
 
@@ -1050,34 +1050,56 @@ class PhaseReads:
 
 
 class CacheSequence:
-    """What an extra cache would see, for the cache what-if: every selected read's item (a
-    distinct (offset, read_bytes) extent), its size and its phase, in trace order."""
+    """What an extra cache would see, for the cache what-if: the item of each read the report
+    covers, in trace order (4 bytes a read), and each item's size. An item is a distinct
+    (offset, read_bytes) extent, numbered in the order of its first read.
 
-    def __init__(self):
-        self.item_of = {}  # (offset, read_bytes) -> item id
-        self.next_id = counter()
-        self.items, self.sizes, self.phases = array("Q"), array("Q"), array("b")
+    With the default selection (decode, or every phase when there is no decode) the reads kept
+    before the first decode read are all prefill reads: they are let go when it comes, and the
+    reads of other phases after it are not kept, so that nothing is filtered at the end."""
 
-    def __getstate__(self):
-        return {"item_of": self.item_of, "items": self.items, "sizes": self.sizes,
-                "phases": self.phases}
+    def __init__(self, default_selection):
+        self.default_selection = default_selection
+        self.decode_seen = False
+        self._forget()
 
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self.next_id = counter(len(self.item_of))
+    def _forget(self):
+        self.item_of = {}  # (offset, read_bytes) -> item
+        self.item_sizes = []  # item -> read_bytes
+        self.items = array(WALL_32)
+
+    def _keeps(self, phase):
+        """Whether reads of `phase` are kept; the first decode read lets go of the others."""
+        if not self.default_selection:
+            return True  # the selection admitted only the phases the report covers
+        if phase == DECODE and not self.decode_seen:
+            self.decode_seen = True
+            self._forget()
+        return phase == DECODE or not self.decode_seen
+
+    def _items_of(self, extents):
+        """Each extent's item, numbering those never seen."""
+        item_of = self.item_of
+        new = list(dict.fromkeys(filterfalse(item_of.__contains__, extents)))
+        item_of.update(zip(new, counter(len(self.item_sizes))))
+        self.item_sizes.extend(map(itemgetter(1), new))
+        return list(map(item_of.__getitem__, extents))
 
     def add(self, phase, offsets, sizes):
-        self.items.extend(map(self.item_of.setdefault, zip(offsets, sizes), self.next_id))
-        self.sizes.extend(sizes)
-        self.phases.extend(repeat(phase, len(sizes)))
+        if self._keeps(phase):
+            self.items = extend_wide(self.items, self._items_of(list(zip(offsets, sizes))))
 
     def merge(self, later):
-        """Append a later part of the trace, its item ids mapped onto this one's."""
-        mine = {later_id: self.item_of.setdefault(extent, next(self.next_id))
-                for extent, later_id in later.item_of.items()}
-        self.items.extend(map(mine.__getitem__, later.items))
-        self.sizes.extend(later.sizes)
-        self.phases.extend(later.phases)
+        """Append a later part of the trace, its items numbered as this one's."""
+        if self.default_selection and later.decode_seen != self.decode_seen:
+            if not later.decode_seen:
+                return  # the later part kept prefill reads only, which the report leaves out
+            self._keeps(DECODE)
+        extents = sorted(later.item_of, key=later.item_of.__getitem__)
+        renumbered = self._items_of(extents)  # later's item -> this one's
+        for start in range(0, len(later.items), SORT_CHUNK):
+            chunk = later.items[start:start + SORT_CHUNK]
+            self.items = extend_wide(self.items, list(map(renumbered.__getitem__, chunk)))
 
 
 def contiguous_runs(offsets, lengths):
@@ -1100,7 +1122,7 @@ class IoFold(TokenFold):
     def __init__(self, selection, adjacent=False, cache=False, per_lane=False):
         super().__init__(selection, IoToken)
         self.adjacent, self.per_lane = adjacent, per_lane
-        self.cache_sequence = CacheSequence() if cache else None
+        self.cache_sequence = CacheSequence(selection.phase is None) if cache else None
         self.phases = {}  # phase -> PhaseReads
         self.sizes = IntCache()
 
@@ -1174,15 +1196,12 @@ CACHE_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1)
 PARALLEL_MIN_READS = 200_000
 
 
-def cache_what_if(sequence, phases, jobs=2):
-    """Footprint, re-reads and the LRU curve of the selected reads (see lru_hit_bytes)."""
-    items, sizes = sequence.items, sequence.sizes
-    if len(set(sequence.phases)) > 1:
-        keep = [phase in phases for phase in sequence.phases]
-        items, sizes = array("Q", compress(items, keep)), array("Q", compress(sizes, keep))
-    first_size = dict(zip(reversed(items), reversed(sizes)))  # item -> its size
-    footprint = sum(first_size.values())
-    total = sum(sizes)
+def cache_what_if(sequence, jobs=2):
+    """Footprint, re-reads and the LRU curve of the reads the report covers (see
+    lru_hit_bytes and CacheSequence)."""
+    items, sizes = sequence.items, sequence.item_sizes
+    footprint = sum(sizes)  # every item numbered is read at least once
+    total = sum(map(sizes.__getitem__, items))
     reread = total - footprint
     # A cache as large as the footprint never evicts: every re-read hits.
     simulated = [fraction for fraction in CACHE_FRACTIONS if fraction != 1]
@@ -1212,7 +1231,8 @@ def lru_hits(items, sizes, capacities, jobs=2):
 
 
 def lru_hit_bytes(items, sizes, capacity):
-    """Bytes an LRU cache of `capacity` bytes, fed these reads in order, would have served.
+    """Bytes an LRU cache of `capacity` bytes, fed reads of these items in order, would have
+    served; sizes[item] is an item's size.
 
     Simulated: a hit moves the item to the front; a miss inserts it and evicts from the back
     until the cache fits. What stays is always the longest prefix of the recency stack that
@@ -1222,12 +1242,12 @@ def lru_hit_bytes(items, sizes, capacity):
     cache = OrderedDict()
     used = hit_bytes = 0
     touch, evict = cache.move_to_end, cache.popitem
-    for item, size in zip(items, sizes):
+    for item in items:
         if item in cache:
             touch(item)
-            hit_bytes += size
+            hit_bytes += sizes[item]
             continue
-        cache[item] = size
+        cache[item] = size = sizes[item]
         used += size
         while used > capacity:
             used -= evict(last=False)[1]
@@ -1355,7 +1375,7 @@ def io_report(trace, fold, selection, jobs=2):
                         for (layer, expert), (count, nbytes) in
                         sorted(experts.items(), key=lambda kv: (-kv[1][1], kv[0]))][:HOT_EXPERTS],
         "adjacency": adjacency(fold, chosen, reads, per),
-        "reuse": cache_what_if(fold.cache_sequence, phases, jobs)
+        "reuse": cache_what_if(fold.cache_sequence, jobs)
         if fold.cache_sequence is not None else None,
         "token_mib": percentile_summary([token.read_bytes / MIB for token in tokens]),
         "token_reads": percentile_summary([token.reads for token in tokens]),

@@ -206,12 +206,12 @@ def stack_distance_hits(items, sizes, capacity):
 def test_lru_simulation_equals_stack_distance(items, capacity, rng):
     size_of = {item: rng.randint(1, 12) for item in set(items)}
     sizes = [size_of[item] for item in items]
-    assert decode_analyze.lru_hit_bytes(items, sizes, capacity) == \
+    assert decode_analyze.lru_hit_bytes(items, size_of, capacity) == \
         stack_distance_hits(items, sizes, capacity)
 
 
 def test_lru_handles_an_item_larger_than_the_cache():
-    assert decode_analyze.lru_hit_bytes([1, 1, 2, 2], [10, 10, 1, 1], 5) == 1
+    assert decode_analyze.lru_hit_bytes([1, 1, 2, 2], {1: 10, 2: 1}, 5) == 1
 
 
 @settings(max_examples=200, deadline=None)
@@ -250,3 +250,46 @@ def test_extend_wide_keeps_every_value_and_widens_only_when_needed(first, then):
     values = decode_analyze.extend_wide(values, array("Q", then))
     assert list(values) == first + then
     assert values.itemsize == (4 if max(first + then, default=0) < 2**32 else 8)
+
+
+def expected_reuse(reads):
+    """The cache what-if of reads [(offset, size)], from the definitions."""
+    footprint = sum(size for _, size in set(reads))  # distinct (offset, read_bytes) extents
+    total = sum(size for _, size in reads)
+    curve = {}
+    for fraction in decode_analyze.CACHE_FRACTIONS:
+        hits = stack_distance_hits(reads, [size for _, size in reads], footprint * fraction)
+        curve[fraction] = hits / total
+    return footprint / MIB, (total - footprint) / MIB, curve
+
+
+@pytest.mark.parametrize("phase", [None, "all", "prefill", "decode"])
+@pytest.mark.parametrize("jobs", ["1", "8"])
+def test_reuse_covers_the_reads_of_the_phases_reported(write, small_split, phase, jobs):
+    # Two turns, each a chunked prefill of 4 tokens of 10 reads then 3 decode tokens of 10
+    # reads, over 12 extents; cut into up to 8 parts, some of which hold prefill reads only,
+    # before and after parts with decode reads.
+    rows, reads = [], {0: [], 1: []}
+    for turn in range(2):
+        for phase_value, steps, per_step in ((0, [0, 1, 2, 3], 10), (1, [4, 5, 6], 10)):
+            for step in steps:
+                for i in range(per_step):
+                    extent = ((7 * i + 3 * step + turn) % 12) * MIB, (1 + i % 3) * MIB
+                    reads[phase_value].append(extent)
+                    rows.append(f"{turn},{phase_value},{step},0,{i},0,{i % 2},0,{extent[0]},"
+                                f"{extent[1]},{extent[1]},1000")
+    options = ["--phase", phase] if phase else []
+    single, split = small_split("io", write(io_text(rows)), "--cache", "--jobs", jobs,
+                                *options, "--format", "json")
+    assert single.json["reuse"] == split.json["reuse"]
+    if phase in (None, "decode"):
+        chosen = [r for turn in range(2) for r in reads[1][turn * 30:(turn + 1) * 30]]
+    elif phase == "prefill":
+        chosen = reads[0]
+    else:  # trace order: each turn's prefill, then its decode
+        chosen = [r for turn in range(2) for r in reads[0][turn * 40:(turn + 1) * 40]
+                  + reads[1][turn * 30:(turn + 1) * 30]]
+    unique_mib, reread_mib, curve = expected_reuse(chosen)
+    reuse = split.json["reuse"]
+    assert reuse["unique_mib"] == unique_mib and reuse["reread_mib"] == reread_mib
+    assert {p["fraction"]: p["hit_share"] for p in reuse["lru"]} == pytest.approx(curve)

@@ -165,6 +165,7 @@ def generate(directory):
         "io500k": ("io", dict(n_layer=48, decode_tokens=1430, reads_per_token=350)),
         "io420": ("io", dict(n_layer=48, decode_tokens=420, reads_per_token=350)),
         "io1m": ("io", dict(n_layer=48, decode_tokens=2860, reads_per_token=350)),
+        "io3m": ("io", dict(n_layer=48, decode_tokens=8580, reads_per_token=350)),
     }
     paths = {}
     for name, (kind, options) in traces.items():
@@ -264,6 +265,16 @@ def main():
     print("|---" * 5 + "|")
     print(f"| compute --layers, 3M rows | {one.cell()} | {default.cell()} | "
           f"{default.median / one.median:.2f}x | {one.peak_mib:.0f} MiB |")
+
+    # Memory on 3M rows, one trial each: the largest process, in one process and by default.
+    print("\n| case, 3M rows | peak RSS, --jobs 1 | peak RSS, default --jobs |")
+    print("|---" * 3 + "|")
+    for label, name, argv in (("compute --layers", "ct3m", ["compute", "--layers"]),
+                              ("io", "io3m", ["io"]),
+                              ("io --adjacent --cache", "io3m", ["io", "--adjacent", "--cache"])):
+        alone, default = measure([[*tool, argv[0], str(paths[name]), *argv[1:], "--jobs", "1"],
+                                  [*tool, argv[0], str(paths[name]), *argv[1:]]], 1)
+        print(f"| {label} | {alone.peak_mib:.0f} MiB | {default.peak_mib:.0f} MiB |", flush=True)
 
     # Quoted names: only the quoted lines may take the slow path (issue 8: within 1.2x).
     plain_ct, quoted_ct = measure([[*tool, "compute", str(paths["ct420"])],

@@ -1054,9 +1054,10 @@ class CacheSequence:
     covers, in trace order (4 bytes a read), and each item's size. An item is a distinct
     (offset, read_bytes) extent, numbered in the order of its first read.
 
-    With the default selection (decode, or every phase when there is no decode) the reads kept
-    before the first decode read are all prefill reads: they are let go when it comes, and the
-    reads of other phases after it are not kept, so that nothing is filtered at the end."""
+    With the default selection (chosen_phases: decode, or every phase when there is no decode)
+    the reads kept before the first decode read are all prefill reads: they are let go when it
+    comes, and the reads of other phases after it are not kept, so that nothing is filtered at
+    the end. Any other selection admitted only its phases' tokens already."""
 
     def __init__(self, default_selection):
         self.default_selection = default_selection

@@ -446,7 +446,8 @@ class Trace:
                 return
 
     def require(self, kind, columns):
-        """Fail unless this trace is of `kind` and has every one of `columns`."""
+        """Fail unless this trace is of `kind` and has every one of `columns`, and the token
+        columns, by which every read of the rows is grouped (batches, splits)."""
         if self.kind is None:
             raise TraceError(self.name, self.header_line,
                              "not a decode trace: no '# compute_trace' / '# io_trace' line and "
@@ -458,7 +459,7 @@ class Trace:
                              f"this is {'an' if self.kind == 'io' else 'a'} {self.kind} trace "
                              f"({how}), not {'an' if kind == 'io' else 'a'} {kind} trace; "
                              f"read it with 'decode-analyze {self.kind}'")
-        missing = [c for c in columns if c not in self.columns]
+        missing = [c for c in dict.fromkeys((*TOKEN_COLUMNS, *columns)) if c not in self.columns]
         if missing:
             raise TraceError(self.name, self.header_line,
                              f"missing required column{'s' if len(missing) > 1 else ''}: "

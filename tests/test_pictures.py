@@ -364,3 +364,15 @@ def test_lane_bytes_are_the_same_read_in_parts(monkeypatch, tmp_path):
         assert run("io", IO_PREFETCH, "--svg", target, "--jobs", "4").code == 0
         pictures.append(target.read_text())
     assert pictures[0] == pictures[1] and "lane 3" in pictures[0]
+
+
+@pytest.mark.parametrize("column", ["turn", "phase", "step"])
+def test_timeline_io_without_a_token_column_is_one_line(tmp_path, column):
+    # timeline's io side needs only start_ns, end_ns and kind, but rows are read by token.
+    other = tmp_path / "io.csv"
+    text = V2_IO.read_text()
+    header = next(line for line in text.splitlines() if not line.startswith("#"))
+    other.write_text(text.replace(header, header.replace(column, "other", 1)))
+    result = run("timeline", V2_CT, other)
+    assert result.code == 1 and "Traceback" not in result.err
+    assert f"missing required column: {column}" in result.err

@@ -1069,13 +1069,16 @@ class CacheSequence:
         self.item_sizes = []  # item -> read_bytes
         self.items = array(WALL_32)
 
+    def _decode_begins(self):
+        self.decode_seen = True
+        self._forget()  # every read kept until now was a prefill read
+
     def _keeps(self, phase):
         """Whether reads of `phase` are kept; the first decode read lets go of the others."""
         if not self.default_selection:
             return True  # the selection admitted only the phases the report covers
         if phase == DECODE and not self.decode_seen:
-            self.decode_seen = True
-            self._forget()
+            self._decode_begins()
         return phase == DECODE or not self.decode_seen
 
     def _items_of(self, extents):
@@ -1095,7 +1098,7 @@ class CacheSequence:
         if self.default_selection and later.decode_seen != self.decode_seen:
             if not later.decode_seen:
                 return  # the later part kept prefill reads only, which the report leaves out
-            self._keeps(DECODE)
+            self._decode_begins()
         extents = sorted(later.item_of, key=later.item_of.__getitem__)
         renumbered = self._items_of(extents)  # later's item -> this one's
         for start in range(0, len(later.items), SORT_CHUNK):

@@ -1711,10 +1711,15 @@ def read_io_timeline(path, skip_bad_rows, warn, jobs):
                      warn, jobs=jobs, check=require_v2)
 
 
+def has_v2_clock(trace):
+    """Whether the trace stamps its rows on the v2 steady clock (start_ns, end_ns)."""
+    return trace.version == "v2" and {"start_ns", "end_ns"} <= set(trace.columns)
+
+
 def require_v2(trace):
     """timeline measures what only v2 timestamps hold: a v1 trace is an error that says where
     to look instead."""
-    if trace.version != "v2" or not {"start_ns", "end_ns"} <= set(trace.columns):
+    if not has_v2_clock(trace):
         raise TraceError(trace.name, 1, f"a {trace.version or 'v1'} trace has no start_ns/end_ns "
                                         f"timestamps to measure a timeline with; for v1 traces, "
                                         f"'decode-analyze report CT IO' gives each token's I/O "
@@ -3221,7 +3226,7 @@ IO_EXPORT = dict(ints=("latency_ns", "start_ns", "end_ns"),
 
 def is_v2(path):
     with Trace(path) as trace:
-        return trace.version == "v2" and {"start_ns", "end_ns"} <= set(trace.columns)
+        return has_v2_clock(trace)
 
 
 def compute_preview(compute_path, selection, window, skip_bad_rows, keys, first):

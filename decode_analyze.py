@@ -437,6 +437,12 @@ def ratio(numerator, denominator):
     return numerator / denominator if denominator else None
 
 
+def add_sums(sums, more):
+    """Add the dict of sums `more` into the dict `sums`, key by key (two processes' parts)."""
+    for key, value in more.items():
+        sums[key] = sums.get(key, 0) + value
+
+
 def scaled(value, scale):
     return None if value is None else value / scale
 
@@ -578,9 +584,8 @@ class ComputeToken:
     def merge(self, other):
         self.wall_ns += other.wall_ns
         self.majflt += other.majflt
-        for mine, theirs in ((self.op_ns, other.op_ns), (self.category_ns, other.category_ns)):
-            for key, wall_ns in theirs.items():
-                mine[key] = mine.get(key, 0) + wall_ns
+        add_sums(self.op_ns, other.op_ns)
+        add_sums(self.category_ns, other.category_ns)
 
 
 class TokenGraph:
@@ -991,8 +996,7 @@ class IoToken:
     def merge(self, other):
         self.reads += other.reads
         self.read_bytes += other.read_bytes
-        for lane, size in other.lane_bytes.items():
-            self.lane_bytes[lane] = self.lane_bytes.get(lane, 0) + size
+        add_sums(self.lane_bytes, other.lane_bytes)
 
 
 class IntCache(dict):
@@ -1041,8 +1045,7 @@ class PhaseReads:
     def merge(self, later):
         self.by_expert.update(later.by_expert)
         self.by_lane.update(later.by_lane)
-        for key, ns in later.lane_ns.items():
-            self.lane_ns[key] = self.lane_ns.get(key, 0) + ns
+        add_sums(self.lane_ns, later.lane_ns)
         for spec, latencies in later.latency.items():
             self.latency[spec] = self.latency[spec] + latencies
         self.req_bytes += later.req_bytes

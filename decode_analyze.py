@@ -3977,7 +3977,7 @@ class reopenable:
         self.path, self.temporary = path, None
 
     def __enter__(self):
-        if self.path != "-" and not _is_pipe(self.path):
+        if not read_once(self.path):
             return self.path
         binary, _ = trace_io._open_binary(self.path)
         try:
@@ -3998,7 +3998,10 @@ class reopenable:
                 pass
 
 
-def _is_pipe(path):
+def read_once(path):
+    """Whether the input can be read only once: stdin ("-") or a pipe."""
+    if path == "-":
+        return True
     try:
         return stat.S_ISFIFO(os.stat(path).st_mode)
     except OSError:
@@ -4111,7 +4114,7 @@ def check_pictures(args):
             refuse_to_overwrite_an_input(args, target)
     if getattr(args, "perfetto", None):
         for path in filter(None, trace_inputs(args)):
-            if path == "-" or _is_pipe(path):
+            if read_once(path):
                 raise TraceError("<stdin>" if path == "-" else path, 0,
                                  "--perfetto reads its traces a second time: give a file, not "
                                  "stdin or a pipe")

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import REAL_TRACES, ROOT, ct_text, run_measured
+from helpers import REAL_TRACES, ROOT, ct_text, run_measured
 
 TOOL = str(ROOT / "decode_analyze.py")
 MEMORY_LIMIT_MIB = 200
@@ -72,7 +72,7 @@ def test_one_token_spanning_many_batches_is_linear_and_bounded(one_token):
 
 
 def test_one_long_token_keeps_its_figures(one_token):
-    from conftest import report
+    from helpers import report
     single = report("compute", one_token / "single.csv", "--layers")
     many = report("compute", one_token / "many.csv", "--layers")
     assert single["tokens"] == 1 and many["tokens"] == 2000

@@ -1,7 +1,7 @@
 """Node categories (../shared/spec/node-names.md) and inferred layers, on hand-made graphs."""
 import pytest
 
-from conftest import ct_text, report, shared_trace
+from helpers import ct_text, report, shared_trace
 from decode_analyze import base_name, classify, infer_layers
 
 # One token: a dense layer 0, a MoE layer 1 with a shared expert, and the tail. Each node's

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from conftest import ct_text, report, run
+from helpers import ct_text, report, run
 
 # Two turns that both reach step 4 (a session file), one prefill batch, and a KV view with
 # layer -1 between two layer-0 nodes. Walls in ms (x1e6 ns) so the sums are easy to check.

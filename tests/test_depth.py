@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import decode_analyze
-from conftest import ct_text, io_text, report, run
+from helpers import ct_text, io_text, report, run
 
 MIB = 1 << 20
 

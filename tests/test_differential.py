@@ -8,7 +8,7 @@ import pytest
 
 import decode_analyze
 import trace_io
-from conftest import REAL_TRACES, run
+from helpers import REAL_TRACES, run
 
 OPTIONS = {"compute": ("--layers",), "io": ("--adjacent", "--cache")}
 

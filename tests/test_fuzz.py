@@ -3,7 +3,7 @@ no traceback, no hang, and the whole run's peak memory under 200 MB."""
 import json
 import sys
 
-from conftest import ROOT, run_measured
+from helpers import ROOT, run_measured
 
 
 def test_fuzz_finds_no_traceback_no_hang_and_stays_small():

@@ -7,7 +7,7 @@ import pytest
 
 import decode_analyze
 import trace_io
-from conftest import CT_HEADER, IO_HEADER, ROOT, ct_text, error_of, io_text, report, run
+from helpers import CT_HEADER, IO_HEADER, ROOT, ct_text, error_of, io_text, report, run
 
 GOOD = ["0,1,4,0,0,MUL_MAT,Qcur-0,1000000,0", "0,1,4,1,0,ADD,l_out-0,3000000,2"]
 

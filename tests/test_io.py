@@ -1,7 +1,7 @@
 """Known answers for `io` on tiny hand-written traces (numbers worked out by hand)."""
 import pytest
 
-from conftest import io_text, report, run
+from helpers import io_text, report, run
 
 MIB = 1 << 20
 # turn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns

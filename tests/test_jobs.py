@@ -4,7 +4,7 @@ import pytest
 
 import trace_io
 import tracegen
-from conftest import REAL_TRACES, assert_token_start, ct_text, io_text, run
+from helpers import REAL_TRACES, assert_token_start, ct_text, io_text, run
 
 OPTIONS = {"compute": ("--layers",), "io": ("--adjacent", "--cache")}
 

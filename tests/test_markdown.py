@@ -5,7 +5,7 @@ import re
 import pytest
 
 import tracegen
-from conftest import REAL_TRACES, ct_text, report, run
+from helpers import REAL_TRACES, ct_text, report, run
 
 markdown_it = pytest.importorskip("markdown_it")
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import trace_io
-from conftest import assert_token_start, ct_text, error_of, io_text, report, run
+from helpers import assert_token_start, ct_text, error_of, io_text, report, run
 
 # Two decode tokens; a layer -1 view between two layer-0 nodes is re-attributed to layer 0.
 CT_ROWS = ["0,1,4,0,0,MUL_MAT,Qcur-0,1000000,0", "0,1,4,1,-1,VIEW,Kcur-0 (view),500000,0",

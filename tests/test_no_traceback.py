@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from conftest import ROOT, ct_text, error_of, io_text, report, run
+from helpers import ROOT, ct_text, error_of, io_text, report, run
 
 GOOD_CT = ["0,1,4,0,0,MUL_MAT,Qcur-0,1000000,0", "0,1,4,1,0,ADD,l_out-0,3000000,2"]
 GOOD_IO = ["0,1,4,0,3,0,0,0,0,65536,69632,400000", "0,1,4,0,5,0,1,1,69632,65536,69632,600000"]

@@ -3,7 +3,7 @@ input trace never overwritten."""
 import json
 import os
 
-from conftest import REAL_TRACES, ct_text, error_of, run
+from helpers import REAL_TRACES, ct_text, error_of, run
 
 GOOD = ["0,1,4,0,0,MUL_MAT,Qcur-0,1000000,0", "0,1,4,1,0,ADD,l_out-0,3000000,2"]
 

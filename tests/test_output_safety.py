@@ -10,7 +10,7 @@ import time
 import pytest
 
 import tracegen
-from conftest import ROOT, ct_text, run
+from helpers import ROOT, ct_text, run
 
 HOSTILE = ["\x7f", "\x85", "\x9b", "\u2028", "\u2029", "\u202e", "\u200b", "\u200f", "\ufeff",
            "\u2066"]

@@ -5,7 +5,7 @@ import pytest
 import decode_analyze
 import trace_io
 import tracegen
-from conftest import assert_token_start, ct_text, io_text, run
+from helpers import assert_token_start, ct_text, io_text, run
 
 pytestmark = pytest.mark.skipif(not hasattr(decode_analyze.os, "fork"), reason="no fork")
 

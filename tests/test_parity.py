@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import tracegen
-from conftest import REFERENCE, report
+from helpers import REFERENCE, report
 
 pytestmark = pytest.mark.skipif(not REFERENCE.exists(), reason="../shared/reference not here")
 

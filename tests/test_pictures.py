@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 import tracegen
-from conftest import CT_HEADER, REAL_TRACES, ct_text, error_of, report, run
+from helpers import CT_HEADER, REAL_TRACES, ct_text, error_of, report, run
 
 SVG = "{http://www.w3.org/2000/svg}"
 CT_NODE = REAL_TRACES["qwen3moe-l4-ct-node.csv"]

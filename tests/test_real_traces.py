@@ -5,7 +5,7 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import REAL_TRACES, ROOT, report, shared_trace
+from helpers import REAL_TRACES, ROOT, report, shared_trace
 
 REAL = sorted(REAL_TRACES)
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.csv"))

@@ -1,7 +1,7 @@
 """`report CT IO`: the pair of one run."""
 import pytest
 
-from conftest import ROOT, ct_text, io_text, report, run, shared_trace
+from helpers import ROOT, ct_text, io_text, report, run, shared_trace
 
 MIB = 1 << 20
 CT = ct_text([

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import tracegen
-from conftest import REAL_TRACES, ROOT, ct_text, io_text, report, run
+from helpers import REAL_TRACES, ROOT, ct_text, io_text, report, run
 
 # The engine's own end-of-run summary (tests/data/README.md): flash I/O s/token (rounded to
 # ms) and MiB/s, per decoded token; every run decoded 128 tokens with 4 lanes.

@@ -1,0 +1,101 @@
+"""The tests' helpers, in one module: run the CLI in-process, write tiny traces, find the real
+traces. Fixtures that use them are in conftest.py."""
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import decode_analyze  # noqa: E402
+
+SHARED = ROOT.parent / "shared"
+REFERENCE = SHARED / "reference" / "decode-analyze.py"
+# The real engine traces (../shared/traces, copied here so that a fresh clone runs every test);
+# the session pair is examples/session-*.csv.
+TRACES = ROOT / "tests" / "data"
+REAL_TRACES = {**{p.name: p for p in TRACES.glob("*.csv")},
+               "qwen3moe-l4-session-ct-node.csv": ROOT / "examples" / "session-ct.csv",
+               "qwen3moe-l4-session-ct-node-io.csv": ROOT / "examples" / "session-io.csv"}
+
+CT_HEADER = "turn,phase,step,seq,layer,op,name,wall_ns,majflt"
+IO_HEADER = "turn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns"
+
+
+# Runs a command and prints the peak RSS of its process tree (the largest of its processes).
+_MEASURE = """
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+sys.stdout.buffer.write(done.stdout)
+sys.stderr.buffer.write(done.stderr)
+print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def run_measured(argv, timeout):
+    """(exit status, stdout, stderr, peak RSS in MiB) of a command run as its own process."""
+    done = subprocess.run([sys.executable, "-c", _MEASURE, *map(str, argv)],
+                          capture_output=True, timeout=timeout)
+    out, _, last = done.stdout.decode().rstrip("\n").rpartition("\n")
+    status, peak_kib = map(int, last.split())
+    return status, out, done.stderr.decode(), peak_kib / 1024
+
+
+class Result:
+    def __init__(self, code, out, err):
+        self.code, self.out, self.err = code, out, err
+
+    @property
+    def json(self):
+        return json.loads(self.out)
+
+
+def run(*argv):
+    """main(argv) in-process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    code = decode_analyze.main([str(a) for a in argv], out=out, err=err)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def assert_token_start(data, offset):
+    """`offset` of the file's bytes `data` starts a line whose token differs from the line's
+    before it."""
+    before = data[:offset].rstrip(b"\n").rsplit(b"\n", 1)[1].split(b",")[:3]
+    after = data[offset:].split(b"\n", 1)[0].split(b",")[:3]
+    assert data[offset - 1:offset] == b"\n" and before != after
+
+
+def error_of(*argv):
+    """The one-line error of a run that must fail with exit status 1 and print nothing else."""
+    result = run(*argv)
+    assert result.code == 1, result.out
+    assert result.out == ""
+    lines = result.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("decode-analyze: "), result.err
+    return lines[0]
+
+
+def report(*argv):
+    """The JSON report of a run that must succeed with no warning."""
+    result = run(*argv, "--format", "json")
+    assert result.code == 0, result.err
+    assert result.err == "", result.err
+    return result.json
+
+
+def ct_text(rows, preamble="# compute_trace v1\n# model=m.gguf arch=qwen3moe n_layer=2 "
+                           "n_threads=4\n", header=CT_HEADER):
+    return preamble + header + "\n" + "".join(row + "\n" for row in rows)
+
+
+def io_text(rows, preamble="# io_trace v1\n# model=m.gguf io_threads=2 o_direct=1 overlap=0\n",
+            header=IO_HEADER):
+    return preamble + header + "\n" + "".join(row + "\n" for row in rows)
+
+
+def shared_trace(name):
+    """A real engine trace by its name in ../shared/traces."""
+    return REAL_TRACES[name]

@@ -1,0 +1,90 @@
+"""Golden outputs: every command in every format on the example session and real engine traces,
+compared byte for byte with files under tests/golden/ that were reviewed by hand once.
+
+A change that moves an output on purpose rewrites them (then read the diff before committing):
+
+  python3 tests/test_golden.py --update
+"""
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from helpers import ROOT, run  # noqa: E402
+
+GOLDEN = HERE / "golden"
+SESSION = ("examples/session-ct.csv", "examples/session-io.csv")
+DATA = "tests/data/"
+
+# name -> the command's arguments (paths relative to the repository's root)
+COMMANDS = {
+    "compute-session": ["compute", SESSION[0], "--layers"],
+    "compute-qwen-layers": ["compute", DATA + "qwen3moe-l4-ct-layers.csv"],
+    "compute-gemma-node": ["compute", DATA + "gemma4-l4-ct-node.csv", "--top", "6"],
+    "io-session": ["io", SESSION[1], "--adjacent", "--cache"],
+    "io-qwen-prefetch": ["io", DATA + "qwen3moe-l4-io-prefetch.csv", "--adjacent", "--cache",
+                         "--layers"],
+    "io-gemma-serial": ["io", DATA + "gemma4-l4-io-serial.csv"],
+    "report-session": ["report", *SESSION],
+    "report-gemma": ["report", DATA + "gemma4-l4-ct-node.csv", DATA + "gemma4-l4-io-serial.csv"],
+    "report-qwen-layers": ["report", DATA + "qwen3moe-l4-ct-layers.csv",
+                           DATA + "qwen3moe-l4-io-serial.csv", "--layers"],
+    "diff-io": ["diff", DATA + "qwen3moe-l4-io-serial.csv", DATA + "qwen3moe-l4-io-overlap.csv"],
+    "diff-compute": ["diff", DATA + "qwen3moe-l4-ct-node.csv", SESSION[0]],
+    "timeline-pair": ["timeline", DATA + "v2/ct.csv", DATA + "v2/io.csv"],
+    "timeline-compute": ["timeline", DATA + "v2/ct.csv"],
+}
+FORMATS = {"text": "txt", "markdown": "md", "json": "json"}
+# One picture per command that draws one (they are large; their structure is tested elsewhere).
+PICTURES = ("compute-session", "io-session", "report-session", "diff-io")
+
+
+def cases():
+    for name, argv in COMMANDS.items():
+        for format_, ending in FORMATS.items():
+            yield f"{name}.{ending}", argv + ["--format", format_], None
+    for name in PICTURES:
+        yield f"{name}.svg", COMMANDS[name] + ["--format", "json"], "svg"
+
+
+def produce(argv, picture, folder):
+    """What the command writes: stdout, or the picture it writes to a file."""
+    if picture:
+        target = Path(folder) / "picture.svg"
+        result = run(*argv, f"--{picture}", target)
+        assert result.code == 0, result.err
+        return target.read_text(encoding="utf-8")
+    result = run(*argv)
+    assert result.code == 0, result.err
+    return result.out
+
+
+@pytest.fixture
+def at_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+@pytest.mark.parametrize("name,argv,picture", list(cases()), ids=lambda v: str(v)[:40])
+def test_output_is_the_reviewed_one(name, argv, picture, at_root, tmp_path):
+    expected = (GOLDEN / name).read_text(encoding="utf-8")
+    assert produce(argv, picture, tmp_path) == expected, \
+        f"{name} changed: if on purpose, python3 tests/test_golden.py --update and review"
+
+
+def update():
+    import os
+    import tempfile
+    os.chdir(ROOT)
+    GOLDEN.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory() as folder:
+        for name, argv, picture in cases():
+            (GOLDEN / name).write_text(produce(argv, picture, folder), encoding="utf-8")
+    print(f"rewrote {len(list(cases()))} golden files in {GOLDEN}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--update"]:
+        sys.exit("usage: python3 tests/test_golden.py --update")
+    update()

@@ -2314,7 +2314,8 @@ def bar(fraction, width=BAR_WIDTH):
 # A table is data: its columns, each a header, where its value comes from (a row key, or a
 # function of the row), how the value is written and which way it aligns. table_lines() draws
 # every table of the text output from these definitions.
-Column = namedtuple("Column", "header key format align")
+# width: a bar column's width (Markdown draws a bar as a code span, text as the format says).
+Column = namedtuple("Column", "header key format align width", defaults=(">", None))
 
 
 def fixed(digits):
@@ -2334,11 +2335,15 @@ def text_column(header, key):
 
 
 def bar_column(key, width=BAR_WIDTH):
-    return Column("", key, lambda fraction: bar(fraction, width), "<")
+    return Column("", key, lambda fraction: bar(fraction, width), "<", width)
+
+
+def value_of(col, row):
+    return row[col.key] if isinstance(col.key, str) else col.key(row)
 
 
 def cell(col, row):
-    return col.format(row[col.key] if isinstance(col.key, str) else col.key(row))
+    return col.format(value_of(col, row))
 
 
 def table_lines(columns, rows, indent="  "):
@@ -2418,8 +2423,9 @@ def histogram_table(rows):
     peak = max((row["count"] for row in rows), default=0) or 1
     return (column("us", lambda row: f"{row['lo_us']} -> {row['hi_us'] - 1}"),
             column("count", "count"),
-            column("distribution", lambda row: "|" + bar(row["count"] / peak, HIST_WIDTH)
-                   .replace(".", " ") + "|", align="<"))
+            Column("distribution", lambda row: row["count"] / peak,
+                   lambda fraction: "|" + bar(fraction, HIST_WIDTH).replace(".", " ") + "|", "<",
+                   HIST_WIDTH))
 
 
 def compact_layer_lines(columns, rows, full):
@@ -2467,44 +2473,103 @@ def deviation(value, median):
         return 1.0 if value == median else float("inf")
     return max(value / median, median / value)
 
-
-def title_lines(report, command, paths, keys):
-    """The header: what produced the report, from which files, the run's preamble."""
-    meta = report["meta"]
-    lines = [f"decode-analyze {TOOL_VERSION} {command}"]
-    lines += [fit(f"  {label}: {path}") for label, path in paths]
-    lines += wrap_items("", [f"{key}={safe(meta.get(key, '?'))}" for key in keys], indent="",
-                        separator="")
-    return lines
-
-
 def selection_text(report):
     return ", ".join([f"phase {report['phase']}"] + describe_selection(report["selection"]))
 
 
-def render_compute(report, top=12, show_layers=False, ascii_only=False):
-    lines = title_lines(report, "compute", [("trace", report["path"])],
-                        ("model", "arch", "n_layer", "n_threads"))
-    lines += [line for logical in compute_headline(report) for line in wrap(logical, "")]
-    lines += render_verdicts(report["verdicts"])
-    if report["granularity"] == "layer":
-        lines += [""] + wrap("note: one barrier per layer, so these absolutes sit close to an "
-                             "untraced run; there is no per-op detail inside a segment.", "    ")
-        lines += render_segments(report)
+# ── layouts: every report's sections, declared once ─────────────────────────────────────────
+# A layout is the ordered sections of one kind of report. A section has a title (the words that
+# every format shows it under), whether Markdown folds its table away, and a function that draws
+# it from the report and the view: a list of Blocks, empty when this report has nothing for it.
+# A Block is an optional heading and its parts. The text and Markdown renderers walk the same
+# layout and differ only in how they draw each kind of part, so that a section added here
+# appears in both.
+Section = namedtuple("Section", "title draw fold", defaults=(False,))
+# gap: a blank line before it in text (the header and the lines right under it have none).
+# A block with a heading and no parts is a divider: the block after it follows without a gap.
+Block = namedtuple("Block", "heading parts gap", defaults=((), True))
+# paths: (label, path, detail) each; the detail (diff's "(io trace, 128 io tokens)") is shown
+# beside the path.
+Header = namedtuple("Header", "command paths meta keys")
+Prose = namedtuple("Prose", "lines hang", defaults=("  ",))  # logical lines; hang: wrap indent
+Items = namedtuple("Items", "prefix items")  # one logical line of items, folded between items
+Bullets = namedtuple("Bullets", "items")  # one logical line each (the verdicts)
+# shown: the rows text shows (Markdown folds the rest away); compact: many layers shown as
+# their summary and the layers that stand out, unless the view asks for all.
+Grid = namedtuple("Grid", "columns rows indent shown compact", defaults=("  ", None, False))
+Spark = namedtuple("Spark", "values")  # one character per token (or per group of tokens)
+# What the command line asks of the drawing: ops in the by-op table, every layer, ASCII only.
+View = namedtuple("View", "top layers ascii", defaults=(12, False, False))
+
+COMPUTE_KEYS = ("model", "arch", "n_layer", "n_threads")
+IO_KEYS = ("model", "io_threads", "o_direct", "overlap")
+PAIR_KEYS = ("model", "arch", "n_layer", "n_threads", "io_threads", "o_direct", "overlap")
+TIMELINE_KEYS = ("model", "trace_id", "io_threads", "overlap")
+NODE_CAVEAT = ("note: every node was isolated and synchronized to be measured; the barriers "
+               "inflate the absolutes. Trust the proportions.")
+LAYER_CAVEAT = ("note: one barrier per layer, so these absolutes sit close to an untraced run; "
+                "there is no per-op detail inside a segment.")
+
+
+def compute_part(report):
+    """The compute report a section draws: the report itself, or a pair's compute half."""
+    return report["compute"] if report["kind"] == "report" else report
+
+
+def io_part(report):
+    """(the io report a section draws, what its per-token figures are per): an io report's
+    are per read-token; a pair's lanes, demand/speculative and adjacency are per decoded
+    token, as the pair computed them."""
+    if report["kind"] != "report":
+        return report, "per read-token"
+    pair = report["pair"]
+    return {**report["io"], "by_lane": pair["by_lane"], "demand_vs_spec": pair["demand_vs_spec"],
+            "adjacency": pair["adjacency"]}, "per decoded token"
+
+
+def all_verdicts(report):
+    """The verdicts a report shows: a pair's router verdict is its own (it has the reads),
+    not the compute trace's."""
+    if report["kind"] != "report":
+        return report["verdicts"]
+    compute, io, pair = report["compute"], report["io"], report["pair"]
+    return ([v for v in compute["verdicts"] if v["id"] != "router_wait"]
+            + io["verdicts"] + pair["verdicts"])
+
+
+# ── layouts: the sections every command shares ──────────────────────────────────────────────
+def header_blocks(report, view):
+    """What produced the report, from which files, the run's preamble."""
+    kind = report["kind"]
+    if kind == "compute":
+        header = Header("compute", [("trace", report["path"], "")], report["meta"], COMPUTE_KEYS)
+    elif kind == "io":
+        header = Header("io", [("trace", report["path"], "")], report["meta"], IO_KEYS)
+    elif kind == "report":
+        compute, io = report["compute"], report["io"]
+        header = Header("report", [("compute", compute["path"], ""), ("io", io["path"], "")],
+                        {**io["meta"], **compute["meta"]}, PAIR_KEYS)
     else:
-        lines += [""] + wrap("note: every node was isolated and synchronized to be measured; "
-                             "the barriers inflate the absolutes. Trust the proportions.", "    ")
-        lines += render_by_op(report, top) + render_faults(report) + render_categories(report)
-        if show_layers:
-            lines += render_layers(report)
-    lines += render_tokens(report, "ms", "ms", ascii_only)
-    return "\n".join(lines) + "\n"
+        paths = [(label, path, "") for label, path in zip(("compute", "io"), report["paths"])]
+        header = Header("timeline", paths, report["meta"], TIMELINE_KEYS)
+    return [Block(None, [header], gap=False)]
 
 
+def verdict_blocks(report, view):
+    verdicts = all_verdicts(report)
+    return [Block("verdicts", [Bullets([v["text"] for v in verdicts])])] if verdicts else []
+
+
+def caveat_blocks(report, view):
+    """How far the compute trace's absolutes can be trusted, by its granularity."""
+    layered = compute_part(report)["granularity"] == "layer"
+    return [Block(None, [Prose([LAYER_CAVEAT if layered else NODE_CAVEAT], "    ")])]
+
+
+# ── layouts: compute sections ────────────────────────────────────────────────────────────────
 def compute_headline(report):
     """What a token costs, framed for the run: per decode and per generated position when a
-    decode covers several positions, per batch and per prompt token for prefill. Logical
-    lines: each renderer folds them its own way."""
+    decode covers several positions, per batch and per prompt token for prefill."""
     fallback = " (no decode rows: all rows used)" if report["phase"] == "all" and \
         report["selection"]["phase"] == "default" else ""
     decodes, prefill = report["decodes"], report["prefill"]
@@ -2526,50 +2591,62 @@ def compute_headline(report):
     return lines
 
 
-def render_by_op(report, top):
-    ops = report["by_op"]
-    return ["", f"by op ({len(ops[:top])} of {len(ops)}, slowest first; us = one node's "
-                f"wall time)"] + table_lines(OP_TABLE, ops[:top], indent="")
+def compute_headline_blocks(report, view):
+    return [Block(None, [Prose(compute_headline(report), "")], gap=False)]
 
 
-def render_faults(report):
-    faults = report["faults"]
-    if not faults["by_op"]:
+def segment_blocks(report, view):
+    compute = compute_part(report)
+    if compute["granularity"] != "layer":
         return []
-    total = {"op": "TOTAL", **faults}
-    return ["", "fault attribution: nodes that took major page faults (flash reads billed "
-                "as compute)"] + table_lines(FAULT_TABLE, faults["by_op"][:FAULT_OPS_SHOWN]
-                                             + [total]) + wrap(
-        "  ^ the time of faulting nodes is mostly flash wait, not arithmetic: take it out "
-        "before calling the model compute-bound.")
+    rows = compute["segments"]
+    return [Block("by segment", [Grid(segment_table(rows), rows, indent="")])]
 
 
-def render_categories(report):
-    rows = report["by_category"]
+def op_blocks(report, view):
+    compute = compute_part(report)
+    if compute["granularity"] == "layer":
+        return []
+    ops = compute["by_op"]
+    return [Block(f"by op ({len(ops[:view.top])} of {len(ops)}, slowest first; us = one node's "
+                  f"wall time)", [Grid(OP_TABLE, ops, indent="", shown=view.top)])]
+
+
+def fault_blocks(report, view):
+    compute = compute_part(report)
+    faults = compute["faults"]
+    if compute["granularity"] == "layer" or not faults["by_op"]:
+        return []
+    rows = faults["by_op"][:FAULT_OPS_SHOWN] + [{"op": "TOTAL", **faults}]
+    return [Block("fault attribution: nodes that took major page faults (flash reads billed as "
+                  "compute)", [Grid(FAULT_TABLE, rows), Prose([
+                      "  ^ the time of faulting nodes is mostly flash wait, not arithmetic: take "
+                      "it out before calling the model compute-bound."])])]
+
+
+def category_blocks(report, view):
+    compute = compute_part(report)
+    rows = compute["by_category"]
     if not rows:
         return []
-    lines = [""] + wrap("by node category (names classified as in llama.cpp; unnamed node_<N> "
-                        "nodes take the category of the named node before them)", "")
-    lines += table_lines(CATEGORY_TABLE, rows)
-    if report["unclassified"]:
-        lines += wrap_items("  unclassified base names, ms/token (extend CATEGORY_NAMES):",
-                            [f"{safe(u['name']) or '(empty)'} {u['ms_per_token']:.2f}"
-                             for u in report["unclassified"][:UNCLASSIFIED_SHOWN]])
-    return lines
+    parts = [Grid(CATEGORY_TABLE, rows)]
+    if compute["unclassified"]:
+        parts.append(Items("  unclassified base names, ms/token (extend CATEGORY_NAMES):",
+                           [f"{safe(u['name']) or '(empty)'} {u['ms_per_token']:.2f}"
+                            for u in compute["unclassified"][:UNCLASSIFIED_SHOWN]]))
+    return [Block("by node category (names classified as in llama.cpp; unnamed node_<N> nodes "
+                  "take the category of the named node before them)", parts)]
 
 
-def render_layers(report):
+def compute_layer_blocks(report, view):
+    """compute --layers only, in every format."""
+    if not view.layers:
+        return []
     rows = report["by_layer"]
-    return [""] + wrap(
-        "by layer (layer -1: outside every layer, i.e. embeddings and output head; nodes with "
-        "no layer index that run inside a layer are counted in it, "
-        f"{report['reattributed_ms_per_token']:.2f} ms/token re-attributed)", "") + \
-        table_lines(layer_table(rows), rows)
-
-
-def render_segments(report):
-    rows = report["segments"]
-    return [""] + table_lines(segment_table(rows), rows, indent="")
+    return [Block("by layer (layer -1: outside every layer, i.e. embeddings and output head; "
+                  "nodes with no layer index that run inside a layer are counted in it, "
+                  f"{report['reattributed_ms_per_token']:.2f} ms/token re-attributed)",
+                  [Grid(layer_table(rows), rows)])]
 
 
 def sparkline(values, ascii_only=False, width=SPARK_WIDTH):
@@ -2584,33 +2661,32 @@ def sparkline(values, ascii_only=False, width=SPARK_WIDTH):
     return "".join(levels[min(len(levels) - 1, int(peak / top * len(levels)))] for peak in peaks)
 
 
-def render_tokens(report, value, unit, ascii_only):
-    """Per-token distribution, the slowest tokens and a sparkline of the run."""
+def token_block(report, value, unit):
+    """Per-token distribution, the slowest (heaviest) tokens and a sparkline of the run."""
     dist = report[f"token_{value}"]
     name = "heaviest" if "heaviest" in report else "slowest"
     per_token = [t[value] for t in report["per_token"]]
     group = -(-len(per_token) // SPARK_WIDTH)
     each = f"each mark the max of {group} tokens, " if group > 1 else ""
-    lines = ["", f"per token ({unit}): p50 {dist['p50']:.2f}  p90 {dist['p90']:.2f}  "
-                 f"p99 {dist['p99']:.2f}  max {dist['max']:.2f}"]
+    parts = []
     reads = report.get("token_reads")
     if reads:
-        lines.append(f"per token (reads): p50 {reads['p50']}  p90 {reads['p90']}  "
-                     f"p99 {reads['p99']}  max {reads['max']}")
-    lines += [f"  run |{sparkline(per_token, ascii_only)}|",
-              f"      (trace order; {each}scaled 0 to {dist['max']:.2f} {unit})"]
-    lines += wrap_items(f"  {name}:", [
-        f"turn {t['turn']} step {t['step']} {t[value]:.2f}"
-        + (f" ({t['majflt']} majflt)" if t.get("majflt") else "") for t in report[name]])
-    return lines
+        parts.append(Prose([f"per token (reads): p50 {reads['p50']}  p90 {reads['p90']}  "
+                            f"p99 {reads['p99']}  max {reads['max']}"], ""))
+    parts += [Spark(per_token),
+              Prose([f"      (trace order; {each}scaled 0 to {dist['max']:.2f} {unit})"]),
+              Items(f"  {name}:", [f"turn {t['turn']} step {t['step']} {t[value]:.2f}"
+                                   + (f" ({t['majflt']} majflt)" if t.get("majflt") else "")
+                                   for t in report[name]])]
+    return Block(f"per token ({unit}): p50 {dist['p50']:.2f}  p90 {dist['p90']:.2f}  "
+                 f"p99 {dist['p99']:.2f}  max {dist['max']:.2f}", parts)
 
 
-def render_verdicts(verdicts):
-    if not verdicts:
-        return []
-    return ["", "verdicts"] + [line for v in verdicts for line in wrap(f"  {v['text']}")]
+def compute_token_blocks(report, view):
+    return [token_block(compute_part(report), "ms", "ms")]
 
 
+# ── layouts: io sections ─────────────────────────────────────────────────────────────────────
 def io_range_text(figures, per):
     """The I/O wall time and throughput of a token, as the range a v1 trace allows."""
     wall, rate = figures["io_wall_ms_per_token"], figures["throughput_mib_per_s"]
@@ -2619,98 +2695,119 @@ def io_range_text(figures, per):
             f"throughput between {num(rate['min'], '.0f')} and {num(rate['max'], '.0f')} MiB/s")
 
 
-def render_io(report, show_layers=False, ascii_only=False):
+def io_headline_blocks(report, view):
     per = "per read-token"
-    lines = title_lines(report, "io", [("trace", report["path"])],
-                        ("model", "io_threads", "o_direct", "overlap"))
-    lines += wrap(f"read-tokens={report['tokens']} ({selection_text(report)}; tokens that "
-                  f"read: a token served entirely from cache has no rows)", "")
-    lines += wrap(io_range_text(report, per), "")
-    lines += [f"reads {report['reads_per_token']:.1f} {per}, {report['mib_per_token']:.2f} "
-              f"MiB {per} ({report['reads']} reads)"]
-    lines += wrap(f"per read: lanes busy {report['busy_ms_per_token']:.2f} ms {per} summed over "
-                  f"lanes, {num(report['busy_mib_per_s'], '.0f')} MiB/s while a lane is busy",
-                  "")
-    lines += [f"alignment waste {num(report['waste_pct'], '.1f')}% "
-              f"({report['waste_mib_per_token']:.2f} MiB {per} read but not wanted)"]
-    lines += render_verdicts(report["verdicts"])
-    lines += render_latency(report) + render_sizes(report) + render_lanes(report["by_lane"])
-    lines += render_demand_spec(report["spec"], report["demand_vs_spec"], per)
-    lines += render_io_layers(report, show_layers)
-    lines += render_adjacency(report["adjacency"], per)
-    lines += render_cache(report["reuse"])
-    lines += render_tokens(report, "mib", "MiB", ascii_only)
-    return "\n".join(lines) + "\n"
+    return [Block(None, [Prose([
+        f"read-tokens={report['tokens']} ({selection_text(report)}; tokens that read: a token "
+        f"served entirely from cache has no rows)",
+        io_range_text(report, per),
+        f"reads {report['reads_per_token']:.1f} {per}, {report['mib_per_token']:.2f} MiB {per} "
+        f"({report['reads']} reads)",
+        f"per read: lanes busy {report['busy_ms_per_token']:.2f} ms {per} summed over lanes, "
+        f"{num(report['busy_mib_per_s'], '.0f')} MiB/s while a lane is busy",
+        f"alignment waste {num(report['waste_pct'], '.1f')}% "
+        f"({report['waste_mib_per_token']:.2f} MiB {per} read but not wanted)"], "")],
+        gap=False)]
 
 
-def render_lanes(rows):
-    return ["", "by lane (a lane busy far less than the others is waiting for work: the drive "
-                "is not the limit there)"] + table_lines(LANE_TABLE, rows)
+def latency_blocks(report, view):
+    io, _ = io_part(report)
+    hist = io["latency_hist"]
+    return [Block("per-read latency (us)", [Grid(LATENCY_TABLE, [io["latency_us"]]),
+                                            Grid(histogram_table(hist), hist)])]
 
 
-def render_adjacency(adjacency_, per):
-    if adjacency_["runs_per_token"] is None:
-        return []
-    return ["", "adjacency: requested extents, merged where they touch or overlap",
-            f"  {adjacency_['reads_per_token']:.1f} reads {per} span "
-            f"{adjacency_['runs_per_token']:.1f} contiguous runs",
-            f"  coalescing factor {num(adjacency_['coalesce_factor'], '.2f')}: perfectly "
-            f"coalesced, that many times fewer requests for the same bytes"]
+def size_blocks(report, view):
+    return [Block("by read size (bucket: largest power of two <= KiB read)",
+                  [Grid(SIZE_TABLE, io_part(report)[0]["by_size"])])]
 
 
-def render_latency(report):
-    hist = report["latency_hist"]
-    return ["", "per-read latency (us)"] + table_lines(LATENCY_TABLE, [report["latency_us"]]) + \
-        table_lines(histogram_table(hist), hist)
+def lane_blocks(report, view):
+    return [Block("by lane (a lane busy far less than the others is waiting for work: the drive "
+                  "is not the limit there)", [Grid(LANE_TABLE, io_part(report)[0]["by_lane"])])]
 
 
-def render_sizes(report):
-    return ["", "by read size (bucket: largest power of two <= KiB read)"] + \
-        table_lines(SIZE_TABLE, report["by_size"])
-
-
-def render_demand_spec(spec, rows, per):
+def spec_blocks(report, view):
+    io, per = io_part(report)
+    spec = io["spec"]
     if not spec["reads"]:
         return []
-    return ["", f"speculative: {spec['reads']} reads ({pct(spec['share_of_bytes'])} of bytes "
-                f"read); MiB/tok is {per}"] + table_lines(SPEC_TABLE, rows)
+    return [Block(f"speculative: {spec['reads']} reads ({pct(spec['share_of_bytes'])} of bytes "
+                  f"read); MiB/tok is {per}", [Grid(SPEC_TABLE, io["demand_vs_spec"])])]
 
 
-def render_io_layers(report, show_layers):
-    lines = ["", "by layer"] + compact_layer_lines(IO_LAYER_TABLE, report["by_layer"],
-                                                    show_layers)
-    hot = report["hot_experts"]
-    if hot:
-        lines += wrap_items("  hottest (layer, expert) by bytes read:",
-                            [f"({row['layer']}, {row['expert']}) {row['mib']:.1f} MiB"
-                             for row in hot])
-    return lines
+def io_layer_blocks(report, view):
+    parts = [Grid(IO_LAYER_TABLE, report["by_layer"], compact=True)]
+    if report["hot_experts"]:
+        parts.append(Items("  hottest (layer, expert) by bytes read:",
+                           [f"({row['layer']}, {row['expert']}) {row['mib']:.1f} MiB"
+                            for row in report["hot_experts"]]))
+    return [Block("by layer", parts)]
 
 
-def render_cache(what_if):
+def adjacency_blocks(report, view):
+    io, per = io_part(report)
+    figures = io["adjacency"]
+    if figures["runs_per_token"] is None:
+        return []
+    return [Block("adjacency: requested extents, merged where they touch or overlap", [Prose([
+        f"  {figures['reads_per_token']:.1f} reads {per} span {figures['runs_per_token']:.1f} "
+        f"contiguous runs",
+        f"  coalescing factor {num(figures['coalesce_factor'], '.2f')}: perfectly coalesced, "
+        f"that many times fewer requests for the same bytes"])])]
+
+
+def cache_blocks(report, view):
+    what_if = io_part(report)[0]["reuse"]
     if what_if is None:
         return []
-    return ["", f"re-reads: footprint {what_if['unique_mib']:.1f} MiB of distinct extents, "
-                f"{what_if['reread_mib']:.1f} MiB read again"] + \
-        table_lines(CACHE_TABLE, what_if["lru"])
+    return [Block(f"re-reads: footprint {what_if['unique_mib']:.1f} MiB of distinct extents, "
+                  f"{what_if['reread_mib']:.1f} MiB read again",
+                  [Grid(CACHE_TABLE, what_if["lru"])])]
+
+
+def io_token_blocks(report, view):
+    return [token_block(report, "mib", "MiB")]
+
+
+# ── layouts: pair, timeline and diff sections ────────────────────────────────────────────────
+def pair_headline_blocks(report, view):
+    compute, pair = report["compute"], report["pair"]
+    return [Block(None, [Prose([
+        f"tokens={pair['tokens']} (from the compute trace; {selection_text(compute)}), "
+        f"{pair['tokens_without_reads']} of them read nothing; every figure below is per "
+        f"decoded token"], ""), Prose([f"warning: {message}" for message in pair["warnings"]])],
+        gap=False)]
+
+
+def per_decoded_blocks(report, view):
+    io, pair = report["io"], report["pair"]
+    inside = ("routed experts and router n/a (a layer-granularity trace)"
+              if pair["experts_ms_per_token"] is None else
+              f"routed experts {pair['experts_ms_per_token']:.2f} ms, router "
+              f"{pair['router_ms_per_token']:.2f} ms")
+    return [Block("per decoded token", [Prose([
+        f"  compute {pair['compute_ms_per_token']:.2f} ms, of which faulting nodes "
+        f"{pair['faulting_ms_per_token']:.2f} ms, {inside}",
+        "  " + io_range_text({**pair, "lanes": io["lanes"]}, ""),
+        f"  reads {pair['io_reads_per_token']:.1f}, {pair['io_mib_per_token']:.2f} MiB; lanes "
+        f"busy {pair['io_busy_ms_per_token']:.2f} ms summed over lanes; alignment waste "
+        f"{pair['waste_mib_per_token']:.2f} MiB"])])]
+
+
+def pair_layer_blocks(report, view):
+    return [Block("by layer (compute by inferred layer)",
+                  [Grid(PAIR_LAYER_TABLE, report["pair"]["by_layer"], compact=True)])]
+
+
+def divider(title):
+    """A section that is only a heading over the sections after it."""
+    return Section(title, lambda report, view: [Block(title)])
 
 
 TIMELINE_SUMMARY_TABLE = (text_column("per decode", "label"), column("p50", "p50"),
                           column("p99", "p99"), column("total", "total"))
-TIMELINE_SHOWN = 20  # decodes listed in text; the slowest when there are more
-
-
-def timeline_summary_rows(report):
-    """One row per figure, its values written as ms, or as a share for read_share."""
-    rows = []
-    for key, label in TIMELINE_FIGURES:
-        figure = report["summary"][key] or {}
-        write = percent if key == "read_share" else lambda ms: num(ms, ".3f")
-        rows.append({"label": label, **{stat: write(figure.get(stat))
-                                        for stat in ("p50", "p99", "total")}})
-    return rows
-
-
+TIMELINE_SHOWN = 20  # decodes listed; the slowest when there are more
 TIMELINE_DECODE_TABLE = (
     column("turn", "turn"), column("step", "step"),
     column("decode ms", "decode_ms", fixed(3)), column("graph ms", "graph_ms", fixed(3)),
@@ -2719,7 +2816,7 @@ TIMELINE_DECODE_TABLE = (
     column("callback ms", "callback_ms", fixed(3)))
 
 
-def timeline_headline(report):
+def timeline_headline_blocks(report, view):
     from_graph = sum(row["span_from"] == "graph" for row in report["decodes"])
     lines = [f"decodes={report['decodes_count']} ({selection_text(report)}); each decode's span "
              f"is its BMOE_DECODE row" + (f", or for {from_graph} without one its graph nodes' "
@@ -2729,67 +2826,28 @@ def timeline_headline(report):
                      f"{report['outside_decodes']['read_busy_ms']:.3f} ms")
     else:
         lines.append("no io trace: read busy, wait and overlap need one (timeline CT IO)")
-    return lines
+    return [Block(None, [Prose(lines)], gap=False)]
 
 
-def shown_decodes(report):
+def timeline_summary_blocks(report, view):
+    """One row per figure, its values written as ms, or as a share for read_share."""
+    rows = []
+    for key, label in TIMELINE_FIGURES:
+        figure = report["summary"][key] or {}
+        write = percent if key == "read_share" else lambda ms: num(ms, ".3f")
+        rows.append({"label": label, **{stat: write(figure.get(stat))
+                                        for stat in ("p50", "p99", "total")}})
+    return [Block("summary over the decodes (ms; read share in %)",
+                  [Grid(TIMELINE_SUMMARY_TABLE, rows)])]
+
+
+def timeline_decode_blocks(report, view):
     decodes = report["decodes"]
     if len(decodes) <= TIMELINE_SHOWN:
-        return "every decode", decodes
+        return [Block("decodes: every one", [Grid(TIMELINE_DECODE_TABLE, decodes)])]
     slowest = sorted(decodes, key=lambda row: -row["decode_ms"])[:TIMELINE_SHOWN]
-    return f"the {TIMELINE_SHOWN} slowest decodes (JSON has all {len(decodes)})", slowest
-
-
-def render_timeline(report):
-    paths = [("compute", report["paths"][0])] + ([("io", report["paths"][1])]
-                                                 if len(report["paths"]) > 1 else [])
-    lines = title_lines(report, "timeline", paths, ("model", "trace_id", "io_threads",
-                                                    "overlap"))
-    for line in timeline_headline(report):
-        lines += wrap(line)
-    lines += ["", *table_lines(TIMELINE_SUMMARY_TABLE, timeline_summary_rows(report))]
-    title, rows = shown_decodes(report)
-    lines += ["", title, *table_lines(TIMELINE_DECODE_TABLE, rows)]
-    return "\n".join(lines) + "\n"
-
-
-def render_pair(report, top=12, show_layers=False, ascii_only=False):
-    compute, io, pair = report["compute"], report["io"], report["pair"]
-    per = "per decoded token"
-    lines = title_lines({"meta": {**io["meta"], **compute["meta"]}}, "report",
-                        [("compute", compute["path"]), ("io", io["path"])],
-                        ("model", "arch", "n_layer", "n_threads", "io_threads", "o_direct",
-                         "overlap"))
-    lines += wrap(f"tokens={pair['tokens']} (from the compute trace; {selection_text(compute)}), "
-                  f"{pair['tokens_without_reads']} of them read nothing; every figure below is "
-                  f"{per}", "")
-    lines += wrap_items("", [f"warning: {safe(message)}" for message in pair["warnings"]],
-                        indent="") if pair["warnings"] else []
-    lines += render_verdicts([v for v in compute["verdicts"] if v["id"] != "router_wait"]
-                             + io["verdicts"] + pair["verdicts"])
-    lines += ["", per, *wrap(
-        f"  compute {pair['compute_ms_per_token']:.2f} ms, of which faulting nodes "
-        f"{pair['faulting_ms_per_token']:.2f} ms, " + (
-            "routed experts and router n/a (a layer-granularity trace)"
-            if pair["experts_ms_per_token"] is None else
-            f"routed experts {pair['experts_ms_per_token']:.2f} ms, router "
-            f"{pair['router_ms_per_token']:.2f} ms"))]
-    lines += wrap("  " + io_range_text({**pair, "lanes": io["lanes"]}, ""))
-    lines += [f"  reads {pair['io_reads_per_token']:.1f}, {pair['io_mib_per_token']:.2f} MiB; "
-              f"lanes busy {pair['io_busy_ms_per_token']:.2f} ms summed over lanes; alignment "
-              f"waste {pair['waste_mib_per_token']:.2f} MiB"]
-    lines += ["", "by layer (compute by inferred layer)"] + compact_layer_lines(
-        PAIR_LAYER_TABLE, pair["by_layer"], show_layers)
-    if compute["granularity"] == "layer":
-        lines += render_segments(compute)
-    else:
-        lines += render_by_op(compute, top) + render_faults(compute) + render_categories(compute)
-    lines += render_tokens(compute, "ms", "ms", ascii_only)
-    lines += ["", "flash reads"] + render_latency(io)[1:] + render_sizes(io)
-    lines += render_lanes(pair["by_lane"])
-    lines += render_demand_spec(io["spec"], pair["demand_vs_spec"], per)
-    lines += render_adjacency(pair["adjacency"], per) + render_cache(io["reuse"])
-    return "\n".join(lines) + "\n"
+    return [Block(f"decodes: the {TIMELINE_SHOWN} slowest (JSON has all {len(decodes)})",
+                  [Grid(TIMELINE_DECODE_TABLE, slowest)])]
 
 
 def figure_text(value):
@@ -2839,48 +2897,134 @@ def section_tested(section):
     return any(change["p"] is not None for row in section["rows"] for change in row["changes"])
 
 
-def diff_preamble_lines(report):
-    lines = []
-    for i, changes in enumerate(report["preamble_changes"]):
-        who = "" if len(report["preamble_changes"]) == 1 else f" (new #{i + 1})"
-        items = [f"{safe(c['key'])} {safe(c['base'] or '(none)')} -> {safe(c['new'] or '(none)')}"
-                 for c in changes] or ["none differ"]
-        lines += wrap_items(f"preamble{who}:", items)
-    return lines
+def input_label(index, inputs):
+    """base, new, or new #i when there are several NEWs."""
+    return "base" if index == 0 else "new" if inputs == 2 else f"new #{index}"
 
 
-def diff_input_lines(report):
-    lines = []
+def diff_header_blocks(report, view):
+    paths = []
     for i, source in enumerate(report["inputs"]):
-        label = "base" if i == 0 else "new" if len(report["inputs"]) == 2 else f"new #{i}"
         tokens = ", ".join(f"{n} {part} tokens" for part, n in source["tokens"].items())
         what = f"{source['kind']} trace" if source["source"] == "trace" else \
             f"saved JSON of decode-analyze {source['kind']}"
-        lines.append(fit(f"  {label}: {source['path']} ({what}, {tokens})"))
-    return lines
+        paths.append((input_label(i, len(report["inputs"])), source["path"],
+                      f" ({what}, {tokens})"))
+    return [Block(None, [Header(f"diff ({report['compares']})", paths, {}, ())], gap=False)]
 
 
-def significance_note(report):
-    return (f"p: two-sided Mann-Whitney U over per-token samples; ~ = no significant change "
-            f"(p >= {report['alpha']:g}); a figure without p has no samples to test")
+def diff_preamble_blocks(report, view):
+    parts = []
+    for i, changes in enumerate(report["preamble_changes"]):
+        who = "" if len(report["preamble_changes"]) == 1 else f" (new #{i + 1})"
+        parts.append(Items(f"preamble{who}:", [
+            f"{safe(c['key'])} {safe(c['base'] or '(none)')} -> {safe(c['new'] or '(none)')}"
+            for c in changes] or ["none differ"]))
+    parts.append(Prose([f"warning: {message}" for message in report["warnings"]]
+                       + [f"p: two-sided Mann-Whitney U over per-token samples; ~ = no "
+                          f"significant change (p >= {report['alpha']:g}); a figure without p "
+                          f"has no samples to test"]))
+    return [Block(None, parts, gap=False)]
 
 
-def render_diff(report):
-    lines = [f"decode-analyze {TOOL_VERSION} diff ({report['compares']})"]
-    lines += diff_input_lines(report) + diff_preamble_lines(report)
-    lines += [line for message in report["warnings"] for line in wrap(f"warning: {message}")]
-    lines += wrap(significance_note(report))
+def diff_section_blocks(report, view):
     news = len(report["inputs"]) - 1
-    for section in report["sections"]:
-        lines += ["", section["title"]]
-        lines += table_lines(diff_columns(section["key"], news, section_tested(section)),
-                             section["rows"])
+    return [Block(section["title"], [Grid(diff_columns(section["key"], news,
+                                                       section_tested(section)),
+                                          section["rows"])])
+            for section in report["sections"]]
+
+
+# ── layouts: one per kind of report ──────────────────────────────────────────────────────────
+COMPUTE_SECTIONS = (
+    Section("by segment", segment_blocks), Section("by op", op_blocks),
+    Section("fault attribution", fault_blocks), Section("by node category", category_blocks))
+IO_READ_SECTIONS = (
+    Section("per-read latency (us)", latency_blocks),
+    Section("by read size", size_blocks), Section("by lane", lane_blocks),
+    Section("speculative", spec_blocks))
+COMPUTE_LAYOUT = (
+    Section(None, header_blocks), Section(None, compute_headline_blocks),
+    Section("verdicts", verdict_blocks), Section("note:", caveat_blocks), *COMPUTE_SECTIONS,
+    Section("by layer", compute_layer_blocks, fold=True),
+    Section("per token", compute_token_blocks))
+IO_LAYOUT = (
+    Section(None, header_blocks), Section(None, io_headline_blocks),
+    Section("verdicts", verdict_blocks), *IO_READ_SECTIONS,
+    Section("by layer", io_layer_blocks), Section("adjacency", adjacency_blocks),
+    Section("re-reads", cache_blocks), Section("per token", io_token_blocks))
+PAIR_LAYOUT = (
+    Section(None, header_blocks), Section(None, pair_headline_blocks),
+    Section("verdicts", verdict_blocks), Section("note:", caveat_blocks),
+    Section("per decoded token", per_decoded_blocks),
+    Section("by layer", pair_layer_blocks), *COMPUTE_SECTIONS,
+    Section("per token", compute_token_blocks), divider("flash reads"), *IO_READ_SECTIONS,
+    Section("adjacency", adjacency_blocks), Section("re-reads", cache_blocks))
+TIMELINE_LAYOUT = (
+    Section(None, header_blocks), Section(None, timeline_headline_blocks),
+    Section("summary over the decodes", timeline_summary_blocks),
+    Section("decodes", timeline_decode_blocks))
+DIFF_LAYOUT = (
+    Section(None, diff_header_blocks), Section(None, diff_preamble_blocks),
+    Section(None, diff_section_blocks))
+LAYOUTS = {"compute": COMPUTE_LAYOUT, "io": IO_LAYOUT, "report": PAIR_LAYOUT,
+           "timeline": TIMELINE_LAYOUT, "diff": DIFF_LAYOUT}
+
+
+def drawn_sections(report, view):
+    """(section, its blocks) of the report's layout, in order."""
+    for section in LAYOUTS[report["kind"]]:
+        yield section, section.draw(report, view)
+
+
+# ── rendering: text ──────────────────────────────────────────────────────────────────────────
+def text_of(report, view):
+    """The report as text: every line at most TEXT_WIDTH columns, trace strings escaped."""
+    lines, divided = [], False
+    for _, blocks in drawn_sections(report, view):
+        for block in blocks:
+            if block.gap and not divided:
+                lines.append("")
+            if block.heading:
+                lines += wrap(block.heading, "")
+            for part in block.parts:
+                lines += TEXT_PARTS[type(part)](part, view)
+            divided = block.heading is not None and not block.parts
     return "\n".join(lines) + "\n"
 
 
+def text_header(header, view):
+    lines = [f"decode-analyze {TOOL_VERSION} {header.command}"]
+    lines += [fit(f"  {label}: {path}{detail}") for label, path, detail in header.paths]
+    if header.keys:
+        lines += wrap_items("", [f"{key}={safe(header.meta.get(key, '?'))}"
+                                 for key in header.keys], indent="", separator="")
+    return lines
+
+
+def text_grid(grid, view):
+    if grid.compact:
+        return compact_layer_lines(grid.columns, grid.rows, view.layers)
+    rows = grid.rows if grid.shown is None else grid.rows[:grid.shown]
+    return table_lines(grid.columns, rows, grid.indent)
+
+
+TEXT_PARTS = {
+    Header: text_header,
+    Prose: lambda prose, view: [line for logical in prose.lines
+                                for line in wrap(safe(logical), prose.hang)],
+    Items: lambda items, view: wrap_items(items.prefix, [safe(i) for i in items.items]),
+    Bullets: lambda bullets, view: [line for item in bullets.items
+                                    for line in wrap(f"  {safe(item)}")],
+    Grid: text_grid,
+    Spark: lambda spark, view: [f"  run |{sparkline(spark.values, view.ascii)}|"],
+}
+
+
 # ── rendering: Markdown ─────────────────────────────────────────────────────────────────────
-# GitHub-flavoured Markdown for an issue or a pull request: the same table definitions as the
-# text, drawn as Markdown tables; long tables folded into <details>; every string escaped.
+# GitHub-flavoured Markdown for an issue or a pull request, from the same layout as the text:
+# the same sections and tables; a long table shows its first rows and folds the rest into a
+# <details> block; bars are code spans; every string escaped.
 GITHUB_COMMENT_LIMIT = 65536
 MD_SHOWN_ROWS = 12  # rows of a long table shown before the rest is folded away
 _MD_SPECIAL = {"\\": "\\\\", "`": "\\`", "*": "\\*", "_": "\\_", "[": "\\[", "]": "\\]",
@@ -2893,153 +3037,77 @@ def md(text):
     return "".join(_MD_SPECIAL.get(ch, ch) for ch in safe(text))
 
 
-def md_table(columns, rows):
-    columns = [col for col in columns if col.header]  # bars are text art: the table says it
-    lines = ["| " + " | ".join(md(col.header) for col in columns) + " |",
-             "|" + "|".join("---:" if col.align == ">" else ":---" for col in columns) + "|"]
-    lines += ["| " + " | ".join(md(cell(col, row)) for col in columns) + " |" for row in rows]
-    return "\n".join(lines)
+def markdown_of(report, view):
+    pieces = []
+    for section, blocks in drawn_sections(report, view):
+        pieces += [md_block(block, section.fold) for block in blocks]
+    return fit_comment(pieces)
 
 
-def md_section(title, columns, rows, folded=False):
-    """A titled table; a long one (or a `folded` one) shows its first rows and folds the rest
-    into a <details> block that a reader opens."""
-    if not rows:
-        return ""
-    if not folded and len(rows) <= MD_SHOWN_ROWS:
-        return f"**{md(title)}**\n\n{md_table(columns, rows)}\n"
-    head = "" if folded else f"**{md(title)}**\n\n{md_table(columns, rows[:MD_SHOWN_ROWS])}\n\n"
-    return (f"{head}<details><summary>{md(title)}: all {len(rows)} rows</summary>\n\n"
-            f"{md_table(columns, rows)}\n\n</details>\n")
+def md_block(block, fold):
+    if block.heading is not None and not block.parts:
+        return f"#### {md(block.heading)}"
+    pieces = [f"**{md(block.heading)}**"] if block.heading else []
+    pieces += [MD_PARTS[type(part)](part, block.heading, fold) for part in block.parts]
+    return "\n\n".join(piece for piece in pieces if piece)
+
+
+def md_header(header, heading, fold):
+    names = " · ".join(md(os.path.basename(str(path))) for _, path, _ in header.paths)
+    pieces = [f"### decode-analyze {TOOL_VERSION} {md(header.command)}: {names}"]
+    details = [f"{label}: {path}{detail}" for label, path, detail in header.paths if detail]
+    if details:
+        pieces.append(md_lines(details))
+    if header.keys:
+        pieces.append(" ".join(f"{md(key)}={md(header.meta.get(key, '?'))}"
+                               for key in header.keys))
+    return "\n\n".join(pieces)
 
 
 def md_lines(lines):
-    """Logical prose lines (headlines, notes) as Markdown lines, each ending in a line break."""
+    """Logical prose lines as Markdown lines, each ending in a line break."""
     return "\n".join(md(line.strip()) + "  " for line in lines if line.strip())
 
 
-def md_verdicts(verdicts):
-    if not verdicts:
-        return ""
-    return "**Verdicts**\n\n" + "\n".join(f"- {md(v['text'])}" for v in verdicts) + "\n"
+def md_cell(col, row):
+    if col.width:  # a bar: a code span keeps every character, where spaces would collapse
+        return f"`{bar(value_of(col, row), col.width)}`"
+    return md(cell(col, row))
 
 
-def md_title(report, command, paths, keys):
-    names = " · ".join(md(os.path.basename(str(path))) for path in paths)
-    meta = " ".join(f"{md(key)}={md(report['meta'].get(key, '?'))}" for key in keys)
-    return f"### decode-analyze {TOOL_VERSION} {command}: {names}\n\n{meta}\n"
+def md_table(columns, rows):
+    lines = ["| " + " | ".join(md(col.header) for col in columns) + " |",
+             "|" + "|".join("---:" if col.align == ">" else ":---" for col in columns) + "|"]
+    lines += ["| " + " | ".join(md_cell(col, row) for col in columns) + " |" for row in rows]
+    return "\n".join(lines)
 
 
-def md_tokens(report, value, unit):
-    dist = report[f"token_{value}"]
-    name = "heaviest" if "heaviest" in report else "slowest"
-    spark = sparkline([t[value] for t in report["per_token"]])
-    lines = [f"**Per token ({unit})**: p50 {dist['p50']:.2f} · p90 {dist['p90']:.2f} · "
-             f"p99 {dist['p99']:.2f} · max {dist['max']:.2f}  ", f"run `{spark}`  ",
-             md(f"{name}: " + ", ".join(f"turn {t['turn']} step {t['step']} {t[value]:.2f}"
-                                      for t in report[name]))]
-    columns = (column("turn", "turn"), column("step", "step"),
-               column(unit, value, fixed(2)))
-    return "\n".join(lines) + "\n\n" + md_section("every token", columns, report["per_token"],
-                                                   folded=True)
+def md_details(summary, table):
+    return f"<details><summary>{md(summary)}</summary>\n\n{table}\n\n</details>"
 
 
-def markdown_compute(report):
-    parts = [md_title(report, "compute", [report["path"]],
-                      ("model", "arch", "n_layer", "n_threads")),
-             md_lines(compute_headline(report)), md_verdicts(report["verdicts"])]
-    if report["granularity"] == "layer":
-        parts.append(md_section("by segment", segment_table(report["segments"]),
-                                report["segments"]))
-    else:
-        parts += [md_section("by op (slowest first; us = one node's wall time)", OP_TABLE,
-                             report["by_op"]),
-                  md_section("fault attribution", FAULT_TABLE, report["faults"]["by_op"]),
-                  md_section("by node category", CATEGORY_TABLE, report["by_category"]),
-                  md_lines(["unclassified base names, ms/token: " + ", ".join(
-                      f"{u['name'] or '(empty)'} {u['ms_per_token']:.2f}"
-                      for u in report["unclassified"][:UNCLASSIFIED_SHOWN])])
-                  if report["unclassified"] else "",
-                  md_section("by layer", layer_table(report["by_layer"]), report["by_layer"],
-                             folded=True)]
-    parts.append(md_tokens(report, "ms", "ms"))
-    return fit_comment(parts)
+def md_grid(grid, heading, fold):
+    """The table; a folded section's whole table, or a long table's rows past the first few,
+    in a <details> block that a reader opens. No row appears twice."""
+    rows = grid.rows
+    if fold:
+        return md_details(f"{heading or 'table'}: {len(rows)} rows", md_table(grid.columns, rows))
+    shown = MD_SHOWN_ROWS if grid.shown is None or grid.compact else grid.shown
+    if len(rows) <= shown:
+        return md_table(grid.columns, rows)
+    rest = md_details(f"the other {len(rows) - shown} rows", md_table(grid.columns, rows[shown:]))
+    return md_table(grid.columns, rows[:shown]) + "\n\n" + rest if shown else rest
 
 
-def markdown_io(report):
-    per = "per read-token"
-    parts = [md_title(report, "io", [report["path"]], ("model", "io_threads", "o_direct",
-                                                       "overlap")),
-             md_lines([io_range_text(report, per),
-                 f"read-tokens={report['tokens']} ({selection_text(report)})",
-                 f"reads {report['reads_per_token']:.1f} and {report['mib_per_token']:.2f} MiB "
-                 f"{per}; lanes busy {report['busy_ms_per_token']:.2f} ms {per} summed over "
-                 f"lanes; alignment waste {num(report['waste_pct'], '.1f')}%"]),
-             md_verdicts(report["verdicts"]), md_io_tables(report, report["by_lane"],
-                                                           report["demand_vs_spec"]),
-             md_section("by layer", IO_LAYER_TABLE, report["by_layer"], folded=True),
-             md_tokens(report, "mib", "MiB")]
-    return fit_comment(parts)
-
-
-def md_io_tables(io, lanes, demand):
-    hist = io["latency_hist"]
-    return "\n".join(filter(None, [
-        md_section("per-read latency (us)", LATENCY_TABLE, [io["latency_us"]]),
-        md_section("latency histogram", histogram_table(hist), hist),
-        md_section("by read size", SIZE_TABLE, io["by_size"]),
-        md_section("by lane", LANE_TABLE, lanes),
-        md_section("demand vs speculative", SPEC_TABLE, demand) if io["spec"]["reads"] else "",
-        md_section("extra LRU cache (what-if)", CACHE_TABLE, io["reuse"]["lru"])
-        if io["reuse"] else ""]))
-
-
-def markdown_pair(report):
-    compute, io, pair = report["compute"], report["io"], report["pair"]
-    headline = [f"tokens={pair['tokens']} ({selection_text(compute)}), "
-                f"{pair['tokens_without_reads']} read nothing; every figure is per decoded token",
-                f"compute {pair['compute_ms_per_token']:.2f} ms, of which faulting nodes "
-                f"{pair['faulting_ms_per_token']:.2f} ms",
-                io_range_text({**pair, "lanes": io["lanes"]}, "per decoded token"),
-                f"reads {pair['io_reads_per_token']:.1f}, {pair['io_mib_per_token']:.2f} MiB"]
-    parts = [md_title({"meta": {**io["meta"], **compute["meta"]}}, "report",
-                      [compute["path"], io["path"]],
-                      ("model", "arch", "n_layer", "io_threads", "o_direct", "overlap")),
-             md_lines(headline + [f"warning: {message}" for message in pair["warnings"]]),
-             md_verdicts([v for v in compute["verdicts"] if v["id"] != "router_wait"]
-                         + io["verdicts"] + pair["verdicts"]),
-             md_section("by layer, per decoded token", PAIR_LAYER_TABLE, pair["by_layer"]),
-             md_section("by op (slowest first)", OP_TABLE, compute["by_op"]),
-             md_section("by node category", CATEGORY_TABLE, compute["by_category"]),
-             md_tokens(compute, "ms", "ms"),
-             md_io_tables(io, pair["by_lane"], pair["demand_vs_spec"])]
-    return fit_comment(parts)
-
-
-def markdown_timeline(report):
-    title, rows = shown_decodes(report)
-    parts = [md_title(report, "timeline", report["paths"], ("model", "trace_id", "io_threads",
-                                                              "overlap")),
-             md_lines(timeline_headline(report)),
-             md_section("per decode: p50, p99, total (ms)", TIMELINE_SUMMARY_TABLE,
-                        timeline_summary_rows(report)),
-             md_section(title, TIMELINE_DECODE_TABLE, rows)]
-    return fit_comment(parts)
-
-
-def markdown_diff(report):
-    names = " vs ".join(md(os.path.basename(str(source["path"])))
-                        for source in report["inputs"])
-    news = len(report["inputs"]) - 1
-    parts = [f"### decode-analyze {TOOL_VERSION} diff ({md(report['compares'])}): {names}",
-             md_lines([line.strip() for line in diff_input_lines(report)]
-                      + diff_preamble_lines(report)
-                      + [f"warning: {message}" for message in report["warnings"]]
-                      + [significance_note(report)])]
-    parts += [md_section(section["title"], diff_columns(section["key"], news,
-                                                         section_tested(section)),
-                         section["rows"]) for section in report["sections"]]
-    return fit_comment(parts)
+MD_PARTS = {
+    Header: md_header,
+    Prose: lambda prose, heading, fold: md_lines(prose.lines),
+    Items: lambda items, heading, fold: md(f"{items.prefix.strip()} "
+                                           + ", ".join(items.items)),
+    Bullets: lambda bullets, heading, fold: "\n".join(f"- {md(item)}" for item in bullets.items),
+    Grid: md_grid,
+    Spark: lambda spark, heading, fold: f"run `{sparkline(spark.values)}`",
+}
 
 
 def fit_comment(parts, limit=GITHUB_COMMENT_LIMIT):
@@ -4057,29 +4125,22 @@ def run(args, out, warn):
     if args.command == "timeline":
         report = analyze_timeline(args.compute_path, args.io_path, selection,
                                   args.skip_bad_rows, warn, args.jobs)
-        render, markdown = render_timeline, markdown_timeline
     elif args.command == "diff":
         report = analyze_diff([args.base] + args.new, selection, args.skip_bad_rows, warn,
                               args.alpha, args.jobs)
-        render, markdown = render_diff, markdown_diff
     elif args.command == "report":
         report = analyze_pair(args.compute_path, args.io_path, selection, args.skip_bad_rows,
                               warn, args.jobs, per_lane=bool(args.svg))
-        render = lambda r: render_pair(r, args.top, args.layers, args.ascii)  # noqa: E731
-        markdown = markdown_pair
     elif args.command == "compute":
         report = analyze_compute(args.path, selection, args.skip_bad_rows, warn, args.jobs)
-        render = lambda r: render_compute(r, args.top, args.layers, args.ascii)  # noqa: E731
-        markdown = markdown_compute
     else:
         report = analyze_io(args.path, selection, args.skip_bad_rows, warn, args.adjacent,
                             args.cache, args.jobs, per_lane=bool(args.svg))
-        render = lambda r: render_io(r, args.layers, args.ascii)  # noqa: E731
-        markdown = markdown_io
     report.setdefault("warnings", list(warn.said))
     write_pictures(args, report, selection, warn)
+    view = View(getattr(args, "top", 12), getattr(args, "layers", False), args.ascii)
     text = json_text(report) if args.format == "json" else \
-        markdown(report) if args.format == "markdown" else render(report)
+        markdown_of(report, view) if args.format == "markdown" else text_of(report, view)
     if args.output:
         write_atomically(args.output, text)
         return
@@ -4091,8 +4152,8 @@ def run(args, out, warn):
         elif args.format == "markdown":
             text = text.encode("ascii", "xmlcharrefreplace").decode("ascii")
         else:
-            args.ascii = True
-            text = render(report).encode("ascii", "backslashreplace").decode("ascii")
+            text = text_of(report, view._replace(ascii=True))
+            text = text.encode("ascii", "backslashreplace").decode("ascii")
         write_out(out, text)
 
 

@@ -22,7 +22,8 @@ SHARED = ROOT.parent / "shared" / "traces"
 
 def traces(bench):
     """(compute traces, io traces, pairs, diff input lists) to run."""
-    folders = [ROOT / "examples", ROOT / "tests" / "data", ROOT / "tests" / "data" / "v2"]
+    folders = [ROOT / "examples", ROOT / "tests" / "data", ROOT / "tests" / "data" / "v2",
+               ROOT / "tests" / "data" / "synthetic"]
     if SHARED.is_dir():
         folders.append(SHARED)
     if bench:

@@ -5,11 +5,11 @@ Reads the two traces a traced BigMoeOnEdge decode writes: the compute trace (ct.
 graph node, or per layer segment, per token) and the I/O trace (io.csv: one row per flash read).
 Standard library only.
 
-  compute CT     time per token by op, node category, layer and token; page faults; verdicts
-  io IO          reads per token: latency, sizes, lanes, layers, experts, speculative reads
-  report CT IO   both traces of one run side by side, I/O per decoded token
-  diff BASE NEW  before and after: runs (traces or saved JSON reports) compared per token,
-                 with a Mann-Whitney U test where there are per-token samples
+  compute CT         where compute goes: by op, node category, layer and token; page faults
+  io IO              the flash reads: latency, sizes, alignment, lanes, layers, experts, speculation
+  report CT IO       both traces of one run on one screen, I/O per decoded token
+  diff BASE NEW...   before and after: runs or saved reports compared per token, with p-values
+  timeline CT [IO]   v2 traces: each decode's wall, reads, waits and overlap, measured
 
 Tracing isolates every graph node behind a barrier (no operator fusion) and locks every read, so
 a traced token is slower than an untraced one: its proportions are what to trust.
@@ -53,7 +53,8 @@ from operator import add, gt, itemgetter, sub
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trace_io  # noqa: E402
-from trace_io import HOLD_ROWS, Forked, Trace, TraceError, fold_file, usable_cores  # noqa: E402
+from trace_io import (HOLD_ROWS, Columns, Forked, Reading, Trace, TraceError,  # noqa: E402
+                      display_name, fold_file, usable_cores)
 
 SCHEMA = 3  # of the JSON report: 2 added the I/O ranges, tool_version, undetermined verdicts;
 # 3 added the per-token samples: op_us_by_token, category_us_by_token, lane_bytes_by_token
@@ -84,6 +85,11 @@ class Selection:
         if low is not None and step < low or high is not None and step > high:
             return False
         return ordinal >= self.skip
+
+    @property
+    def splittable(self):
+        """Whether a file may be read in parts: --skip needs every earlier token of a turn."""
+        return self.skip == 0
 
     def as_dict(self):
         low, high = self.steps
@@ -776,13 +782,20 @@ class ComputeFold(TokenFold):
                 mine[op] = mine.get(op, SortedParts()) + values
 
 
-def read_compute(path, selection, skip_bad_rows=False, warn=None, jobs=1):
+COMPUTE_READ = Columns("compute", COMPUTE_COLUMNS, ints=("wall_ns", "majflt"),
+                       keys=("turn", "phase", "step", "layer"), strings=("op", "name"),
+                       drop=("op", SYNTHETIC_OPS))
+
+
+def in_parts_if_it_may(reading):
+    """The reading, in one process when its selection needs every earlier token of a turn."""
+    return reading if reading.selection.splittable else reading._replace(jobs=1)
+
+
+def read_compute(path, reading):
     """Stream a compute trace into a ComputeFold; returns (trace, fold)."""
-    columns = dict(ints=("wall_ns", "majflt"), keys=("turn", "phase", "step", "layer"),
-                   strings=("op", "name"), drop=("op", SYNTHETIC_OPS))
-    return fold_file(path, "compute", COMPUTE_COLUMNS, columns,
-                     lambda: ComputeFold(selection), skip_bad_rows, warn,
-                     may_split=selection.skip == 0, jobs=jobs)
+    return fold_file(path, COMPUTE_READ, lambda: ComputeFold(reading.selection),
+                     in_parts_if_it_may(reading))
 
 
 # ── compute: the report ──────────────────────────────────────────────────────────────────────
@@ -1185,17 +1198,17 @@ class IoFold(TokenFold):
             self.cache_sequence.merge(later.cache_sequence)
 
 
-def read_io(path, selection, adjacent=False, skip_bad_rows=False, warn=None, cache=False,
-            jobs=1, per_lane=False):
+IO_READ = Columns("io", IO_COLUMNS, ints=("req_bytes", "latency_ns"),
+                  keys=("turn", "phase", "step", "layer", "expert", "lane", "spec", "read_bytes"),
+                  drop=("kind", {"wait"}))
+IO_READ_EXTENTS = IO_READ._replace(ints=("offset",) + IO_READ.ints)  # adjacency, the cache
+
+
+def read_io(path, reading, adjacent=False, cache=False):
     """Stream an io trace into an IoFold; returns (trace, fold)."""
-    ints = ("offset", "req_bytes", "latency_ns") if adjacent or cache else \
-        ("req_bytes", "latency_ns")
-    columns = dict(ints=ints, keys=("turn", "phase", "step", "layer", "expert", "lane", "spec",
-                                    "read_bytes"),
-                   drop=("kind", {"wait"}))
-    return fold_file(path, "io", IO_COLUMNS, columns,
-                     lambda: IoFold(selection, adjacent, cache, per_lane), skip_bad_rows, warn,
-                     may_split=selection.skip == 0, jobs=jobs)
+    return fold_file(path, IO_READ_EXTENTS if adjacent or cache else IO_READ,
+                     lambda: IoFold(reading.selection, adjacent, cache, reading.per_lane),
+                     in_parts_if_it_may(reading))
 
 
 # ── io: the cache what-if ────────────────────────────────────────────────────────────────────
@@ -1698,20 +1711,21 @@ def covered_ns(intervals, window):
     return total
 
 
-def read_timeline(path, selection, skip_bad_rows, warn, jobs):
+TIMELINE_COMPUTE_READ = Columns("compute", TIMELINE_COMPUTE_COLUMNS, ints=("start_ns", "end_ns"),
+                                keys=("turn", "phase", "step"), strings=("op",))
+TIMELINE_IO_READ = Columns("io", TIMELINE_IO_COLUMNS, ints=("start_ns", "end_ns"),
+                           strings=("kind",))
+
+
+def read_timeline(path, reading):
     """(trace, TimelineComputeFold) of a v2 compute trace; a v1 trace is refused."""
-    columns = dict(ints=("start_ns", "end_ns"), keys=("turn", "phase", "step"),
-                   strings=("op",))
-    trace, fold = fold_file(path, "compute", TIMELINE_COMPUTE_COLUMNS, columns,
-                            lambda: TimelineComputeFold(selection), skip_bad_rows, warn,
-                            may_split=selection.skip == 0, jobs=jobs, check=require_v2)
-    return trace, fold
+    return fold_file(path, TIMELINE_COMPUTE_READ, lambda: TimelineComputeFold(reading.selection),
+                     in_parts_if_it_may(reading), check=require_v2)
 
 
-def read_io_timeline(path, skip_bad_rows, warn, jobs):
-    columns = dict(ints=("start_ns", "end_ns"), strings=("kind",))
-    return fold_file(path, "io", TIMELINE_IO_COLUMNS, columns, TimelineIoFold, skip_bad_rows,
-                     warn, jobs=jobs, check=require_v2)
+def read_io_timeline(path, reading):
+    """(trace, TimelineIoFold) of a v2 io trace: every read and wait, whatever its token."""
+    return fold_file(path, TIMELINE_IO_READ, TimelineIoFold, reading, check=require_v2)
 
 
 def has_v2_clock(trace):
@@ -3150,25 +3164,39 @@ def cut_details(part, excess):
 PERFETTO_TOKENS = (0, 64)
 COMPUTE_PID, READS_PID, WAITS_PID = 1, 2, 3
 ExportToken = namedtuple("ExportToken", "turn phase step index")
+# What --perfetto exports: the traces (either may be None), how they are read, and the window
+# of tokens, (A, B): the A-th (0-based) to before the B-th of the selection.
+Export = namedtuple("Export", "compute_path io_path reading window")
+Track = namedtuple("Track", "pid tid")  # a process and a thread of the Perfetto UI
+COMPUTE_EXPORT = Columns("compute", COMPUTE_COLUMNS, ints=("wall_ns", "majflt", "start_ns", "end_ns"),
+                         keys=("turn", "phase", "step", "layer"), strings=("op", "name"))
+IO_EXPORT = Columns("io", IO_COLUMNS, ints=("latency_ns", "start_ns", "end_ns"),
+                    keys=("turn", "phase", "step", "layer", "expert", "lane", "spec",
+                          "read_bytes"), strings=("kind", "thread_id"))
 
 
-def exported_runs(path, kind, columns, selection, window, keys=None, skip_bad_rows=False):
+def token_key(token):
+    """A token's (turn, phase, step)."""
+    return (token.turn, token.phase, token.step)
+
+
+def exported_runs(path, columns, export, keys=None):
     """(token, {column: values}) for each run of rows of the exported tokens, in file order:
-    the selection's tokens from the window's A-th (0-based) to before its B-th, or those whose
-    (turn, phase, step) is in `keys`. Reading stops after the window's last token."""
-    first, last = window
-    with Trace(path, skip_bad_rows) as trace:
-        trace.require(kind, COMPUTE_COLUMNS if kind == "compute" else IO_COLUMNS)
-        book = TokenBook(selection, lambda turn, phase, step: ExportToken(
+    the selection's tokens in the export's window, or those whose (turn, phase, step) is in
+    `keys`. Reading stops after the window's last token."""
+    first, last = export.window
+    with Trace(path, export.reading.skip_bad_rows) as trace:
+        trace.require(columns.kind, columns.required)
+        book = TokenBook(export.reading.selection, lambda turn, phase, step: ExportToken(
             turn, phase, step, len(book.selected)))
-        wanted = {**columns, "ints": [c for c in columns["ints"] if c in trace.columns]}
-        for batch in trace.batches(**wanted):
+        present = columns._replace(ints=[c for c in columns.ints if c in trace.columns])
+        for batch in trace.batches(present):
             for run in batch.runs:
                 token = book.lookup(run)
                 if token is None:
                     continue
                 if keys is not None:
-                    if (token.turn, token.phase, token.step) not in keys:
+                    if token_key(token) not in keys:
                         continue
                 elif token.index >= last:
                     return
@@ -3184,18 +3212,21 @@ def export_selection(selection):
                      selection.skip)
 
 
-def event(name, ts_us, dur_us, pid, tid, args, category=None):
-    record = {"name": name, "ph": "X", "ts": ts_us, "dur": dur_us, "pid": pid, "tid": tid,
-              "args": args}
+def event(name, span, track, args, category=None):
+    """A complete event: span (start, duration) in µs, on the track."""
+    start, duration = span
+    record = {"name": name, "ph": "X", "ts": start, "dur": duration, "pid": track.pid,
+              "tid": track.tid, "args": args}
     if category:
         record["cat"] = category
     return record
 
 
-def name_event(kind, pid, tid, name):
+def name_event(kind, track, name):
     """A metadata event naming a process or a thread (ts 0: Perfetto wants one on every
     event)."""
-    return {"name": kind, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": {"name": name}}
+    return {"name": kind, "ph": "M", "ts": 0, "pid": track.pid, "tid": track.tid,
+            "args": {"name": name}}
 
 
 def compute_events(token, rows, start_us, v2_origin=None):
@@ -3206,26 +3237,25 @@ def compute_events(token, rows, start_us, v2_origin=None):
     nodes = [i for i, flag in enumerate(synthetic) if not flag]
     categories = classify_graph([ops[i] for i in nodes], [names[i] for i in nodes],
                                 [int(rows["layer"][i]) for i in nodes])
+    track = Track(COMPUTE_PID, token.turn * 2)
     events, cursor = [], start_us
     total_ns = sum(walls[i] for i in nodes)
     for i, node in zip(nodes, categories):
         at = cursor if v2_origin is None else (rows["start_ns"][i] - v2_origin) / 1e3
-        events.append(event(names[i] or ops[i], at, walls[i] / 1e3, COMPUTE_PID,
-                            token.turn * 2, {"op": ops[i], "layer": node.layer,
-                                             "category": node.category,
-                                             "majflt": rows["majflt"][i]}, node.category))
+        events.append(event(names[i] or ops[i], (at, walls[i] / 1e3), track,
+                            {"op": ops[i], "layer": node.layer, "category": node.category,
+                             "majflt": rows["majflt"][i]}, node.category))
         cursor += walls[i] / 1e3
-    span = (start_us, start_us + total_ns / 1e3)
+    start, end = start_us, start_us + total_ns / 1e3
     if v2_origin is not None:
-        span = token_span_v2(rows, synthetic, v2_origin)
-        events += [event("callback", (rows["start_ns"][i] - v2_origin) / 1e3,
-                         walls[i] / 1e3, COMPUTE_PID, token.turn * 2 + 1, {})
-                   for i, op in enumerate(ops) if op == "BMOE_CALLBACK"]
-    head = event(f"turn {token.turn} step {token.step}", span[0], span[1] - span[0],
-                 COMPUTE_PID, token.turn * 2, {"turn": token.turn, "phase": token.phase,
-                                               "step": token.step, "ms": total_ns / NS_PER_MS,
-                                               "majflt": sum(rows["majflt"])}, "token")
-    return [head] + events, span[1]
+        start, end = token_span_v2(rows, synthetic, v2_origin)
+        callbacks = Track(COMPUTE_PID, token.turn * 2 + 1)
+        events += [event("callback", ((rows["start_ns"][i] - v2_origin) / 1e3, walls[i] / 1e3),
+                         callbacks, {}) for i, op in enumerate(ops) if op == "BMOE_CALLBACK"]
+    head = event(f"turn {token.turn} step {token.step}", (start, end - start), track,
+                 {"turn": token.turn, "phase": token.phase, "step": token.step,
+                  "ms": total_ns / NS_PER_MS, "majflt": sum(rows["majflt"])}, "token")
+    return [head] + events, end
 
 
 def token_span_v2(rows, synthetic, origin):
@@ -3253,46 +3283,35 @@ def io_events(rows, start_us, threads, v2_origin=None):
         else:
             at = lane_end.get(rows["lane"][i], start_us)
             lane_end[rows["lane"][i]] = at + latency_us
+        where = {"layer": int(rows["layer"][i]), "expert": int(rows["expert"][i])}
         if kind == "wait":
-            events.append(event("expert wait", at, latency_us, WAITS_PID,
-                                threads.setdefault(thread_ids[i], len(threads)),
-                                {"layer": int(rows["layer"][i]),
-                                 "expert": int(rows["expert"][i])}, "wait"))
+            thread = Track(WAITS_PID, threads.setdefault(thread_ids[i], len(threads)))
+            events.append(event("expert wait", (at, latency_us), thread, where, "wait"))
             continue
-        events.append(event(f"read L{rows['layer'][i]} E{rows['expert'][i]}", at, latency_us,
-                            READS_PID, int(rows["lane"][i]),
-                            {"layer": int(rows["layer"][i]), "expert": int(rows["expert"][i]),
-                             "spec": int(rows["spec"][i]),
+        events.append(event(f"read L{rows['layer'][i]} E{rows['expert'][i]}", (at, latency_us),
+                            Track(READS_PID, int(rows["lane"][i])),
+                            {**where, "spec": int(rows["spec"][i]),
                              "read_bytes": int(rows["read_bytes"][i])},
                             "speculative read" if rows["spec"][i] == "1" else "read"))
     return events, max(lane_end.values(), default=start_us) - start_us
 
 
-def export_perfetto(target, compute_path, io_path, selection, window, skip_bad_rows=False):
+def export_perfetto(target, export):
     """Write the Perfetto file of the exported tokens of one trace or a pair, atomically.
     Returns how many tokens it holds."""
-    selection = export_selection(selection)
-    v2 = all(is_v2(path) for path in (compute_path, io_path) if path)
-    keys, first = compute_preview(compute_path, selection, window, skip_bad_rows,
-                                  keys=bool(io_path), first=v2)
+    export = export._replace(reading=export.reading._replace(
+        selection=export_selection(export.reading.selection)))
+    v2 = all(is_v2(path) for path in (export.compute_path, export.io_path) if path)
+    keys, first = compute_preview(export, keys=bool(export.io_path), first=v2)
     io_rows = {}
-    if io_path:
-        for token, rows in exported_runs(io_path, "io", IO_EXPORT, selection, window, keys,
-                                         skip_bad_rows):
-            io_rows.setdefault(token[:3], []).append(rows)
+    if export.io_path:
+        for token, rows in exported_runs(export.io_path, IO_EXPORT, export, keys):
+            io_rows.setdefault(token_key(token), []).append(rows)
     origin = min(chain((min(rows["start_ns"]) for runs in io_rows.values() for rows in runs),
                        first), default=0) if v2 else None
-    counted = []
-    write_atomically(target, perfetto_chunks(compute_path, io_rows, selection, window, keys,
-                                             origin, skip_bad_rows, counted))
-    return counted[0]
-
-
-COMPUTE_EXPORT = dict(ints=("wall_ns", "majflt", "start_ns", "end_ns"),
-                      keys=("turn", "phase", "step", "layer"), strings=("op", "name"))
-IO_EXPORT = dict(ints=("latency_ns", "start_ns", "end_ns"),
-                 keys=("turn", "phase", "step", "layer", "expert", "lane", "spec", "read_bytes"),
-                 strings=("kind", "thread_id"))
+    pieces = PerfettoPieces(export, io_rows, keys, origin)
+    write_atomically(target, pieces)
+    return pieces.tokens
 
 
 def is_v2(path):
@@ -3300,80 +3319,90 @@ def is_v2(path):
         return has_v2_clock(trace)
 
 
-def compute_preview(compute_path, selection, window, skip_bad_rows, keys, first):
+def compute_preview(export, keys, first):
     """What must be known of the compute trace before the events are written, in one pass
     that stops as soon as it has it: the exported tokens' (turn, phase, step) when `keys` (a
     pair: which reads to keep), or None; and [the first exported row's start_ns] when `first`
     (v2: the origin of the clock), or []."""
     found, start = set(), []
-    if compute_path and (keys or first):
-        for token, rows in exported_runs(compute_path, "compute", COMPUTE_EXPORT, selection,
-                                         window, None, skip_bad_rows):
+    if export.compute_path and (keys or first):
+        for token, rows in exported_runs(export.compute_path, COMPUTE_EXPORT, export):
             if first and not start:
                 start.append(min(rows["start_ns"]))
             if not keys:
                 break
-            found.add(token[:3])
-    return (found if keys and compute_path else None), start
+            found.add(token_key(token))
+    return (found if keys and export.compute_path else None), start
 
 
-def perfetto_chunks(compute_path, io_rows, selection, window, keys, origin, skip_bad_rows,
-                    counted):
-    """The JSON text of the file, in pieces; the number of tokens is appended to `counted`."""
-    threads = {}
-    yield '{"traceEvents": [\n'
-    cursor, tokens, turns = 0.0, 0, set()
-    for token, runs in token_groups(compute_path, io_rows, selection, window, keys,
-                                    skip_bad_rows):
-        tokens += 1
-        key = token[:3]
-        events, end = [], cursor
-        if token.turn not in turns and compute_path:
-            turns.add(token.turn)
-            events += [name_event("thread_name", COMPUTE_PID, token.turn * 2,
-                                  f"turn {token.turn}"),
-                       name_event("thread_name", COMPUTE_PID, token.turn * 2 + 1,
-                                  f"turn {token.turn} callbacks")]
-        for rows in runs:
-            more, end = compute_events(token, rows, cursor, origin)
-            events += more
-        reads_end = cursor
-        for rows in io_rows.get(key, ()):
-            more, took = io_events(rows, cursor, threads, origin)
-            events += more
-            reads_end = max(reads_end, cursor + took)
-        cursor = max(end, reads_end)
-        yield "".join(json_event(e) + ",\n" for e in events)
-    lanes = sorted({e for runs in io_rows.values() for rows in runs
-                    for e in map(int, rows["lane"])})
-    # The names come last: every chunk above ends with a comma, and these are never none.
-    names = [name_event("thread_name", READS_PID, lane, f"lane {lane}") for lane in lanes]
-    names += [name_event("thread_name", WAITS_PID, tid, f"thread {safe(thread)}")
-              for thread, tid in threads.items()]
-    names += [name_event("process_name", COMPUTE_PID, 0, "compute"),
-              name_event("process_name", READS_PID, 0, "reads by lane"),
-              name_event("process_name", WAITS_PID, 0, "expert waits by thread")]
-    yield ",\n".join(map(json_event, names))
-    clock = ("steady_ns: the v2 traces' own timestamps, one clock for both files"
-             if origin is not None else
-             "reconstructed from v1 wall_ns and latency_ns: nodes end to end in seq order, "
-             "reads end to end per lane, tokens one after another; gaps are not recorded")
-    yield ('\n], "displayTimeUnit": "ms", "otherData": ' + json_event(
-        {"tool": f"decode-analyze {TOOL_VERSION}", "clock": clock,
-         "reconstructed": origin is None, "tokens": tokens,
-         "window": f"{window[0]}:{window[1]}", "phase": selection.phase}) + "}\n")
-    counted.append(tokens)
+class PerfettoPieces:
+    """The JSON text of the file, in pieces as they are made (iterate it once); `tokens` is
+    the number of exported tokens once it has been read through."""
+
+    def __init__(self, export, io_rows, keys, origin):
+        self.export, self.io_rows, self.keys, self.origin = export, io_rows, keys, origin
+        self.tokens = 0
+
+    def __iter__(self):
+        threads = {}
+        yield '{"traceEvents": [\n'
+        cursor, turns = 0.0, set()
+        for token, runs in token_groups(self.export, self.io_rows, self.keys):
+            self.tokens += 1
+            events, end = [], cursor
+            if token.turn not in turns and self.export.compute_path:
+                turns.add(token.turn)
+                events += [name_event("thread_name", Track(COMPUTE_PID, token.turn * 2),
+                                      f"turn {token.turn}"),
+                           name_event("thread_name", Track(COMPUTE_PID, token.turn * 2 + 1),
+                                      f"turn {token.turn} callbacks")]
+            for rows in runs:
+                more, end = compute_events(token, rows, cursor, self.origin)
+                events += more
+            reads_end = cursor
+            for rows in self.io_rows.get(token_key(token), ()):
+                more, took = io_events(rows, cursor, threads, self.origin)
+                events += more
+                reads_end = max(reads_end, cursor + took)
+            cursor = max(end, reads_end)
+            yield "".join(json_event(e) + ",\n" for e in events)
+        yield ",\n".join(map(json_event, self.names(threads)))
+        yield ('\n], "displayTimeUnit": "ms", "otherData": ' + json_event(self.other_data())
+               + "}\n")
+
+    def names(self, threads):
+        """The tracks' name events: they come last, since every chunk before them ends with a
+        comma, and they are never none."""
+        lanes = sorted({lane for runs in self.io_rows.values() for rows in runs
+                        for lane in map(int, rows["lane"])})
+        names = [name_event("thread_name", Track(READS_PID, lane), f"lane {lane}")
+                 for lane in lanes]
+        names += [name_event("thread_name", Track(WAITS_PID, tid), f"thread {safe(thread)}")
+                  for thread, tid in threads.items()]
+        return names + [name_event("process_name", Track(COMPUTE_PID, 0), "compute"),
+                        name_event("process_name", Track(READS_PID, 0), "reads by lane"),
+                        name_event("process_name", Track(WAITS_PID, 0),
+                                   "expert waits by thread")]
+
+    def other_data(self):
+        clock = ("steady_ns: the v2 traces' own timestamps, one clock for both files"
+                 if self.origin is not None else
+                 "reconstructed from v1 wall_ns and latency_ns: nodes end to end in seq order, "
+                 "reads end to end per lane, tokens one after another; gaps are not recorded")
+        first, last = self.export.window
+        return {"tool": f"decode-analyze {TOOL_VERSION}", "clock": clock,
+                "reconstructed": self.origin is None, "tokens": self.tokens,
+                "window": f"{first}:{last}", "phase": self.export.reading.selection.phase}
 
 
-def token_groups(compute_path, io_rows, selection, window, keys, skip_bad_rows):
+def token_groups(export, io_rows, keys):
     """(token, [runs of compute rows]) per exported token; io-only: (token, [])."""
-    if not compute_path:
+    if not export.compute_path:
         for key in io_rows:
             yield ExportToken(*key, 0), []
         return
     current, runs = None, []
-    for token, rows in exported_runs(compute_path, "compute", COMPUTE_EXPORT, selection, window,
-                                     None, skip_bad_rows):
+    for token, rows in exported_runs(export.compute_path, COMPUTE_EXPORT, export):
         if current is not None and token != current:
             yield current, runs
             runs = []
@@ -3695,297 +3724,58 @@ def svg_of(report):
               f'{TOOL_VERSION} {kind}: {xml(source)}</text></svg>\n')
 
 
-# ── command line ─────────────────────────────────────────────────────────────────────────────
-EPILOG = """\
-examples:
-  decode-analyze report ct.csv io.csv           one run's two traces on one screen
-  decode-analyze compute ct.csv --layers        compute by op, category, layer and token
-  decode-analyze compute ct.csv --turn 2 --skip 8   one session turn, warm-up left out
-  decode-analyze io io.csv --adjacent --cache   reads, plus merging and caching what-ifs
-  decode-analyze io io.csv --format json        the whole report as one JSON object
-  decode-analyze compute <(zcat ct.csv.gz)      pipes and stdin ('-'); gzip, bzip2, xz read too
-  decode-analyze diff base-ct.csv new-ct.csv    before and after, with significance
-  decode-analyze diff monday.json today-ct.csv  against a report saved with --format json
-
-figures: per token = total / tokens (io alone: per token that read; report: per decoded token).
-I/O per token is a range: a v1 trace has no timestamps, so the reads of a token took between
-lane-busy / lanes (all in parallel) and lane-busy (one at a time). Percentiles take the value at
-0-based index min(n-1, floor(n*q)) of the sorted values (not the textbook nearest rank, the
-ceil(n*q)-th: with 100 values this p99 is the maximum). Every figure is defined in the README.
-
-exit status: 0 ok, 1 bad input or unwritable output, 2 usage, 130 interrupted, 141 output
-closed, 143 terminated.
-"""
-
-
-def steps_range(text):
-    """'A:B', inclusive; either side may be empty."""
-    low, sep, high = text.partition(":")
-    try:
-        if not sep:
-            raise ValueError
-        return (int(low) if low else None, int(high) if high else None)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected A:B (either side optional), got {text!r}")
-
-
-def positive(text):
-    value = non_negative(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
-def non_negative(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
-
-
-def add_common_options(sub):
-    sub.add_argument("--format", choices=("text", "json", "markdown"), default="text",
-                     help="text tables (default), the report as one JSON object, or "
-                          "GitHub-flavoured Markdown for an issue or a pull request")
-    sub.add_argument("--output", "-o", metavar="FILE",
-                     help="write the report to FILE instead of stdout, atomically (a temporary "
-                          "file in the same folder, then renamed); never over an input trace")
-    sub.add_argument("--phase", choices=("decode", "prefill", "all"),
-                     help="rows to use (default: decode, or all rows when there are no "
-                          "decode rows)")
-    sub.add_argument("--turn", type=non_negative, action="append", metavar="N",
-                     help="only this session turn (repeatable)")
-    sub.add_argument("--steps", type=steps_range, metavar="A:B",
-                     help="only tokens whose step is in A..B, inclusive (A: or :B too)")
-    sub.add_argument("--skip", type=non_negative, default=0, metavar="N",
-                     help="drop the first N tokens of each turn (warm-up)")
-    sub.add_argument("--ascii", action="store_true",
-                     help="plain ASCII sparklines (no Unicode block characters)")
-    sub.add_argument("--skip-bad-rows", action="store_true",
-                     help="skip malformed rows (counted on stderr) instead of stopping")
-    sub.add_argument("--jobs", type=positive, default=min(MAX_JOBS, usable_cores()), metavar="N",
-                     help=f"processes reading a large plain file at once (default: the usable "
-                          f"cores, at most {MAX_JOBS}; report shares them between its files)")
-
-
-def token_window(text):
-    """'A:B': the A-th (0-based) to before the B-th exported token; either side optional."""
-    low, high = steps_range(text)
-    low = 0 if low is None else low
-    high = float("inf") if high is None else high
-    if low < 0 or high <= low:
-        raise argparse.ArgumentTypeError(f"expected A:B with 0 <= A < B, got {text!r}")
-    return (low, high)
-
-
-def add_picture_options(sub, svg=True, perfetto=True):
-    if svg:
-        sub.add_argument("--svg", metavar="FILE",
-                         help="also write the report's pictures to FILE: one self-contained SVG")
-    if perfetto:
-        sub.add_argument("--perfetto", metavar="FILE",
-                         help="also write a timeline of the tokens to FILE, in the Chrome Trace "
-                              "Event Format (ui.perfetto.dev, chrome://tracing)")
-        sub.add_argument("--tokens", type=token_window, default=PERFETTO_TOKENS, metavar="A:B",
-                         help=f"the tokens --perfetto exports: the A-th (0-based) to before the "
-                              f"B-th of the selection, decode tokens unless --phase says "
-                              f"otherwise (default {PERFETTO_TOKENS[0]}:{PERFETTO_TOKENS[1]})")
-
-
-def build_parser():
-    parser = argparse.ArgumentParser(
-        prog="decode-analyze", description=__doc__.split("\nMap of this file")[0], epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version",
-                        version=f"decode-analyze {TOOL_VERSION} (JSON schema {SCHEMA})")
-    commands = parser.add_subparsers(dest="command", metavar="{compute,io,report,diff,timeline}",
-                                     required=True)
-
-    def subcommand(name, help_text, description, paths=(("path", "the trace file"),)):
-        sub = commands.add_parser(name, help=help_text, description=description,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                  epilog=EPILOG)
-        for path, what in paths:
-            sub.add_argument(path, help=f"{what} ('-' for stdin; gzip is detected)")
-        add_common_options(sub)
-        return sub
-
-    compute = subcommand("compute", "where compute time goes: by op, faults, layers",
-                         "Where a token's compute time goes, from a compute trace (ct.csv).")
-    compute.add_argument("--top", type=non_negative, default=12, metavar="N",
-                         help="how many ops the by-op table lists (default 12; JSON has all)")
-    compute.add_argument("--layers", action="store_true", help="also print the by-layer table")
-    add_picture_options(compute)
-    io_parser = subcommand("io", "what the reads are made of: latency, sizes, lanes, layers",
-                           "What the flash reads are made of, from an io trace (io.csv).")
-    io_parser.add_argument("--adjacent", action="store_true",
-                           help="count contiguous runs per token: the most merging could save")
-    io_parser.add_argument("--cache", action="store_true",
-                           help="re-reads and what an extra LRU cache would have served")
-    io_parser.add_argument("--layers", action="store_true",
-                           help=f"the full by-layer table (past {COMPACT_LAYERS} layers the "
-                                f"default shows the layers that stand out)")
-    add_picture_options(io_parser)
-    pair = subcommand("report", "both traces of one run, on one screen",
-                      "The compute and io traces of one run together: I/O per decoded token "
-                      "(counting tokens that read nothing), compute and reads side by side per "
-                      "layer, the most useful tables of both, and the verdicts.",
-                      paths=(("compute_path", "the compute trace (ct.csv)"),
-                             ("io_path", "the io trace (io.csv)")))
-    pair.add_argument("--top", type=non_negative, default=8, metavar="N",
-                      help="how many ops the by-op table lists (default 8)")
-    pair.add_argument("--layers", action="store_true",
-                      help=f"the full by-layer table (past {COMPACT_LAYERS} layers the default "
-                           f"shows the layers that stand out)")
-    add_picture_options(pair)
-    add_diff_parser(commands)
-    add_timeline_parser(subcommand)
-    return parser
-
-
-def add_timeline_parser(subcommand):
-    timeline = subcommand(
-        "timeline", "v2 traces: each decode's wall, reads, waits and overlap, measured",
-        "What v2 traces' timestamps measure, per decode and summarised (p50, p99, total): the "
-        "decode's wall (its BMOE_DECODE span), the graph's wall (first node start to last node "
-        "end), read busy time (the union of the reads over every lane, and its share of the "
-        "decode), expert wait (the union of the io trace's wait rows), overlap achieved (read "
-        "time while compute was not waiting) and callbacks (BMOE_CALLBACK). Reads and waits "
-        "count in a decode for the time they spent inside its span. v1 traces have no "
-        "timestamps: use report, whose I/O time is a range.",
-        paths=(("compute_path", "the v2 compute trace (ct.csv)"),))
-    timeline.add_argument("io_path", nargs="?",
-                          help="the v2 io trace of the same run (io.csv), for the I/O figures")
-    add_picture_options(timeline, svg=False)
-
-
-def add_diff_parser(commands):
-    diff = commands.add_parser(
-        "diff", help="before and after: BASE against one or more NEW runs",
-        description=DIFF_DESCRIPTION, epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    diff.add_argument("base", help="the base: a trace, or a report saved with --format json")
-    diff.add_argument("new", nargs="+", help="the runs to compare with the base, of its kind")
-    add_common_options(diff)
-    add_picture_options(diff, perfetto=False)
-    diff.add_argument("--alpha", type=probability, default=DEFAULT_ALPHA, metavar="P",
-                      help=f"significance level: a tested change with p >= P is marked ~ "
-                           f"(default {DEFAULT_ALPHA})")
-
-
-DIFF_DESCRIPTION = """\
-Compares runs: BASE against each NEW, figure by figure, per token (so runs of different
-lengths compare). Inputs are traces (all compute or all io) or reports saved earlier with
---format json by any command (a saved 'report' compares with compute or io inputs through its
-matching half, with another 'report' through both). Shows the preamble keys that differ, then
-the headline figures and every row of the by-op, by-category, by-layer (compute) and by-lane,
-by-size, by-layer (io) tables, rows by largest change first, with base, new, delta (new - base)
-and ratio (new / base). Figures with per-token samples on both sides (ms, major faults, MiB and
-reads per token; each op's ms per token) carry a two-sided Mann-Whitney U test: p, marked ~ (no significant
-change) when p >= --alpha; other figures have no test. Selection options apply to trace inputs
-only. Stdin and pipes are copied to a temporary file first."""
-
-
-def probability(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
-    return value
-
-
-def say(stream, message):
-    """A line on stderr, if there is one to write to: a closed or broken stderr loses the
-    message, never the run."""
-    if stream is None:
-        return
-    try:
-        print(f"decode-analyze: {safe(message)}", file=stream, flush=True)
-    except (OSError, ValueError):
-        pass
-
-
-class Warnings:
-    """Collects warnings for stderr (and the JSON report), each said once."""
-
-    def __init__(self, stream):
-        self.stream, self.said = stream, []
-
-    def __call__(self, message):
-        if message not in self.said:
-            self.said.append(message)
-            say(self.stream, f"warning: {message}")
-
-
-class OutputError(Exception):
-    """The report could not be written (a full disk, a closed stdout)."""
-
-
-def selection_from(args):
-    return Selection(phase=args.phase, turns=set(args.turn) if args.turn else None,
-                     steps=args.steps or (None, None), skip=args.skip)
-
-
-def analyze_compute(path, selection, skip_bad_rows, warn, jobs=1):
+# ── command line: reading, summing up and judging a command's inputs ────────────────────────
+def analyze_compute(path, reading):
     """Read, sum up and judge a compute trace: its report dict."""
-    trace, fold = read_compute(path, selection, skip_bad_rows, warn, jobs)
-    report = compute_report(trace, fold, selection)
+    trace, fold = read_compute(path, reading)
+    report = compute_report(trace, fold, reading.selection)
     report["verdicts"] = compute_verdicts(report)
     return report
 
 
-def analyze_io(path, selection, skip_bad_rows, warn, adjacent=True, cache=True, jobs=1,
-               what_if_jobs=None, per_lane=False):
+def analyze_io(path, reading, adjacent=True, cache=True, what_if_jobs=None):
     """Read, sum up and judge an io trace: its report dict. what_if_jobs: processes for the
-    cache simulation (default: jobs); per_lane: each token's bytes by lane (for the SVG)."""
-    trace, fold = read_io(path, selection, adjacent, skip_bad_rows, warn, cache, jobs, per_lane)
-    report = io_report(trace, fold, selection, what_if_jobs or jobs)
+    cache simulation (default: the reading's)."""
+    trace, fold = read_io(path, reading, adjacent, cache)
+    report = io_report(trace, fold, reading.selection, what_if_jobs or reading.jobs)
     report["verdicts"] = io_verdicts(report)
     return report
 
 
-def analyze_pair(compute_path, io_path, selection, skip_bad_rows, warn, jobs=1, per_lane=False):
+def analyze_pair(compute_path, io_path, reading):
     """Both traces of a run, read at once when there are cores for it: the compute trace in a
     child process with half of the jobs, the io trace here with the rest. Warnings and the
     first error come in the order a one-after-the-other reading gives (compute first)."""
-    compute_jobs = max(1, jobs // 2)
-    child = Forked(_outcome, analyze_compute, compute_path, selection, skip_bad_rows,
-                   compute_jobs) if jobs > 1 and hasattr(os, "fork") else None
+    jobs = reading.jobs
+    compute_reading = reading._replace(jobs=max(1, jobs // 2))
+    child = Forked(_outcome, analyze_compute, compute_path, compute_reading) \
+        if jobs > 1 and hasattr(os, "fork") else None
     try:
         if child is None or child.pid is None:  # one process: one after the other
-            outcomes = [_outcome(analyze_compute, compute_path, selection, skip_bad_rows,
-                                 jobs=jobs)]
-            outcomes.append(_outcome(partial(analyze_io, per_lane=per_lane), io_path, selection,
-                                     skip_bad_rows, jobs=jobs))
+            outcomes = [_outcome(analyze_compute, compute_path, reading),
+                        _outcome(analyze_io, io_path, reading)]
         else:
             # The cache simulation comes last, when the compute side has mostly finished:
             # it gets every job.
-            io = _outcome(partial(analyze_io, what_if_jobs=jobs, per_lane=per_lane), io_path,
-                          selection, skip_bad_rows, jobs=jobs - compute_jobs)
-            outcomes = [child.result() or _outcome(analyze_compute, compute_path, selection,
-                                                   skip_bad_rows, jobs=compute_jobs), io]
+            io = _outcome(partial(analyze_io, what_if_jobs=jobs), io_path,
+                          reading._replace(jobs=jobs - compute_reading.jobs))
+            outcomes = [child.result() or _outcome(analyze_compute, compute_path,
+                                                   compute_reading), io]
     finally:
         if child is not None:
             child.cancel()
-    compute, io = _reports(outcomes, warn)
+    compute, io = _reports(outcomes, reading.warn)
     report = pair_report(compute, io)
     report["pair"]["verdicts"] = pair_verdicts(compute, report["pair"])
     for message in report["pair"]["warnings"]:
-        warn(message)
+        reading.warn(message)
     return report
 
 
-def analyze_diff(paths, selection, skip_bad_rows, warn, alpha, jobs=1):
+def analyze_diff(paths, reading, alpha):
     """Every input of `diff` read (traces analysed, saved reports loaded and checked), then
     compared: the diff report dict."""
-    if paths.count("-") > 1:
-        raise TraceError("<stdin>", 0, "stdin can carry only one of the inputs")
-    views = [diff_view(path, selection, skip_bad_rows, warn, jobs) for path in paths]
+    views = [diff_view(path, reading) for path in paths]
     kinds = [set(view.parts) for view in views]
     if not set.intersection(*kinds):
         described = ", ".join(f"{view.path} is {view.kind}" for view in views)
@@ -3993,24 +3783,23 @@ def analyze_diff(paths, selection, skip_bad_rows, warn, alpha, jobs=1):
                                             f"compute with compute, io with io)")
     report = diff_report(views, alpha)
     for message in report["warnings"]:
-        warn(message)
+        reading.warn(message)
     return report
 
 
-def diff_view(path, selection, skip_bad_rows, warn, jobs):
+def diff_view(path, reading):
     """One input of diff as a DiffView: a trace analysed (an io trace with --adjacent), or a
     saved report loaded and checked."""
-    name = "<stdin>" if path == "-" else path
+    name = display_name(path)
     with reopenable(path) as readable:
         held = trace_io.sniff(readable)
         try:
             if held == "json":
                 report = saved_report(trace_io.read_saved_report(readable), name)
             elif held == "compute":
-                report = analyze_compute(readable, selection, skip_bad_rows, warn, jobs)
+                report = analyze_compute(readable, reading)
             else:
-                report = analyze_io(readable, selection, skip_bad_rows, warn, adjacent=True,
-                                    cache=False, jobs=jobs)
+                report = analyze_io(readable, reading, adjacent=True, cache=False)
         except TraceError as problem:
             raise TraceError(name if problem.path == readable else problem.path,
                              problem.line, problem.message) from None
@@ -4054,7 +3843,7 @@ class reopenable:
                 shutil.copyfileobj(binary, copy, 1 << 20)
         except OSError as exc:
             self.__exit__()
-            raise TraceError("<stdin>" if self.path == "-" else self.path, 0,
+            raise TraceError(display_name(self.path), 0,
                              f"cannot copy to a temporary file: {exc.strerror or exc}") from None
         return self.temporary
 
@@ -4068,7 +3857,7 @@ class reopenable:
 
 def read_once(path):
     """Whether the input can be read only once: stdin ("-") or a pipe."""
-    if path == "-":
+    if path == trace_io.STDIN:
         return True
     try:
         return stat.S_ISFIFO(os.stat(path).st_mode)
@@ -4076,28 +3865,28 @@ def read_once(path):
         return False
 
 
-def analyze_timeline(compute_path, io_path, selection, skip_bad_rows, warn, jobs=1):
+def analyze_timeline(compute_path, io_path, reading):
     """Read both v2 traces of a run (the io one optional): the timeline report dict."""
-    trace, fold = read_timeline(compute_path, selection, skip_bad_rows, warn, jobs)
+    trace, fold = read_timeline(compute_path, reading)
     io_trace = io_fold = None
     if io_path is not None:
-        io_trace, io_fold = read_io_timeline(io_path, skip_bad_rows, warn, jobs)
+        io_trace, io_fold = read_io_timeline(io_path, reading)
         ids = trace.meta.get("trace_id"), io_trace.meta.get("trace_id")
         if ids[0] != ids[1]:
-            warn(f"trace_id differs: {ids[0]} in {trace.name}, {ids[1]} in {io_trace.name}: "
-                 f"the files may be from two runs")
+            reading.warn(f"trace_id differs: {ids[0]} in {trace.name}, {ids[1]} in "
+                         f"{io_trace.name}: the files may be from two runs")
     if fold.backwards or io_fold is not None and io_fold.backwards:
-        warn(f"{fold.backwards + (io_fold.backwards if io_fold else 0)} row(s) end before they "
-             f"start: counted as empty intervals")
-    return timeline_report(trace, fold, selection, io_trace, io_fold)
+        reading.warn(f"{fold.backwards + (io_fold.backwards if io_fold else 0)} row(s) end "
+                     f"before they start: counted as empty intervals")
+    return timeline_report(trace, fold, reading.selection, io_trace, io_fold)
 
 
-def _outcome(analyze, path, selection, skip_bad_rows, jobs):
+def _outcome(analyze, path, reading):
     """("ok", report, warnings) or ("error", (path, line, message), warnings): what a reading
     gave, with its warnings held back, so that a child process can send it."""
     said = []
     try:
-        return "ok", analyze(path, selection, skip_bad_rows, said.append, jobs=jobs), said
+        return "ok", analyze(path, reading._replace(warn=said.append)), said
     except TraceError as problem:
         return "error", (problem.path, problem.line, problem.message), said
 
@@ -4114,31 +3903,312 @@ def _reports(outcomes, warn):
     return reports
 
 
+# ── command line: options ────────────────────────────────────────────────────────────────────
+def steps_range(text):
+    """'A:B', inclusive; either side may be empty."""
+    low, sep, high = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return (int(low) if low else None, int(high) if high else None)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected A:B (either side optional), got {text!r}")
+
+
+def positive(text):
+    value = non_negative(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def non_negative(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def probability(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
+    return value
+
+
+def token_window(text):
+    """'A:B': the A-th (0-based) to before the B-th exported token; either side optional."""
+    low, high = steps_range(text)
+    low = 0 if low is None else low
+    high = float("inf") if high is None else high
+    if low < 0 or high <= low:
+        raise argparse.ArgumentTypeError(f"expected A:B with 0 <= A < B, got {text!r}")
+    return (low, high)
+
+
+# One argument of a command: add_argument(*flags, **settings).
+Option = namedtuple("Option", "flags settings")
+
+
+def option(*flags, **settings):
+    return Option(flags, settings)
+
+
+COMMON_OPTIONS = (
+    option("--format", choices=("text", "json", "markdown"), default="text",
+           help="text tables (default), the report as one JSON object, or GitHub-flavoured "
+                "Markdown for an issue or a pull request"),
+    option("--output", "-o", metavar="FILE",
+           help="write the report to FILE instead of stdout, atomically (a temporary file in the "
+                "same folder, then renamed); never over an input trace"),
+    option("--phase", choices=("decode", "prefill", "all"),
+           help="rows to use (default: decode, or all rows when there are no decode rows)"),
+    option("--turn", type=non_negative, action="append", metavar="N",
+           help="only this session turn (repeatable)"),
+    option("--steps", type=steps_range, metavar="A:B",
+           help="only tokens whose step is in A..B, inclusive (A: or :B too)"),
+    option("--skip", type=non_negative, default=0, metavar="N",
+           help="drop the first N tokens of each turn (warm-up)"),
+    option("--ascii", action="store_true",
+           help="plain ASCII sparklines (no Unicode block characters)"),
+    option("--skip-bad-rows", action="store_true",
+           help="skip malformed rows (counted on stderr) instead of stopping"),
+    option("--jobs", type=positive, default=min(MAX_JOBS, usable_cores()), metavar="N",
+           help=f"processes reading a large plain file at once (default: the usable cores, at "
+                f"most {MAX_JOBS}; report shares them between its files)"))
+PICTURE_OPTIONS = {
+    "svg": (option("--svg", metavar="FILE", help="also write the report's pictures to FILE: "
+                                                 "one self-contained SVG"),),
+    "perfetto": (
+        option("--perfetto", metavar="FILE",
+               help="also write a timeline of the tokens to FILE, in the Chrome Trace Event "
+                    "Format (ui.perfetto.dev, chrome://tracing)"),
+        option("--tokens", type=token_window, default=PERFETTO_TOKENS, metavar="A:B",
+               help=f"the tokens --perfetto exports: the A-th (0-based) to before the B-th of "
+                    f"the selection, decode tokens unless --phase says otherwise (default "
+                    f"{PERFETTO_TOKENS[0]}:{PERFETTO_TOKENS[1]})")),
+}
+# What a command that lacks an option reads in its place: the drawing's view, and no picture.
+ABSENT_OPTIONS = dict(top=View().top, layers=False, svg=None, perfetto=None,
+                      tokens=PERFETTO_TOKENS)
+
+
+def layers_option(what):
+    return option("--layers", action="store_true", help=what)
+
+
+def top_option(default):
+    return option("--top", type=non_negative, default=default, metavar="N",
+                  help=f"how many ops the by-op table lists (default {default}; JSON has all)")
+
+
+FULL_LAYERS = f"the full by-layer table (past {COMPACT_LAYERS} layers the default shows the " \
+              f"layers that stand out)"
+
+
+# ── command line: the commands, declared once ───────────────────────────────────────────────
+# A command: its name, its synopsis and one-line summary (the help's command list and the
+# module docstring's, checked by a test), the description of its --help, its inputs, its own
+# options, how it analyses its inputs into a report (analyze(args, reading)) and the pictures
+# it can draw. The parser, the dispatch, the checks of its output paths and the picture
+# options all follow from here; the report's layout follows from its kind (LAYOUTS).
+# An input: the argument's name, the kind of trace it is ("compute", "io", or "any": diff's,
+# a trace or a saved report of either kind), its help and its nargs.
+Input = namedtuple("Input", "dest kind help nargs", defaults=(None,))
+Command = namedtuple("Command", "name synopsis summary description inputs options analyze "
+                                "pictures")
+
+DIFF_DESCRIPTION = """\
+Compares runs: BASE against each NEW, figure by figure, per token (so runs of different
+lengths compare). Inputs are traces (all compute or all io) or reports saved earlier with
+--format json by any command (a saved 'report' compares with compute or io inputs through its
+matching half, with another 'report' through both). Shows the preamble keys that differ, then
+the headline figures and every row of the by-op, by-category, by-layer (compute) and by-lane,
+by-size, by-layer (io) tables, rows by largest change first, with base, new, delta (new - base)
+and ratio (new / base). Figures with per-token samples on both sides (ms, major faults, MiB and
+reads per token; each op's ms per token) carry a two-sided Mann-Whitney U test: p, marked ~ (no
+significant change) when p >= --alpha; other figures have no test. Selection options apply to
+trace inputs only. Stdin and pipes are copied to a temporary file first."""
+TIMELINE_DESCRIPTION = """\
+What v2 traces' timestamps measure, per decode and summarised (p50, p99, total): the decode's
+wall (its BMOE_DECODE span), the graph's wall (first node start to last node end), read busy
+time (the union of the reads over every lane, and its share of the decode), expert wait (the
+union of the io trace's wait rows), overlap achieved (read time while compute was not waiting)
+and callbacks (BMOE_CALLBACK). Reads and waits count in a decode for the time they spent inside
+its span. v1 traces have no timestamps: use report, whose I/O time is a range."""
+
+COMMANDS = {command.name: command for command in (
+    Command("compute", "compute CT",
+            "where compute goes: by op, node category, layer and token; page faults",
+            "Where a token's compute time goes, from a compute trace (ct.csv).",
+            (Input("path", "compute", "the compute trace (ct.csv)"),),
+            (top_option(12), layers_option("also the by-layer table")),
+            lambda args, reading: analyze_compute(args.path, reading), ("svg", "perfetto")),
+    Command("io", "io IO",
+            "the flash reads: latency, sizes, alignment, lanes, layers, experts, speculation",
+            "What the flash reads are made of, from an io trace (io.csv).",
+            (Input("path", "io", "the io trace (io.csv)"),),
+            (option("--adjacent", action="store_true",
+                    help="count contiguous runs per token: the most merging could save"),
+             option("--cache", action="store_true",
+                    help="re-reads and what an extra LRU cache would have served"),
+             layers_option(FULL_LAYERS)),
+            lambda args, reading: analyze_io(args.path, reading, args.adjacent, args.cache),
+            ("svg", "perfetto")),
+    Command("report", "report CT IO",
+            "both traces of one run on one screen, I/O per decoded token",
+            "The compute and io traces of one run together: I/O per decoded token (counting "
+            "tokens that read nothing), compute and reads side by side per layer, the most "
+            "useful tables of both, and the verdicts.",
+            (Input("compute_path", "compute", "the compute trace (ct.csv)"),
+             Input("io_path", "io", "the io trace of the same run (io.csv)")),
+            (top_option(8), layers_option(FULL_LAYERS)),
+            lambda args, reading: analyze_pair(args.compute_path, args.io_path, reading),
+            ("svg", "perfetto")),
+    Command("diff", "diff BASE NEW...",
+            "before and after: runs or saved reports compared per token, with p-values",
+            DIFF_DESCRIPTION,
+            (Input("base", "any", "the base: a trace, or a report saved with --format json"),
+             Input("new", "any", "the runs to compare with the base, of its kind", "+")),
+            (option("--alpha", type=probability, default=DEFAULT_ALPHA, metavar="P",
+                    help=f"significance level: a tested change with p >= P is marked ~ "
+                         f"(default {DEFAULT_ALPHA})"),),
+            lambda args, reading: analyze_diff([args.base] + args.new, reading, args.alpha),
+            ("svg",)),
+    Command("timeline", "timeline CT [IO]",
+            "v2 traces: each decode's wall, reads, waits and overlap, measured",
+            TIMELINE_DESCRIPTION,
+            (Input("compute_path", "compute", "the v2 compute trace (ct.csv)"),
+             Input("io_path", "io", "the v2 io trace of the same run (io.csv), for the I/O "
+                                    "figures", "?")),
+            (),
+            lambda args, reading: analyze_timeline(args.compute_path, args.io_path, reading),
+            ("perfetto",)),
+)}
+
+
+def command_list():
+    """The commands, a line each: the help's list and the module docstring's."""
+    return "\n".join(f"  {command.synopsis:<18} {command.summary}"
+                     for command in COMMANDS.values())
+
+
+def input_paths(command, args):
+    """(kind, path) of every input the command line names, in order."""
+    paths = []
+    for each in command.inputs:
+        value = getattr(args, each.dest)
+        paths += [(each.kind, path) for path in (value if isinstance(value, list) else [value])
+                  if path is not None]
+    return paths
+
+
+EPILOG = """\
+examples:
+  decode-analyze report ct.csv io.csv           one run's two traces on one screen
+  decode-analyze compute ct.csv --layers        compute by op, category, layer and token
+  decode-analyze compute ct.csv --turn 2 --skip 8   one session turn, warm-up left out
+  decode-analyze io io.csv --adjacent --cache   reads, plus merging and caching what-ifs
+  decode-analyze io io.csv --format json        the whole report as one JSON object
+  decode-analyze compute <(zcat ct.csv.gz)      pipes and stdin ('-'); gzip, bzip2, xz read too
+  decode-analyze diff base-ct.csv new-ct.csv    before and after, with significance
+  decode-analyze diff monday.json today-ct.csv  against a report saved with --format json
+
+figures: per token = total / tokens (io alone: per token that read; report: per decoded token).
+I/O per token is a range: a v1 trace has no timestamps, so the reads of a token took between
+lane-busy / lanes (all in parallel) and lane-busy (one at a time). Percentiles take the value at
+0-based index min(n-1, floor(n*q)) of the sorted values (not the textbook nearest rank, the
+ceil(n*q)-th: with 100 values this p99 is the maximum). Every figure is defined in the README.
+
+exit status: {exit_status}.
+"""
+# Exit statuses, said once: main() returns them, the help and the README list them.
+EXIT_STATUS = {0: "ok", 1: "bad input or unwritable output", 2: "usage", 130: "interrupted",
+               141: "output closed by its reader", 143: "terminated"}
+
+
+def exit_status_text():
+    return ", ".join(f"{status} {meaning}" for status, meaning in EXIT_STATUS.items())
+
+
+def build_parser():
+    epilog = EPILOG.format(exit_status="\n".join(textwrap.wrap(exit_status_text(), 84)))
+    parser = argparse.ArgumentParser(
+        prog="decode-analyze", description=__doc__.split("\nMap of this file")[0], epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version",
+                        version=f"decode-analyze {TOOL_VERSION} (JSON schema {SCHEMA})")
+    subparsers = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}",
+                                       required=True)
+    for command in COMMANDS.values():
+        sub = subparsers.add_parser(command.name, help=command.summary, epilog=epilog,
+                                    description=command.description,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        for each in command.inputs:
+            sub.add_argument(each.dest, nargs=each.nargs,
+                             help=f"{each.help} ('-' for stdin; compression is detected)")
+        options = COMMON_OPTIONS + command.options + tuple(
+            chain.from_iterable(PICTURE_OPTIONS[picture] for picture in command.pictures))
+        given = {sub.add_argument(*each.flags, **each.settings).dest for each in options}
+        sub.set_defaults(**{dest: value for dest, value in ABSENT_OPTIONS.items()
+                            if dest not in given})
+    return parser
+
+
+# ── command line: running ────────────────────────────────────────────────────────────────────
+def say(stream, message):
+    """A line on stderr, if there is one to write to: a closed or broken stderr loses the
+    message, never the run."""
+    if stream is None:
+        return
+    try:
+        print(f"decode-analyze: {safe(message)}", file=stream, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+class Warnings:
+    """Collects warnings for stderr (and the JSON report), each said once."""
+
+    def __init__(self, stream):
+        self.stream, self.said = stream, []
+
+    def __call__(self, message):
+        if message not in self.said:
+            self.said.append(message)
+            say(self.stream, f"warning: {message}")
+
+
+class OutputError(Exception):
+    """The report could not be written (a full disk, a closed stdout)."""
+
+
+def reading_from(args, warn):
+    """The Reading the command line asks for."""
+    selection = Selection(phase=args.phase, turns=set(args.turn) if args.turn else None,
+                          steps=args.steps or (None, None), skip=args.skip)
+    return Reading(selection, args.skip_bad_rows, warn, args.jobs, per_lane=bool(args.svg))
+
+
 def run(args, out, warn):
     """Build the command's report and write it in the chosen format."""
-    if args.command in ("report", "timeline") and args.compute_path == args.io_path == "-":
-        raise TraceError("<stdin>", 0, "stdin can carry only one of the two traces")
-    if args.output:
-        refuse_to_overwrite_an_input(args, args.output)
-    check_pictures(args)
-    selection = selection_from(args)
-    if args.command == "timeline":
-        report = analyze_timeline(args.compute_path, args.io_path, selection,
-                                  args.skip_bad_rows, warn, args.jobs)
-    elif args.command == "diff":
-        report = analyze_diff([args.base] + args.new, selection, args.skip_bad_rows, warn,
-                              args.alpha, args.jobs)
-    elif args.command == "report":
-        report = analyze_pair(args.compute_path, args.io_path, selection, args.skip_bad_rows,
-                              warn, args.jobs, per_lane=bool(args.svg))
-    elif args.command == "compute":
-        report = analyze_compute(args.path, selection, args.skip_bad_rows, warn, args.jobs)
-    else:
-        report = analyze_io(args.path, selection, args.skip_bad_rows, warn, args.adjacent,
-                            args.cache, args.jobs, per_lane=bool(args.svg))
+    command = COMMANDS[args.command]
+    paths = input_paths(command, args)
+    if [path for _, path in paths].count(trace_io.STDIN) > 1:
+        raise TraceError(display_name(trace_io.STDIN), 0, "stdin can carry only one of the "
+                                                          "inputs")
+    check_outputs(args, paths)
+    reading = reading_from(args, warn)
+    report = command.analyze(args, reading)
     report.setdefault("warnings", list(warn.said))
-    write_pictures(args, report, selection, warn)
-    view = View(getattr(args, "top", 12), getattr(args, "layers", False), args.ascii)
+    write_pictures(args, report, paths, reading)
+    view = View(args.top, args.layers, args.ascii)
     text = json_text(report) if args.format == "json" else \
         markdown_of(report, view) if args.format == "markdown" else text_of(report, view)
     if args.output:
@@ -4157,39 +4227,26 @@ def run(args, out, warn):
         write_out(out, text)
 
 
-def trace_inputs(args):
-    """(compute trace, io trace) of the command, either None (both for diff, whose inputs
-    are base and new)."""
-    if args.command in ("report", "timeline"):
-        return args.compute_path, args.io_path
-    if args.command == "compute":
-        return args.path, None
-    return (None, args.path) if args.command == "io" else (None, None)
-
-
-def check_pictures(args):
-    """Refused up front: a picture over an input, or --perfetto on an input read only once."""
-    for option in ("svg", "perfetto"):
-        target = getattr(args, option, None)
+def check_outputs(args, paths):
+    """Refused up front: an output over an input, or --perfetto on an input read only once."""
+    for target in (args.output, args.svg, args.perfetto):
         if target:
-            refuse_to_overwrite_an_input(args, target)
-    if getattr(args, "perfetto", None):
-        for path in filter(None, trace_inputs(args)):
+            refuse_to_overwrite_an_input(paths, target)
+    if args.perfetto:
+        for _, path in paths:
             if read_once(path):
-                raise TraceError("<stdin>" if path == "-" else path, 0,
-                                 "--perfetto reads its traces a second time: give a file, not "
-                                 "stdin or a pipe")
+                raise TraceError(display_name(path), 0, "--perfetto reads its traces a second "
+                                                        "time: give a file, not stdin or a pipe")
 
 
-def write_pictures(args, report, selection, warn):
-    if getattr(args, "perfetto", None):
-        compute_path, io_path = trace_inputs(args)
-        tokens = export_perfetto(args.perfetto, compute_path, io_path, selection, args.tokens,
-                                 args.skip_bad_rows)
-        if not tokens:
-            warn(f"{args.perfetto}: no token in --tokens {args.tokens[0]}:{args.tokens[1]} of "
-                 f"the selection: the timeline is empty")
-    if getattr(args, "svg", None):
+def write_pictures(args, report, paths, reading):
+    if args.perfetto:
+        traces = dict(paths)
+        export = Export(traces.get("compute"), traces.get("io"), reading, args.tokens)
+        if not export_perfetto(args.perfetto, export):
+            reading.warn(f"{args.perfetto}: no token in --tokens {args.tokens[0]}:"
+                         f"{args.tokens[1]} of the selection: the timeline is empty")
+    if args.svg:
         write_atomically(args.svg, svg_of(report))
 
 
@@ -4205,11 +4262,11 @@ def write_out(out, text):
         raise OutputError(f"cannot write the output: {getattr(exc, 'strerror', None) or exc}")
 
 
-def refuse_to_overwrite_an_input(args, target):
-    inputs = [args.base] + args.new if args.command == "diff" else trace_inputs(args)
-    for path in filter(None, inputs):
+def refuse_to_overwrite_an_input(paths, target):
+    """paths: (kind, path) of every input."""
+    for _, path in paths:
         try:
-            same = path != "-" and os.path.samefile(path, target)
+            same = path != trace_io.STDIN and os.path.samefile(path, target)
         except OSError:
             same = False
         if same:
@@ -4247,8 +4304,7 @@ def current_umask():
 
 
 def main(argv=None, out=None, err=None):
-    """Run the CLI; returns the exit status (0 ok, 1 bad input or output, 2 usage,
-    130 interrupted, 141 output closed by its reader)."""
+    """Run the CLI; returns the exit status (EXIT_STATUS)."""
     out = out or sys.stdout
     err = err or sys.stderr
     parser = build_parser()

@@ -5,7 +5,9 @@ A trace is `#` key=value preamble lines, a header, then rows (the contract:
 nothing of what the figures mean:
 
   Trace        one open trace: kind, version, preamble, columns; batches() streams its rows
-  fold_file    open a trace, check it, and fold its rows, in two processes when it is large
+  Columns      what a fold reads of a trace: its kind, required columns, how they come out
+  Reading      how a command reads its traces (selection, bad rows, warnings, processes)
+  fold_file    open a trace, check it, and fold its rows, in several processes when it is large
 
 **Reading.** Rows are read in batches of whole lines (256 KiB) and handed out by column
 (name -> list), so that splitting and converting happen inside C builtins. Lines that need it
@@ -47,6 +49,7 @@ import sys
 import zipfile
 import zlib
 from collections import namedtuple
+from functools import partial
 from itertools import compress, groupby
 
 KINDS = {"compute_trace": "compute", "io_trace": "io"}
@@ -141,6 +144,27 @@ def _bulk_integers(texts, last_column):
     return values if not values or max(values) < INTEGER_LIMIT else None
 
 
+# ── what is read, and how ────────────────────────────────────────────────────────────────────
+# What a fold reads of a trace: the kind it must be, the columns it requires, and how
+# Trace.batches() hands them out: `ints` as ints, `keys` (integer columns of few distinct
+# values) checked but kept as text, `strings` as text; drop=(column, values) leaves out the rows
+# whose column holds one of the values.
+Columns = namedtuple("Columns", "kind required ints keys strings drop",
+                     defaults=((), (), (), None))
+# How a command reads its traces, one record from the command line down to every fold: which
+# tokens (`selection`, decode_analyze.Selection: this module only passes it on), whether bad
+# rows are skipped, where warnings go (a callable), how many processes may read one file, and
+# what the pictures need (`per_lane`: each token's bytes by lane, counted only for --svg).
+Reading = namedtuple("Reading", "selection skip_bad_rows warn jobs per_lane",
+                     defaults=(False, None, 1, False))
+STDIN = "-"
+
+
+def display_name(path):
+    """How an input is named in messages and reports: stdin as <stdin>."""
+    return "<stdin>" if path == STDIN else path
+
+
 # ── opening ──────────────────────────────────────────────────────────────────────────────────
 class TraceError(Exception):
     """An input problem, printed as 'FILE:LINE: message' (LINE omitted when it is not one)."""
@@ -171,10 +195,10 @@ def parse_preamble_line(text):
 
 
 def _open_binary(path):
-    if path == "-":
+    if path == STDIN:
         binary = getattr(sys.stdin, "buffer", None)
         if binary is None:
-            raise TraceError("<stdin>", 0, "standard input is closed")
+            raise TraceError(display_name(path), 0, "standard input is closed")
         # Magic bytes are peeked at: a stdin replaced by one that cannot peek is wrapped.
         return (binary if hasattr(binary, "peek") else io.BufferedReader(binary)), False
     try:
@@ -358,7 +382,7 @@ class Trace:
         """byte_range=(start, end): read only the rows in that part of a plain file (start is
         a line start after the header, or None for right after it; end None for the end)."""
         self.path = path
-        self.name = "<stdin>" if path == "-" else path
+        self.name = display_name(path)
         self.skip_bad_rows = skip_bad_rows
         self.warn = warn or (lambda message: None)
         self.kind = self.kind_word = self.version = None
@@ -374,7 +398,7 @@ class Trace:
             self._stream, self.compressed = _text_stream(binary, self.name)
             self._refuse_binary()
             self._read_head()
-            plain = not self.compressed and path != "-" and _seekable(binary)
+            plain = not self.compressed and path != STDIN and _seekable(binary)
             self.body_start = self._stream.tell() if plain else None
             self._end = None
             if byte_range:
@@ -491,20 +515,22 @@ class Trace:
             raise TraceError(self.name, self.line + 1, f"cannot read: {exc}") from None
 
     # -- rows --------------------------------------------------------------------------------
-    def batches(self, ints=(), keys=(), strings=(), drop=None):
-        """Yield Batches of whole tokens, in file order.
+    def batches(self, columns):
+        """Yield Batches of whole tokens, in file order, of the Columns `columns`.
 
         `ints` come back as ints. `keys` are integer columns of few distinct values (turn,
         layer, lane...), checked like `ints` but kept as text, for the caller to group by and
         convert once per distinct value. `strings` are text. `drop=(column, values)` leaves out
-        rows whose column is in values (the v2 synthetic rows). A bad row raises TraceError, or
-        with skip_bad_rows is counted and left out before any row around it is seen.
+        rows whose column is in values (the v2 synthetic rows); columns the trace does not
+        have are not read. A bad row raises TraceError, or with skip_bad_rows is counted and
+        left out before any row around it is seen.
 
         A token's rows stay together: the last token of a batch is held back until the next
         batch shows where it ends, unless it is over HOLD_ROWS rows already (then it comes in
         pieces, each a run of the same token).
         """
         index = {c: i for i, c in enumerate(self.columns)}
+        ints, keys, strings, drop = columns.ints, columns.keys, columns.strings, columns.drop
         # v1 writers have no synthetic rows: checking for them would cost a pass per batch.
         if self.version == "v1":
             drop = None
@@ -759,29 +785,29 @@ def usable_cores():
         return os.cpu_count() or 1
 
 
-def fold_file(path, kind, required, columns, make_fold, skip_bad_rows=False, warn=None,
-              may_split=True, jobs=2, check=None):
-    """Open the trace at `path`, check it is `kind` with the `required` columns (and passes
-    check(trace), which raises TraceError), and fold the batches of `columns` (Trace.batches'
-    arguments) into make_fold(), in up to `jobs` processes.
+def fold_file(path, columns, make_fold, reading, check=None):
+    """Open the trace at `path`, check it is `columns.kind` with the required columns (and
+    passes check(trace), which raises TraceError), and fold the batches of `columns` into
+    make_fold(), in up to `reading.jobs` processes.
 
-    Returns (trace, fold). may_split=False reads in one piece (a fold that needs every earlier
-    row of a turn). Skipped rows are counted into the trace, and said once through `warn`."""
-    warn = warn or (lambda message: None)
-    with Trace(path, skip_bad_rows, warn) as trace:
-        if check is not None and trace.kind == kind:
+    Returns (trace, fold). Skipped rows are counted into the trace, and said once through
+    `reading.warn`."""
+    warn = reading.warn or (lambda message: None)
+    with Trace(path, reading.skip_bad_rows, warn) as trace:
+        if check is not None and trace.kind == columns.kind:
             check(trace)
-        trace.require(kind, required)
-        splits = split_points(trace, jobs) if may_split and hasattr(os, "fork") else []
+        trace.require(columns.kind, columns.required)
+        splits = split_points(trace, reading.jobs) if hasattr(os, "fork") else []
         parts = list(zip(splits, splits[1:] + [None]))
-        children = [Forked(_fold_part, path, part, columns, make_fold, skip_bad_rows)
-                    for part in parts]
+        children = [Forked(_fold_part, trace.path, part, columns, make_fold,
+                           reading.skip_bad_rows) for part in parts]
         try:
             if splits:
                 trace.limit(splits[0])
             fold = _fold_batches(trace, make_fold(), columns)
             for child, part in zip(children, parts):
-                _merge_part(trace, fold, child.result(), warn, columns, make_fold, part)
+                _merge_part(trace, fold, child.result(), part,
+                            partial(_refold, trace, columns, make_fold))
         finally:
             for child in children:
                 child.cancel()
@@ -791,7 +817,7 @@ def fold_file(path, kind, required, columns, make_fold, skip_bad_rows=False, war
 
 
 def _fold_batches(trace, fold, columns):
-    for batch in trace.batches(**columns):
+    for batch in trace.batches(columns):
         fold.feed(batch)
     fold.finish()
     return fold
@@ -862,9 +888,11 @@ def _fold_part(path, part, columns, make_fold, skip_bad_rows):
         return "error", (problem.path, problem.line, problem.message, said)
 
 
-def _merge_part(trace, fold, outcome, warn, columns, make_fold, part):
-    """Merge what a child sent. Parts are merged in file order, after this process's own
-    part was read, so the first error in file order is the one raised."""
+def _merge_part(trace, fold, outcome, part, refold):
+    """Merge what a child sent; refold(part) reads a dead child's part here instead. Parts are
+    merged in file order, after this process's own part was read, so the first error in file
+    order is the one raised."""
+    warn = trace.warn
     status, payload = outcome or ("died", None)
     if status == "error":
         path, line, message, said = payload
@@ -876,7 +904,7 @@ def _merge_part(trace, fold, outcome, warn, columns, make_fold, part):
     else:
         warn(f"{trace.name}: the process reading bytes {part[0]}- of the file died; that part "
              f"was read again here")
-        later, skipped, first_skipped, said = _refold(trace, columns, make_fold, part)
+        later, skipped, first_skipped, said = refold(part)
     for message in said:
         warn(message)
     trace.skipped += skipped

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """A seeded mutator over the real traces: cut, flip, inject bytes, bad numbers, odd CSV, line
 shuffles, compression; and saved JSON reports with odd values put in. Every mutated file goes
-through compute, io, report, diff and timeline (a mutated saved report through diff), with and
-without --skip-bad-rows, as text, JSON and Markdown, sometimes with --svg or --perfetto,
-in-process. What must hold for every case:
+through every command of the registry (decode_analyze.COMMANDS: as each of its inputs in turn,
+beside a real partner; a mutated saved report through diff), with and without --skip-bad-rows,
+as text, JSON and Markdown, with the command's own switches at random, sometimes with --svg or
+--perfetto where the command draws it, in-process. The cases are a fixed number drawn from the
+seed, so that a run fails the same way on every machine. What must hold for every case:
 
   - no exception escapes main(), and the exit status is 0 or 1;
   - every stderr line starts with 'decode-analyze: '; a failure says exactly one line;
   - JSON output parses, Markdown fits one GitHub comment; no case takes more than CASE_SECONDS
     (a hang).
 
-  python3 tests/fuzz.py --seed 7 --seconds 30      # prints a JSON summary; exit 1 on a failure
+  python3 tests/fuzz.py --seed 7 --cases 100       # prints a JSON summary; exit 1 on a failure
 
 Failing inputs are written to --keep (default: a temporary folder) to reproduce them.
 """
@@ -24,7 +26,6 @@ import random
 import signal
 import sys
 import tempfile
-import time
 import traceback
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -212,10 +213,38 @@ def saved_reports(originals, folder):
     return reports
 
 
+def runs(case, rng):
+    """The argv of every run of one case: each command with the mutated file as each of its
+    inputs in turn, a real partner as the others (a saved report too, where any input is)."""
+    for command in decode_analyze.COMMANDS.values():
+        switches = [flag for each in command.options
+                    if each.settings.get("action") == "store_true" and rng.random() < 0.5
+                    for flag in each.flags[:1]]
+        pictures = [] if not case.pictures or case.pictures[0][2:] not in command.pictures \
+            else case.pictures
+        arrangements = [[case.path] + [case.partner] * (len(command.inputs) - 1)]
+        arrangements += [[case.partner] * i + [case.path] + [case.partner] * (
+            len(command.inputs) - 1 - i) for i in range(1, len(command.inputs))]
+        if any(each.kind == "any" for each in command.inputs):
+            arrangements.append([case.saved] + [case.partner] * (len(command.inputs) - 1))
+        for i, inputs in enumerate(arrangements):
+            yield [command.name, *map(str, inputs), *switches, *case.options,
+                   *(pictures if i == 0 else [])]
+
+
+class Case:
+    def __init__(self, number, keep, rng):
+        self.path, self.saved = keep / f"case-{number}.csv", keep / f"case-{number}.json"
+        self.partner = keep / "partner.csv"
+        self.options = list(rng.choice(OPTIONS))
+        self.pictures = rng.choice([[], ["--svg", str(keep / "out.svg")],
+                                    ["--perfetto", str(keep / "out.json"), "--tokens", "0:8"]])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--cases", type=int, default=100)
     parser.add_argument("--keep", type=Path)
     args = parser.parse_args()
     keep = args.keep or Path(tempfile.mkdtemp(prefix="decode-analyze-fuzz-"))
@@ -225,38 +254,23 @@ def main():
     originals = sources()
     names = sorted(originals)
     reports = saved_reports(originals, keep)
-    deadline = time.monotonic() + args.seconds
-    cases, failures = 0, []
-    while time.monotonic() < deadline:
+    runs_made, failures = 0, []
+    for number in range(args.cases):
         name = rng.choice(names)
-        path = keep / f"case-{cases}.csv"
-        path.write_bytes(mutate(originals[name], rng))
-        partner = keep / "partner.csv"
-        partner.write_bytes(originals[rng.choice(names)])
-        options = list(rng.choice(OPTIONS))
-        pictures = rng.choice([[], ["--svg", str(keep / "out.svg")],
-                               ["--perfetto", str(keep / "out.json"), "--tokens", "0:8"]])
-        saved = keep / f"case-{cases}.json"
-        saved.write_bytes(mutate_report(reports[rng.choice(names)], rng))
-        perfetto = [] if "--svg" in pictures else pictures
-        svg = [] if "--perfetto" in pictures else pictures
-        for argv in (["compute", str(path), *options, *pictures],
-                     ["io", str(path), "--adjacent", "--cache", *options, *pictures],
-                     ["report", str(path), str(partner), *options, *pictures],
-                     ["report", str(partner), str(path), *options],
-                     ["diff", str(partner), str(path), *options, *svg],
-                     ["diff", str(saved), str(partner), *options],
-                     ["timeline", str(path), str(partner), *options, *perfetto],
-                     ["timeline", str(partner), str(path), *options]):
+        case = Case(number, keep, rng)
+        case.path.write_bytes(mutate(originals[name], rng))
+        case.partner.write_bytes(originals[rng.choice(names)])
+        case.saved.write_bytes(mutate_report(reports[rng.choice(names)], rng))
+        for argv in runs(case, rng):
+            runs_made += 1
             problem = check(argv)
             if problem:
-                failures.append({"case": cases, "source": name, "argv": argv,
+                failures.append({"case": number, "source": name, "argv": argv,
                                  "problem": problem[-2000:]})
-        if not failures or failures[-1]["case"] != cases:
-            path.unlink()
-            saved.unlink()
-        cases += 1
-    print(json.dumps({"seed": args.seed, "cases": cases, "runs": cases * 8,
+        if not failures or failures[-1]["case"] != number:
+            case.path.unlink()
+            case.saved.unlink()
+    print(json.dumps({"seed": args.seed, "cases": args.cases, "runs": runs_made,
                       "failures": failures[:20], "kept": str(keep)}, indent=1))
     return 1 if failures else 0
 

@@ -53,8 +53,8 @@ from operator import add, gt, itemgetter, sub
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trace_io  # noqa: E402
-from trace_io import (HOLD_ROWS, Columns, Forked, Reading, Trace, TraceError,  # noqa: E402
-                      display_name, fold_file, usable_cores)
+from trace_io import (HOLD_ROWS, Columns, Drop, Forked, Reading, Trace,  # noqa: E402
+                      TraceError, display_name, fold_file, usable_cores)
 
 SCHEMA = 3  # of the JSON report: 2 added the I/O ranges, tool_version, undetermined verdicts;
 # 3 added the per-token samples: op_us_by_token, category_us_by_token, lane_bytes_by_token
@@ -131,6 +131,16 @@ def summing_record(name, fields, doc, keys=()):
                            "__init__": __init__, "add": add, "merge": merge})
 
 
+class Inventory:
+    """What the file holds of one (turn, phase): its tokens and their lowest and highest step,
+    for the message of an empty selection."""
+
+    __slots__ = ("tokens", "low", "high")
+
+    def __init__(self, tokens, low, high):
+        self.tokens, self.low, self.high = tokens, low, high
+
+
 class TokenBook:
     """Every token seen (for the 'file contains' message) and the selected ones' records, in
     trace order. A token is one (turn, phase, step); its rows may come in several runs.
@@ -141,7 +151,7 @@ class TokenBook:
         self.by_text = {}  # (turn, phase, step) as written -> record, or False
         self.by_value = {}  # (turn, phase, step) -> record, or False
         self.ordinals = defaultdict(int)  # (turn, phase) -> tokens seen
-        self.inventory = {}  # (turn, phase) -> [tokens, min step, max step]
+        self.inventory = {}  # (turn, phase) -> Inventory
         self.steps = defaultdict(list)  # (turn, phase) -> every step seen, selected or not
         self.selected = []  # records, in trace order
 
@@ -169,9 +179,11 @@ class TokenBook:
         return record
 
     def _note(self, turn, phase, tokens, low, high):
-        seen = self.inventory.setdefault((turn, phase), [0, low, high])
-        seen[0] += tokens
-        seen[1], seen[2] = min(seen[1], low), max(seen[2], high)
+        seen = self.inventory.get((turn, phase))
+        if seen is None:
+            seen = self.inventory[turn, phase] = Inventory(0, low, high)
+        seen.tokens += tokens
+        seen.low, seen.high = min(seen.low, low), max(seen.high, high)
 
     def merge(self, later):
         """Add the book of the rows that follow this one's in the file."""
@@ -183,16 +195,17 @@ class TokenBook:
                     self.selected.append(record)
             elif mine and record:
                 mine.merge(record)
-        for (turn, phase), (tokens, low, high) in later.inventory.items():
-            self._note(turn, phase, tokens, low, high)
+        for (turn, phase), seen in later.inventory.items():
+            self._note(turn, phase, seen.tokens, seen.low, seen.high)
         for key, steps in later.steps.items():
             self.steps[key].extend(steps)
 
     def contents(self):
         """What the file holds, for an empty-selection error."""
         parts = []
-        for (turn, phase), (count, low, high) in sorted(self.inventory.items()):
-            parts.append(f"turn {turn} {PHASE_NAMES[phase]}: {count} token(s), steps {low}-{high}")
+        for (turn, phase), seen in sorted(self.inventory.items()):
+            parts.append(f"turn {turn} {PHASE_NAMES[phase]}: {seen.tokens} token(s), steps "
+                         f"{seen.low}-{seen.high}")
         return "; ".join(parts) or "no rows"
 
 
@@ -648,13 +661,17 @@ class TokenGraph:
         return zip(nodes, self.wall_ns, self.majflt, self.fault_wall_ns, repeat(self.tokens))
 
 
+NodeTotals = summing_record("NodeTotals", ("wall_ns", "majflt", "fault_wall_ns", "nodes"),
+                            doc="One distinct node's sums over the pieces of long tokens.")
+
+
 class LooseNodes:
     """The nodes of tokens too long to keep as a TokenGraph (a token over HOLD_ROWS rows comes
     in pieces): classified as they come and summed per distinct node, so that memory is
     bounded by the model's graph, not by the token's length."""
 
     def __init__(self):
-        self.sums = {}  # Node -> [wall_ns, majflt, fault_wall_ns, nodes]
+        self.sums = {}  # Node -> NodeTotals
         self.walls = defaultdict(list)  # op -> [wall_ns of each node], until finish
         self.op_walls = {}  # op -> sorted array, at finish
 
@@ -662,14 +679,10 @@ class LooseNodes:
         nodes = classify_graph(ops, names, [int(layer) for layer in layers])
         for node, wall_ns, majflt in zip(nodes, walls, faults):
             token.add_group(node.op, node.category, wall_ns)
-            entry = self.sums.get(node)
-            if entry is None:
-                entry = self.sums[node] = [0, 0, 0, 0]
-            entry[0] += wall_ns
-            entry[3] += 1
-            if majflt:
-                entry[1] += majflt
-                entry[2] += wall_ns
+            totals = self.sums.get(node)
+            if totals is None:
+                totals = self.sums[node] = NodeTotals()
+            totals.add(wall_ns, majflt, wall_ns if majflt else 0, 1)
             self.walls[node.op].append(wall_ns)
 
     def finish(self):
@@ -677,12 +690,12 @@ class LooseNodes:
         self.walls.clear()
 
     def merge(self, later):
-        for node, entry in later.sums.items():
-            mine = self.sums.setdefault(node, [0, 0, 0, 0])
-            mine[:] = map(add, mine, entry)
+        for node, totals in later.sums.items():
+            self.sums.setdefault(node, NodeTotals()).merge(totals)
 
     def node_sums(self):
-        return ((node, *entry) for node, entry in self.sums.items())
+        return ((node, totals.wall_ns, totals.majflt, totals.fault_wall_ns, totals.nodes)
+                for node, totals in self.sums.items())
 
 
 class ComputeFold(TokenFold):
@@ -784,7 +797,7 @@ class ComputeFold(TokenFold):
 
 COMPUTE_READ = Columns("compute", COMPUTE_COLUMNS, ints=("wall_ns", "majflt"),
                        keys=("turn", "phase", "step", "layer"), strings=("op", "name"),
-                       drop=("op", SYNTHETIC_OPS))
+                       drop=Drop("op", SYNTHETIC_OPS))
 
 
 def in_parts_if_it_may(reading):
@@ -826,8 +839,13 @@ def node_tables(node_sums):
     return tables, unclassified, reattributed
 
 
+def ordered_by(table, key):
+    """The (name, value) pairs of a dict, ordered by key(name, value)."""
+    return sorted(table.items(), key=lambda pair: key(*pair))
+
+
 def by_slowest(table):
-    return sorted(table.items(), key=lambda kv: (-kv[1].wall_ns, kv[0]))
+    return ordered_by(table, lambda name, sums: (-sums.wall_ns, name))
 
 
 def op_rows(table, op_walls, per):
@@ -847,7 +865,7 @@ def op_rows(table, op_walls, per):
 
 def fault_summary(table, total_majflt, per):
     faulting_ns = sum(sums.wall_ns for sums in table.values())
-    ordered = sorted(table.items(), key=lambda kv: (-kv[1].majflt, -kv[1].wall_ns, kv[0]))
+    ordered = ordered_by(table, lambda op, sums: (-sums.majflt, -sums.wall_ns, op))
     return {"majflt_per_token": per.count(total_majflt), "ms_per_token": per.ms(faulting_ns),
             "share": per.share(faulting_ns),
             "by_op": [{"op": op, "majflt_per_token": per.count(sums.majflt),
@@ -884,7 +902,7 @@ def compute_report(trace, fold, selection):
     ops = set(chain(*(graph.ops for graph in graphs), *(node.op for part in loose
                                                         for node in part.sums)))
     granularity = "layer" if ops == {"LAYER"} else "node"
-    segments = sorted(tables["segment"].items(), key=lambda kv: segment_order(kv[0]))
+    segments = ordered_by(tables["segment"], lambda name, sums: segment_order(name))
     return {
         "schema": SCHEMA, "tool_version": TOOL_VERSION, "kind": "compute", "path": trace.name,
         "meta": trace.meta,
@@ -901,8 +919,8 @@ def compute_report(trace, fold, selection):
         "by_category": [] if granularity == "layer" else
         group_rows("category", by_slowest(tables["category"]), per, nodes=True),
         "unclassified": [{"name": name, "ms_per_token": per.ms(wall_ns)}
-                         for name, wall_ns in sorted(unclassified.items(),
-                                                     key=lambda kv: (-kv[1], kv[0]))],
+                         for name, wall_ns in ordered_by(unclassified,
+                                                         lambda name, ns: (-ns, name))],
         **token_views(tokens, fold.book),
         "op_us_by_token": us_by_token(tokens, "op_ns", sorted(tables["op"])),
         "category_us_by_token": {} if granularity == "layer" else
@@ -1010,6 +1028,9 @@ class IoToken:
         self.reads += other.reads
         self.read_bytes += other.read_bytes
         add_sums(self.lane_bytes, other.lane_bytes)
+
+
+Span = namedtuple("Span", "start end")  # [start, end): of rows, or of time in ns
 
 
 class IntCache(dict):
@@ -1151,7 +1172,7 @@ class IoFold(TokenFold):
         are added at once, so that the per-read work stays inside C builtins."""
         sizes = list(map(self.sizes.__getitem__, batch["read_bytes"]))
         wanted, offsets, lanes = batch["req_bytes"], batch.get("offset"), batch["lane"]
-        spans = defaultdict(list)  # phase -> [(start, end)] of its selected runs
+        spans = defaultdict(list)  # phase -> [Span] of the batch's rows of its selected runs
         for run in runs:
             token = self.book.lookup(run)
             if token is None:
@@ -1169,13 +1190,13 @@ class IoFold(TokenFold):
             if self.cache_sequence is not None:
                 self.cache_sequence.add(token.phase, offsets[start:end], sizes[start:end])
             phase_spans = spans[token.phase]
-            if phase_spans and phase_spans[-1][1] == start:  # the runs of a batch abut
-                phase_spans[-1] = (phase_spans[-1][0], end)
+            if phase_spans and phase_spans[-1].end == start:  # the runs of a batch abut
+                phase_spans[-1] = Span(phase_spans[-1].start, end)
             else:
-                phase_spans.append((start, end))
+                phase_spans.append(Span(start, end))
         columns = [batch[name] for name in self.SUMMED]
         for phase, phase_spans in spans.items():
-            if len(phase_spans) > 1 or phase_spans[0] != (0, len(sizes)):
+            if phase_spans != [Span(0, len(sizes))]:
                 keep = [False] * len(sizes)
                 for start, end in phase_spans:
                     keep[start:end] = [True] * (end - start)
@@ -1200,7 +1221,7 @@ class IoFold(TokenFold):
 
 IO_READ = Columns("io", IO_COLUMNS, ints=("req_bytes", "latency_ns"),
                   keys=("turn", "phase", "step", "layer", "expert", "lane", "spec", "read_bytes"),
-                  drop=("kind", {"wait"}))
+                  drop=Drop("kind", {"wait"}))
 IO_READ_EXTENTS = IO_READ._replace(ints=("offset",) + IO_READ.ints)  # adjacency, the cache
 
 
@@ -1226,9 +1247,9 @@ def cache_what_if(sequence, jobs=2):
     # A cache as large as the footprint never evicts: every re-read hits.
     simulated = [fraction for fraction in CACHE_FRACTIONS if fraction != 1]
     hits = dict(zip(simulated, lru_hits(items, sizes, [footprint * f for f in simulated], jobs)))
-    hits[1] = reread
     curve = [{"fraction": fraction, "cache_mib": footprint * fraction / MIB,
-              "hit_share": ratio(hits[fraction], total)} for fraction in CACHE_FRACTIONS]
+              "hit_share": ratio(hits.get(fraction, reread), total)}
+             for fraction in CACHE_FRACTIONS]
     return {"unique_mib": footprint / MIB, "reread_mib": reread / MIB, "lru": curve}
 
 
@@ -1270,12 +1291,14 @@ def lru_hit_bytes(items, sizes, capacity):
         cache[item] = size = sizes[item]
         used += size
         while used > capacity:
-            used -= evict(last=False)[1]
+            _, evicted = evict(last=False)
+            used -= evicted
     return hit_bytes
 
 
 # ── io: the report ───────────────────────────────────────────────────────────────────────────
 HOT_EXPERTS = 10
+READ_KINDS = ("demand", "speculative")  # by the spec column, 0 and 1
 
 
 ReadSums = summing_record("ReadSums", ("reads", "read_bytes", "latency_ns"),
@@ -1300,25 +1323,24 @@ def key_values(keys):
 
 
 def read_tables(chosen):
-    """Fold the phases' keyed sums into {table: {group: ReadSums}} by size bucket, lane, spec
-    and layer, reads by read size, and the (layer, expert) pairs' [reads, bytes]."""
+    """Fold the phases' keyed sums into {table: {group: ReadSums}} by size bucket, lane, kind
+    (READ_KINDS) and layer, reads by read size, and the (layer, expert) pairs' ReadSums (no
+    latency)."""
     tables = {name: defaultdict(ReadSums) for name in ("size", "lane", "spec", "layer")}
-    tables["spec"][0], tables["spec"][1] = ReadSums(), ReadSums()
+    tables["spec"].update((kind, ReadSums()) for kind in READ_KINDS)
     read_sizes = Counter()
-    experts = defaultdict(lambda: [0, 0])
+    experts = defaultdict(ReadSums)
     for reads in chosen:
         for (key, count), (lane, size, spec, layer) in zip(reads.by_lane.items(),
                                                            key_values(reads.by_lane)):
             latency_ns = reads.lane_ns[key]
             read_sizes[size] += count
-            for name, group in (("size", size_bucket(size)), ("lane", lane), ("spec", spec),
-                                ("layer", layer)):
+            for name, group in (("size", size_bucket(size)), ("lane", lane),
+                                ("spec", READ_KINDS[spec]), ("layer", layer)):
                 tables[name][group].add(count, count * size, latency_ns)
         for count, (layer, expert, size) in zip(reads.by_expert.values(),
                                                 key_values(reads.by_expert)):
-            pair = experts[layer, expert]
-            pair[0] += count
-            pair[1] += count * size
+            experts[layer, expert].add(count, count * size, 0)
     return tables, read_sizes, experts
 
 
@@ -1353,8 +1375,13 @@ def latency_histogram(latencies):
     return buckets
 
 
+def throughput(mib, seconds):
+    """MiB/s, or None when no time passed: every rate the tool gives."""
+    return ratio(mib, seconds)
+
+
 def mib_per_s(read_bytes, latency_ns):
-    return ratio(read_bytes / MIB, latency_ns / 1e9)
+    return throughput(read_bytes / MIB, latency_ns / 1e9)
 
 
 def io_report(trace, fold, selection, jobs=2):
@@ -1391,9 +1418,9 @@ def io_report(trace, fold, selection, jobs=2):
         "latency_us": latency_summary(latency["0"] + latency["1"]),
         "latency_hist": latency_histogram(latency["0"] + latency["1"]),
         **read_groups(tables, latency, read_bytes, per),
-        "hot_experts": [{"layer": layer, "expert": expert, "reads": count, "mib": nbytes / MIB}
-                        for (layer, expert), (count, nbytes) in
-                        sorted(experts.items(), key=lambda kv: (-kv[1][1], kv[0]))][:HOT_EXPERTS],
+        "hot_experts": [{"layer": layer, "expert": expert, "reads": sums.reads,
+                         "mib": sums.read_bytes / MIB} for (layer, expert), sums in ordered_by(
+                             experts, lambda where, sums: (-sums.read_bytes, where))][:HOT_EXPERTS],
         "adjacency": adjacency(fold, chosen, reads, per),
         "reuse": cache_what_if(fold.cache_sequence, jobs)
         if fold.cache_sequence is not None else None,
@@ -1421,13 +1448,14 @@ def io_ranges(busy_ms, mib, lanes):
     at most all of it (one at a time)."""
     low, high = busy_ms / max(lanes, 1), busy_ms
     return {"io_wall_ms_per_token": {"min": low, "max": high},
-            "throughput_mib_per_s": {"min": ratio(mib, high / 1e3),
-                                     "max": ratio(mib, low / 1e3)}}
+            "throughput_mib_per_s": {"min": throughput(mib, high / 1e3),
+                                     "max": throughput(mib, low / 1e3)}}
 
 
 def read_groups(tables, latency, read_bytes, per):
     """The by-size, by-lane, speculative and by-layer parts of the io report."""
     spec = tables["spec"]
+    speculative = spec["speculative"]
     return {
         "by_size": [{"kib": kib, "label": bucket_label(kib), "reads": sums.reads,
                      "mib": sums.read_bytes / MIB,
@@ -1439,15 +1467,16 @@ def read_groups(tables, latency, read_bytes, per):
                      "busy_ms_per_token": per.count(sums.latency_ns / NS_PER_MS),
                      "mib_per_s": mib_per_s(sums.read_bytes, sums.latency_ns)}
                     for lane, sums in sorted(tables["lane"].items())],
-        "spec": {"reads": spec[1].reads, "mib_per_token": per.count(spec[1].read_bytes / MIB),
-                 "share_of_bytes": ratio(spec[1].read_bytes, read_bytes)},
+        "spec": {"reads": speculative.reads,
+                 "mib_per_token": per.count(speculative.read_bytes / MIB),
+                 "share_of_bytes": ratio(speculative.read_bytes, read_bytes)},
         "demand_vs_spec": [
-            {"kind": kind, "reads": spec[flag].reads,
-             "mib_per_token": per.count(spec[flag].read_bytes / MIB),
-             "share_of_bytes": ratio(spec[flag].read_bytes, read_bytes),
+            {"kind": kind, "reads": spec[kind].reads,
+             "mib_per_token": per.count(spec[kind].read_bytes / MIB),
+             "share_of_bytes": ratio(spec[kind].read_bytes, read_bytes),
              "p50_us": scaled(latency[str(flag)].percentile("p50"), 1e3),
              "p99_us": scaled(latency[str(flag)].percentile("p99"), 1e3)}
-            for kind, flag in (("demand", 0), ("speculative", 1))],
+            for flag, kind in enumerate(READ_KINDS)],
         "by_layer": [{"layer": layer, "reads_per_token": per.count(sums.reads),
                       "mib_per_token": per.count(sums.read_bytes / MIB),
                       "mean_latency_us": sums.latency_ns / sums.reads / 1e3}
@@ -1501,9 +1530,11 @@ def pair_report(compute, io):
                     io["lanes"]),
         "io_busy_ms_per_token": io["busy_ms_per_token"] * per_decoded,
         "waste_mib_per_token": io["waste_mib_per_token"] * per_decoded,
-        "by_lane": rescaled(io["by_lane"], per_decoded),
-        "demand_vs_spec": rescaled(io["demand_vs_spec"], per_decoded),
-        "adjacency": rescaled([io["adjacency"]], per_decoded)[0],
+        "by_lane": [rescaled(row, per_decoded, PER_READ_TOKEN["by_lane"])
+                    for row in io["by_lane"]],
+        "demand_vs_spec": [rescaled(row, per_decoded, PER_READ_TOKEN["demand_vs_spec"])
+                           for row in io["demand_vs_spec"]],
+        "adjacency": rescaled(io["adjacency"], per_decoded, PER_READ_TOKEN["adjacency"]),
         "read_split": read_split(compute["per_token"], readers),
         "by_layer": pair_layers(compute, io, per_decoded), "warnings": warnings,
     }
@@ -1511,12 +1542,17 @@ def pair_report(compute, io):
             "compute": compute, "io": io, "pair": pair}
 
 
-def rescaled(rows, factor):
-    """Rows of per-read-token figures as per-decoded-token ones: every `*_per_token` figure
-    times `factor`; names, totals, shares, rates and latencies as they are."""
-    def scale(key, value):
-        return value * factor if key.endswith("_per_token") and value is not None else value
-    return [{key: scale(key, value) for key, value in row.items()} for row in rows]
+# The per-read-token figures of the io report's parts that the pair gives per decoded token;
+# names, totals, shares, rates and latencies have no denominator to change.
+PER_READ_TOKEN = {"by_lane": ("reads_per_token", "mib_per_token", "busy_ms_per_token"),
+                  "demand_vs_spec": ("mib_per_token",),
+                  "adjacency": ("reads_per_token", "runs_per_token")}
+
+
+def rescaled(row, factor, fields):
+    """A row with its `fields` (those not None) times `factor`."""
+    return {key: value * factor if key in fields and value is not None else value
+            for key, value in row.items()}
 
 
 def read_split(per_token, readers):
@@ -1550,10 +1586,19 @@ def pair_warnings(compute, io):
         if left is not None and right is not None and left != right:
             warnings.append(f"{key} differs: {left!r} in the compute trace, {right!r} in the io "
                             f"trace")
-    left, right = compute["meta"].get("trace_id"), io["meta"].get("trace_id")
-    if left is not None and right is not None and left != right:
-        warnings.append(f"trace_id differs ({left} vs {right}): the files are from two runs")
-    return warnings
+    differs = trace_id_warning((compute["path"], compute["meta"]), (io["path"], io["meta"]))
+    return warnings + [differs] if differs else warnings
+
+
+def trace_id_warning(compute, io):
+    """The warning when the (name, preamble) of a run's two traces name different trace_ids;
+    None when they agree or either names none (a v1 trace has none to compare)."""
+    (compute_name, compute_meta), (io_name, io_meta) = compute, io
+    left, right = compute_meta.get("trace_id"), io_meta.get("trace_id")
+    if left is None or right is None or left == right:
+        return None
+    return (f"trace_id differs: {left} in {compute_name}, {right} in {io_name}: the files may "
+            f"be from two runs")
 
 
 # ── timeline: v2 traces, measured on one clock ───────────────────────────────────────────────
@@ -1580,8 +1625,26 @@ class TimelineToken:
 
     def __init__(self, turn, phase, step):
         self.turn, self.phase, self.step = turn, phase, step
-        self.decode = self.graph = None  # (start_ns, end_ns)
-        self.callbacks = []
+        self.decode = self.graph = None  # Span (ns)
+        self.callbacks = []  # Span (ns) each
+
+    def add(self, ops, starts, ends):
+        """A run of the token's rows; returns how many end before they start (counted, then
+        taken as empty: a span never runs backwards)."""
+        backwards = sum(map(gt, starts, ends))
+        if backwards:
+            ends = list(map(max, starts, ends))
+        nodes = [op not in SYNTHETIC_OPS for op in ops]
+        if any(nodes):
+            self.graph = widest(self.graph, Span(min(compress(starts, nodes)),
+                                                 max(compress(ends, nodes))))
+        if not all(nodes):
+            for op, start, end in zip(ops, starts, ends):
+                if op == "BMOE_DECODE":
+                    self.decode = widest(self.decode, Span(start, end))
+                elif op == "BMOE_CALLBACK":
+                    self.callbacks.append(Span(start, end))
+        return backwards
 
     def merge(self, other):
         self.decode = widest(self.decode, other.decode)
@@ -1590,10 +1653,21 @@ class TimelineToken:
 
 
 def widest(span, other):
-    """The smallest span holding both (either may be None)."""
+    """The smallest Span holding both (either may be None)."""
     if span is None or other is None:
         return span or other
-    return (min(span[0], other[0]), max(span[1], other[1]))
+    return Span(min(span.start, other.start), max(span.end, other.end))
+
+
+def decode_span(token):
+    """(what it came from, Span) of a decode (a TimelineToken): its BMOE_DECODE row, else its
+    graph nodes, else (a decode of callbacks only) its callbacks."""
+    if token.decode:
+        return "BMOE_DECODE", token.decode
+    if token.graph:
+        return "graph", token.graph
+    return "callbacks", Span(min(span.start for span in token.callbacks),
+                             max(span.end for span in token.callbacks))
 
 
 class TimelineComputeFold(TokenFold):
@@ -1609,23 +1683,8 @@ class TimelineComputeFold(TokenFold):
             token = self.book.lookup(run)
             if token is None:
                 continue
-            run_ops = ops[run.start:run.end]
-            run_starts, run_ends = starts[run.start:run.end], ends[run.start:run.end]
-            backwards = sum(map(gt, run_starts, run_ends))
-            if backwards:  # counted, then taken as empty: a span never runs backwards
-                self.backwards += backwards
-                run_ends = list(map(max, run_starts, run_ends))
-            nodes = [op not in SYNTHETIC_OPS for op in run_ops]
-            if any(nodes):
-                token.graph = widest(token.graph, (min(compress(run_starts, nodes)),
-                                                   max(compress(run_ends, nodes))))
-            if all(nodes):
-                continue
-            for op, start, end in zip(run_ops, run_starts, run_ends):
-                if op == "BMOE_DECODE":
-                    token.decode = widest(token.decode, (start, end))
-                elif op == "BMOE_CALLBACK":
-                    token.callbacks.append((start, end))
+            self.backwards += token.add(ops[run.start:run.end], starts[run.start:run.end],
+                                        ends[run.start:run.end])
 
     def _finished(self):
         pass
@@ -1635,25 +1694,32 @@ class TimelineComputeFold(TokenFold):
         self.backwards += later.backwards
 
 
+# Intervals [start, end), as two sequences.
+Intervals = namedtuple("Intervals", "starts ends")
+
+
+def new_intervals():
+    return Intervals(array("Q"), array("Q"))
+
+
 class TimelineIoFold:
-    """Every read's and every wait's interval, in two pairs of arrays (start, end)."""
+    """Every read's and every wait's interval (Intervals of two arrays)."""
 
     def __init__(self):
-        self.reads = (array("Q"), array("Q"))
-        self.waits = (array("Q"), array("Q"))
+        self.reads, self.waits = new_intervals(), new_intervals()
         self.backwards = 0  # rows that end before they start
 
     def feed(self, batch):
         kinds, starts, ends = batch["kind"], batch["start_ns"], batch["end_ns"]
         self.backwards += sum(map(gt, starts, ends))
         if "wait" not in kinds:
-            self.reads[0].extend(starts)
-            self.reads[1].extend(ends)
+            self.reads.starts.extend(starts)
+            self.reads.ends.extend(ends)
             return
         for intervals, wanted in ((self.reads, "read"), (self.waits, "wait")):
             chosen = [kind == wanted for kind in kinds]
-            intervals[0].extend(compress(starts, chosen))
-            intervals[1].extend(compress(ends, chosen))
+            intervals.starts.extend(compress(starts, chosen))
+            intervals.ends.extend(compress(ends, chosen))
 
     def finish(self):
         pass
@@ -1664,12 +1730,12 @@ class TimelineIoFold:
     def merge(self, later):
         self.backwards += later.backwards
         for mine, theirs in ((self.reads, later.reads), (self.waits, later.waits)):
-            mine[0].extend(theirs[0])
-            mine[1].extend(theirs[1])
+            mine.starts.extend(theirs.starts)
+            mine.ends.extend(theirs.ends)
 
 
 def union(starts, ends):
-    """The union of intervals [start, end) as disjoint sorted (starts, ends) lists."""
+    """The union of intervals [start, end) as disjoint sorted Intervals of lists."""
     merged_starts, merged_ends = [], []
     for start, end in sorted(zip(starts, ends)):
         if end <= start:
@@ -1679,7 +1745,7 @@ def union(starts, ends):
         else:
             merged_starts.append(start)
             merged_ends.append(end)
-    return merged_starts, merged_ends
+    return Intervals(merged_starts, merged_ends)
 
 
 def intersection(first, second):
@@ -1696,7 +1762,7 @@ def intersection(first, second):
             i += 1
         else:
             j += 1
-    return starts, ends
+    return Intervals(starts, ends)
 
 
 def covered_ns(intervals, window):
@@ -1757,16 +1823,15 @@ def timeline_report(trace, fold, selection, io_trace=None, io_fold=None):
         span_from, window = decode_span(token)
         windows.append(window)
         row = {"turn": token.turn, "phase": token.phase, "step": token.step,
-               "span_from": span_from,
-               "decode_ms": (window[1] - window[0]) / NS_PER_MS,
-               "graph_ms": (token.graph[1] - token.graph[0]) / NS_PER_MS if token.graph else None,
+               "span_from": span_from, "decode_ms": span_ms(window),
+               "graph_ms": span_ms(token.graph) if token.graph else None,
                "callback_ms": total_ns(union(*zip(*token.callbacks))) / NS_PER_MS
                if token.callbacks else 0.0}
         if reads is not None:
             read_ns = covered_ns(reads, window)
             both_ns = covered_ns(reads_in_waits, window)
             row.update(read_busy_ms=read_ns / NS_PER_MS,
-                       read_share=ratio(read_ns, window[1] - window[0]),
+                       read_share=ratio(read_ns, window.end - window.start),
                        wait_ms=covered_ns(waits, window) / NS_PER_MS,
                        overlap_ms=(read_ns - both_ns) / NS_PER_MS)
         else:
@@ -1781,19 +1846,13 @@ def timeline_report(trace, fold, selection, io_trace=None, io_fold=None):
             "decodes": decodes}
 
 
-def decode_span(token):
-    """(what it came from, (start_ns, end_ns)) of a decode: its BMOE_DECODE row, else its graph
-    nodes, else (a decode of callbacks only) its callbacks."""
-    if token.decode:
-        return "BMOE_DECODE", token.decode
-    if token.graph:
-        return "graph", token.graph
-    return "callbacks", (min(start for start, _ in token.callbacks),
-                         max(end for _, end in token.callbacks))
+def span_ms(span):
+    return (span.end - span.start) / NS_PER_MS
 
 
 def total_ns(intervals):
-    return sum(map(sub, intervals[1], intervals[0]))
+    starts, ends = intervals
+    return sum(map(sub, ends, starts))
 
 
 def outside_decodes(reads, windows):
@@ -1938,18 +1997,19 @@ def io_verdicts(report):
 
 def latency_verdict(report):
     median = report["median_read_bytes"]
-    rates = [(row["mib_per_s"], row) for row in report["by_size"] if row["mib_per_s"]]
-    if median is None or not rates:
+    moving = [row for row in report["by_size"] if row["mib_per_s"]]
+    if median is None or not moving:
         return None
     median_kib = median / 1024
-    if len(rates) < 2:
+    if len(moving) < 2:
+        only, = moving
         return verdict("latency_bound", None,
             f"latency-bound undetermined: every read is in one size class "
-            f"({rates[0][1]['label']}, median {median_kib:.0f} KiB), so there is no other "
+            f"({only['label']}, median {median_kib:.0f} KiB), so there is no other "
             f"size to compare its MiB/s with")
-    best_rate, best = max(rates, key=lambda pair: pair[0])
+    best = max(moving, key=itemgetter("mib_per_s"))
     home = next(row for row in report["by_size"] if row["kib"] == size_bucket(median))
-    fraction = ratio(home["mib_per_s"] or 0, best_rate)
+    fraction = ratio(home["mib_per_s"] or 0, best["mib_per_s"])
     flagged = median_kib < LATENCY_BOUND_KIB and fraction < LATENCY_BOUND_RATE
     return verdict("latency_bound", flagged,
         f"{'LATENCY-BOUND reads' if flagged else 'reads not latency-bound'}: the median "
@@ -2047,6 +2107,8 @@ DIFF_TABLES = {
 }
 DIFF_ROW_KEYS = {"size": "label"}  # a table's row name where the report calls it otherwise
 SAMPLE_FIELDS = {"compute": ("ms", "majflt"), "io": ("mib", "reads")}
+SERIES_FIELD = {"compute": "ms", "io": "mib"}  # the per-token series the SVG overlays
+COMPARES = {("compute",): "compute", ("io",): "io", ("compute", "io"): "report"}
 IDENTITY_KEYS = ("model", "arch")  # a difference here is a warning, not just a change
 
 
@@ -2136,12 +2198,10 @@ def diff_rows(figures, alpha, samples=None):
     """One row per name, in the figures' order: figures {name: [value per input]}, base
     first; samples {name: [list per input]} for the figures that carry a test."""
     rows = []
-    for name, values in figures.items():
-        base = values[0]
-        per_sample = (samples or {}).get(name)
-        changes = [compared(base, new, alpha, per_sample and per_sample[0],
-                            per_sample and per_sample[i + 1])
-                   for i, new in enumerate(values[1:])]
+    for name, (base, *news) in figures.items():
+        base_samples, *new_samples = (samples or {}).get(name) or [None] * (len(news) + 1)
+        changes = [compared(base, new, alpha, base_samples, sampled)
+                   for new, sampled in zip(news, new_samples)]
         rows.append({"name": name, "base": base, "changes": changes})
     return rows
 
@@ -2199,31 +2259,31 @@ def preamble_changes(base, new):
 
 
 def diff_report(views, alpha):
-    """Every NEW against BASE (views[0]), part by part: the JSON of `diff`."""
+    """Every NEW against BASE (the first view), part by part: the JSON of `diff`."""
+    base, *news = views
     parts = [part for part in ("compute", "io") if all(part in v.parts for v in views)]
     warnings = []
     changes = []
-    for view in views[1:]:
+    for view in news:
         found = []  # a key of both traces of a pair is said once
         for part in parts:
-            for change in preamble_changes(views[0].parts[part]["meta"],
-                                           view.parts[part]["meta"]):
+            for change in preamble_changes(base.parts[part]["meta"], view.parts[part]["meta"]):
                 if change not in found:
                     found.append(change)
         changes.append(found)
-        warnings += [f"{view.path}: {c['key']} {c['new']} is not the base's {c['base']}: "
-                     f"different models compare poorly" for c in found
+        warnings += [f"{view.path}: {c['key']} {c['new'] or '(none)'} is not the base's "
+                     f"{c['base'] or '(none)'}: different models compare poorly" for c in found
                      if c["key"] in IDENTITY_KEYS]
     for part in parts:
         warnings += selection_warnings(part, views)
     return {"schema": SCHEMA, "tool_version": TOOL_VERSION, "kind": "diff",
-            "compares": "report" if len(parts) == 2 else parts[0], "alpha": alpha,
+            "compares": COMPARES[tuple(parts)], "alpha": alpha,
             "inputs": [{"path": view.path, "source": view.source, "kind": view.kind,
                         "tokens": {part: view.parts[part]["tokens"] for part in parts}}
                        for view in views],
             "preamble_changes": changes,
-            "per_token": {part: {"field": SAMPLE_FIELDS[part][0], "series": [
-                view.parts[part]["samples"][SAMPLE_FIELDS[part][0]] for view in views]}
+            "per_token": {part: {"field": SERIES_FIELD[part], "series": [
+                view.parts[part]["samples"][SERIES_FIELD[part]] for view in views]}
                 for part in parts},
             "sections": [section for part in parts for section in diff_part(part, views, alpha)],
             "warnings": warnings}
@@ -2232,8 +2292,9 @@ def diff_report(views, alpha):
 def selection_warnings(part, views):
     """Inputs that cover different selections or granularities compare less directly."""
     warnings = []
-    base = views[0].parts[part]
-    for view in views[1:]:
+    first, *news = views
+    base = first.parts[part]
+    for view in news:
         half = view.parts[part]
         if half["selection"] != base["selection"]:
             warnings.append(f"{view.path}: its {part} selection differs from the base's")
@@ -2462,16 +2523,7 @@ def compact_layer_lines(columns, rows, full):
         keep = {id(row) for row in sorted(shown, key=lambda r: -distance[id(r)])
                 [:STANDOUTS_SHOWN]}
         shown = [row for row in shown if id(row) in keep]
-    folded = []
-    for row in shown:
-        same = folded and folded[-1][1] == row["layer"] - 1 and all(
-            cell(col, row) == cell(col, folded[-1][2]) for col in figures)
-        if same:
-            folded[-1][1] = row["layer"]
-        else:
-            folded.append([row["layer"], row["layer"], row])
-    merged = [{**row, "layer": f"{low}-{high}" if high != low else low}
-              for low, high, row in folded]
+    merged = folded_runs(shown, figures)
     lines = wrap_items(f"  {len(rows)} layers, min/median/max:", summary)
     if not merged:
         return lines + ["  no layer stands out (all within "
@@ -2479,6 +2531,30 @@ def compact_layer_lines(columns, rows, full):
     most = f", the {STANDOUTS_SHOWN} furthest of {len(shown) + hidden}" if hidden else ""
     return lines + wrap(f"  layers that stand out (a figure beyond {STANDS_OUT}x of the median"
                         f"{most}; --layers shows all):") + table_lines(columns, merged)
+
+
+class LayerRun:
+    """Consecutive layers low..high whose lines read as `row`'s."""
+
+    __slots__ = ("low", "high", "row")
+
+    def __init__(self, row):
+        self.low = self.high = row["layer"]
+        self.row = row
+
+
+def folded_runs(rows, figures):
+    """Runs of consecutive layers whose figures read the same, one row each (layer `0-46`)."""
+    runs = []
+    for row in rows:
+        last = runs[-1] if runs else None
+        if last and last.high == row["layer"] - 1 and all(
+                cell(col, row) == cell(col, last.row) for col in figures):
+            last.high = row["layer"]
+        else:
+            runs.append(LayerRun(row))
+    return [{**run.row, "layer": f"{run.low}-{run.high}" if run.high != run.low else run.low}
+            for run in runs]
 
 
 def deviation(value, median):
@@ -2539,6 +2615,12 @@ def io_part(report):
     pair = report["pair"]
     return {**report["io"], "by_lane": pair["by_lane"], "demand_vs_spec": pair["demand_vs_spec"],
             "adjacency": pair["adjacency"]}, "per decoded token"
+
+
+def io_of(report):
+    """The io report a section draws (io_part's, without what its figures are per)."""
+    io, _ = io_part(report)
+    return io
 
 
 def all_verdicts(report):
@@ -2725,7 +2807,7 @@ def io_headline_blocks(report, view):
 
 
 def latency_blocks(report, view):
-    io, _ = io_part(report)
+    io = io_of(report)
     hist = io["latency_hist"]
     return [Block("per-read latency (us)", [Grid(LATENCY_TABLE, [io["latency_us"]]),
                                             Grid(histogram_table(hist), hist)])]
@@ -2733,12 +2815,12 @@ def latency_blocks(report, view):
 
 def size_blocks(report, view):
     return [Block("by read size (bucket: largest power of two <= KiB read)",
-                  [Grid(SIZE_TABLE, io_part(report)[0]["by_size"])])]
+                  [Grid(SIZE_TABLE, io_of(report)["by_size"])])]
 
 
 def lane_blocks(report, view):
     return [Block("by lane (a lane busy far less than the others is waiting for work: the drive "
-                  "is not the limit there)", [Grid(LANE_TABLE, io_part(report)[0]["by_lane"])])]
+                  "is not the limit there)", [Grid(LANE_TABLE, io_of(report)["by_lane"])])]
 
 
 def spec_blocks(report, view):
@@ -2772,7 +2854,7 @@ def adjacency_blocks(report, view):
 
 
 def cache_blocks(report, view):
-    what_if = io_part(report)[0]["reuse"]
+    what_if = io_of(report)["reuse"]
     if what_if is None:
         return []
     return [Block(f"re-reads: footprint {what_if['unique_mib']:.1f} MiB of distinct extents, "
@@ -3168,11 +3250,18 @@ ExportToken = namedtuple("ExportToken", "turn phase step index")
 # of tokens, (A, B): the A-th (0-based) to before the B-th of the selection.
 Export = namedtuple("Export", "compute_path io_path reading window")
 Track = namedtuple("Track", "pid tid")  # a process and a thread of the Perfetto UI
-COMPUTE_EXPORT = Columns("compute", COMPUTE_COLUMNS, ints=("wall_ns", "majflt", "start_ns", "end_ns"),
+COMPUTE_EXPORT = Columns("compute", COMPUTE_COLUMNS,
+                         ints=("wall_ns", "majflt", "start_ns", "end_ns"),
                          keys=("turn", "phase", "step", "layer"), strings=("op", "name"))
 IO_EXPORT = Columns("io", IO_COLUMNS, ints=("latency_ns", "start_ns", "end_ns"),
                     keys=("turn", "phase", "step", "layer", "expert", "lane", "spec",
                           "read_bytes"), strings=("kind", "thread_id"))
+
+
+def window_text(window):
+    """(A, B) as the A:B --tokens takes."""
+    first, last = window
+    return f"{first}:{last}"
 
 
 def token_key(token):
@@ -3247,8 +3336,11 @@ def compute_events(token, rows, start_us, v2_origin=None):
                              "majflt": rows["majflt"][i]}, node.category))
         cursor += walls[i] / 1e3
     start, end = start_us, start_us + total_ns / 1e3
-    if v2_origin is not None:
-        start, end = token_span_v2(rows, synthetic, v2_origin)
+    if v2_origin is not None:  # the span as the timeline measures it
+        timed = TimelineToken(token.turn, token.phase, token.step)
+        timed.add(ops, rows["start_ns"], rows["end_ns"])
+        _, span = decode_span(timed)
+        start, end = (span.start - v2_origin) / 1e3, (span.end - v2_origin) / 1e3
         callbacks = Track(COMPUTE_PID, token.turn * 2 + 1)
         events += [event("callback", ((rows["start_ns"][i] - v2_origin) / 1e3, walls[i] / 1e3),
                          callbacks, {}) for i, op in enumerate(ops) if op == "BMOE_CALLBACK"]
@@ -3256,15 +3348,6 @@ def compute_events(token, rows, start_us, v2_origin=None):
                  {"turn": token.turn, "phase": token.phase, "step": token.step,
                   "ms": total_ns / NS_PER_MS, "majflt": sum(rows["majflt"])}, "token")
     return [head] + events, end
-
-
-def token_span_v2(rows, synthetic, origin):
-    """The token's span in µs: its BMOE_DECODE row's, else its graph nodes'."""
-    starts, ends, ops = rows["start_ns"], rows["end_ns"], rows["op"]
-    decode = [i for i, op in enumerate(ops) if op == "BMOE_DECODE"]
-    chosen = decode or [i for i, flag in enumerate(synthetic) if not flag] or range(len(ops))
-    return ((min(starts[i] for i in chosen) - origin) / 1e3,
-            (max(ends[i] for i in chosen) - origin) / 1e3)
 
 
 def io_events(rows, start_us, threads, v2_origin=None):
@@ -3389,10 +3472,10 @@ class PerfettoPieces:
                  if self.origin is not None else
                  "reconstructed from v1 wall_ns and latency_ns: nodes end to end in seq order, "
                  "reads end to end per lane, tokens one after another; gaps are not recorded")
-        first, last = self.export.window
         return {"tool": f"decode-analyze {TOOL_VERSION}", "clock": clock,
                 "reconstructed": self.origin is None, "tokens": self.tokens,
-                "window": f"{first}:{last}", "phase": self.export.reading.selection.phase}
+                "window": window_text(self.export.window),
+                "phase": self.export.reading.selection.phase}
 
 
 def token_groups(export, io_rows, keys):
@@ -3425,7 +3508,8 @@ SVG_WIDTH = 960
 SVG_PANEL = 230  # height of one panel, title and axes included
 SVG_LEFT, SVG_RIGHT, SVG_TOP, SVG_BOTTOM = 64, 16, 34, 34
 SVG_MAX_BARS = 160
-SVG_PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+SVG_LINE = "#4e79a7"  # a panel's one line
+SVG_PALETTE = (SVG_LINE, "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
                "#ff9da7", "#9c755f", "#bab0ac")
 
 
@@ -3540,6 +3624,12 @@ def binned(rows, limit=SVG_MAX_BARS):
     return [(i, rows[i:i + size]) for i in range(0, len(rows), size)], size
 
 
+def mean_of_groups(values):
+    """Each group's mean, binned as the bars are."""
+    groups, _ = binned(values)
+    return [sum(rows) / len(rows) for _, rows in groups]
+
+
 def stacks_of(series, names, groups):
     """Per group, the mean of each named series over its rows; and each group's largest
     total."""
@@ -3551,7 +3641,7 @@ def stacks_of(series, names, groups):
     return stacks, tops
 
 
-def token_axis_panel(index, title, unit, tokens, series, names, note_turns=True):
+def token_axis_panel(index, title, unit, tokens, series, names):
     """Per-token stacked bars (binned past SVG_MAX_BARS) with turn boundaries and the
     warm-up marked."""
     groups, size = binned(tokens)
@@ -3563,7 +3653,7 @@ def token_axis_panel(index, title, unit, tokens, series, names, note_turns=True)
     seen = defaultdict(int)
     for i, token in enumerate(tokens):
         group = i // size
-        if note_turns and i and token["turn"] != tokens[i - 1]["turn"]:
+        if i and token["turn"] != tokens[i - 1]["turn"]:
             x = panel.left + group * width
             panel.marker(x, x + 1, "turn", f"turn {token['turn']}")
         if token["phase"] == DECODE and seen[token["turn"]] == 0:
@@ -3574,7 +3664,8 @@ def token_axis_panel(index, title, unit, tokens, series, names, note_turns=True)
         seen[token["turn"]] += token["phase"] == DECODE
     ends = {0: ("start", 0), len(groups) // 2: ("middle", 0.5), len(groups) - 1: ("end", 1)}
     for label_index, (anchor, offset) in sorted(ends.items()) if groups else ():
-        token = tokens[groups[label_index][0]]
+        first, _ = groups[label_index]
+        token = tokens[first]
         panel.x_label(panel.left + (label_index + offset) * width,
                       f"turn {token['turn']} step {token['step']}", anchor)
     return panel, width, size
@@ -3637,7 +3728,7 @@ def io_panels(report, start, tokens=None):
         curve = report["reuse"]["lru"]
         cache = Panel(start + 2, "extra LRU cache what-if: share of bytes served", "share",
                       1.0, "cache size (MiB)")
-        cache.polyline([row["hit_share"] for row in curve], SVG_PALETTE[0], "hit share")
+        cache.polyline([row["hit_share"] for row in curve], SVG_LINE, "hit share")
         step = cache.width / max(1, len(curve) - 1)
         for i, row in enumerate(curve):
             cache.x_label(cache.left + i * step, f"{row['cache_mib']:.1f}")
@@ -3645,7 +3736,9 @@ def io_panels(report, start, tokens=None):
     return panels
 
 
-DIFF_SIDE_BY_SIDE = {"compute": "ms per token by op", "io": "MiB per token by lane"}
+# The table each part's changes are drawn from, side by side, and its unit.
+DIFF_SIDE_BY_SIDE = {"compute": ("ms per token by op", "ms per token"),
+                     "io": ("MiB per token by lane", "MiB per token")}
 
 
 def diff_panels(report, start):
@@ -3656,8 +3749,7 @@ def diff_panels(report, start):
     inputs = ["base"] + [f"new #{i + 1}" for i in range(len(report["inputs"]) - 1)]
     for part, per_token in report["per_token"].items():
         unit = "ms" if per_token["field"] == "ms" else "MiB"
-        series = [[sum(rows) / len(rows) for _, rows in binned(values)[0]]
-                  for values in per_token["series"]]
+        series = [mean_of_groups(values) for values in per_token["series"]]
         overlay = Panel(start + len(panels), f"{part}: {unit} per token, every input overlaid",
                         unit, max((max(v, default=0) for v in series), default=0),
                         "position in the run (each run spread over the width)")
@@ -3665,17 +3757,16 @@ def diff_panels(report, start):
             overlay.polyline(values, SVG_PALETTE[i % len(SVG_PALETTE)], inputs[i])
         overlay.legend(inputs)
         panels.append(overlay)
-        section = next((s for s in report["sections"] if s["title"] == DIFF_SIDE_BY_SIDE[part]),
-                       None)
+        title, unit = DIFF_SIDE_BY_SIDE[part]
+        section = next((s for s in report["sections"] if s["title"] == title), None)
         if section:
-            panels.append(side_by_side(start + len(panels), section, inputs))
+            panels.append(side_by_side(start + len(panels), section, inputs, unit))
     return panels
 
 
-def side_by_side(index, section, inputs):
+def side_by_side(index, section, inputs, unit):
     rows = section["rows"][:12]
     values = [[row["base"] or 0] + [c["new"] or 0 for c in row["changes"]] for row in rows]
-    unit = section["title"].split(" by ")[0]
     panel = Panel(index, f"{section['title']}: the {len(rows)} largest changes", unit,
                   max((max(v) for v in values), default=0), section["key"])
     width = panel.width / max(1, len(rows))
@@ -3871,10 +3962,9 @@ def analyze_timeline(compute_path, io_path, reading):
     io_trace = io_fold = None
     if io_path is not None:
         io_trace, io_fold = read_io_timeline(io_path, reading)
-        ids = trace.meta.get("trace_id"), io_trace.meta.get("trace_id")
-        if ids[0] != ids[1]:
-            reading.warn(f"trace_id differs: {ids[0]} in {trace.name}, {ids[1]} in "
-                         f"{io_trace.name}: the files may be from two runs")
+        differs = trace_id_warning((trace.name, trace.meta), (io_trace.name, io_trace.meta))
+        if differs:
+            reading.warn(differs)
     if fold.backwards or io_fold is not None and io_fold.backwards:
         reading.warn(f"{fold.backwards + (io_fold.backwards if io_fold else 0)} row(s) end "
                      f"before they start: counted as empty intervals")
@@ -3952,6 +4042,7 @@ def token_window(text):
     return (low, high)
 
 
+DESCRIPTION, _, _ = __doc__.partition("\nMap of this file")  # the help: the docstring's head
 # One argument of a command: add_argument(*flags, **settings).
 Option = namedtuple("Option", "flags settings")
 
@@ -3992,7 +4083,7 @@ PICTURE_OPTIONS = {
         option("--tokens", type=token_window, default=PERFETTO_TOKENS, metavar="A:B",
                help=f"the tokens --perfetto exports: the A-th (0-based) to before the B-th of "
                     f"the selection, decode tokens unless --phase says otherwise (default "
-                    f"{PERFETTO_TOKENS[0]}:{PERFETTO_TOKENS[1]})")),
+                    f"{window_text(PERFETTO_TOKENS)})")),
 }
 # What a command that lacks an option reads in its place: the drawing's view, and no picture.
 ABSENT_OPTIONS = dict(top=View().top, layers=False, svg=None, perfetto=None,
@@ -4140,7 +4231,7 @@ def exit_status_text():
 def build_parser():
     epilog = EPILOG.format(exit_status="\n".join(textwrap.wrap(exit_status_text(), 84)))
     parser = argparse.ArgumentParser(
-        prog="decode-analyze", description=__doc__.split("\nMap of this file")[0], epilog=epilog,
+        prog="decode-analyze", description=DESCRIPTION, epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version",
                         version=f"decode-analyze {TOOL_VERSION} (JSON schema {SCHEMA})")
@@ -4244,8 +4335,8 @@ def write_pictures(args, report, paths, reading):
         traces = dict(paths)
         export = Export(traces.get("compute"), traces.get("io"), reading, args.tokens)
         if not export_perfetto(args.perfetto, export):
-            reading.warn(f"{args.perfetto}: no token in --tokens {args.tokens[0]}:"
-                         f"{args.tokens[1]} of the selection: the timeline is empty")
+            reading.warn(f"{args.perfetto}: no token in --tokens {window_text(args.tokens)} "
+                         f"of the selection: the timeline is empty")
     if args.svg:
         write_atomically(args.svg, svg_of(report))
 

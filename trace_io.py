@@ -147,8 +147,9 @@ def _bulk_integers(texts, last_column):
 # ── what is read, and how ────────────────────────────────────────────────────────────────────
 # What a fold reads of a trace: the kind it must be, the columns it requires, and how
 # Trace.batches() hands them out: `ints` as ints, `keys` (integer columns of few distinct
-# values) checked but kept as text, `strings` as text; drop=(column, values) leaves out the rows
-# whose column holds one of the values.
+# values) checked but kept as text, `strings` as text; drop=Drop(column, values) leaves out
+# the rows whose column holds one of the values.
+Drop = namedtuple("Drop", "column values")
 Columns = namedtuple("Columns", "kind required ints keys strings drop",
                      defaults=((), (), (), None))
 # How a command reads its traces, one record from the command line down to every fold: which
@@ -426,8 +427,7 @@ class Trace:
             if line.startswith("#"):
                 words, meta = parse_preamble_line(line[1:])
                 if words and self.kind_word is None:
-                    self.kind_word = words[0]
-                    self.version = words[1] if len(words) > 1 else None
+                    self.kind_word, self.version = (words + [None])[:2]
                 self.meta.update(meta)
                 continue
             if not line.strip():
@@ -520,7 +520,7 @@ class Trace:
 
         `ints` come back as ints. `keys` are integer columns of few distinct values (turn,
         layer, lane...), checked like `ints` but kept as text, for the caller to group by and
-        convert once per distinct value. `strings` are text. `drop=(column, values)` leaves out
+        convert once per distinct value. `strings` are text. `drop` (a Drop) leaves out
         rows whose column is in values (the v2 synthetic rows); columns the trace does not
         have are not read. A bad row raises TraceError, or with skip_bad_rows is counted and
         left out before any row around it is seen.
@@ -534,11 +534,11 @@ class Trace:
         # v1 writers have no synthetic rows: checking for them would cost a pass per batch.
         if self.version == "v1":
             drop = None
-        self._drop_by = drop if drop and drop[0] in index else None
+        self._drop_by = drop if drop and drop.column in index else None
         wanted = [c for c in (*ints, *TOKEN_COLUMNS, *keys, *strings) if c in index]
         wanted = list(dict.fromkeys(wanted))
-        if self._drop_by and self._drop_by[0] not in wanted:
-            wanted.append(self._drop_by[0])
+        if self._drop_by and self._drop_by.column not in wanted:
+            wanted.append(self._drop_by.column)
         self._shape = (index, wanted, set(ints), set(ints) | set(keys) | set(TOKEN_COLUMNS))
         # Token columns are checked once per run of rows (_token_runs); the rest per batch.
         self._valid_keys = {column: set() for column in keys if column not in TOKEN_COLUMNS}
@@ -902,7 +902,8 @@ def _merge_part(trace, fold, outcome, part, refold):
     if status == "ok":
         later, skipped, first_skipped, said = payload
     else:
-        warn(f"{trace.name}: the process reading bytes {part[0]}- of the file died; that part "
+        start, _ = part
+        warn(f"{trace.name}: the process reading bytes {start}- of the file died; that part "
              f"was read again here")
         later, skipped, first_skipped, said = refold(part)
     for message in said:

@@ -93,8 +93,8 @@ class Selection:
 
     def as_dict(self):
         low, high = self.steps
-        return {"phase": self.phase or "default", "turns": sorted(self.turns or []),
-                "steps": [low, high], "skip": self.skip}
+        return SELECTION(phase=self.phase or "default", turns=sorted(self.turns or []),
+                         steps=[low, high], skip=self.skip)
 
 
 def describe_selection(selection):
@@ -359,9 +359,8 @@ def taken_from_the_end(values):
 def percentile_summary(values):
     """{p50, p90, p99, max} of a list of numbers; None each when there are none."""
     ordered = SortedParts([sorted(values)])
-    summary = {name: ordered.percentile(name) for name in ("p50", "p90", "p99")}
-    summary["max"] = ordered.maximum()
-    return summary
+    return TOKEN_SPREAD(p50=ordered.percentile("p50"), p90=ordered.percentile("p90"),
+                        p99=ordered.percentile("p99"), max=ordered.maximum())
 
 
 def weighted_percentile(counts, name):
@@ -464,6 +463,332 @@ def add_sums(sums, more):
 
 def scaled(value, scale):
     return None if value is None else value / scale
+
+
+# ── the JSON reports: every record, declared once ───────────────────────────────────────────
+# Each object a report holds is a Record: its fields in order, each with what it holds. The
+# report functions build every object through its Record, which refuses a field that is
+# missing or not declared; `--format json` writes them as they are (json_text); the README's
+# JSON reference is drawn from these declarations (json_reference), and a test walks real
+# reports against them. A field's shape, when it holds more than a value, is another Record,
+# ListOf(Record) or MapOf(Record): an object whose keys are data (ops, lanes, figures).
+ListOf = namedtuple("ListOf", "record")
+MapOf = namedtuple("MapOf", "record")
+Field = namedtuple("Field", "name doc shape")
+
+
+class Record:
+    """One kind of JSON object. Calling it with every field as a keyword builds the object (a
+    dict, in the declared order). `later` fields may be left out, to be added after the object
+    is built: the verdicts, judged from the finished report, and a written report's warnings."""
+
+    def __init__(self, name, where, fields, later=()):
+        self.name, self.where, self.later = name, where, later
+        self.fields = [Field(*field) if len(field) == 3 else Field(*field, None)
+                       for field in fields]
+        self.names = [field.name for field in self.fields]
+        self._built = [name for name in self.names if name not in later]
+
+    def __call__(self, **values):
+        given = list(values)
+        if given != self._built and sorted(set(given) - set(self.later)) != sorted(self._built):
+            raise AssertionError(f"{self.name}: fields {sorted(given)} are not "
+                                 f"{sorted(self._built)}")
+        return {name: values[name] for name in self.names if name in values}
+
+    def __repr__(self):
+        return f"Record({self.name})"
+
+
+VALUE = None  # a field that holds a number, a string, a list of them, or null
+SELECTION = Record("selection", "which tokens a report covers", (
+    ("phase", "`decode`, `prefill`, `all`, or `default` (decode, or all when there is none)"),
+    ("turns", "the turns chosen by --turn (empty: every turn)"),
+    ("steps", "[A, B] of --steps, null for an open side"),
+    ("skip", "tokens dropped at the start of each turn (--skip)")))
+VERDICT = Record("verdict", "one line of the verdicts", (
+    ("id", "which verdict (the README's verdicts table)"),
+    ("flagged", "true (said in capitals), false, or null: undetermined"),
+    ("text", "the line, with the figures it rests on")))
+TOKEN_SPREAD = Record("token spread", "percentiles of a per-token figure", (
+    ("p50", "median"), ("p90", "90th percentile"), ("p99", "99th percentile"),
+    ("max", "largest")))
+RANGE = Record("range", "a figure a v1 trace bounds but cannot measure", (
+    ("min", "the lower bound"), ("max", "the upper bound")))
+# A report's verdicts are judged from it once it is built; a command's report ends with the
+# warnings the run said on stderr (a pair's halves have none of their own).
+WARNINGS = ("warnings", "every warning the run said on stderr (a command's report only)")
+LATER = ("verdicts", "warnings")
+REPORT_HEAD = (
+    ("schema", f"the JSON schema, {SCHEMA} (2 lacked the `*_by_token` samples)"),
+    ("tool_version", "the decode-analyze that wrote it"),
+    ("kind", "`compute`, `io`, `report`, `timeline` or `diff`"))
+TRACE_HEAD = (
+    ("path", "the trace as given (`<stdin>` for `-`)"),
+    ("meta", "every preamble key=value of the trace", MapOf(VALUE)),
+    ("version", "the trace's format version (`v1`, `v2`)"),
+    ("phase", "the rows used: `decode`, `prefill` or `all`"),
+    ("selection", "what was asked for", SELECTION))
+
+OP_ROW = Record("op row", "compute `by_op`", (
+    ("op", "the ggml op"), ("count", "its nodes in the selection"),
+    ("ms_per_token", "its wall_ns / tokens / 10^6"), ("share", "its share of all wall_ns"),
+    ("majflt_per_token", "its major faults / tokens"), ("nodes_per_token", "its nodes / tokens"),
+    ("avg_us", "one node's mean wall time"), ("p50_us", "one node's median wall time"),
+    ("p99_us", "one node's p99 wall time"), ("max_us", "one node's longest wall time")))
+FAULT_ROW = Record("fault row", "compute `faults.by_op`", (
+    ("op", "the ggml op"), ("majflt_per_token", "faults of its faulting nodes / tokens"),
+    ("ms_per_token", "wall_ns of its faulting nodes / tokens / 10^6"),
+    ("share", "that wall time's share of all wall_ns")))
+FAULTS = Record("faults", "compute `faults`", (
+    ("majflt_per_token", "major faults / tokens"),
+    ("ms_per_token", "wall_ns of every node that faulted / tokens / 10^6"),
+    ("share", "that wall time's share of all wall_ns"),
+    ("by_op", "per op, most faults first", ListOf(FAULT_ROW))))
+GROUP_FIGURES = (("ms_per_token", "its wall_ns / tokens"),
+                 ("majflt_per_token", "its major faults / tokens"),
+                 ("share", "its share of all wall_ns"))
+LAYER_ROW = Record("layer row", "compute `by_layer` (inferred layers), `by_layer_column` (as "
+                                "written)",
+                   (("layer", "the layer (-1: outside every layer)"), *GROUP_FIGURES))
+SEGMENT_ROW = Record("segment row", "compute `segments` (layer granularity; `[]` for a node "
+                                    "trace)", (("name", "`pre`, `blk.N` or `post`"), *GROUP_FIGURES))
+CATEGORY_ROW = Record("category row", "compute `by_category` (`[]` for a layer trace)", (
+    ("category", "the node category (the README's categories)"),
+    ("ms_per_token", "its wall_ns / tokens"), ("share", "its share of all wall_ns"),
+    ("majflt_per_token", "its major faults / tokens"), ("nodes_per_token", "its nodes / tokens")))
+UNCLASSIFIED_ROW = Record("unclassified row", "compute `unclassified`", (
+    ("name", "a base name that landed in `other`"), ("ms_per_token", "its wall_ns / tokens")))
+COMPUTE_TOKEN = Record("compute token", "compute `slowest`, `per_token`", (
+    ("turn", "session turn"), ("phase", "1 decode, 0 prefill"), ("step", "the token's step"),
+    ("ms", "its summed wall_ns / 10^6"), ("majflt", "its major faults")))
+DECODES = Record("decodes", "compute `decodes`", (
+    ("decodes", "decode tokens selected"),
+    ("positions", "generated positions they cover (next step - step; a turn's last: 1)"),
+    ("speculative", "whether any decode covers more than one position"),
+    ("ms_per_decode", "decode wall time / decodes"),
+    ("ms_per_position", "decode wall time / positions")))
+PREFILL_BATCHES = Record("prefill", "compute `prefill`", (
+    ("batches", "prefill batches selected"), ("prompt_tokens", "step + 1 summed over them"),
+    ("ms_per_batch", "their wall time / batches"),
+    ("ms_per_prompt_token", "their wall time / prompt tokens")))
+WARMUP = Record("warmup", "compute `warmup`", (
+    ("tokens", "how many first decode tokens of a turn count as warm-up"),
+    ("first_mean", "their mean ms"), ("rest_mean", "the other decode tokens' mean ms"),
+    ("ratio", "first_mean / rest_mean")))
+COMPUTE_REPORT = Record("compute report", "`compute`; a pair's `compute`", (
+    *REPORT_HEAD, *TRACE_HEAD,
+    ("tokens", "distinct (turn, phase, step) selected"),
+    ("granularity", "`layer` when every selected row is a LAYER row, else `node`"),
+    ("rows", "selected rows"), ("nodes_per_token", "rows / tokens"),
+    ("ms_per_token", "sum of wall_ns / tokens / 10^6: the decode's wall time, waits included"),
+    ("majflt_per_token", "sum of majflt / tokens"),
+    ("by_op", "every op, slowest first", ListOf(OP_ROW)),
+    ("faults", "the nodes that took major faults", FAULTS),
+    ("by_layer", "per inferred layer", ListOf(LAYER_ROW)),
+    ("by_layer_column", "per layer as the trace wrote it", ListOf(LAYER_ROW)),
+    ("reattributed_ms_per_token", "wall_ns of layer -1 nodes counted in a layer / tokens"),
+    ("segments", "per segment, in layer order", ListOf(SEGMENT_ROW)),
+    ("by_category", "per node category, slowest first", ListOf(CATEGORY_ROW)),
+    ("unclassified", "base names in `other`, slowest first", ListOf(UNCLASSIFIED_ROW)),
+    ("token_ms", "each token's ms", TOKEN_SPREAD),
+    ("slowest", "the five slowest tokens", ListOf(COMPUTE_TOKEN)),
+    ("per_token", "every token, in trace order", ListOf(COMPUTE_TOKEN)),
+    ("decodes", "decodes and the positions they generate", DECODES),
+    ("prefill", "prefill batches and their prompt tokens", PREFILL_BATCHES),
+    ("warmup", "the first decode tokens of each turn against the rest", WARMUP),
+    ("op_us_by_token", "{op: each token's wall time in it, whole µs, in per_token's order}: "
+                       "the samples diff tests an op with", MapOf(VALUE)),
+    ("category_us_by_token", "the same per node category (`{}` for a layer trace): what the "
+                             "SVG stacks", MapOf(VALUE)),
+    ("verdicts", "the compute verdicts", ListOf(VERDICT)), WARNINGS), later=LATER)
+
+LATENCY = Record("latency", "io `latency_us`", (
+    ("min", "shortest read (µs)"), ("mean", "mean read"), ("p50", "median read"),
+    ("p90", "90th percentile"), ("p99", "99th percentile"), ("p999", "99.9th percentile"),
+    ("max", "longest read")))
+HISTOGRAM_ROW = Record("histogram row", "io `latency_hist` (non-empty buckets, in order)", (
+    ("lo_us", "the bucket's lower bound, µs"), ("hi_us", "its upper bound (excluded)"),
+    ("count", "reads in it")))
+SIZE_ROW = Record("size row", "io `by_size`", (
+    ("kib", "the bucket: the largest power of two <= KiB read (0 under 1 KiB)"),
+    ("label", "its range, e.g. `64-127 KiB`"), ("reads", "reads in it"),
+    ("mib", "MiB they read"), ("mib_per_s", "those MiB over their summed latency"),
+    ("us_per_read", "their mean latency, µs")))
+LANE_ROW = Record("lane row", "io `by_lane`; a pair's `by_lane` (per decoded token)", (
+    ("lane", "the read lane"), ("reads_per_token", "its reads / tokens"),
+    ("mib_per_token", "its MiB / tokens"), ("busy_ms_per_token", "its summed latency / tokens"),
+    ("mib_per_s", "its MiB over its summed latency")))
+SPEC = Record("spec", "io `spec`", (
+    ("reads", "speculative reads (spec = 1)"), ("mib_per_token", "their MiB / tokens"),
+    ("share_of_bytes", "their share of all bytes read")))
+KIND_ROW = Record("read kind row", "io `demand_vs_spec`; a pair's (per decoded token)", (
+    ("kind", "`demand` or `speculative`"), ("reads", "its reads"),
+    ("mib_per_token", "its MiB / tokens"), ("share_of_bytes", "its share of bytes read"),
+    ("p50_us", "its median latency"), ("p99_us", "its p99 latency")))
+IO_LAYER_ROW = Record("io layer row", "io `by_layer`", (
+    ("layer", "the layer"), ("reads_per_token", "its reads / tokens"),
+    ("mib_per_token", "its MiB / tokens"), ("mean_latency_us", "its mean read latency")))
+EXPERT_ROW = Record("expert row", "io `hot_experts` (the ten with the most bytes)", (
+    ("layer", "the layer"), ("expert", "the expert"), ("reads", "its reads"),
+    ("mib", "the MiB read of it")))
+ADJACENCY = Record("adjacency", "io `adjacency`; a pair's (per decoded token)", (
+    ("reads_per_token", "reads / tokens"),
+    ("runs_per_token", "contiguous runs of requested extents / tokens (null without "
+                       "--adjacent)"),
+    ("coalesce_factor", "reads / runs: how many times fewer requests perfect merging would "
+                        "issue (null without --adjacent)")))
+LRU_POINT = Record("LRU point", "io `reuse.lru`", (
+    ("fraction", "the cache's size as a fraction of the footprint"),
+    ("cache_mib", "the cache's size, MiB"),
+    ("hit_share", "the share of all bytes read it would have served")))
+REUSE = Record("reuse", "io `reuse` (null without --cache)", (
+    ("unique_mib", "MiB of distinct extents: the footprint"),
+    ("reread_mib", "MiB read again"), ("lru", "the LRU what-if", ListOf(LRU_POINT))))
+IO_TOKEN = Record("io token", "io `heaviest`, `per_token`", (
+    ("turn", "session turn"), ("phase", "1 decode, 0 prefill"), ("step", "the token's step"),
+    ("mib", "MiB it read"), ("reads", "its reads")))
+IO_REPORT = Record("io report", "`io`; a pair's `io` (its own per-read-token figures)", (
+    *REPORT_HEAD, *TRACE_HEAD,
+    ("tokens", "read-tokens: distinct (turn, phase, step) among the selected reads"),
+    ("reads", "selected reads"), ("read_bytes", "bytes they read"),
+    ("req_bytes", "bytes they asked for"), ("reads_per_token", "reads / tokens"),
+    ("mib_per_token", "MiB / tokens"),
+    ("lanes", "`io_threads` of the preamble, or the lanes seen"),
+    ("io_wall_ms_per_token", "a token's I/O wall time: [lane-busy / lanes, lane-busy]", RANGE),
+    ("throughput_mib_per_s", "MiB per token over each bound of it", RANGE),
+    ("busy_ms_per_token", "summed latency / tokens: lanes busy, summed over lanes"),
+    ("busy_mib_per_s", "MiB over summed latency: one lane's rate"),
+    ("waste_pct", "(read_bytes - req_bytes) / read_bytes x 100"),
+    ("waste_mib_per_token", "(read_bytes - req_bytes) / 2^20 / tokens"),
+    ("median_read_bytes", "the median read's read_bytes"),
+    ("latency_us", "per-read latency", LATENCY),
+    ("latency_hist", "reads per log2 bucket of µs", ListOf(HISTOGRAM_ROW)),
+    ("by_size", "per read-size bucket", ListOf(SIZE_ROW)),
+    ("by_lane", "per lane (every lane of io_threads)", ListOf(LANE_ROW)),
+    ("spec", "the speculative reads", SPEC),
+    ("demand_vs_spec", "demand and speculative reads", ListOf(KIND_ROW)),
+    ("by_layer", "per layer", ListOf(IO_LAYER_ROW)),
+    ("hot_experts", "the (layer, expert) pairs read most", ListOf(EXPERT_ROW)),
+    ("adjacency", "the coalescing ceiling", ADJACENCY),
+    ("reuse", "re-reads and the cache what-if", REUSE),
+    ("token_mib", "each token's MiB", TOKEN_SPREAD),
+    ("token_reads", "each token's reads", TOKEN_SPREAD),
+    ("heaviest", "the five tokens that read most", ListOf(IO_TOKEN)),
+    ("per_token", "every read-token, in trace order", ListOf(IO_TOKEN)),
+    ("lane_bytes_by_token", "{lane: bytes each token read on it, in per_token's order} (with "
+                            "--svg, which draws it; null otherwise)", MapOf(VALUE)),
+    ("verdicts", "the io verdicts", ListOf(VERDICT)), WARNINGS), later=LATER)
+
+READ_GROUP = Record("read group", "a pair's `read_split.read`, `read_split.no_read`", (
+    ("tokens", "decoded tokens that read (that read nothing)"),
+    ("ms_per_token", "their mean compute ms")))
+READ_SPLIT = Record("read split", "a pair's `read_split`", (
+    ("read", "the tokens that read", READ_GROUP),
+    ("no_read", "the tokens that read nothing", READ_GROUP)))
+PAIR_LAYER_ROW = Record("pair layer row", "a pair's `by_layer`", (
+    ("layer", "the layer (compute: inferred)"), ("compute_ms_per_token", "its compute ms"),
+    ("majflt_per_token", "its major faults"), ("reads_per_token", "its reads per decoded token"),
+    ("mib_per_token", "its MiB per decoded token")))
+PAIR = Record("pair", "report `pair`: per decoded token", (
+    ("tokens", "decoded tokens (the compute trace's)"),
+    ("tokens_without_reads", "of them, those with no read"),
+    ("compute_ms_per_token", "the compute trace's ms per token"),
+    ("faulting_ms_per_token", "of it, the faulting nodes'"),
+    ("experts_ms_per_token", "of it, the `experts` category's (null for a layer trace)"),
+    ("router_ms_per_token", "of it, the `router` category's (null for a layer trace)"),
+    ("io_reads_per_token", "reads / decoded tokens"), ("io_mib_per_token", "MiB / decoded tokens"),
+    ("io_wall_ms_per_token", "the I/O wall time's bounds per decoded token", RANGE),
+    ("throughput_mib_per_s", "MiB per decoded token over each bound", RANGE),
+    ("io_busy_ms_per_token", "summed latency / decoded tokens"),
+    ("waste_mib_per_token", "alignment waste / decoded tokens"),
+    ("by_lane", "per lane, per decoded token", ListOf(LANE_ROW)),
+    ("demand_vs_spec", "per read kind, per decoded token", ListOf(KIND_ROW)),
+    ("adjacency", "per decoded token", ADJACENCY),
+    ("read_split", "compute of the tokens that read and of those that did not", READ_SPLIT),
+    ("by_layer", "compute and reads side by side", ListOf(PAIR_LAYER_ROW)),
+    ("warnings", "what makes the two files a doubtful pair"),
+    ("verdicts", "the pair's own verdicts", ListOf(VERDICT))), later=("verdicts",))
+PAIR_REPORT = Record("pair report", "`report`", (
+    *REPORT_HEAD, ("compute", "the compute report", COMPUTE_REPORT),
+    ("io", "the io report", IO_REPORT), ("pair", "what only the pair can tell", PAIR),
+    WARNINGS), later=LATER)
+
+TIMELINE_STATS = Record("timeline figure", "timeline `summary.<figure>` (null when no decode "
+                                           "has it)", (
+    ("p50", "median over the decodes"), ("p99", "99th percentile"),
+    ("total", "sum over the decodes (read_share: all read busy / all decode time)")))
+OUTSIDE = Record("outside decodes", "timeline `outside_decodes` (null without an io trace)", (
+    ("read_busy_ms", "read busy time outside every selected decode's span"),))
+TIMELINE_DECODE = Record("timeline decode", "timeline `decodes`", (
+    ("turn", "session turn"), ("phase", "1 decode, 0 prefill"), ("step", "the decode's step"),
+    ("span_from", "`BMOE_DECODE`, `graph` or `callbacks`: what its span is"),
+    ("decode_ms", "its span"), ("graph_ms", "its graph nodes' span"),
+    ("callback_ms", "the union of its callbacks"),
+    ("read_busy_ms", "the union of reads inside its span (null without io)"),
+    ("read_share", "read_busy_ms / decode_ms"), ("wait_ms", "the union of waits inside it"),
+    ("overlap_ms", "read time inside it while compute was not waiting")))
+TIMELINE_REPORT = Record("timeline report", "`timeline`", (
+    *REPORT_HEAD, ("paths", "the compute trace, and the io trace when given"),
+    ("meta", "both preambles (the compute trace's keys win)", MapOf(VALUE)),
+    ("phase", "the rows used"), ("selection", "what was asked for", SELECTION),
+    ("decodes_count", "decodes selected"),
+    ("summary", "{figure: p50, p99, total}", MapOf(TIMELINE_STATS)),
+    ("outside_decodes", "read time between decodes", OUTSIDE),
+    ("decodes", "every decode", ListOf(TIMELINE_DECODE)), WARNINGS), later=LATER)
+
+DIFF_INPUT = Record("diff input", "diff `inputs`", (
+    ("path", "the input as given"), ("source", "`trace` or `saved report`"),
+    ("kind", "`compute`, `io` or `report`"),
+    ("tokens", "{part: its tokens}", MapOf(VALUE))))
+PREAMBLE_CHANGE = Record("preamble change", "diff `preamble_changes` (a list per NEW)", (
+    ("key", "the preamble key"), ("base", "its value in BASE (null: absent)"),
+    ("new", "its value in the NEW (null: absent)")))
+SERIES = Record("series", "diff `per_token.<part>`", (
+    ("field", "`ms` or `mib`"), ("series", "each input's per-token values (what the SVG "
+                                           "overlays)")))
+CHANGE = Record("change", "diff `sections[].rows[].changes` (one per NEW)", (
+    ("new", "the NEW's figure"), ("delta", "new - base"), ("ratio", "new / base"),
+    ("p", "two-sided Mann-Whitney U p-value (null: no samples to test)"),
+    ("significant", "p < alpha (null without a test)"),
+    ("status", "`both`, `added`, `removed` or `n/a`")))
+DIFF_ROW = Record("diff row", "diff `sections[].rows`", (
+    ("name", "the figure, or the table's row name"), ("base", "BASE's figure"),
+    ("changes", "against each NEW", ListOf(CHANGE))))
+DIFF_SECTION = Record("diff section", "diff `sections`", (
+    ("part", "`compute` or `io`"), ("title", "the headline, or a table's figure"),
+    ("key", "what a row names"), ("rows", "largest change first", ListOf(DIFF_ROW))))
+DIFF_REPORT = Record("diff report", "`diff`", (
+    *REPORT_HEAD, ("compares", "`compute`, `io` or `report`"),
+    ("alpha", "the significance level"), ("inputs", "BASE, then each NEW", ListOf(DIFF_INPUT)),
+    ("preamble_changes", "the keys that differ, one list per NEW", ListOf(PREAMBLE_CHANGE)),
+    ("per_token", "{part: each input's per-token series}", MapOf(SERIES)),
+    ("sections", "the headline and every table", ListOf(DIFF_SECTION)), WARNINGS))
+# What a command writes: its report, the last field the warnings it said on stderr.
+REPORTS = {"compute": COMPUTE_REPORT, "io": IO_REPORT, "report": PAIR_REPORT,
+           "timeline": TIMELINE_REPORT, "diff": DIFF_REPORT}
+
+
+def json_reference():
+    """The README's JSON reference, drawn from the Records: one table per kind of object,
+    reports first."""
+    lines, seen, queue = [], set(), list(REPORTS.values())
+    while queue:
+        record = queue.pop(0)
+        if id(record) in seen:
+            continue
+        seen.add(id(record))
+        fields = record.fields
+        lines += ["", f"**{record.name}** ({record.where})", "", "| key | holds |", "|---|---|"]
+        for field in fields:
+            inner = getattr(field.shape, "record", field.shape)
+            shape = "" if inner is None else (
+                f" [{inner.name}]" if isinstance(field.shape, ListOf) else
+                f" {{key: {inner.name}}}" if isinstance(field.shape, MapOf) else f" ({inner.name})")
+            lines.append(f"| `{field.name}` | {field.doc}{shape} |")
+            if inner is not None:
+                queue.append(inner)
+    return "\n".join(lines[1:]) + "\n"
 
 
 # ── compute: node classification (../shared/spec/node-names.md) ─────────────────────────────
@@ -853,37 +1178,34 @@ def op_rows(table, op_walls, per):
     for op, sums in by_slowest(table):
         walls = sum((phase_walls.get(op, SortedParts()) for phase_walls in op_walls),
                     SortedParts())
-        rows.append({"op": op, "count": sums.nodes, "ms_per_token": per.ms(sums.wall_ns),
-                     "share": per.share(sums.wall_ns),
-                     "majflt_per_token": per.count(sums.majflt),
-                     "nodes_per_token": per.count(sums.nodes),
-                     "avg_us": sums.wall_ns / sums.nodes / 1e3,
-                     "p50_us": walls.percentile("p50") / 1e3,
-                     "p99_us": walls.percentile("p99") / 1e3, "max_us": walls.maximum() / 1e3})
+        rows.append(OP_ROW(op=op, count=sums.nodes, ms_per_token=per.ms(sums.wall_ns),
+                           share=per.share(sums.wall_ns), majflt_per_token=per.count(sums.majflt),
+                           nodes_per_token=per.count(sums.nodes),
+                           avg_us=sums.wall_ns / sums.nodes / 1e3,
+                           p50_us=walls.percentile("p50") / 1e3,
+                           p99_us=walls.percentile("p99") / 1e3, max_us=walls.maximum() / 1e3))
     return rows
 
 
 def fault_summary(table, total_majflt, per):
     faulting_ns = sum(sums.wall_ns for sums in table.values())
     ordered = ordered_by(table, lambda op, sums: (-sums.majflt, -sums.wall_ns, op))
-    return {"majflt_per_token": per.count(total_majflt), "ms_per_token": per.ms(faulting_ns),
-            "share": per.share(faulting_ns),
-            "by_op": [{"op": op, "majflt_per_token": per.count(sums.majflt),
-                       "ms_per_token": per.ms(sums.wall_ns), "share": per.share(sums.wall_ns)}
-                      for op, sums in ordered]}
+    return FAULTS(majflt_per_token=per.count(total_majflt), ms_per_token=per.ms(faulting_ns),
+                  share=per.share(faulting_ns),
+                  by_op=[FAULT_ROW(op=op, majflt_per_token=per.count(sums.majflt),
+                                   ms_per_token=per.ms(sums.wall_ns),
+                                   share=per.share(sums.wall_ns)) for op, sums in ordered])
 
 
-def group_rows(name_key, ordered, per, nodes=False):
-    """Rows of {name_key, ms_per_token, majflt_per_token, share} (and nodes_per_token)."""
+def group_rows(record, name_key, ordered, per):
+    """A `record` row (layer, segment or category) for each (name, NodeSums) of `ordered`."""
     rows = []
     for name, sums in ordered:
-        row = {name_key: name, "ms_per_token": per.ms(sums.wall_ns)}
-        if nodes:
-            row.update(share=per.share(sums.wall_ns), majflt_per_token=per.count(sums.majflt),
-                       nodes_per_token=per.count(sums.nodes))
-        else:
-            row.update(majflt_per_token=per.count(sums.majflt), share=per.share(sums.wall_ns))
-        rows.append(row)
+        figures = {name_key: name, "ms_per_token": per.ms(sums.wall_ns),
+                   "share": per.share(sums.wall_ns), "majflt_per_token": per.count(sums.majflt)}
+        if record is CATEGORY_ROW:
+            figures["nodes_per_token"] = per.count(sums.nodes)
+        rows.append(record(**figures))
     return rows
 
 
@@ -903,29 +1225,27 @@ def compute_report(trace, fold, selection):
                                                         for node in part.sums)))
     granularity = "layer" if ops == {"LAYER"} else "node"
     segments = ordered_by(tables["segment"], lambda name, sums: segment_order(name))
-    return {
-        "schema": SCHEMA, "tool_version": TOOL_VERSION, "kind": "compute", "path": trace.name,
-        "meta": trace.meta,
-        "version": trace.version, "phase": label, "selection": selection.as_dict(),
-        "tokens": len(tokens), "granularity": granularity, "rows": rows,
-        "nodes_per_token": per.count(rows), "ms_per_token": per.ms(total_ns),
-        "majflt_per_token": per.count(total_majflt),
-        "by_op": op_rows(tables["op"], [fold.op_walls.get(p, {}) for p in phases], per),
-        "faults": fault_summary(tables["fault"], total_majflt, per),
-        "by_layer": group_rows("layer", sorted(tables["layer"].items()), per),
-        "by_layer_column": group_rows("layer", sorted(tables["layer_column"].items()), per),
-        "reattributed_ms_per_token": per.ms(reattributed),
-        "segments": [] if granularity == "node" else group_rows("name", segments, per),
-        "by_category": [] if granularity == "layer" else
-        group_rows("category", by_slowest(tables["category"]), per, nodes=True),
-        "unclassified": [{"name": name, "ms_per_token": per.ms(wall_ns)}
-                         for name, wall_ns in ordered_by(unclassified,
-                                                         lambda name, ns: (-ns, name))],
+    return COMPUTE_REPORT(
+        schema=SCHEMA, tool_version=TOOL_VERSION, kind="compute", path=trace.name,
+        meta=trace.meta, version=trace.version, phase=label, selection=selection.as_dict(),
+        tokens=len(tokens), granularity=granularity, rows=rows,
+        nodes_per_token=per.count(rows), ms_per_token=per.ms(total_ns),
+        majflt_per_token=per.count(total_majflt),
+        by_op=op_rows(tables["op"], [fold.op_walls.get(p, {}) for p in phases], per),
+        faults=fault_summary(tables["fault"], total_majflt, per),
+        by_layer=group_rows(LAYER_ROW, "layer", sorted(tables["layer"].items()), per),
+        by_layer_column=group_rows(LAYER_ROW, "layer", sorted(tables["layer_column"].items()),
+                                   per),
+        reattributed_ms_per_token=per.ms(reattributed),
+        segments=[] if granularity == "node" else group_rows(SEGMENT_ROW, "name", segments, per),
+        by_category=[] if granularity == "layer" else
+        group_rows(CATEGORY_ROW, "category", by_slowest(tables["category"]), per),
+        unclassified=[UNCLASSIFIED_ROW(name=name, ms_per_token=per.ms(wall_ns))
+                      for name, wall_ns in ordered_by(unclassified, lambda name, ns: (-ns, name))],
         **token_views(tokens, fold.book),
-        "op_us_by_token": us_by_token(tokens, "op_ns", sorted(tables["op"])),
-        "category_us_by_token": {} if granularity == "layer" else
-        us_by_token(tokens, "category_ns", sorted(tables["category"])),
-    }
+        op_us_by_token=us_by_token(tokens, "op_ns", sorted(tables["op"])),
+        category_us_by_token={} if granularity == "layer" else
+        us_by_token(tokens, "category_ns", sorted(tables["category"])))
 
 
 def us_by_token(tokens, field, groups):
@@ -946,7 +1266,7 @@ def token_views(tokens, book):
         "slowest": [compute_token_dict(token)
                     for token in sorted(tokens, key=lambda t: -t.wall_ns)[:SLOWEST]],
         "per_token": [compute_token_dict(token) for token in tokens],
-        "decodes": decode_positions(tokens, book, ms, "ms"),
+        "decodes": decode_positions(tokens, book, ms),
         "prefill": prefill_batches(tokens, ms),
         "warmup": warmup(tokens, ms),
     }
@@ -958,13 +1278,14 @@ def prefill_batches(tokens, value):
     batches = [token for token in tokens if token.phase == PREFILL]
     prompt = sum(token.step + 1 for token in batches)
     total = sum(value(token) for token in batches)
-    return {"batches": len(batches), "prompt_tokens": prompt,
-            "ms_per_batch": ratio(total, len(batches)), "ms_per_prompt_token": ratio(total, prompt)}
+    return PREFILL_BATCHES(batches=len(batches), prompt_tokens=prompt,
+                           ms_per_batch=ratio(total, len(batches)),
+                           ms_per_prompt_token=ratio(total, prompt))
 
 
 def compute_token_dict(token):
-    return {"turn": token.turn, "phase": token.phase, "step": token.step,
-            "ms": token.wall_ns / NS_PER_MS, "majflt": token.majflt}
+    return COMPUTE_TOKEN(turn=token.turn, phase=token.phase, step=token.step,
+                         ms=token.wall_ns / NS_PER_MS, majflt=token.majflt)
 
 
 WARMUP_TOKENS = 8
@@ -981,11 +1302,11 @@ def warmup(tokens, value):
         seen[token.turn] += 1
     first_mean = sum(first) / len(first) if first else None
     rest_mean = sum(rest) / len(rest) if rest else None
-    return {"tokens": WARMUP_TOKENS, "first_mean": first_mean, "rest_mean": rest_mean,
-            "ratio": None if first_mean is None or not rest_mean else first_mean / rest_mean}
+    return WARMUP(tokens=WARMUP_TOKENS, first_mean=first_mean, rest_mean=rest_mean,
+                  ratio=None if first_mean is None or not rest_mean else first_mean / rest_mean)
 
 
-def decode_positions(tokens, book, value, unit):
+def decode_positions(tokens, book, value):
     """Decodes vs generated positions: a decode generates the positions up to the next decode
     of its turn (speculative decoding verifies a batch per step); a turn's last decode, one."""
     following = {}
@@ -996,10 +1317,9 @@ def decode_positions(tokens, book, value, unit):
     decodes = [token for token in tokens if token.phase == DECODE]
     positions = sum(following.get((t.turn, t.step), t.step + 1) - t.step for t in decodes)
     total = sum(value(token) for token in decodes)
-    return {"decodes": len(decodes), "positions": positions,
-            "speculative": positions > len(decodes),
-            f"{unit}_per_decode": ratio(total, len(decodes)),
-            f"{unit}_per_position": ratio(total, positions)}
+    return DECODES(decodes=len(decodes), positions=positions,
+                   speculative=positions > len(decodes), ms_per_decode=ratio(total, len(decodes)),
+                   ms_per_position=ratio(total, positions))
 
 
 # ── io: the fold ─────────────────────────────────────────────────────────────────────────────
@@ -1247,10 +1567,10 @@ def cache_what_if(sequence, jobs=2):
     # A cache as large as the footprint never evicts: every re-read hits.
     simulated = [fraction for fraction in CACHE_FRACTIONS if fraction != 1]
     hits = dict(zip(simulated, lru_hits(items, sizes, [footprint * f for f in simulated], jobs)))
-    curve = [{"fraction": fraction, "cache_mib": footprint * fraction / MIB,
-              "hit_share": ratio(hits.get(fraction, reread), total)}
+    curve = [LRU_POINT(fraction=fraction, cache_mib=footprint * fraction / MIB,
+                       hit_share=ratio(hits.get(fraction, reread), total))
              for fraction in CACHE_FRACTIONS]
-    return {"unique_mib": footprint / MIB, "reread_mib": reread / MIB, "lru": curve}
+    return REUSE(unique_mib=footprint / MIB, reread_mib=reread / MIB, lru=curve)
 
 
 def lru_hits(items, sizes, capacities, jobs=2):
@@ -1352,12 +1672,10 @@ def meta_int(meta, key):
 def latency_summary(latencies):
     """min, mean, p50, p90, p99, p99.9 and max of the latencies (SortedParts), in us."""
     if not len(latencies):
-        return {name: None for name in ("min", "mean", "p50", "p90", "p99", "p999", "max")}
-    summary = {"min": latencies.minimum() / 1e3,
-               "mean": latencies.total() / len(latencies) / 1e3}
-    summary.update((name, latencies.percentile(name) / 1e3) for name in PERCENTILES)
-    summary["max"] = latencies.maximum() / 1e3
-    return summary
+        return LATENCY(**dict.fromkeys(LATENCY.names))
+    return LATENCY(min=latencies.minimum() / 1e3, mean=latencies.total() / len(latencies) / 1e3,
+                   **{name: latencies.percentile(name) / 1e3 for name in PERCENTILES},
+                   max=latencies.maximum() / 1e3)
 
 
 def latency_histogram(latencies):
@@ -1370,7 +1688,7 @@ def latency_histogram(latencies):
         high_us = max(1, low_us * 2)
         upto = latencies.count_below(high_us * 1000)
         if upto > below:
-            buckets.append({"lo_us": low_us, "hi_us": high_us, "count": upto - below})
+            buckets.append(HISTOGRAM_ROW(lo_us=low_us, hi_us=high_us, count=upto - below))
         below, low_us = upto, high_us
     return buckets
 
@@ -1401,37 +1719,36 @@ def io_report(trace, fold, selection, jobs=2):
         by_lane.setdefault(lane, ReadSums())  # a lane that never read is the most idle of all
     lanes = meta_int(trace.meta, "io_threads") or len(by_lane)
     busy_ms = per.count(busy_ns / NS_PER_MS)
-    report = {
-        "schema": SCHEMA, "tool_version": TOOL_VERSION, "kind": "io", "path": trace.name,
-        "meta": trace.meta,
-        "version": trace.version, "phase": label, "selection": selection.as_dict(),
-        "tokens": len(tokens),
-        "reads": reads, "read_bytes": read_bytes, "req_bytes": req_bytes,
-        "reads_per_token": per.count(reads), "mib_per_token": per.count(read_bytes / MIB),
-        "lanes": lanes,
+    return IO_REPORT(
+        schema=SCHEMA, tool_version=TOOL_VERSION, kind="io", path=trace.name, meta=trace.meta,
+        version=trace.version, phase=label, selection=selection.as_dict(), tokens=len(tokens),
+        reads=reads, read_bytes=read_bytes, req_bytes=req_bytes,
+        reads_per_token=per.count(reads), mib_per_token=per.count(read_bytes / MIB), lanes=lanes,
         **io_ranges(busy_ms, per.count(read_bytes / MIB), lanes),
-        "busy_ms_per_token": busy_ms,
-        "busy_mib_per_s": mib_per_s(read_bytes, busy_ns),
-        "waste_pct": None if not read_bytes else (read_bytes - req_bytes) / read_bytes * 100,
-        "waste_mib_per_token": per.count((read_bytes - req_bytes) / MIB),
-        "median_read_bytes": weighted_percentile(read_sizes, "p50"),
-        "latency_us": latency_summary(latency["0"] + latency["1"]),
-        "latency_hist": latency_histogram(latency["0"] + latency["1"]),
+        busy_ms_per_token=busy_ms, busy_mib_per_s=mib_per_s(read_bytes, busy_ns),
+        waste_pct=None if not read_bytes else (read_bytes - req_bytes) / read_bytes * 100,
+        waste_mib_per_token=per.count((read_bytes - req_bytes) / MIB),
+        median_read_bytes=weighted_percentile(read_sizes, "p50"),
+        latency_us=latency_summary(latency["0"] + latency["1"]),
+        latency_hist=latency_histogram(latency["0"] + latency["1"]),
         **read_groups(tables, latency, read_bytes, per),
-        "hot_experts": [{"layer": layer, "expert": expert, "reads": sums.reads,
-                         "mib": sums.read_bytes / MIB} for (layer, expert), sums in ordered_by(
-                             experts, lambda where, sums: (-sums.read_bytes, where))][:HOT_EXPERTS],
-        "adjacency": adjacency(fold, chosen, reads, per),
-        "reuse": cache_what_if(fold.cache_sequence, jobs)
+        hot_experts=hottest_experts(experts),
+        adjacency=adjacency(fold, chosen, reads, per),
+        reuse=cache_what_if(fold.cache_sequence, jobs)
         if fold.cache_sequence is not None else None,
-        "token_mib": percentile_summary([token.read_bytes / MIB for token in tokens]),
-        "token_reads": percentile_summary([token.reads for token in tokens]),
-        "heaviest": [io_token_dict(token) for token in
-                     sorted(tokens, key=lambda t: -t.read_bytes)[:SLOWEST]],
-        "per_token": [io_token_dict(token) for token in tokens],
-        "lane_bytes_by_token": lane_bytes_by_token(tokens) if fold.per_lane else None,
-    }
-    return report
+        token_mib=percentile_summary([token.read_bytes / MIB for token in tokens]),
+        token_reads=percentile_summary([token.reads for token in tokens]),
+        heaviest=[io_token_dict(token)
+                  for token in sorted(tokens, key=lambda t: -t.read_bytes)[:SLOWEST]],
+        per_token=[io_token_dict(token) for token in tokens],
+        lane_bytes_by_token=lane_bytes_by_token(tokens) if fold.per_lane else None)
+
+
+def hottest_experts(experts):
+    """The HOT_EXPERTS (layer, expert) pairs of the most bytes read."""
+    ordered = ordered_by(experts, lambda where, sums: (-sums.read_bytes, where))
+    return [EXPERT_ROW(layer=layer, expert=expert, reads=sums.reads, mib=sums.read_bytes / MIB)
+            for (layer, expert), sums in ordered[:HOT_EXPERTS]]
 
 
 def lane_bytes_by_token(tokens):
@@ -1447,9 +1764,9 @@ def io_ranges(busy_ms, mib, lanes):
     reads of a token took at least their lane-busy time over the lanes (all busy at once) and
     at most all of it (one at a time)."""
     low, high = busy_ms / max(lanes, 1), busy_ms
-    return {"io_wall_ms_per_token": {"min": low, "max": high},
-            "throughput_mib_per_s": {"min": throughput(mib, high / 1e3),
-                                     "max": throughput(mib, low / 1e3)}}
+    return {"io_wall_ms_per_token": RANGE(min=low, max=high),
+            "throughput_mib_per_s": RANGE(min=throughput(mib, high / 1e3),
+                                          max=throughput(mib, low / 1e3))}
 
 
 def read_groups(tables, latency, read_bytes, per):
@@ -1457,43 +1774,43 @@ def read_groups(tables, latency, read_bytes, per):
     spec = tables["spec"]
     speculative = spec["speculative"]
     return {
-        "by_size": [{"kib": kib, "label": bucket_label(kib), "reads": sums.reads,
-                     "mib": sums.read_bytes / MIB,
-                     "mib_per_s": mib_per_s(sums.read_bytes, sums.latency_ns),
-                     "us_per_read": sums.latency_ns / sums.reads / 1e3}
+        "by_size": [SIZE_ROW(kib=kib, label=bucket_label(kib), reads=sums.reads,
+                             mib=sums.read_bytes / MIB,
+                             mib_per_s=mib_per_s(sums.read_bytes, sums.latency_ns),
+                             us_per_read=sums.latency_ns / sums.reads / 1e3)
                     for kib, sums in sorted(tables["size"].items())],
-        "by_lane": [{"lane": lane, "reads_per_token": per.count(sums.reads),
-                     "mib_per_token": per.count(sums.read_bytes / MIB),
-                     "busy_ms_per_token": per.count(sums.latency_ns / NS_PER_MS),
-                     "mib_per_s": mib_per_s(sums.read_bytes, sums.latency_ns)}
+        "by_lane": [LANE_ROW(lane=lane, reads_per_token=per.count(sums.reads),
+                             mib_per_token=per.count(sums.read_bytes / MIB),
+                             busy_ms_per_token=per.count(sums.latency_ns / NS_PER_MS),
+                             mib_per_s=mib_per_s(sums.read_bytes, sums.latency_ns))
                     for lane, sums in sorted(tables["lane"].items())],
-        "spec": {"reads": speculative.reads,
-                 "mib_per_token": per.count(speculative.read_bytes / MIB),
-                 "share_of_bytes": ratio(speculative.read_bytes, read_bytes)},
+        "spec": SPEC(reads=speculative.reads,
+                     mib_per_token=per.count(speculative.read_bytes / MIB),
+                     share_of_bytes=ratio(speculative.read_bytes, read_bytes)),
         "demand_vs_spec": [
-            {"kind": kind, "reads": spec[kind].reads,
-             "mib_per_token": per.count(spec[kind].read_bytes / MIB),
-             "share_of_bytes": ratio(spec[kind].read_bytes, read_bytes),
-             "p50_us": scaled(latency[str(flag)].percentile("p50"), 1e3),
-             "p99_us": scaled(latency[str(flag)].percentile("p99"), 1e3)}
+            KIND_ROW(kind=kind, reads=spec[kind].reads,
+                     mib_per_token=per.count(spec[kind].read_bytes / MIB),
+                     share_of_bytes=ratio(spec[kind].read_bytes, read_bytes),
+                     p50_us=scaled(latency[str(flag)].percentile("p50"), 1e3),
+                     p99_us=scaled(latency[str(flag)].percentile("p99"), 1e3))
             for flag, kind in enumerate(READ_KINDS)],
-        "by_layer": [{"layer": layer, "reads_per_token": per.count(sums.reads),
-                      "mib_per_token": per.count(sums.read_bytes / MIB),
-                      "mean_latency_us": sums.latency_ns / sums.reads / 1e3}
+        "by_layer": [IO_LAYER_ROW(layer=layer, reads_per_token=per.count(sums.reads),
+                                  mib_per_token=per.count(sums.read_bytes / MIB),
+                                  mean_latency_us=sums.latency_ns / sums.reads / 1e3)
                      for layer, sums in sorted(tables["layer"].items())],
     }
 
 
 def adjacency(fold, chosen, reads, per):
     runs = sum(phase_reads.runs for phase_reads in chosen)
-    return {"reads_per_token": per.count(reads),
-            "runs_per_token": per.count(runs) if fold.adjacent else None,
-            "coalesce_factor": ratio(reads, runs) if fold.adjacent else None}
+    return ADJACENCY(reads_per_token=per.count(reads),
+                     runs_per_token=per.count(runs) if fold.adjacent else None,
+                     coalesce_factor=ratio(reads, runs) if fold.adjacent else None)
 
 
 def io_token_dict(token):
-    return {"turn": token.turn, "phase": token.phase, "step": token.step,
-            "mib": token.read_bytes / MIB, "reads": token.reads}
+    return IO_TOKEN(turn=token.turn, phase=token.phase, step=token.step,
+                    mib=token.read_bytes / MIB, reads=token.reads)
 
 
 # ── pair: the two traces of one run ──────────────────────────────────────────────────────────
@@ -1504,42 +1821,38 @@ def pair_report(compute, io):
     """Both reports of one traced run, and what only the pair can tell: I/O per decoded
     token (the compute trace knows every token, including those that read nothing), side by
     side with compute per layer. Without its verdicts."""
-    warnings = pair_warnings(compute, io)
-    tokens = {(t["turn"], t["phase"], t["step"]) for t in compute["per_token"]}
-    readers = {(t["turn"], t["phase"], t["step"]) for t in io["per_token"]}
-    if not readers & tokens:
-        warnings.append("the traces share no token (turn, phase, step): not one run's pair")
-    elif readers - tokens:
-        warnings.append(f"{len(readers - tokens)} token(s) of the io trace are not among the "
-                        f"compute trace's: their reads are still counted")
+    tokens = set(map(row_token, compute["per_token"]))
+    readers = set(map(row_token, io["per_token"]))
     n = len(tokens)
     per_decoded = io["tokens"] / n  # io figures are per read-token; the pair's per decoded token
     categories = {c["category"]: c for c in compute["by_category"]}
 
     def category_ms(name):  # a layer-granularity trace has no per-node detail to classify
         return categories.get(name, {}).get("ms_per_token", 0.0) if categories else None
-    pair = {
-        "tokens": n, "tokens_without_reads": len(tokens - readers),
-        "compute_ms_per_token": compute["ms_per_token"],
-        "faulting_ms_per_token": compute["faults"]["ms_per_token"],
-        "experts_ms_per_token": category_ms("experts"),
-        "router_ms_per_token": category_ms("router"),
-        "io_reads_per_token": io["reads"] / n,
-        "io_mib_per_token": io["read_bytes"] / MIB / n,
+    pair = PAIR(
+        tokens=n, tokens_without_reads=len(tokens - readers),
+        compute_ms_per_token=compute["ms_per_token"],
+        faulting_ms_per_token=compute["faults"]["ms_per_token"],
+        experts_ms_per_token=category_ms("experts"), router_ms_per_token=category_ms("router"),
+        io_reads_per_token=io["reads"] / n, io_mib_per_token=io["read_bytes"] / MIB / n,
         **io_ranges(io["busy_ms_per_token"] * per_decoded, io["read_bytes"] / MIB / n,
                     io["lanes"]),
-        "io_busy_ms_per_token": io["busy_ms_per_token"] * per_decoded,
-        "waste_mib_per_token": io["waste_mib_per_token"] * per_decoded,
-        "by_lane": [rescaled(row, per_decoded, PER_READ_TOKEN["by_lane"])
-                    for row in io["by_lane"]],
-        "demand_vs_spec": [rescaled(row, per_decoded, PER_READ_TOKEN["demand_vs_spec"])
-                           for row in io["demand_vs_spec"]],
-        "adjacency": rescaled(io["adjacency"], per_decoded, PER_READ_TOKEN["adjacency"]),
-        "read_split": read_split(compute["per_token"], readers),
-        "by_layer": pair_layers(compute, io, per_decoded), "warnings": warnings,
-    }
-    return {"schema": SCHEMA, "tool_version": TOOL_VERSION, "kind": "report",
-            "compute": compute, "io": io, "pair": pair}
+        io_busy_ms_per_token=io["busy_ms_per_token"] * per_decoded,
+        waste_mib_per_token=io["waste_mib_per_token"] * per_decoded,
+        by_lane=[rescaled(row, per_decoded, PER_READ_TOKEN["by_lane"]) for row in io["by_lane"]],
+        demand_vs_spec=[rescaled(row, per_decoded, PER_READ_TOKEN["demand_vs_spec"])
+                        for row in io["demand_vs_spec"]],
+        adjacency=rescaled(io["adjacency"], per_decoded, PER_READ_TOKEN["adjacency"]),
+        read_split=read_split(compute["per_token"], readers),
+        by_layer=pair_layers(compute, io, per_decoded),
+        warnings=pair_warnings(compute, io, tokens, readers))
+    return PAIR_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="report", compute=compute,
+                       io=io, pair=pair)
+
+
+def row_token(row):
+    """A per_token row's (turn, phase, step)."""
+    return (row["turn"], row["phase"], row["step"])
 
 
 # The per-read-token figures of the io report's parts that the pair gives per decoded token;
@@ -1559,10 +1872,10 @@ def read_split(per_token, readers):
     """Compute ms per token of the tokens that read and of those that read nothing."""
     groups = {True: [], False: []}
     for token in per_token:
-        groups[(token["turn"], token["phase"], token["step"]) in readers].append(token["ms"])
-    return {name: {"tokens": len(groups[read]),
-                   "ms_per_token": ratio(sum(groups[read]), len(groups[read]))}
-            for name, read in (("read", True), ("no_read", False))}
+        groups[row_token(token) in readers].append(token["ms"])
+    read, no_read = (READ_GROUP(tokens=len(ms), ms_per_token=ratio(sum(ms), len(ms)))
+                     for ms in (groups[True], groups[False]))
+    return READ_SPLIT(read=read, no_read=no_read)
 
 
 def pair_layers(compute, io, per_decoded):
@@ -1571,15 +1884,17 @@ def pair_layers(compute, io, per_decoded):
     rows = []
     for layer in sorted(set(compute_layers) | set(io_layers)):
         computed, read = compute_layers.get(layer, {}), io_layers.get(layer, {})
-        rows.append({"layer": layer,
-                     "compute_ms_per_token": computed.get("ms_per_token", 0.0),
-                     "majflt_per_token": computed.get("majflt_per_token", 0.0),
-                     "reads_per_token": read.get("reads_per_token", 0.0) * per_decoded,
-                     "mib_per_token": read.get("mib_per_token", 0.0) * per_decoded})
+        rows.append(PAIR_LAYER_ROW(
+            layer=layer, compute_ms_per_token=computed.get("ms_per_token", 0.0),
+            majflt_per_token=computed.get("majflt_per_token", 0.0),
+            reads_per_token=read.get("reads_per_token", 0.0) * per_decoded,
+            mib_per_token=read.get("mib_per_token", 0.0) * per_decoded))
     return rows
 
 
-def pair_warnings(compute, io):
+def pair_warnings(compute, io, tokens, readers):
+    """What makes the two reports a doubtful pair: preambles that differ, tokens that do not
+    match (tokens: the compute trace's keys; readers: the io trace's)."""
     warnings = []
     for key in PAIR_META:
         left, right = compute["meta"].get(key), io["meta"].get(key)
@@ -1587,7 +1902,14 @@ def pair_warnings(compute, io):
             warnings.append(f"{key} differs: {left!r} in the compute trace, {right!r} in the io "
                             f"trace")
     differs = trace_id_warning((compute["path"], compute["meta"]), (io["path"], io["meta"]))
-    return warnings + [differs] if differs else warnings
+    if differs:
+        warnings.append(differs)
+    if not readers & tokens:
+        warnings.append("the traces share no token (turn, phase, step): not one run's pair")
+    elif readers - tokens:
+        warnings.append(f"{len(readers - tokens)} token(s) of the io trace are not among the "
+                        f"compute trace's: their reads are still counted")
+    return warnings
 
 
 def trace_id_warning(compute, io):
@@ -1822,28 +2144,26 @@ def timeline_report(trace, fold, selection, io_trace=None, io_fold=None):
     for token in tokens:
         span_from, window = decode_span(token)
         windows.append(window)
-        row = {"turn": token.turn, "phase": token.phase, "step": token.step,
-               "span_from": span_from, "decode_ms": span_ms(window),
-               "graph_ms": span_ms(token.graph) if token.graph else None,
-               "callback_ms": total_ns(union(*zip(*token.callbacks))) / NS_PER_MS
-               if token.callbacks else 0.0}
+        io_figures = dict.fromkeys(("read_busy_ms", "read_share", "wait_ms", "overlap_ms"))
         if reads is not None:
             read_ns = covered_ns(reads, window)
             both_ns = covered_ns(reads_in_waits, window)
-            row.update(read_busy_ms=read_ns / NS_PER_MS,
-                       read_share=ratio(read_ns, window.end - window.start),
-                       wait_ms=covered_ns(waits, window) / NS_PER_MS,
-                       overlap_ms=(read_ns - both_ns) / NS_PER_MS)
-        else:
-            row.update(read_busy_ms=None, read_share=None, wait_ms=None, overlap_ms=None)
-        decodes.append(row)
-    return {"schema": SCHEMA, "tool_version": TOOL_VERSION, "kind": "timeline",
-            "paths": [trace.name] + ([io_trace.name] if io_trace else []),
-            "meta": {**(io_trace.meta if io_trace else {}), **trace.meta},
-            "phase": label, "selection": selection.as_dict(), "decodes_count": len(decodes),
-            "summary": timeline_summary(decodes),
-            "outside_decodes": outside_decodes(reads, windows),
-            "decodes": decodes}
+            io_figures.update(read_busy_ms=read_ns / NS_PER_MS,
+                              read_share=ratio(read_ns, window.end - window.start),
+                              wait_ms=covered_ns(waits, window) / NS_PER_MS,
+                              overlap_ms=(read_ns - both_ns) / NS_PER_MS)
+        decodes.append(TIMELINE_DECODE(
+            turn=token.turn, phase=token.phase, step=token.step, span_from=span_from,
+            decode_ms=span_ms(window), graph_ms=span_ms(token.graph) if token.graph else None,
+            callback_ms=total_ns(union(*zip(*token.callbacks))) / NS_PER_MS
+            if token.callbacks else 0.0, **io_figures))
+    return TIMELINE_REPORT(
+        schema=SCHEMA, tool_version=TOOL_VERSION, kind="timeline",
+        paths=[trace.name] + ([io_trace.name] if io_trace else []),
+        meta={**(io_trace.meta if io_trace else {}), **trace.meta}, phase=label,
+        selection=selection.as_dict(), decodes_count=len(decodes),
+        summary=timeline_summary(decodes), outside_decodes=outside_decodes(reads, windows),
+        decodes=decodes)
 
 
 def span_ms(span):
@@ -1861,8 +2181,8 @@ def outside_decodes(reads, windows):
     if reads is None:
         return None
     spans = union(*zip(*windows)) if windows else ([], [])
-    return {"read_busy_ms": (total_ns(reads) - total_ns(intersection(reads, spans)))
-            / NS_PER_MS}
+    return OUTSIDE(read_busy_ms=(total_ns(reads) - total_ns(intersection(reads, spans)))
+                   / NS_PER_MS)
 
 
 def timeline_summary(decodes):
@@ -1875,11 +2195,9 @@ def timeline_summary(decodes):
             summary[key] = None
             continue
         percentiles = percentile_summary(values)
-        summary[key] = {"p50": percentiles["p50"], "p99": percentiles["p99"],
-                        "total": sum(values)}
-    if summary["read_share"] is not None:
-        summary["read_share"]["total"] = ratio(summary["read_busy_ms"]["total"],
-                                               summary["decode_ms"]["total"])
+        total = sum(values) if key != "read_share" else ratio(
+            summary["read_busy_ms"]["total"], summary["decode_ms"]["total"])
+        summary[key] = TIMELINE_STATS(p50=percentiles["p50"], p99=percentiles["p99"], total=total)
     return summary
 
 
@@ -1900,7 +2218,7 @@ CACHE_WORTH = 0.20  # share of read bytes an LRU of half the footprint would ser
 
 
 def verdict(verdict_id, flagged, text):
-    return {"id": verdict_id, "flagged": flagged, "text": text}
+    return VERDICT(id=verdict_id, flagged=flagged, text=text)
 
 
 def compare(flagged):
@@ -2182,16 +2500,15 @@ def row_key(value):
 def compared(base, new, alpha, base_samples=None, new_samples=None):
     """One figure of one NEW against BASE: {new, delta, ratio, p, significant, status}."""
     if new is None and base is None:
-        return {"new": None, "delta": None, "ratio": None, "p": None, "significant": None,
-                "status": "n/a"}
+        return CHANGE(new=None, delta=None, ratio=None, p=None, significant=None, status="n/a")
     status = "added" if base is None else "removed" if new is None else "both"
     p = None
     if base_samples is not None and new_samples is not None:
         p = mann_whitney_p(base_samples, new_samples)
     both = status == "both"
-    return {"new": new, "delta": new - base if both else None,
-            "ratio": ratio(new, base) if both else None, "p": p,
-            "significant": None if p is None else p < alpha, "status": status}
+    return CHANGE(new=new, delta=new - base if both else None,
+                  ratio=ratio(new, base) if both else None, p=p,
+                  significant=None if p is None else p < alpha, status=status)
 
 
 def diff_rows(figures, alpha, samples=None):
@@ -2202,7 +2519,7 @@ def diff_rows(figures, alpha, samples=None):
         base_samples, *new_samples = (samples or {}).get(name) or [None] * (len(news) + 1)
         changes = [compared(base, new, alpha, base_samples, sampled)
                    for new, sampled in zip(news, new_samples)]
-        rows.append({"name": name, "base": base, "changes": changes})
+        rows.append(DIFF_ROW(name=name, base=base, changes=changes))
     return rows
 
 
@@ -2230,8 +2547,8 @@ def diff_part(part, views, alpha):
     samples = {label: [half["samples"][field] for half in halves]
                for label, _, field in DIFF_HEADLINES[part] if field}
     headline = {label: values for label, values in headline.items() if any(values)}
-    sections = [{"part": part, "title": f"{part} headline", "key": "figure",
-                 "rows": diff_rows(headline, alpha, samples)}]
+    sections = [DIFF_SECTION(part=part, title=f"{part} headline", key="figure",
+                             rows=diff_rows(headline, alpha, samples))]
     for table in DIFF_TABLES[part]:
         keys = []
         for half in halves:
@@ -2246,15 +2563,15 @@ def diff_part(part, views, alpha):
         if table.samples == "op" and all(half["op_samples"] for half in halves):
             samples = {key: [half["op_samples"].get(key) or [0] * half["tokens"]
                              for half in halves] for key in keys}
-        sections.append({"part": part, "title": table.title, "key": table.key,
-                         "rows": ordered_rows(diff_rows(figures, alpha, samples))})
+        sections.append(DIFF_SECTION(part=part, title=table.title, key=table.key,
+                                     rows=ordered_rows(diff_rows(figures, alpha, samples))))
     return sections
 
 
 def preamble_changes(base, new):
     """[{key, base, new}] of the preamble keys whose values differ (None: absent)."""
     keys = list(base) + [key for key in new if key not in base]
-    return [{"key": key, "base": base.get(key), "new": new.get(key)}
+    return [PREAMBLE_CHANGE(key=key, base=base.get(key), new=new.get(key))
             for key in keys if base.get(key) != new.get(key)]
 
 
@@ -2276,17 +2593,17 @@ def diff_report(views, alpha):
                      if c["key"] in IDENTITY_KEYS]
     for part in parts:
         warnings += selection_warnings(part, views)
-    return {"schema": SCHEMA, "tool_version": TOOL_VERSION, "kind": "diff",
-            "compares": COMPARES[tuple(parts)], "alpha": alpha,
-            "inputs": [{"path": view.path, "source": view.source, "kind": view.kind,
-                        "tokens": {part: view.parts[part]["tokens"] for part in parts}}
-                       for view in views],
-            "preamble_changes": changes,
-            "per_token": {part: {"field": SERIES_FIELD[part], "series": [
-                view.parts[part]["samples"][SERIES_FIELD[part]] for view in views]}
-                for part in parts},
-            "sections": [section for part in parts for section in diff_part(part, views, alpha)],
-            "warnings": warnings}
+    return DIFF_REPORT(
+        schema=SCHEMA, tool_version=TOOL_VERSION, kind="diff", compares=COMPARES[tuple(parts)],
+        alpha=alpha,
+        inputs=[DIFF_INPUT(path=view.path, source=view.source, kind=view.kind,
+                           tokens={part: view.parts[part]["tokens"] for part in parts})
+                for view in views],
+        preamble_changes=changes,
+        per_token={part: SERIES(field=SERIES_FIELD[part], series=[
+            view.parts[part]["samples"][SERIES_FIELD[part]] for view in views]) for part in parts},
+        sections=[section for part in parts for section in diff_part(part, views, alpha)],
+        warnings=warnings)
 
 
 def selection_warnings(part, views):
@@ -3709,10 +4026,10 @@ def io_panels(report, start, tokens=None):
     the latency histogram and, with --cache, the LRU what-if curve."""
     lanes = report["lane_bytes_by_token"]
     names = [f"lane {lane}" for lane in lanes]
-    by_key = {(t["turn"], t["phase"], t["step"]): i for i, t in enumerate(report["per_token"])}
+    by_key = {row_token(t): i for i, t in enumerate(report["per_token"])}
     axis = tokens or report["per_token"]
     series = {f"lane {lane}": [values[by_key[key]] / MIB if key in by_key else 0.0
-                               for key in ((t["turn"], t["phase"], t["step"]) for t in axis)]
+                               for key in map(row_token, axis)]
               for lane, values in lanes.items()}
     per_token, _, _ = token_axis_panel(start, "MiB read per token, by lane", "MiB", axis,
                                        series, names)

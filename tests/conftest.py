@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import run  # noqa: E402
+from helpers import HALF_READ_CT, HALF_READ_IO, SIX_READS, ct_text, io_text, run  # noqa: E402
 
 
 @pytest.fixture
@@ -33,3 +33,30 @@ def write(tmp_path):
             path.write_text(text, newline="")
         return path
     return _write
+
+
+@pytest.fixture
+def half_read(write):
+    """(compute trace, io trace) of helpers.HALF_READ_CT and HALF_READ_IO."""
+    return write(HALF_READ_CT, "ct.csv"), write(HALF_READ_IO, "io.csv")
+
+
+@pytest.fixture
+def reads(write):
+    """An io trace of helpers.SIX_READS."""
+    return write(io_text(SIX_READS))
+
+
+@pytest.fixture(scope="module")
+def one_token(tmp_path_factory):
+    """A 16 MB compute trace whose rows all share one (turn, phase, step), and the same rows
+    as ordinary 160-row tokens."""
+    folder = tmp_path_factory.mktemp("one-token")
+    rows = [f"{layer % 48},{('MUL_MAT', 'ADD', 'RMS_NORM')[i % 3]},blk-{layer % 48}-{i % 7},"
+            f"{1000 + i % 977},{i % 5 == 0 and 2 or 0}" for i, layer in
+            ((i, i // 7) for i in range(320_000))]
+    single = ct_text([f"0,1,7,{i},{row}" for i, row in enumerate(rows)])
+    many = ct_text([f"0,1,{7 + i // 160},{i % 160},{row}" for i, row in enumerate(rows)])
+    (folder / "single.csv").write_text(single)
+    (folder / "many.csv").write_text(many)
+    return folder

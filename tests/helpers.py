@@ -99,3 +99,28 @@ def io_text(rows, preamble="# io_trace v1\n# model=m.gguf io_threads=2 o_direct=
 def shared_trace(name):
     """A real engine trace by its name in ../shared/traces."""
     return REAL_TRACES[name]
+
+
+# A pair where half the decoded tokens read nothing, with speculative reads, and a router that
+# the reads can account for: compute tokens 1-4 (2 of them read), reads of 1 MiB.
+HALF_READ_CT = ct_text([f"0,1,{step},{seq},0,{op},{name},{ms * 1_000_000},0"
+                        for step, slow in ((1, 1), (2, 0), (3, 1), (4, 0))
+                        for seq, (op, name, ms) in enumerate(
+                            [("GET_ROWS", "ffn_moe_weights-0", 6 if slow else 1),
+                             ("MUL_MAT_ID", "ffn_moe_up-0", 4)])])
+HALF_READ_IO = io_text([f"0,1,{step},0,{expert},0,{lane},{spec},{offset},1048576,1048576,8000000"
+                        for step in (1, 3) for expert, lane, spec, offset in
+                        ((1, 0, 0, 0), (2, 1, 1, 1 << 20))])
+# Six reads of hand-computable figures: two tokens, three layers, two lanes, one spec read.
+SIX_READS = [
+    "0,1,1,0,1,0,0,0,0,65536,65536,500",
+    "0,1,1,0,2,0,0,0,65536,65536,65536,1000",
+    "0,1,1,1,1,0,0,1,1048576,65536,65536,3000",
+    "0,1,2,1,1,0,1,0,1048576,65536,65536,1000000",
+    "0,1,2,1,1,1,1,1,1114112,65536,65536,1000000",
+    "0,1,2,2,7,0,1,0,9000000,1048576,1048576,1500000",
+]
+# The engine's own end-of-run summary of the io traces (tests/data/README.md): flash I/O
+# s/token (rounded to ms) and MiB/s, per decoded token; every run decoded 128 tokens, 4 lanes.
+ENGINE = {"gemma4-l4-io-serial.csv": (0.003, 366), "qwen3moe-l4-io-overlap.csv": (0.017, 96),
+          "qwen3moe-l4-io-prefetch.csv": (0.005, 275), "qwen3moe-l4-io-serial.csv": (0.005, 344)}

@@ -8,7 +8,7 @@ from itertools import combinations
 
 import pytest
 
-from helpers import REAL_TRACES, ct_text, error_of, io_text, report, run
+from helpers import REAL_TRACES, ct_text, error_of, report, run
 from decode_analyze import mann_whitney_p
 
 CT_NODE = REAL_TRACES["qwen3moe-l4-ct-node.csv"]

@@ -1,13 +1,19 @@
-"""Formats: text and Markdown are drawn from one layout per kind of report, so that they carry
-the same sections; Markdown shows no row twice and keeps its bars."""
+"""Formats: text and Markdown drawn from one layout per kind of report (the same sections,
+no row twice, bars kept), Markdown that a real parser reads as intended, output fit for a
+terminal and a bug report (100 columns, the header first, ASCII where the terminal needs it),
+and untrusted strings escaped for each."""
 import io
 import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
 import decode_analyze as da
-from helpers import ROOT, run
+import tracegen
+from helpers import REAL_TRACES, ROOT, ct_text, io_text, report, run
 from test_golden import COMMANDS
 
 
@@ -15,6 +21,60 @@ def view_of(argv):
     top = int(argv[argv.index("--top") + 1]) if "--top" in argv else \
         8 if argv[0] == "report" else 12
     return da.View(top, "--layers" in argv, False)
+
+
+markdown_it = pytest.importorskip("markdown_it")
+
+
+def parse(text):
+    return markdown_it.MarkdownIt("commonmark", {"html": True}).enable("table").parse(text)
+
+
+def tables(tokens):
+    """{title: [rows of cell texts]} of every table, titled by the paragraph or summary
+    before it; a folded "the other N rows" table continues the table before it."""
+    found, title, rows, row, in_cell = {}, None, None, None, False
+    shown = None  # the title of the last table shown unfolded
+    for token in tokens:
+        if token.type == "inline" and not in_cell:
+            title = shown = token.content.strip("*")
+        if token.type == "html_block" and "<summary>" in token.content:
+            title = re.sub(r"<[^>]+>", "", token.content).strip()
+            if title.startswith("the other "):
+                title = shown
+        if token.type == "table_open":
+            rows = []
+        elif token.type == "tr_open":
+            row = []
+        elif token.type in ("td_open", "th_open"):
+            in_cell = True
+        elif token.type == "inline" and in_cell:
+            row.append(token.content)
+        elif token.type in ("td_close", "th_close"):
+            in_cell = False
+        elif token.type == "tr_close":
+            rows.append(row)
+        elif token.type == "table_close":
+            found[title] = found.get(title, []) + rows[1:]  # without the header
+    return found
+
+
+HOSTILE = "a|b `c` <img src=x> **d** [e](http://x) _f_ &amp;"
+
+
+def commands_for(name):
+    if "-io" in name:
+        return [("io", "--adjacent", "--cache"), ("io", "--layers")]
+    return [("compute",), ("compute", "--layers"), ("compute", "--phase", "prefill")]
+
+
+def package_version():
+    text = (ROOT / "pyproject.toml").read_text()
+    return re.search(r'^version = "([^"]+)"', text, re.M).group(1)
+
+
+UNPRINTABLE = ["\x7f", "\x85", "\x9b", "\u2028", "\u2029", "\u202e", "\u200b", "\u200f",
+               "\ufeff", "\u2066"]
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
@@ -103,3 +163,180 @@ def test_text_falls_back_to_ascii_where_the_terminal_cannot_encode(monkeypatch):
     text = out.read()
     assert "run |" in text and "▁" not in text
     assert text.isascii()
+
+
+def test_compute_tables_have_the_json_rows():
+    path = REAL_TRACES["qwen3moe-l4-ct-node.csv"]
+    r = report("compute", path)
+    found = tables(parse(run("compute", path, "--format", "markdown").out))
+    ops = found[f"by op (12 of {len(r['by_op'])}, slowest first; us = one node's wall time)"]
+    assert [row[0] for row in ops] == [o["op"].replace("_", "\\_") for o in r["by_op"]]
+    categories = next(rows for title, rows in found.items()
+                      if title.startswith("by node category"))
+    assert [row[0] for row in categories] == [c["category"] for c in r["by_category"]]
+    assert [row[1] for row in categories] == [f"{c['ms_per_token']:.2f}"
+                                              for c in r["by_category"]]
+
+
+def test_io_and_report_parse_with_their_tables():
+    io_path = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]
+    r = report("io", io_path, "--cache")
+    found = tables(parse(run("io", io_path, "--cache", "--format", "markdown").out))
+    def titled(found, start):
+        return next(rows for title, rows in found.items() if title.startswith(start))
+    assert len(titled(found, "by lane")) == len(r["by_lane"]) == 4
+    assert len(titled(found, "speculative:")) == 2
+    assert len(titled(found, "re-reads: footprint")) == 5
+    pair = run("report", REAL_TRACES["qwen3moe-l4-session-ct-node.csv"],
+               REAL_TRACES["qwen3moe-l4-session-ct-node-io.csv"], "--format", "markdown").out
+    assert len(titled(tables(parse(pair)), "by layer (compute by inferred layer)")) == 5
+
+
+def test_untrusted_names_show_as_themselves(write):
+    rows = [f'0,1,{step},0,0,"{HOSTILE}","{HOSTILE}",1000000,0' for step in (4, 5)]
+    out = run("compute", write(ct_text(rows)), "--format", "markdown").out
+    tokens = parse(out)
+    html = markdown_it.MarkdownIt("commonmark", {"html": True}).enable("table").render(out)
+    assert "<img" not in html and "<strong>d" not in html and 'href="http://x"' not in html
+    kinds = {child.type for token in tokens if token.children for child in token.children}
+    assert "html_inline" not in kinds and "link_open" not in kinds
+    assert "&lt;img src=x&gt;" in html  # shown as text
+    text = " ".join(child.content for token in tokens if token.children
+                    for child in token.children if child.type == "text")
+    assert HOSTILE.replace("&amp;", "&") in text.replace("&amp;", "&")
+
+
+def test_a_long_report_fits_one_github_comment(write):
+    # 3000 distinct ops: a by-op table of some 300 KB, cut to fit
+    rows = [f"0,1,{step},{i},0,OP{i},n{i},1000,0" for step in (4, 5) for i in range(3000)]
+    out = run("compute", write(ct_text(rows)), "--format", "markdown").out
+    assert len(out) <= 65536
+    assert re.search(r"\*\d+ rows left out to fit one comment; `--format json` has them all\.\*",
+                     out)
+    parse(out)
+
+
+def test_diff_tables_have_the_json_rows(tmp_path):
+    base, new = REAL_TRACES["qwen3moe-l4-io-serial.csv"], REAL_TRACES["qwen3moe-l4-io-overlap.csv"]
+    diff = report("diff", base, new)
+    found = tables(parse(run("diff", base, new, "--format", "markdown").out))
+    for section in diff["sections"]:
+        rows = found[section["title"]]
+        assert [row[0] for row in rows] == [str(r["name"]) for r in section["rows"]]
+        for row, expected in zip(rows, section["rows"]):
+            change = expected["changes"][0]
+            assert row[4] == ("" if change["ratio"] is None else f"{change['ratio']:.2f}x")
+            if change["p"] is not None:
+                assert row[5].endswith("~") == (change["significant"] is False)
+
+
+def test_untrusted_names_in_a_diff_show_as_themselves(write):
+    rows = [f'0,1,{step},0,0,"{HOSTILE}","{HOSTILE}",1000000,0' for step in (4, 5)]
+    trace = write(ct_text(rows))
+    out = run("diff", trace, trace, "--format", "markdown").out
+    html = markdown_it.MarkdownIt("commonmark", {"html": True}).enable("table").render(out)
+    assert "<img" not in html and "<strong>d" not in html and 'href="http://x"' not in html
+    assert "&lt;img src=x&gt;" in html
+
+
+def test_verdicts_come_right_after_the_header():
+    out = run("compute", REAL_TRACES["qwen3moe-l4-ct-node.csv"]).out
+    assert out.index("verdicts") < out.index("by op")
+
+
+@pytest.mark.parametrize("name", sorted(REAL_TRACES))
+def test_no_line_over_100_columns(name):
+    for command, *options in commands_for(name):
+        out = run(command, REAL_TRACES[name], *options).out
+        assert max(map(len, out.splitlines())) <= 100, (command, options)
+    partner = next(other for other in sorted(REAL_TRACES)
+                   if ("-io" in other) == ("-io" in name) and other != name)
+    out = run("diff", REAL_TRACES[name], REAL_TRACES[partner]).out  # one NEW: one column group
+    assert max(map(len, out.splitlines())) <= 100, partner
+    out = run("report", REAL_TRACES["qwen3moe-l4-session-ct-node.csv"],
+              REAL_TRACES["qwen3moe-l4-session-ct-node-io.csv"]).out
+    assert max(map(len, out.splitlines())) <= 100
+
+
+def test_a_long_path_stays_on_one_line(tmp_path):
+    deep = tmp_path / ("d" * 90) / ("e" * 90)
+    deep.mkdir(parents=True)
+    path = deep / "ct.csv"
+    path.write_text(ct_text(["0,1,4,0,0,MUL_MAT,Qcur-0,1000,0"]))
+    lines = run("compute", path).out.splitlines()
+    assert max(map(len, lines)) <= 100 and lines[1].startswith("  trace: ") and "…" in lines[1]
+
+
+def test_many_layers_are_compact_by_default(tmp_path):
+    ct = tracegen.write(tmp_path / "ct.csv", tracegen.compute_lines(n_layer=48, decode_tokens=6))
+    io = tracegen.write(tmp_path / "io.csv", tracegen.io_lines(n_layer=48, decode_tokens=6))
+    compact = run("report", ct, io).out
+    full = run("report", ct, io, "--layers").out
+    section = compact.split("by layer")[1].split("\n\n")[0].splitlines()
+    assert len(section) < 20 and "49 layers, min/median/max:" in section[1]
+    assert len(full.split("by layer")[1].split("\n\n")[0].splitlines()) == 1 + 1 + 49
+    assert len(report("report", ct, io)["pair"]["by_layer"]) == 49
+
+
+def test_identical_layers_fold_into_one_line(write):
+    rows = [f"0,1,4,{i},{layer},MUL_MAT,Qcur-{layer},{1000000 if layer != 20 else 5000000},0"
+            for i, layer in enumerate(range(40))]
+    io_rows = [f"0,1,4,{layer},1,0,0,0,{layer << 20},65536,65536,1000" for layer in range(40)]
+    out = run("io", write(io_text(io_rows), "io.csv")).out
+    assert "no layer stands out" in out
+    compact = run("report", write(ct_text(rows), "ct.csv"), write(io_text(io_rows), "io.csv")).out
+    table = compact.split("layers that stand out")[1].split("\n\n")[0]
+    assert re.search(r"^ +20 +5\.00", table, re.M) and table.count("\n") < 6
+
+
+def test_version():
+    """One version everywhere: the package's, --version's, the report's and the header's."""
+    version = package_version()
+    done = subprocess.run([sys.executable, str(ROOT / "decode_analyze.py"), "--version"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith(f"decode-analyze {version} ")
+    r = report("compute", REAL_TRACES["qwen3moe-l4-ct-layers.csv"])
+    assert r["tool_version"] == version and r["schema"] == 3
+    assert run("compute", REAL_TRACES["qwen3moe-l4-ct-layers.csv"]).out.startswith(
+        f"decode-analyze {version} compute")
+
+
+@pytest.mark.parametrize("command", ["compute", "report"])
+def test_cp1252_output_falls_back_to_ascii(command):
+    paths = [REAL_TRACES["qwen3moe-l4-session-ct-node.csv"]]
+    if command == "report":
+        paths.append(REAL_TRACES["qwen3moe-l4-session-ct-node-io.csv"])
+    done = subprocess.run([sys.executable, str(ROOT / "decode_analyze.py"), command, *paths],
+                          capture_output=True, env={**os.environ, "PYTHONIOENCODING": "cp1252"})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == b"" and done.stdout.isascii() and b"  run |" in done.stdout
+    # nothing written before the retry
+    assert done.stdout.count(f"decode-analyze {package_version()}".encode()) == 1
+
+
+def test_json_on_cp1252_stays_json(write):
+    path = write(ct_text(["0,1,4,0,0,MUL_MAT,Qcur-0 é\u2192,1000,0"]).encode())
+    done = subprocess.run([sys.executable, str(ROOT / "decode_analyze.py"), "compute", str(path),
+                           "--format", "json"], capture_output=True,
+                          env={**os.environ, "PYTHONIOENCODING": "cp1252"})
+    assert done.returncode == 0
+    assert json.loads(done.stdout.decode("cp1252"))["unclassified"][0]["name"] == "Qcur-0 é\u2192"
+
+
+def test_json_escapes_every_unprintable_character(write):
+    name = "evil" + "".join(UNPRINTABLE) + "-0"
+    preamble = f"# compute_trace v1\n# model=m{UNPRINTABLE[2]}{UNPRINTABLE[5]}.gguf\n"
+    path = write(ct_text([f"0,1,4,0,0,MUL_MAT,{name},1000,0"], preamble=preamble).encode())
+    result = run("compute", path, "--format", "json")
+    assert result.code == 0
+    assert not any(ch in result.out for ch in UNPRINTABLE)
+    parsed = json.loads(result.out)
+    assert parsed["meta"]["model"] == f"m{UNPRINTABLE[2]}{UNPRINTABLE[5]}.gguf"
+    assert parsed["unclassified"][0]["name"] == "evil" + "".join(UNPRINTABLE)
+    text = run("compute", path).out
+    assert not any(ch in text for ch in UNPRINTABLE) and "\\u202e" in text
+
+
+def test_printable_non_ascii_stays_as_it_is(write):
+    path = write(ct_text(["0,1,4,0,0,MUL_MAT,Qcur-0 é→ü,1000,0"]).encode())
+    assert "é→ü" in run("compute", path, "--format", "json").out

@@ -1,9 +1,18 @@
-"""Known answers for `io` on tiny hand-written traces (numbers worked out by hand)."""
-import pytest
+"""Io: known answers on hand-written traces (worked out by hand), the latency histogram, layers
+and experts, re-reads and the LRU what-if (against the stack-distance definition), and the I/O
+range against the engine's own end-of-run figures."""
+import re
 
-from helpers import io_text, report, run
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import decode_analyze
+from helpers import ENGINE, REAL_TRACES, io_text, report, run
+
 
 MIB = 1 << 20
+
+
 # turn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,latency_ns
 ROWS = [
     "0,0,9,0,1,0,0,0,0,4096,4096,999000000",  # prefill: left out by default
@@ -18,13 +27,48 @@ ROWS = [
     # token (1,1,10): same step as turn 0's first token
     "1,1,10,0,1,0,1,0,10000000,65536,69632,1000000",
 ]
+
+
 READ_BYTES = 3 * 4096 + 2097152 + 512 + 69632
+
+
 REQ_BYTES = 1000 + 1000 + 500 + 2097152 + 512 + 65536
 
 
 @pytest.fixture
 def trace(write):
     return write(io_text(ROWS))
+
+
+# ── io ──
+# latencies 0.5, 1, 3, 1000, 1000, 1500 us; lanes 0,0,0,1,1,1 -> lane 1 busy 7x lane 0
+def stack_distance_hits(items, sizes, capacity):
+    """The definition, directly: O(n^2), for small inputs."""
+    last = {}
+    hits = 0
+    for t, (item, size) in enumerate(zip(items, sizes)):
+        if item in last:
+            others = {items[u]: sizes[u] for u in range(last[item] + 1, t) if items[u] != item}
+            if sum(others.values()) + size <= capacity:
+                hits += size
+        last[item] = t
+    return hits
+
+
+def expected_reuse(reads):
+    """The cache what-if of reads [(offset, size)], from the definitions."""
+    footprint = sum(size for _, size in set(reads))  # distinct (offset, read_bytes) extents
+    total = sum(size for _, size in reads)
+    curve = {}
+    for fraction in decode_analyze.CACHE_FRACTIONS:
+        hits = stack_distance_hits(reads, [size for _, size in reads], footprint * fraction)
+        curve[fraction] = hits / total
+    return footprint / MIB, (total - footprint) / MIB, curve
+
+
+# The engine's own end-of-run summary (tests/data/README.md): flash I/O s/token (rounded to
+# ms) and MiB/s, per decoded token; every run decoded 128 tokens with 4 lanes.
+DECODED = 128
 
 
 def test_totals(trace):
@@ -133,3 +177,140 @@ def test_latencies_past_32_bits_among_small_ones_stay_exact(write):
     assert r["latency_us"]["max"] == ordered[-1] / 1e3
     assert r["latency_us"]["p50"] == ordered[len(ordered) // 2] / 1e3
     assert r["latency_us"]["min"] == ordered[0] / 1e3
+
+
+def test_latency_histogram_and_ladder(reads):
+    r = report("io", reads)
+    assert r["latency_hist"] == [
+        {"lo_us": 0, "hi_us": 1, "count": 1}, {"lo_us": 1, "hi_us": 2, "count": 1},
+        {"lo_us": 2, "hi_us": 4, "count": 1}, {"lo_us": 512, "hi_us": 1024, "count": 2},
+        {"lo_us": 1024, "hi_us": 2048, "count": 1}]
+    assert r["latency_us"] == pytest.approx({"min": 0.5, "mean": 3504.5 / 6, "p50": 1000,
+                                             "p90": 1500, "p99": 1500, "p999": 1500,
+                                             "max": 1500})
+    out = run("io", reads).out
+    assert re.search(r"^ +512 -> 1023 +2 +\|#+ *\|$", out, re.M)
+    header, values = out.split("per-read latency (us)\n")[1].splitlines()[:2]
+    assert header.split() == ["min", "mean", "p50", "p90", "p99", "p99.9", "max"]
+    assert values.split() == ["0.5", "584.1", "1000.0", "1500.0", "1500.0", "1500.0", "1500.0"]
+
+
+def test_demand_vs_speculative(reads):
+    demand, spec = report("io", reads)["demand_vs_spec"]
+    assert demand == pytest.approx({"kind": "demand", "reads": 4,
+                                    "mib_per_token": (3 * 65536 + MIB) / MIB / 2,
+                                    "share_of_bytes": (3 * 65536 + MIB) / (5 * 65536 + MIB),
+                                    "p50_us": 1000, "p99_us": 1500})
+    assert spec["reads"] == 2 and spec["p50_us"] == 1000 and spec["p99_us"] == 1000
+
+
+def test_io_layers_and_hot_experts(reads):
+    r = report("io", reads)
+    layers = {row["layer"]: row for row in r["by_layer"]}
+    assert layers[1]["reads_per_token"] == 1.5
+    assert layers[1]["mean_latency_us"] == pytest.approx(2003000 / 3 / 1e3)
+    assert r["hot_experts"][0] == {"layer": 2, "expert": 7, "reads": 1, "mib": 1.0}
+    assert r["hot_experts"][1] == {"layer": 1, "expert": 1, "reads": 3, "mib": 0.1875}
+
+
+def test_io_per_token_view(reads):
+    r = report("io", reads)
+    assert [(t["step"], t["reads"]) for t in r["per_token"]] == [(1, 3), (2, 3)]
+    assert r["token_mib"]["max"] == pytest.approx((2 * 65536 + MIB) / MIB)
+    assert r["heaviest"][0]["step"] == 2 and r["token_reads"]["p50"] == 3
+    out = run("io", reads).out
+    assert "per token (reads): p50 3  p90 3  p99 3  max 3" in out
+    assert "heaviest: turn 0 step 2 1.12, turn 0 step 1 0.19" in out
+
+
+# ── re-reads and the LRU curve ──
+def test_reuse_known_answer(write):
+    # items A(1 MiB) B(1 MiB) C(2 MiB): A B A C A B; footprint 4 MiB, total 7 MiB, rereads 3
+    extent = {"A": (0, MIB), "B": (MIB, MIB), "C": (2 * MIB, 2 * MIB)}
+    rows = [f"0,1,{i},0,0,0,0,0,{extent[x][0]},{extent[x][1]},{extent[x][1]},1000"
+            for i, x in enumerate("ABACAB")]
+    r = report("io", write(io_text(rows)), "--cache")["reuse"]
+    assert r["unique_mib"] == 4 and r["reread_mib"] == 3
+    # stack distances of the re-reads: A@2: B+A = 2 MiB; A@4: C+A = 3; B@5: A+C+B = 4
+    shares = {point["fraction"]: point["hit_share"] for point in r["lru"]}
+    assert shares == {1 / 16: 0.0, 1 / 8: 0.0, 1 / 4: 0.0, 1 / 2: 1 / 7, 1: 3 / 7}
+    assert [p["cache_mib"] for p in r["lru"]] == [0.25, 0.5, 1.0, 2.0, 4.0]
+
+
+def test_reuse_is_null_without_cache_flag(reads):
+    assert report("io", reads)["reuse"] is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=60), st.integers(1, 40),
+       st.randoms(use_true_random=False))
+def test_lru_simulation_equals_stack_distance(items, capacity, rng):
+    size_of = {item: rng.randint(1, 12) for item in set(items)}
+    sizes = [size_of[item] for item in items]
+    assert decode_analyze.lru_hit_bytes(items, size_of, capacity) == \
+        stack_distance_hits(items, sizes, capacity)
+
+
+def test_lru_handles_an_item_larger_than_the_cache():
+    assert decode_analyze.lru_hit_bytes([1, 1, 2, 2], {1: 10, 2: 1}, 5) == 1
+
+
+@pytest.mark.parametrize("phase", [None, "all", "prefill", "decode"])
+@pytest.mark.parametrize("jobs", ["1", "8"])
+def test_reuse_covers_the_reads_of_the_phases_reported(write, small_split, phase, jobs):
+    # Two turns, each a chunked prefill of 4 tokens of 10 reads then 3 decode tokens of 10
+    # reads, over 12 extents; cut into up to 8 parts, some of which hold prefill reads only,
+    # before and after parts with decode reads.
+    rows, reads = [], {0: [], 1: []}
+    for turn in range(2):
+        for phase_value, steps, per_step in ((0, [0, 1, 2, 3], 10), (1, [4, 5, 6], 10)):
+            for step in steps:
+                for i in range(per_step):
+                    extent = ((7 * i + 3 * step + turn) % 12) * MIB, (1 + i % 3) * MIB
+                    reads[phase_value].append(extent)
+                    rows.append(f"{turn},{phase_value},{step},0,{i},0,{i % 2},0,{extent[0]},"
+                                f"{extent[1]},{extent[1]},1000")
+    options = ["--phase", phase] if phase else []
+    single, split = small_split("io", write(io_text(rows)), "--cache", "--jobs", jobs,
+                                *options, "--format", "json")
+    assert single.json["reuse"] == split.json["reuse"]
+    if phase in (None, "decode"):
+        chosen = [r for turn in range(2) for r in reads[1][turn * 30:(turn + 1) * 30]]
+    elif phase == "prefill":
+        chosen = reads[0]
+    else:  # trace order: each turn's prefill, then its decode
+        chosen = [r for turn in range(2) for r in reads[0][turn * 40:(turn + 1) * 40]
+                  + reads[1][turn * 30:(turn + 1) * 30]]
+    unique_mib, reread_mib, curve = expected_reuse(chosen)
+    reuse = split.json["reuse"]
+    assert reuse["unique_mib"] == unique_mib and reuse["reread_mib"] == reread_mib
+    assert {p["fraction"]: p["hit_share"] for p in reuse["lru"]} == pytest.approx(curve)
+
+
+@pytest.mark.parametrize("name", sorted(ENGINE))
+def test_the_io_range_holds_the_engines_own_figures(name):
+    r = report("io", REAL_TRACES[name])
+    assert r["lanes"] == 4 and r["tokens"] == DECODED  # every token read: per read-token = decoded
+    wall, rate = r["io_wall_ms_per_token"], r["throughput_mib_per_s"]
+    seconds, mib_per_s = ENGINE[name]
+    assert wall["min"] - 0.5 <= seconds * 1e3 <= wall["max"] + 0.5  # the engine rounds to ms
+    assert rate["min"] <= mib_per_s <= rate["max"]
+    # the bounds by definition: lane-busy over the lanes, and all of it
+    assert wall["max"] == pytest.approx(r["busy_ms_per_token"])
+    assert wall["min"] == pytest.approx(r["busy_ms_per_token"] / 4)
+    assert rate["min"] == pytest.approx(r["mib_per_token"] / (wall["max"] / 1e3))
+
+
+def test_io_text_leads_with_the_range():
+    out = run("io", REAL_TRACES["qwen3moe-l4-io-serial.csv"]).out
+    text = " ".join(out.split())
+    assert text.index("I/O per read-token: between 3.57 ms (4 lanes in parallel) and 14.27 ms "
+                      "(one at a time); throughput between 112 and 447 MiB/s") < \
+        text.index("lanes busy 14.27 ms per read-token summed over lanes") < text.index("verdicts")
+
+
+def test_lane_bytes_are_counted_only_for_the_svg():
+    """Each token's bytes by lane cost a pass over every read: only --svg, which draws them,
+    asks for them (tests/test_paths.py checks they merge exactly between processes)."""
+    path = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]
+    assert report("io", path)["lane_bytes_by_token"] is None

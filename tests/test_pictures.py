@@ -1,5 +1,5 @@
-"""--svg, --perfetto and timeline (issue 11): pictures whose bars are the report's figures, a
-Perfetto file whose slices add up to the report, and v2 timelines with hand-computed answers."""
+"""Pictures: --svg whose bars are the report's figures, a Perfetto file whose slices add up to
+the report, and v2 timelines with hand-computed answers."""
 import json
 import math
 import xml.etree.ElementTree as ET
@@ -7,14 +7,27 @@ import xml.etree.ElementTree as ET
 import pytest
 
 import tracegen
-from helpers import CT_HEADER, REAL_TRACES, ct_text, error_of, report, run
+from helpers import REAL_TRACES, ct_text, error_of, report, run
+
 
 SVG = "{http://www.w3.org/2000/svg}"
+
+
 CT_NODE = REAL_TRACES["qwen3moe-l4-ct-node.csv"]
+
+
 IO_PREFETCH = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]
+
+
 SESSION_CT = REAL_TRACES["qwen3moe-l4-session-ct-node.csv"]
+
+
 SESSION_IO = REAL_TRACES["qwen3moe-l4-session-ct-node-io.csv"]
+
+
 V2_CT = REAL_TRACES["qwen3moe-l4-ct-node.csv"].parent / "v2" / "ct.csv"
+
+
 V2_IO = V2_CT.parent / "io.csv"
 
 
@@ -37,6 +50,25 @@ def bars(panel, css="bar"):
             found.append((float(g.get("data-total")),
                           [float(r.get("height")) for r in g.iter(f"{SVG}rect")]))
     return found
+
+
+# ── Perfetto ─────────────────────────────────────────────────────────────────────────────────
+def perfetto_of(tmp_path, *argv):
+    target = tmp_path / "trace.json"
+    result = run(*argv, "--perfetto", target)
+    assert result.code == 0, result.err
+    return json.loads(target.read_text())
+
+
+def check_events(data):
+    for event in data["traceEvents"]:
+        assert {"ph", "ts", "pid", "tid"} <= set(event)
+        if event["ph"] == "X":
+            assert event["dur"] >= 0
+
+
+def token_slices(data):
+    return [e for e in data["traceEvents"] if e.get("cat") == "token"]
 
 
 # ── SVG ──────────────────────────────────────────────────────────────────────────────────────
@@ -132,25 +164,6 @@ def test_untrusted_strings_are_escaped_in_svg(tmp_path, write):
 def test_svg_is_never_written_over_an_input(write):
     trace = write(ct_text(["0,1,4,0,0,MUL_MAT,n-0,1000,0"]))
     assert "is the input" in error_of("compute", trace, "--svg", trace)
-
-
-# ── Perfetto ─────────────────────────────────────────────────────────────────────────────────
-def perfetto_of(tmp_path, *argv):
-    target = tmp_path / "trace.json"
-    result = run(*argv, "--perfetto", target)
-    assert result.code == 0, result.err
-    return json.loads(target.read_text())
-
-
-def check_events(data):
-    for event in data["traceEvents"]:
-        assert {"ph", "ts", "pid", "tid"} <= set(event)
-        if event["ph"] == "X":
-            assert event["dur"] >= 0
-
-
-def token_slices(data):
-    return [e for e in data["traceEvents"] if e.get("cat") == "token"]
 
 
 def test_compute_nodes_add_up_to_the_token(tmp_path):
@@ -290,35 +303,6 @@ def test_timeline_text_and_markdown():
     assert "| reads while compute was not waiting | 0.250 | 0.450 | 0.800 |" in markdown
 
 
-def test_timeline_is_the_same_read_in_parts(small_split, tmp_path):
-    """Several copies of the v2 run one after another (steps shifted, times too), so that
-    the split has tokens to cut between: one process and several give the same timeline."""
-    def repeated(source, target, copies, step_column):
-        lines = source.read_text().splitlines(keepends=True)
-        head = [line for line in lines if line.startswith("#")] + [
-            next(line for line in lines if not line.startswith("#"))]
-        header = head[-1].rstrip("\n").split(",")
-        body = lines[len(head):]
-        out = list(head)
-        for copy in range(copies):
-            for line in body:
-                fields = line.rstrip("\n").split(",")
-                fields[header.index("step")] = str(int(fields[header.index("step")]) + 3 * copy)
-                for column in ("start_ns", "end_ns"):
-                    i = header.index(column)
-                    fields[i] = str(int(fields[i]) + 5_000_000 * copy)
-                out.append(",".join(fields) + "\n")
-        target.write_text("".join(out))
-        return target
-    ct = repeated(V2_CT, tmp_path / "ct.csv", 300, "step")
-    io = repeated(V2_IO, tmp_path / "io.csv", 300, "step")
-    single, split = small_split("timeline", ct, io, "--format", "json", "--jobs", "4")
-    assert single.code == 0 and single.out == split.out
-    r = json.loads(single.out)
-    assert r["decodes_count"] == 900
-    assert r["summary"]["read_busy_ms"]["total"] == pytest.approx(300 * 1.0)
-
-
 def test_a_v1_partner_makes_the_pair_reconstructed_without_waits(tmp_path, write):
     ct = write(ct_text([f"0,1,{step},0,0,MUL_MAT,n-0,100000,0" for step in (10, 11, 12)]))
     data = perfetto_of(tmp_path, "report", ct, V2_IO)
@@ -350,20 +334,6 @@ def test_a_decode_of_callbacks_only_spans_its_callbacks(tmp_path):
     last = report("timeline", ct)["decodes"][-1]
     assert (last["step"], last["span_from"], last["decode_ms"], last["graph_ms"],
             last["callback_ms"]) == (13, "callbacks", 0.05, None, 0.05)
-
-
-def test_lane_bytes_are_the_same_read_in_parts(monkeypatch, tmp_path):
-    """Each token's bytes by lane (counted for --svg alone) merge exactly between processes;
-    without --svg they are not counted."""
-    import trace_io
-    assert report("io", IO_PREFETCH)["lane_bytes_by_token"] is None
-    target = tmp_path / "io.svg"
-    pictures = []
-    for limit in (1 << 60, 1024):  # one process, then parts of a few KiB
-        monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", limit)
-        assert run("io", IO_PREFETCH, "--svg", target, "--jobs", "4").code == 0
-        pictures.append(target.read_text())
-    assert pictures[0] == pictures[1] and "lane 3" in pictures[0]
 
 
 @pytest.mark.parametrize("column", ["turn", "phase", "step"])

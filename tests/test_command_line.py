@@ -1,0 +1,193 @@
+"""The command line: every command declared once (decode_analyze.COMMANDS), the parser, the
+help, the docstring, the dispatch and the output checks following from it; --output written
+atomically and never over an input; exit statuses; a signal ends every process of a run."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import decode_analyze as da
+import tracegen
+from helpers import REAL_TRACES, ROOT, ct_text, error_of, run
+
+
+SESSION_CT = ROOT / "examples" / "session-ct.csv"
+
+
+def help_of(capsys, *argv):
+    assert run(*argv, "--help").code == 0
+    return capsys.readouterr().out  # argparse prints its help on sys.stdout
+
+
+GOOD = ["0,1,4,0,0,MUL_MAT,Qcur-0,1000000,0", "0,1,4,1,0,ADD,l_out-0,3000000,2"]
+
+
+def _is_zombie(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_the_module_docstring_lists_every_command_as_the_registry_does():
+    assert da.command_list() in da.__doc__
+    assert [line.split()[0] for line in da.command_list().splitlines()] == list(da.COMMANDS)
+
+
+def test_the_help_lists_every_command_with_its_summary(capsys):
+    text = help_of(capsys)
+    assert max(map(len, text.splitlines())) <= da.TEXT_WIDTH
+    for command in da.COMMANDS.values():
+        assert command.name in text and command.summary in text
+    assert da.exit_status_text() in " ".join(text.split())
+
+
+def test_each_command_draws_only_the_pictures_it_declares(capsys):
+    for command in da.COMMANDS.values():
+        help_text = help_of(capsys, command.name)
+        assert ("--svg" in help_text) == ("svg" in command.pictures)
+        assert ("--perfetto" in help_text) == ("perfetto" in command.pictures)
+
+
+def test_every_exit_status_is_in_the_readme():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for status, meaning in da.EXIT_STATUS.items():
+        assert f"{status} {meaning}" in readme
+
+
+def test_a_new_command_is_one_registry_entry(monkeypatch, capsys):
+    """A command added to the registry is parsed, dispatched, drawn by its report kind's
+    layout in every format, and its inputs are guarded against being written over."""
+    def analyze(args, reading):
+        return da.analyze_compute(args.trace, reading)
+    added = da.Command("again", "again CT", "compute, once more", "The compute report again.",
+                       (da.Input("trace", "compute", "a compute trace"),), (), analyze, ())
+    monkeypatch.setitem(da.COMMANDS, "again", added)
+    assert run("again", SESSION_CT, "--format", "json").json["ms_per_token"] == \
+        run("compute", SESSION_CT, "--format", "json").json["ms_per_token"]
+    assert run("again", SESSION_CT).out.splitlines()[1:] == \
+        run("compute", SESSION_CT).out.splitlines()[1:]
+    assert "is the input" in error_of("again", SESSION_CT, "-o", SESSION_CT)
+    assert "compute, once more" in help_of(capsys)
+
+
+def test_stdin_for_two_inputs_is_refused_by_every_command_that_has_two():
+    for command in da.COMMANDS.values():
+        if len(command.inputs) > 1:
+            assert "stdin can carry only one of the inputs" in error_of(
+                command.name, "-", "-")
+
+
+def test_an_output_over_any_input_is_refused(tmp_path):
+    copy = tmp_path / "ct.csv"
+    copy.write_bytes(SESSION_CT.read_bytes())
+    for argv in (["compute", copy, "-o", copy], ["compute", copy, "--svg", copy],
+                 ["diff", SESSION_CT, copy, "-o", copy],
+                 ["report", copy, ROOT / "examples" / "session-io.csv", "--perfetto", copy]):
+        assert "is the input" in error_of(*argv)
+    assert copy.read_bytes() == SESSION_CT.read_bytes()
+
+
+def test_output_writes_the_report_and_nothing_else(write, tmp_path):
+    target = tmp_path / "report.json"
+    result = run("compute", write(ct_text(GOOD)), "--format", "json", "--output", target)
+    assert result.code == 0 and result.out == "" and result.err == ""
+    assert json.loads(target.read_text(encoding="utf-8"))["ms_per_token"] == 4.0
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".decode-analyze-")] == []
+
+
+def test_output_replaces_an_old_report_whole(write, tmp_path):
+    target = tmp_path / "report.txt"
+    target.write_text("an old report\n")
+    assert run("compute", write(ct_text(GOOD)), "-o", target).code == 0
+    text = target.read_text(encoding="utf-8")
+    assert text.startswith("decode-analyze ") and "an old report" not in text
+
+
+def test_text_to_a_file_is_utf8(tmp_path):
+    target = tmp_path / "r.txt"
+    assert run("compute", REAL_TRACES["qwen3moe-l4-ct-node.csv"], "-o", target).code == 0
+    assert "▁" in target.read_text(encoding="utf-8") or "█" in target.read_text(encoding="utf-8")
+
+
+def test_an_input_trace_is_never_overwritten(write):
+    trace = write(ct_text(GOOD))
+    before = trace.read_bytes()
+    line = error_of("compute", trace, "--output", trace)
+    assert line.endswith(f"{trace}: is the input {trace}: not writing over it")
+    assert trace.read_bytes() == before
+
+
+def test_an_unwritable_folder_is_one_line(write, tmp_path):
+    target = tmp_path / "missing" / "r.json"
+    line = error_of("compute", write(ct_text(GOOD)), "--output", target)
+    assert line.endswith(f"{target}: cannot write: No such file or directory")
+    assert not os.path.exists(target)
+
+
+def test_the_file_gets_the_usual_permissions(write, tmp_path):
+    import os
+    trace = write(ct_text(GOOD))
+    target = tmp_path / "report.md"
+    mask = os.umask(0o022)
+    try:
+        assert run("compute", trace, "--format", "markdown", "-o", target).code == 0
+    finally:
+        os.umask(mask)
+    assert target.stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or not os.path.isdir("/proc"), reason="Linux only")
+def test_sigterm_ends_both_processes(tmp_path):
+    path = tracegen.write(tmp_path / "ct.csv", tracegen.compute_lines(n_layer=48,
+                                                                      decode_tokens=160))
+    assert path.stat().st_size > 16 << 20
+    child = subprocess.Popen([sys.executable, str(ROOT / "decode_analyze.py"), "compute",
+                              str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    workers = []
+    deadline = time.time() + 20
+    while not workers and time.time() < deadline:
+        time.sleep(0.05)
+        try:
+            with open(f"/proc/{child.pid}/task/{child.pid}/children") as f:
+                workers = [int(pid) for pid in f.read().split()]
+        except OSError:
+            break
+    assert workers, "the run never started its second process"
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=20)
+    assert child.returncode == 143 and err == b""
+    time.sleep(0.2)
+    for pid in workers:
+        assert not os.path.exists(f"/proc/{pid}") or _is_zombie(pid)
+
+
+def test_the_readme_lists_the_commands_as_the_registry_does():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "```\n" + da.command_list() + "\n```" in readme
+
+
+def test_every_name_in_the_readme_layout_map_exists():
+    import re
+
+    import trace_io
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    layout = readme.partition("## Layout")[2].partition("\nA new command")[0]
+    rows = [line.split(" | ")[-1] for line in layout.splitlines() if line.startswith("| ")][2:]
+    names = {name for row in rows for name in re.findall(r"`([A-Za-z_][\w.]*)`", row)}
+    assert len(names) > 40
+    for name in names:
+        first, *rest = name.split(".")
+        if first == "trace_io":
+            target = trace_io
+        else:
+            target = da if hasattr(da, first) else trace_io
+            rest = [first, *rest]
+        for part in rest:
+            assert hasattr(target, part), name
+            target = getattr(target, part)

@@ -1,0 +1,125 @@
+"""Pair (`report CT IO`): I/O per decoded token, the two files side by side, the pair's warnings."""
+import pytest
+
+from helpers import ROOT, ct_text, io_text, report, run, shared_trace
+
+
+MIB = 1 << 20
+
+
+CT = ct_text([
+    "0,1,5,0,0,MUL_MAT_ID,ffn_moe_up-0,4000000,0",
+    "0,1,5,1,0,GET_ROWS,ffn_moe_weights-0,6000000,3",
+    "0,1,6,0,0,MUL_MAT_ID,ffn_moe_up-0,2000000,0",
+    "0,1,6,1,0,GET_ROWS,ffn_moe_weights-0,4000000,0",
+    "0,1,7,0,0,MUL_MAT_ID,ffn_moe_up-0,2000000,0",
+    "0,1,7,1,0,GET_ROWS,ffn_moe_weights-0,2000000,0",
+], preamble="# compute_trace v2\n# model=m.gguf arch=qwen3moe n_layer=1 trace_id=7\n",
+    header="turn,phase,step,seq,layer,op,name,wall_ns,majflt")
+
+
+IO = io_text([  # token 7 was served from cache: no rows
+    "0,1,5,0,1,0,0,0,0,1048576,1048576,2000000",
+    "0,1,5,0,2,0,1,0,2097152,1048576,1048576,2000000",
+    "0,1,6,0,1,0,0,0,0,1048576,1048576,2000000",
+], preamble="# io_trace v2\n# model=m.gguf arch=qwen3moe n_layer=1 trace_id=7 io_threads=2\n")
+
+
+@pytest.fixture
+def pair(write):
+    return write(CT, "ct.csv"), write(IO, "io.csv")
+
+
+def test_per_decoded_token(pair):
+    r = report("report", *pair)
+    assert r["kind"] == "report" and r["schema"] == 3
+    p = r["pair"]
+    assert p["tokens"] == 3 and p["tokens_without_reads"] == 1
+    assert p["io_reads_per_token"] == 1.0 and p["io_mib_per_token"] == 1.0
+    assert p["io_busy_ms_per_token"] == pytest.approx(2.0)  # 6 ms over 3 tokens
+    assert p["compute_ms_per_token"] == pytest.approx(20 / 3)
+    assert p["experts_ms_per_token"] == pytest.approx(8 / 3)
+    assert p["router_ms_per_token"] == pytest.approx(12 / 3)
+    assert p["faulting_ms_per_token"] == pytest.approx(2.0)
+    assert r["io"]["mib_per_token"] == 1.5  # the io trace alone: per read-token
+    assert p["warnings"] == []
+
+
+def test_layers_side_by_side(pair):
+    (layer,) = report("report", *pair)["pair"]["by_layer"]
+    assert layer == pytest.approx({"layer": 0, "compute_ms_per_token": 20 / 3,
+                                   "majflt_per_token": 1.0, "reads_per_token": 1.0,
+                                   "mib_per_token": 1.0})
+
+
+def test_router_against_the_io_range(pair):
+    """Router 4 ms per decoded token against reads that took 1-2 ms: not all of it can be
+    read wait, whatever the router's share (60% here)."""
+    verdicts = {v["id"]: v for v in report("report", *pair)["pair"]["verdicts"]}
+    assert verdicts["router_wait"]["flagged"] is False
+    assert verdicts["router_wait"]["text"] == (
+        "router time is not all read wait: routing nodes take 4.00 ms per decoded token (60% of "
+        "compute), more than the reads could (the reads took between 1.00 and 2.00 ms per "
+        "decoded token)")
+
+
+def test_cache_is_always_in_the_pair(pair):
+    assert report("report", *pair)["io"]["reuse"]["unique_mib"] == 2.0
+
+
+def test_text_report(pair):
+    out = " ".join(run("report", *pair).out.split())
+    assert "tokens=3 (from the compute trace; phase decode), 1 of them read nothing" in out
+    assert "reads 1.0, 1.00 MiB; lanes busy 2.00 ms summed over lanes" in out
+    assert "I/O: between 1.00 ms (2 lanes in parallel) and 2.00 ms (one at a time)" in out
+    assert "verdicts" in out
+
+
+def test_mismatched_pair_warns(write):
+    ct = write(CT, "ct.csv")
+    io = write(IO.replace("trace_id=7", "trace_id=8").replace("model=m.gguf", "model=x.gguf")
+               .replace("0,1,6,", "3,1,6,"), "io.csv")
+    result = run("report", ct, io, "--format", "json")
+    assert result.code == 0
+    assert "model differs: 'm.gguf' in the compute trace, 'x.gguf' in the io trace" in result.err
+    assert "trace_id differs: 7 in " in result.err and "the files may be from two runs" in result.err
+    assert "1 token(s) of the io trace are not among the compute trace's" in result.err
+    assert len(result.json["pair"]["warnings"]) == 3
+
+
+def test_two_stdins_refused(pair):
+    result = run("report", "-", "-")
+    assert result.code == 1 and "stdin can carry only one" in result.err
+
+
+def test_real_session_pair():
+    ct = shared_trace("qwen3moe-l4-session-ct-node.csv")
+    io = shared_trace("qwen3moe-l4-session-ct-node-io.csv")
+    r = report("report", ct, io)
+    assert r["pair"]["tokens"] == 208 and r["pair"]["warnings"] == []
+    assert r["pair"]["io_mib_per_token"] == pytest.approx(r["io"]["read_bytes"] / MIB / 208)
+    assert report("report", ROOT / "examples/session-ct.csv",
+                  ROOT / "examples/session-io.csv")["pair"]["tokens"] == 208
+
+
+def test_layer_granularity_pair_has_no_categories(write):
+    rows = [f"0,1,{step},0,-1,LAYER,pre,1000000,0" for step in (5, 6)]
+    ct = write(ct_text(rows, preamble="# compute_trace v1\n# model=m.gguf n_layer=1\n"), "ct.csv")
+    io = write(IO, "io.csv")
+    r = report("report", ct, io)
+    assert r["pair"]["experts_ms_per_token"] is None and r["pair"]["router_ms_per_token"] is None
+    assert "routed experts and router n/a" in run("report", ct, io).out
+
+
+def test_every_report_io_figure_is_per_decoded_token(half_read):
+    r = report("report", *half_read)
+    p = r["pair"]
+    assert p["tokens"] == 4 and p["tokens_without_reads"] == 2
+    assert p["io_mib_per_token"] == 1.0  # 4 MiB over 4 decoded tokens
+    assert sum(row["mib_per_token"] for row in p["demand_vs_spec"]) == pytest.approx(1.0)
+    assert sum(row["mib_per_token"] for row in p["by_lane"]) == pytest.approx(1.0)
+    assert p["io_wall_ms_per_token"] == pytest.approx({"min": 4.0, "max": 8.0})  # 32 ms / 4
+    assert p["adjacency"]["reads_per_token"] == 1.0
+    assert r["io"]["mib_per_token"] == 2.0  # the io report keeps its own: per read-token
+    text = " ".join(run("report", *half_read).out.split())
+    assert "MiB/tok is per decoded token" in text and "per read-token" not in text

@@ -1,0 +1,398 @@
+"""One answer whatever the path the reader takes: the fast path or line by line, one process or
+several (--jobs, a file cut at token boundaries), a file or stdin, a token in one piece or in
+many; and the split's own rules (its cut points, the first error in file order, dead children)."""
+import gzip
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import decode_analyze
+import trace_io
+import tracegen
+from helpers import REAL_TRACES, assert_token_start, ct_text, io_text, run
+
+
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+
+
+OPTIONS = {"compute": ("--layers",), "io": ("--adjacent", "--cache")}
+
+
+def kind_of(name):
+    return "io" if "-io" in name else "compute"
+
+
+def json_of(result):
+    assert result.code == 0, result.err
+    report = result.json
+    report.pop("path")
+    return report
+
+
+def without_path(result):
+    assert result.code == 0, result.err
+    report = result.json
+    report.pop("path")
+    return report
+
+
+@pytest.fixture
+def small_parts(monkeypatch):
+    monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 2048)
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("parallel")
+    return {
+        "ct": tracegen.write(folder / "ct.csv", tracegen.compute_lines(
+            n_layer=3, decode_tokens=40, turns=2, seed=3)),
+        "layers": tracegen.write(folder / "layers.csv", tracegen.compute_lines(
+            n_layer=3, decode_tokens=40, layers=True, seed=4)),
+        "io": tracegen.write(folder / "io.csv", tracegen.io_lines(
+            n_layer=4, decode_tokens=60, reads_per_token=40, spec_share=0.2, seed=5)),
+    }
+
+
+@pytest.fixture
+def child_marks(monkeypatch, tmp_path):
+    """Each child that folds a part leaves its pid in a file; returns the list of pids."""
+    real = trace_io._fold_part
+
+    def marked(*args):
+        (tmp_path / f"child-{trace_io.os.getpid()}").write_text("")
+        return real(*args)
+    monkeypatch.setattr(trace_io, "_fold_part", marked)
+    return lambda: [int(p.name.split("-")[1]) for p in tmp_path.glob("child-*")]
+
+
+class DiesWhilePickled:
+    def __reduce__(self):
+        trace_io.os._exit(3)
+
+
+IO_ROWS = ["0,1,4,0,1,0,0,0,0,4096,4096,1000", "0,1,4,0,2,0,1,0,4096,4096,4096,1000",
+           "0,1,4,0,3,0,0,0,8192,4096,4096,1000"]
+
+
+def without_warnings(r):
+    return {key: value for key, value in r.items() if key not in ("warnings", "path")}
+
+
+# 13. one rule on every path: a quoted line anywhere in the batch changes nothing
+PROBES = ["0,1,4,0, 1,0,0,0,0,4096,4096,1000", "0,1,4,0,1,0,00,0,0,4096,4096,1000",
+          "0,1,4,0,1,0,0,0,0,4096,-4096,1000", "0,1,4,0,1,0,0,0,0,4096,4096,1e3",
+          "0,1,4,0,1,0,0,0,0,4096,4096,1000,", "0,0,4,0,1,0,x,0,0,4096,4096,1000"]
+
+
+
+
+IO_PREFETCH = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]
+
+
+V2_CT = REAL_TRACES["qwen3moe-l4-ct-node.csv"].parent / "v2" / "ct.csv"
+
+
+V2_IO = V2_CT.parent / "io.csv"
+
+
+def repeated(source, target, copies):
+    """A v2 trace of `copies` copies of the source run one after another (steps and times
+    shifted), so that a split has tokens to cut between."""
+    lines = source.read_text().splitlines(keepends=True)
+    head = [line for line in lines if line.startswith("#")] + [
+        next(line for line in lines if not line.startswith("#"))]
+    header = head[-1].rstrip("\n").split(",")
+    body = lines[len(head):]
+    out = list(head)
+    for copy in range(copies):
+        for line in body:
+            fields = line.rstrip("\n").split(",")
+            fields[header.index("step")] = str(int(fields[header.index("step")]) + 3 * copy)
+            for column in ("start_ns", "end_ns"):
+                i = header.index(column)
+                fields[i] = str(int(fields[i]) + 5_000_000 * copy)
+            out.append(",".join(fields) + "\n")
+    target.write_text("".join(out))
+    return target
+
+
+@pytest.fixture(scope="module")
+def every_command(traces, tmp_path_factory):
+    """{command: its argv}, for every command of the registry, on inputs large enough to be
+    cut into parts of a few KiB."""
+    folder = tmp_path_factory.mktemp("every-command")
+    v2_ct, v2_io = repeated(V2_CT, folder / "v2-ct.csv", 200), repeated(V2_IO, folder / "v2-io.csv",
+                                                                       200)
+    cases = {"compute": ["compute", traces["ct"], "--layers"],
+             "io": ["io", traces["io"], "--adjacent", "--cache"],
+             "report": ["report", traces["ct"], traces["io"]],
+             "diff": ["diff", traces["ct"], traces["layers"]],
+             "timeline": ["timeline", v2_ct, v2_io]}
+    assert set(cases) == set(decode_analyze.COMMANDS), "a new command needs its case here"
+    for name, path in REAL_TRACES.items():
+        kind = kind_of(name)
+        cases[f"{kind} {name}"] = [kind, path, *OPTIONS[kind]]
+    return cases
+
+
+PATH_CASES = sorted(decode_analyze.COMMANDS) + [f"{kind_of(name)} {name}"
+                                                for name in sorted(REAL_TRACES)]
+
+
+def answer(argv, folder):
+    """The JSON of a run (and its SVG, where the command draws one), with each input's name
+    replaced by its position, so that runs on copies of the inputs compare."""
+    command = decode_analyze.COMMANDS[argv[0]]
+    svg = folder / "out.svg"
+    extra = ["--svg", svg] if "svg" in command.pictures else []
+    result = run(*argv, *extra, "--format", "json")
+    assert result.code == 0, result.err
+    text = result.out + (svg.read_text() if extra else "")
+    inputs = [arg for arg in argv[1:] if isinstance(arg, Path) or arg == "-"]
+    for i, path in enumerate(inputs):
+        for name in (["<stdin>", "&lt;stdin&gt;"] if path == "-" else
+                     [json.dumps(str(path))[1:-1]]):
+            text = text.replace(name, f"<input {i}>")
+    return text
+
+
+def difference(got, expected):
+    """None, or the first line where two answers differ (pytest's own diff of two long texts
+    takes minutes)."""
+    if got == expected:
+        return None
+    for number, (line, wanted) in enumerate(zip(got.splitlines(), expected.splitlines()), 1):
+        if line != wanted:
+            return f"line {number}: {line[:200]!r} instead of {wanted[:200]!r}"
+    return "one answer is longer"
+
+
+def compressed(path, folder):
+    target = folder / (path.name + ".gz")
+    target.write_bytes(gzip.compress(path.read_bytes()))
+    return target
+
+
+@pytest.mark.parametrize("case", PATH_CASES)
+def test_every_command_gives_one_answer_whatever_the_path(case, every_command, monkeypatch,
+                                                          tmp_path):
+    """Every command, and compute and io on every real trace: one process, parts of a few KiB
+    read by 2 to 8 processes, the line-by-line path for every line, gzip, and stdin give byte
+    for byte the same report (and the same SVG, where the command draws one)."""
+    argv = every_command[case]
+    command = argv[0]
+    inputs = [arg for arg in argv[1:] if isinstance(arg, Path)]
+    monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 1 << 60)
+    one = answer(argv + ["--jobs", "1"], tmp_path)
+    monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 2048)
+    for jobs in (2, 3, 8):
+        assert difference(answer(argv + ["--jobs", str(jobs)], tmp_path), one) is None, jobs
+    monkeypatch.setattr(trace_io.Trace, "_fast_batch", lambda self, *args, **kwargs: None)
+    assert difference(answer(argv + ["--jobs", "2"], tmp_path), one) is None, "line by line"
+    monkeypatch.undo()
+    gzipped = [compressed(path, tmp_path) if isinstance(path, Path) else path for path in argv]
+    assert difference(answer(gzipped, tmp_path), one) is None, "gzip"
+    if command != "timeline":  # timeline's second input is not read from stdin here
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(inputs[0].read_bytes())))
+        assert difference(answer([argv[0], "-", *argv[2:]], tmp_path), one) is None, "stdin"
+
+
+def test_the_parts_are_cut_at_token_starts(small_parts):
+    path = REAL_TRACES["qwen3moe-l4-ct-node.csv"]
+    with trace_io.Trace(str(path)) as trace:
+        points = trace_io.split_points(trace, 8)
+    assert len(points) == 7 and points == sorted(set(points))
+    for point in points:
+        assert_token_start(path.read_bytes(), point)
+
+
+def test_the_first_error_in_file_order_wins_across_parts(write, small_parts):
+    rows = [f"0,1,{step},0,0,MUL_MAT,Qcur-0,1000,0" for step in range(2000)]
+    rows[900] = "0,1,900,0,0,MUL_MAT,Qcur-0,bad,0"
+    rows[1900] = "0,1,1900,0,0,MUL_MAT,Qcur-0,worse,0"
+    result = run("compute", write(ct_text(rows)), "--jobs", "6")
+    assert result.code == 1 and result.err.strip().endswith(
+        "t.csv:904: column wall_ns: 'bad' is not a non-negative integer")
+
+
+def test_report_errors_and_warnings_keep_their_order(write):
+    ct = write(ct_text(["0,1,4,0,0,MUL_MAT,Qcur-0,1000,0"]).replace("v1", "v7"), "ct.csv")
+    io = write(io_text(["0,1,4,0,1,0,0,0,0,4096,4096,1000"]).replace("v1", "v8"), "io.csv")
+    for jobs in ("1", "2"):
+        result = run("report", ct, io, "--jobs", jobs)
+        lines = result.err.splitlines()
+        assert "unknown compute_trace version v7" in lines[0]
+        assert "unknown io_trace version v8" in lines[1]
+    bad_ct = write(ct_text(["0,1,4,0,0,MUL_MAT,Qcur-0,x,0"]), "bad-ct.csv")
+    bad_io = write(io_text(["0,1,4,0,1,0,0,0,0,4096,x,1000"]), "bad-io.csv")
+    for jobs in ("1", "2"):
+        result = run("report", bad_ct, bad_io, "--jobs", jobs)
+        assert result.code == 1 and "bad-ct.csv:4: column wall_ns" in result.err
+
+
+def test_jobs_must_be_positive():
+    assert run("compute", "x", "--jobs", "0").code == 2
+
+
+@needs_fork
+def test_split_lands_on_a_token_boundary(traces):
+    from trace_io import Trace
+    trace_io.PARALLEL_MIN_BYTES, saved = 1024, trace_io.PARALLEL_MIN_BYTES
+    try:
+        with Trace(str(traces["ct"])) as trace:
+            (split,) = trace_io.split_points(trace, 2)
+    finally:
+        trace_io.PARALLEL_MIN_BYTES = saved
+    assert_token_start(traces["ct"].read_bytes(), split)
+
+
+@needs_fork
+def test_error_in_the_second_half_names_its_line(write, small_split):
+    rows = [f"0,1,{step},0,0,MUL_MAT,Qcur-0,1000,0" for step in range(400)]
+    rows[350] = "0,1,350,0,0,MUL_MAT,Qcur-0,12x,0"
+    single, parallel = small_split("compute", write(ct_text(rows)))
+    assert single.code == parallel.code == 1
+    assert single.err == parallel.err
+    assert "t.csv:354: column wall_ns: '12x'" in parallel.err
+
+
+@needs_fork
+def test_error_in_both_halves_reports_the_first(write, small_split):
+    rows = [f"0,1,{step},0,0,MUL_MAT,Qcur-0,1000,0" for step in range(400)]
+    rows[10] = "0,1,10,0,0,MUL_MAT,Qcur-0,bad,0"
+    rows[350] = "0,1,350,0,0,MUL_MAT,Qcur-0,12x,0"
+    _, parallel = small_split("compute", write(ct_text(rows)))
+    assert "t.csv:14: column wall_ns: 'bad'" in parallel.err
+
+
+@needs_fork
+def test_skipped_rows_and_truncated_tail_add_up(write, small_split):
+    rows = [f"0,1,{step},0,0,MUL_MAT,Qcur-0,1000,0" for step in range(400)]
+    rows[20] = rows[380] = "0,1,1,0,0,MUL_MAT,Qcur-0,x,0"
+    text = ct_text(rows) + "0,1,400,0,0,MUL"
+    single, parallel = small_split("compute", write(text), "--skip-bad-rows", "--format", "json")
+    assert single.json == parallel.json and single.err == parallel.err
+    assert "skipped 2 bad row(s) (first: line 24" in parallel.err
+    assert "t.csv:404: last line has no newline at the end" in parallel.err
+
+
+@needs_fork
+def test_io_key_error_in_the_second_half(write, small_split):
+    rows = [f"0,1,{step},0,1,0,0,0,0,4096,4096,1000" for step in range(300)]
+    rows[250] = "0,1,250,0,1,0,zz,0,0,4096,4096,1000"
+    single, parallel = small_split("io", write(io_text(rows)))
+    assert single.err == parallel.err and "t.csv:254: column lane: 'zz'" in parallel.err
+
+
+@needs_fork
+def test_skip_reads_in_one_piece(traces, small_split):
+    single, parallel = small_split("compute", traces["ct"], "--skip", "3", "--format", "json")
+    assert single.json == parallel.json and single.json["tokens"] == 2 * 37
+
+
+@needs_fork
+def test_lru_curve_in_two_processes(traces, monkeypatch):
+    monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 1 << 60)
+    single = run("io", traces["io"], "--cache", "--format", "json")
+    monkeypatch.setattr(decode_analyze, "PARALLEL_MIN_READS", 10)
+    parallel = run("io", traces["io"], "--cache", "--format", "json")
+    assert single.json["reuse"] == parallel.json["reuse"]
+    assert parallel.json["reuse"]["lru"][3]["hit_share"] > 0
+
+
+@needs_fork
+def test_the_child_folds_its_part_and_the_parent_does_not_refold_it(traces, small_split,
+                                                                   child_marks, monkeypatch):
+    def refold(*args):
+        raise AssertionError("the child's part was folded again in the parent")
+    monkeypatch.setattr(trace_io, "_refold", refold)
+    single, parallel = small_split("io", traces["io"], "--adjacent", "--cache", "--format",
+                                   "json")
+    pids = child_marks()
+    assert len(pids) == 1 and pids[0] != trace_io.os.getpid()
+    assert single.json == parallel.json and parallel.err == ""
+
+
+@needs_fork
+def test_a_dead_child_is_said_and_its_part_read_again(traces, small_split, monkeypatch):
+    monkeypatch.setattr(trace_io, "_fold_part", lambda *args: trace_io.os._exit(3))
+    single, parallel = small_split("compute", traces["ct"], "--format", "json")
+    assert parallel.code == 0
+    assert single.json["per_token"] == parallel.json["per_token"]
+    assert single.json["by_op"] == parallel.json["by_op"]
+    assert "of the file died; that part was read again here" in parallel.err
+
+
+@needs_fork
+def test_a_child_that_dies_half_way_through_its_answer_is_read_again(traces, small_split,
+                                                                     monkeypatch):
+    # The parent unpickles as the bytes arrive: a message cut short is a dead child, not a
+    # traceback, even with megabytes of it already read.
+    monkeypatch.setattr(trace_io, "_fold_part",
+                        lambda *args: ("ok", [b"x" * (4 << 20), DiesWhilePickled()]))
+    single, parallel = small_split("compute", traces["ct"], "--format", "json")
+    assert parallel.code == 0
+    assert single.json["per_token"] == parallel.json["per_token"]
+    assert "of the file died; that part was read again here" in parallel.err
+
+
+# 10. a split into two processes never divides a token, quoted rows or not
+def test_a_token_whose_first_rows_are_quoted_is_not_split(write, small_split):
+    rows = []
+    for step in range(4, 44):
+        rows += [f'0,1,{step},0,0,MUL_MAT,"Qcur-0, part 0",1000000,0',
+                 f'0,1,{step},1,0,MUL_MAT,"Qcur-0, part 1",1000000,0',
+                 f"0,1,{step},2,0,ADD,l_out-0,{step * 1000},0"]
+    path = write(ct_text(rows))
+    single, parallel = small_split("compute", path, "--format", "json")
+    assert single.json == parallel.json and parallel.err == ""
+    assert parallel.json["tokens"] == 40 and len({tuple(g["op"] for g in parallel.json["by_op"])}) == 1
+    with trace_io.Trace(str(path)) as trace:  # the second run did read it in two parts
+        assert len(trace_io.split_points(trace, 2)) == 1
+
+
+def test_the_split_point_is_a_token_boundary_with_quoted_lines(write, monkeypatch):
+    rows = [f'0,1,{step},{i},0,MUL_MAT,"a, {i}",1000,0' for step in range(4, 200)
+            for i in range(3)]
+    path = write(ct_text(rows))
+    monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 256)
+    with trace_io.Trace(str(path)) as trace:
+        (split,) = trace_io.split_points(trace, 2)
+    assert_token_start(path.read_bytes(), split)
+    assert path.read_bytes()[split:].split(b",")[3] == b"0"  # the new token's first row
+
+
+@pytest.mark.parametrize("probe", PROBES)
+@pytest.mark.parametrize("skip", [False, True])
+def test_fast_and_line_by_line_paths_agree(write, probe, skip):
+    rows = IO_ROWS + [probe] + [f"0,1,{s},0,1,0,0,0,0,4096,4096,1000" for s in range(6, 40)]
+    quoted = rows + ['0,1,99,"0",1,0,0,0,0,4096,4096,1000']  # a quoted field: legal CSV
+    plain = rows + ["0,1,99,0,1,0,0,0,0,4096,4096,1000"]
+    options = ("--skip-bad-rows",) if skip else ()
+    fast = run("io", write(io_text(plain), "plain.csv"), *options, "--format", "json")
+    slow = run("io", write(io_text(quoted), "quoted.csv"), *options, "--format", "json")
+    assert fast.code == slow.code
+    assert fast.err.replace("plain.csv", "X") == slow.err.replace("quoted.csv", "X")
+    if fast.code == 0:
+        assert without_warnings(fast.json) == without_warnings(slow.json)
+
+
+def test_one_long_token_keeps_its_figures(one_token):
+    from helpers import report
+    single = report("compute", one_token / "single.csv", "--layers")
+    many = report("compute", one_token / "many.csv", "--layers")
+    assert single["tokens"] == 1 and many["tokens"] == 2000
+    assert single["rows"] == many["rows"] == 320_000
+    for table, key in (("by_op", "op"), ("by_category", "category")):
+        totals = {row[key]: row["ms_per_token"] for row in single[table]}
+        assert totals == pytest.approx({row[key]: row["ms_per_token"] * 2000
+                                        for row in many[table]})
+    assert {(r["op"], r["p50_us"], r["p99_us"], r["max_us"]) for r in single["by_op"]} == \
+        {(r["op"], r["p50_us"], r["p99_us"], r["max_us"]) for r in many["by_op"]}
+
+

@@ -1,0 +1,120 @@
+"""Robustness: whatever the input, no traceback, no hang, time linear and memory bounded; a
+bounded fuzz run of a fixed set of cases; a large run re-enters as a module."""
+import gzip
+import json
+import sys
+
+from helpers import REAL_TRACES, ROOT, ct_text, run_measured
+
+
+CASES = 400  # about 20 s here
+
+
+TOOL = str(ROOT / "decode_analyze.py")
+
+
+MEMORY_LIMIT_MIB = 200
+
+
+def run_process(*argv, timeout=60):
+    """(exit status, stderr, peak RSS in MiB) of the tool run as its own process."""
+    status, _, err, peak = run_measured([sys.executable, TOOL, *argv], timeout)
+    return status, err, peak
+
+
+
+
+def reentry_of(tmp_path, monkeypatch):
+    """The argv the re-entry would exec for a large input, after checking when it happens:
+    next to a large file (the syntax tree's 9 MB then matter), not next to small files, not
+    twice."""
+    import os
+    import sys
+    import decode_analyze
+    big = tmp_path / "big.csv"
+    with open(big, "wb") as f:
+        f.truncate(200 << 20)  # sparse: a size, no data
+    calls = []
+    monkeypatch.setattr(os, "execv", lambda path, argv: calls.append(argv))
+    monkeypatch.setenv("DECODE_ANALYZE_REENTERED", "")  # restored after the test
+    for argv in (["x", "compute", str(REAL_TRACES["qwen3moe-l4-ct-layers.csv"])],
+                 ["x", "compute", str(big)]):
+        monkeypatch.setattr(sys, "argv", argv)
+        decode_analyze.reenter_as_module()
+    assert len(calls) == 1 and calls[0][0] == sys.executable and calls[0][1] == "-c"
+    assert calls[0][4:] == ["compute", str(big)] and calls[0][3] == str(ROOT)
+    assert os.environ["DECODE_ANALYZE_REENTERED"] == "1"
+    decode_analyze.reenter_as_module()  # the re-entered process: in place
+    assert len(calls) == 1
+    return calls[0]
+
+
+def test_fuzz_finds_no_traceback_no_hang_and_stays_small():
+    status, out, err, peak = run_measured(
+        [sys.executable, ROOT / "tests" / "fuzz.py", "--seed", "2026", "--cases", CASES], 120)
+    summary = json.loads(out)
+    assert summary["failures"] == [], json.dumps(summary["failures"], indent=1)
+    assert status == 0 and summary["cases"] == CASES
+    assert summary["runs"] >= CASES * 9  # every command, each input mutated in turn
+    assert peak < 200
+
+
+def test_a_long_body_line_without_newline(tmp_path):
+    path = tmp_path / "long.csv"
+    path.write_bytes(ct_text(["0,1,4,0,0,MUL_MAT,Qcur-0,1000,0"]).encode() + b"7" * (40 << 20))
+    status, err, peak = run_process("compute", path, timeout=30)
+    assert status == 1
+    assert err == f"decode-analyze: {path}:5: line longer than 1 MiB: not a trace line (a real " \
+                  "row is under 1 KiB)\n"
+    assert peak < MEMORY_LIMIT_MIB
+
+
+def test_a_gzip_that_expands_to_one_long_line(tmp_path):
+    path = tmp_path / "bomb.csv.gz"
+    path.write_bytes(gzip.compress(ct_text([]).encode() + b"0," * (100 << 20)))
+    assert path.stat().st_size < 1 << 20
+    status, err, peak = run_process("compute", path, timeout=30)
+    assert status == 1 and "bomb.csv.gz:4: line longer than 1 MiB" in err
+    assert peak < MEMORY_LIMIT_MIB
+
+
+def test_a_file_of_zeros_has_no_header(tmp_path):
+    path = tmp_path / "zeros.csv"
+    with open(path, "wb") as f:
+        f.truncate(200 << 20)  # sparse: 200 MB of NUL bytes
+    status, err, peak = run_process("compute", path, timeout=30)
+    assert status == 1 and "not a text trace: binary data (NUL bytes) at the start" in err
+    path.write_bytes(b"0" * (50 << 20))
+    status, err, peak = run_process("compute", path, timeout=30)
+    assert status == 1 and "zeros.csv:1: line longer than 1 MiB" in err
+    assert peak < MEMORY_LIMIT_MIB
+
+
+def test_one_token_spanning_many_batches_is_linear_and_bounded(one_token):
+    status, err, peak = run_process("compute", one_token / "single.csv", "--format", "json",
+                                    timeout=120)
+    assert status == 0, err
+    assert peak < MEMORY_LIMIT_MIB
+
+
+def test_a_large_run_reenters_as_a_module(tmp_path, monkeypatch):
+    reentry_of(tmp_path, monkeypatch)
+
+
+def test_the_reentered_process_is_the_same_run_and_not_shadowed(tmp_path, monkeypatch):
+    """What the re-entry runs, from a folder holding a csv.py: the standard library's csv is
+    still the one imported, and the output is the in-place run's."""
+    import os
+    import subprocess
+    import sys
+    argv = reentry_of(tmp_path, monkeypatch)
+    (tmp_path / "csv.py").write_text("raise SystemExit('shadowed')\n")
+    trace = str(REAL_TRACES["qwen3moe-l4-ct-layers.csv"])
+    env = {key: value for key, value in os.environ.items() if key != "DECODE_ANALYZE_REENTERED"}
+    reentered = subprocess.run(argv[:4] + ["compute", trace, "--format", "json"],
+                               cwd=tmp_path, capture_output=True, text=True,
+                               env={**env, "DECODE_ANALYZE_REENTERED": "1"})
+    in_place = subprocess.run([sys.executable, str(ROOT / "decode_analyze.py"), "compute", trace,
+                               "--format", "json"], cwd=tmp_path, capture_output=True, text=True)
+    assert reentered.returncode == 0 and reentered.stderr == "", reentered.stderr
+    assert reentered.stdout == in_place.stdout and '"kind": "compute"' in in_place.stdout

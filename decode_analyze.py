@@ -4311,42 +4311,49 @@ def _reports(outcomes, warn):
 
 
 # ── command line: options ────────────────────────────────────────────────────────────────────
-def steps_range(text):
+def ascii_whole(text):
+    """A whole number of plain ASCII digits, as trace values are (int() also takes '٣', signs
+    and spaces)."""
+    if not re.fullmatch(r"[0-9]+", text):
+        raise ValueError(text)
+    return int(text)
+
+
+def ascii_fraction(text):
+    if not re.fullmatch(r"[0-9]*\.?[0-9]+(?:[eE]-?[0-9]+)?", text):
+        raise ValueError(text)
+    return float(text)
+
+
+def option_type(convert, accepts, wanted):
+    """An argparse type: convert(text), refused unless accepts(value), with one message
+    whatever is wrong with it."""
+    def parse(text):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not accepts(value):
+            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}")
+        return value
+    return parse
+
+
+non_negative = option_type(ascii_whole, lambda value: True, "a whole number >= 0")
+positive = option_type(ascii_whole, lambda value: value >= 1, "a whole number >= 1")
+probability = option_type(ascii_fraction, lambda value: 0 < value < 1,
+                          "a number between 0 and 1")
+
+
+def step_bounds(text):
     """'A:B', inclusive; either side may be empty."""
     low, sep, high = text.partition(":")
-    try:
-        if not sep:
-            raise ValueError
-        return (int(low) if low else None, int(high) if high else None)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected A:B (either side optional), got {text!r}")
+    if not sep:
+        raise ValueError(text)
+    return (ascii_whole(low) if low else None, ascii_whole(high) if high else None)
 
 
-def positive(text):
-    value = non_negative(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
-def non_negative(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
-
-
-def probability(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
-    return value
+steps_range = option_type(step_bounds, lambda value: True, "A:B (either side optional)")
 
 
 def token_window(text):

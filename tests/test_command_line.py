@@ -191,3 +191,18 @@ def test_every_name_in_the_readme_layout_map_exists():
         for part in rest:
             assert hasattr(target, part), name
             target = getattr(target, part)
+
+
+def test_numbers_on_the_command_line_are_plain_ascii_with_one_message(capsys):
+    """As trace values are: '٣:٥' (Arabic-Indic digits) is no step range, and --jobs 0 and
+    --jobs -1 are refused with the same words."""
+    for argv, words in ((["--steps", "\u0663:\u0665"], "expected A:B (either side optional)"),
+                        (["--jobs", "0"], "expected a whole number >= 1, got '0'"),
+                        (["--jobs", "-1"], "expected a whole number >= 1, got '-1'"),
+                        (["--jobs", "\u0662"], "expected a whole number >= 1"),
+                        (["--turn", " 1"], "expected a whole number >= 0")):
+        assert run("compute", SESSION_CT, *argv).code == 2
+        assert words in capsys.readouterr().err, argv
+    assert run("diff", SESSION_CT, SESSION_CT, "--alpha", "nan").code == 2
+    assert run("compute", SESSION_CT, "--steps", "70:", "--format", "json").json[
+        "selection"]["steps"] == [70, None]

@@ -83,6 +83,10 @@ def test_latency_bound_is_undetermined_with_one_size_class(name):
         assert verdict["flagged"] is None
         assert verdict["text"].startswith("latency-bound undetermined: every read is in one size "
                                           f"class ({r['by_size'][0]['label']}")
+    else:  # gemma4: two classes; the median read (132 KiB) is in the faster one
+        assert name == "gemma4-l4-io-serial.csv" and verdict["flagged"] is False
+        assert "the median read is 132 KiB and its size class moves 100% of the best" in \
+            verdict["text"]
 
 
 def test_router_waits_for_reads_when_the_reads_can_account_for_it(half_read):

@@ -56,9 +56,10 @@ import trace_io  # noqa: E402
 from trace_io import (HOLD_ROWS, Columns, Drop, Forked, Reading, Trace,  # noqa: E402
                       TraceError, display_name, fold_file, usable_cores)
 
-SCHEMA = 3  # of the JSON report: 2 added the I/O ranges, tool_version, undetermined verdicts;
-# 3 added the per-token samples: op_us_by_token, category_us_by_token, lane_bytes_by_token
-TOOL_VERSION = "0.3.0"
+SCHEMA = 4  # of the JSON report: 2 added the I/O ranges, tool_version, undetermined verdicts;
+# 3 the per-token samples: op_us_by_token, category_us_by_token, lane_bytes_by_token; 4 the
+# engine's split: the busiest-lane I/O estimate, decode and compute per token in the pair
+TOOL_VERSION = "0.4.0"
 NS_PER_MS = 1e6
 MIB = 1 << 20
 DECODE, PREFILL = 1, 0
@@ -514,7 +515,8 @@ TOKEN_SPREAD = Record("token spread", "percentiles of a per-token figure", (
     ("p50", "median"), ("p90", "90th percentile"), ("p99", "99th percentile"),
     ("max", "largest")))
 RANGE = Record("range", "a figure a v1 trace bounds but cannot measure", (
-    ("min", "the lower bound"), ("max", "the upper bound")))
+    ("min", "the lower bound"), ("max", "the upper bound"),
+    ("estimate", "the busiest-lane estimate (README: the I/O estimate)")))
 # A report's verdicts are judged from it once it is built; a command's report ends with the
 # warnings the run said on stderr (a pair's halves have none of their own).
 WARNINGS = ("warnings", "every warning the run said on stderr (a command's report only)")
@@ -647,7 +649,9 @@ REUSE = Record("reuse", "io `reuse` (null without --cache)", (
     ("reread_mib", "MiB read again"), ("lru", "the LRU what-if", ListOf(LRU_POINT))))
 IO_TOKEN = Record("io token", "io `heaviest`, `per_token`", (
     ("turn", "session turn"), ("phase", "1 decode, 0 prefill"), ("step", "the token's step"),
-    ("mib", "MiB it read"), ("reads", "its reads")))
+    ("mib", "MiB it read"), ("reads", "its reads"),
+    ("io_ms", "its I/O estimate: per layer its busiest lane's summed latency, summed"),
+    ("busy_ms", "its reads' summed latency (lanes busy, summed over lanes)")))
 IO_REPORT = Record("io report", "`io`; a pair's `io` (its own per-read-token figures)", (
     *REPORT_HEAD, *TRACE_HEAD,
     ("tokens", "read-tokens: distinct (turn, phase, step) among the selected reads"),
@@ -655,8 +659,9 @@ IO_REPORT = Record("io report", "`io`; a pair's `io` (its own per-read-token fig
     ("req_bytes", "bytes they asked for"), ("reads_per_token", "reads / tokens"),
     ("mib_per_token", "MiB / tokens"),
     ("lanes", "`io_threads` of the preamble, or the lanes seen"),
-    ("io_wall_ms_per_token", "a token's I/O wall time: [lane-busy / lanes, lane-busy]", RANGE),
-    ("throughput_mib_per_s", "MiB per token over each bound of it", RANGE),
+    ("io_wall_ms_per_token", "a token's I/O wall time: the estimate, within [lane-busy / "
+                             "lanes, lane-busy]", RANGE),
+    ("throughput_mib_per_s", "MiB per token over each of them", RANGE),
     ("busy_ms_per_token", "summed latency / tokens: lanes busy, summed over lanes"),
     ("busy_mib_per_s", "MiB over summed latency: one lane's rate"),
     ("waste_pct", "(read_bytes - req_bytes) / read_bytes x 100"),
@@ -693,13 +698,19 @@ PAIR_LAYER_ROW = Record("pair layer row", "a pair's `by_layer`", (
 PAIR = Record("pair", "report `pair`: per decoded token", (
     ("tokens", "decoded tokens (the compute trace's)"),
     ("tokens_without_reads", "of them, those with no read"),
-    ("compute_ms_per_token", "the compute trace's ms per token"),
-    ("faulting_ms_per_token", "of it, the faulting nodes'"),
-    ("experts_ms_per_token", "of it, the `experts` category's (null for a layer trace)"),
-    ("router_ms_per_token", "of it, the `router` category's (null for a layer trace)"),
+    ("decode_ms_per_token", "the compute trace's ms per token: the decode's wall time, every "
+                            "node's time, waits for reads included"),
+    ("compute_ms_per_token", "decode - the I/O estimate, as the engine splits it (null with "
+                             "overlap=1: reads ran beside compute)"),
+    ("faulting_ms_per_token", "of the decode, the faulting nodes'"),
+    ("experts_ms_per_token", "of the decode, the `experts` category's (null for a layer "
+                             "trace)"),
+    ("router_ms_per_token", "of the decode, the `router` category's (null for a layer trace)"),
     ("io_reads_per_token", "reads / decoded tokens"), ("io_mib_per_token", "MiB / decoded tokens"),
-    ("io_wall_ms_per_token", "the I/O wall time's bounds per decoded token", RANGE),
-    ("throughput_mib_per_s", "MiB per decoded token over each bound", RANGE),
+    ("io_wall_ms_per_token", "the I/O wall time per decoded token: the estimate, within "
+                             "[lane-busy / lanes, lane-busy], the upper bound no more than each "
+                             "token's decode wall", RANGE),
+    ("throughput_mib_per_s", "MiB per decoded token over each of them", RANGE),
     ("io_busy_ms_per_token", "summed latency / decoded tokens"),
     ("waste_mib_per_token", "alignment waste / decoded tokens"),
     ("by_lane", "per lane, per decoded token", ListOf(LANE_ROW)),
@@ -1330,12 +1341,38 @@ IO_COLUMNS = ("turn", "phase", "step", "layer", "expert", "lane", "spec", "offse
 class IoToken:
     """One selected token of an io trace: its reads and bytes read, in all and per lane."""
 
-    __slots__ = ("turn", "phase", "step", "reads", "read_bytes", "lane_bytes")
+    __slots__ = ("turn", "phase", "step", "reads", "read_bytes", "lane_bytes", "busy_ns",
+                 "closed_ns", "open_layer", "open_lanes")
 
     def __init__(self, turn, phase, step):
         self.turn, self.phase, self.step = turn, phase, step
-        self.reads = self.read_bytes = 0
+        self.reads = self.read_bytes = self.busy_ns = 0
         self.lane_bytes = {}  # lane as written -> bytes
+        # The I/O estimate: the layers whose reads are all in, and the last one seen, which the
+        # token's next run of rows may continue ({lane: latency_ns}).
+        self.closed_ns, self.open_layer, self.open_lanes = 0, None, {}
+
+    def add_layers(self, layers, lanes, latencies):
+        """A run of the token's reads, for its I/O estimate: the engine issues a layer's reads
+        across its lanes and the layer is done when its busiest lane is, so a layer costs its
+        busiest lane's summed latency."""
+        sums = {}
+        get = sums.get
+        for key, latency in zip(zip(layers, lanes), latencies):
+            sums[key] = get(key, 0) + latency
+        by_layer = {}
+        for (layer, lane), latency_ns in sums.items():
+            by_layer.setdefault(layer, {})[lane] = latency_ns
+        if self.open_layer is not None:
+            add_sums(by_layer.setdefault(self.open_layer, {}), self.open_lanes)
+        last = layers[-1]
+        self.closed_ns += sum(max(lane_ns.values()) for layer, lane_ns in by_layer.items()
+                              if layer != last)
+        self.open_layer, self.open_lanes = last, by_layer[last]
+
+    @property
+    def io_ns(self):
+        return self.closed_ns + max(self.open_lanes.values(), default=0)
 
     def add_lanes(self, lanes, sizes):
         # One pass: cheaper than a compress() per lane, even with four lanes.
@@ -1345,9 +1382,18 @@ class IoToken:
             lane_bytes[lane] = get(lane, 0) + size
 
     def merge(self, other):
+        """Add the token's rows that come later in the file (another process's part)."""
         self.reads += other.reads
         self.read_bytes += other.read_bytes
+        self.busy_ns += other.busy_ns
         add_sums(self.lane_bytes, other.lane_bytes)
+        if other.open_layer is None:
+            return
+        if other.open_layer != self.open_layer:
+            self.closed_ns = self.io_ns
+            self.open_layer, self.open_lanes = other.open_layer, {}
+        self.closed_ns += other.closed_ns
+        add_sums(self.open_lanes, other.open_lanes)
 
 
 Span = namedtuple("Span", "start end")  # [start, end): of rows, or of time in ns
@@ -1492,6 +1538,7 @@ class IoFold(TokenFold):
         are added at once, so that the per-read work stays inside C builtins."""
         sizes = list(map(self.sizes.__getitem__, batch["read_bytes"]))
         wanted, offsets, lanes = batch["req_bytes"], batch.get("offset"), batch["lane"]
+        layers, latencies = batch["layer"], batch["latency_ns"]
         spans = defaultdict(list)  # phase -> [Span] of the batch's rows of its selected runs
         for run in runs:
             token = self.book.lookup(run)
@@ -1502,6 +1549,8 @@ class IoFold(TokenFold):
                                                                             PhaseReads())
             token.reads += end - start
             token.read_bytes += sum(sizes[start:end])
+            token.busy_ns += sum(latencies[start:end])
+            token.add_layers(layers[start:end], lanes[start:end], latencies[start:end])
             if self.per_lane:  # a loop over every read, for the SVG alone
                 token.add_lanes(lanes[start:end], sizes[start:end])
             reads.req_bytes += sum(wanted[start:end])
@@ -1724,7 +1773,8 @@ def io_report(trace, fold, selection, jobs=2):
         version=trace.version, phase=label, selection=selection.as_dict(), tokens=len(tokens),
         reads=reads, read_bytes=read_bytes, req_bytes=req_bytes,
         reads_per_token=per.count(reads), mib_per_token=per.count(read_bytes / MIB), lanes=lanes,
-        **io_ranges(busy_ms, per.count(read_bytes / MIB), lanes),
+        **io_ranges(IoWall(busy_ms, per.count(sum(t.io_ns for t in tokens) / NS_PER_MS)),
+                    per.count(read_bytes / MIB), lanes),
         busy_ms_per_token=busy_ms, busy_mib_per_s=mib_per_s(read_bytes, busy_ns),
         waste_pct=None if not read_bytes else (read_bytes - req_bytes) / read_bytes * 100,
         waste_mib_per_token=per.count((read_bytes - req_bytes) / MIB),
@@ -1759,14 +1809,23 @@ def lane_bytes_by_token(tokens):
             for lane in lanes}
 
 
-def io_ranges(busy_ms, mib, lanes):
-    """A token's I/O wall time and throughput, bounded: a v1 trace has no timestamps, so the
-    reads of a token took at least their lane-busy time over the lanes (all busy at once) and
-    at most all of it (one at a time)."""
-    low, high = busy_ms / max(lanes, 1), busy_ms
-    return {"io_wall_ms_per_token": RANGE(min=low, max=high),
+def io_ranges(wall, mib, lanes):
+    """A token's I/O wall time and throughput. A v1 trace has no timestamps, so the reads of a
+    token took at least their lane-busy time over the lanes (all busy at once) and at most all
+    of it (one at a time, or the token's decode wall when that is less: wall.high); the
+    estimate (wall.estimate) is the engine's own way: per layer, its busiest lane."""
+    low = wall.busy_ms / max(lanes, 1)
+    high = wall.busy_ms if wall.high is None else wall.high
+    return {"io_wall_ms_per_token": RANGE(min=low, max=high, estimate=wall.estimate),
             "throughput_mib_per_s": RANGE(min=throughput(mib, high / 1e3),
-                                          max=throughput(mib, low / 1e3))}
+                                          max=throughput(mib, low / 1e3),
+                                          estimate=throughput(mib, wall.estimate / 1e3))}
+
+
+# What a token's I/O time is known by, in ms per token: its lanes' summed latency, the
+# busiest-lane estimate, and an upper bound below the summed latency (the pair's decode wall),
+# or None.
+IoWall = namedtuple("IoWall", "busy_ms estimate high", defaults=(None,))
 
 
 def read_groups(tables, latency, read_bytes, per):
@@ -1810,7 +1869,8 @@ def adjacency(fold, chosen, reads, per):
 
 def io_token_dict(token):
     return IO_TOKEN(turn=token.turn, phase=token.phase, step=token.step,
-                    mib=token.read_bytes / MIB, reads=token.reads)
+                    mib=token.read_bytes / MIB, reads=token.reads, io_ms=token.io_ns / NS_PER_MS,
+                    busy_ms=token.busy_ns / NS_PER_MS)
 
 
 # ── pair: the two traces of one run ──────────────────────────────────────────────────────────
@@ -1829,14 +1889,16 @@ def pair_report(compute, io):
 
     def category_ms(name):  # a layer-granularity trace has no per-node detail to classify
         return categories.get(name, {}).get("ms_per_token", 0.0) if categories else None
+    wall = decoded_io_wall(compute, io)
+    overlapped = io["meta"].get("overlap", compute["meta"].get("overlap")) == "1"
     pair = PAIR(
         tokens=n, tokens_without_reads=len(tokens - readers),
-        compute_ms_per_token=compute["ms_per_token"],
+        decode_ms_per_token=compute["ms_per_token"],
+        compute_ms_per_token=None if overlapped else compute["ms_per_token"] - wall.estimate,
         faulting_ms_per_token=compute["faults"]["ms_per_token"],
         experts_ms_per_token=category_ms("experts"), router_ms_per_token=category_ms("router"),
         io_reads_per_token=io["reads"] / n, io_mib_per_token=io["read_bytes"] / MIB / n,
-        **io_ranges(io["busy_ms_per_token"] * per_decoded, io["read_bytes"] / MIB / n,
-                    io["lanes"]),
+        **io_ranges(wall, io["read_bytes"] / MIB / n, io["lanes"]),
         io_busy_ms_per_token=io["busy_ms_per_token"] * per_decoded,
         waste_mib_per_token=io["waste_mib_per_token"] * per_decoded,
         by_lane=[rescaled(row, per_decoded, PER_READ_TOKEN["by_lane"]) for row in io["by_lane"]],
@@ -1848,6 +1910,16 @@ def pair_report(compute, io):
         warnings=pair_warnings(compute, io, tokens, readers))
     return PAIR_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="report", compute=compute,
                        io=io, pair=pair)
+
+
+def decoded_io_wall(compute, io):
+    """The IoWall per decoded token of a pair: each token's reads took no longer than its
+    decode (its lanes' summed latency can exceed it, when lanes ran at once)."""
+    walls = {row_token(t): t["ms"] for t in compute["per_token"]}
+    n = len(walls)
+    busy = sum(t["busy_ms"] for t in io["per_token"])
+    high = sum(min(t["busy_ms"], walls.get(row_token(t), t["busy_ms"])) for t in io["per_token"])
+    return IoWall(busy / n, sum(t["io_ms"] for t in io["per_token"]) / n, high / n)
 
 
 def row_token(row):
@@ -2205,7 +2277,8 @@ def timeline_summary(decodes):
 # One line each, with the figures it rests on. flagged: True (said in capitals), False (the calm
 # statement, with its threshold) or None (undetermined: the data cannot decide, and says why).
 FAULT_BOUND_SHARE = 0.30  # faulting nodes' share of compute
-ROUTER_SHARE = 0.20  # router category's share of compute
+ROUTER_SHARE = 0.20  # router category's share of compute (a pair: its read wait's, of the decode)
+ROUTER_EXPLAINED = 0.5  # a pair: the share of the router's time the reads can account for
 OUTLIER_FACTOR = 10  # a token this many times the median token ...
 OUTLIER_SHARE = 0.10  # ... is an outlier; flagged when the outliers hold this share of the time
 READ_SPLIT_RATIO = 2.0  # compute ms of tokens that read over that of tokens that did not
@@ -2343,26 +2416,31 @@ def pair_verdicts(compute, pair):
 
 
 def router_pair_verdict(compute, pair):
+    """Whether the routing nodes' time is the wait for expert reads, in ms: the reads can
+    account for at most their estimated I/O time (each layer's busiest lane), so the router's
+    read wait is at most the smaller of the two; faulting time does not dilute it."""
     router_ms = pair["router_ms_per_token"]
     if router_ms is None:
         return None  # a layer-granularity trace has no routing nodes
-    share = ratio(router_ms, pair["compute_ms_per_token"]) or 0.0
-    low, high = pair["io_wall_ms_per_token"]["min"], pair["io_wall_ms_per_token"]["max"]
-    reads = f"the reads took between {low:.2f} and {high:.2f} ms per decoded token"
-    overlap = " (overlap=1: what the overlap did not hide lands there)" \
+    estimate = pair["io_wall_ms_per_token"]["estimate"]
+    stake = pair["decode_ms_per_token"] - pair["faulting_ms_per_token"]
+    wait = min(router_ms, estimate)
+    reads = (f"routing nodes take {router_ms:.2f} ms per decoded token; the reads, estimated at "
+             f"{estimate:.2f} ms (each layer's busiest lane), can account for {wait:.2f} of them")
+    overlap = "; overlap=1: only what the overlap did not hide lands there" \
         if compute["meta"].get("overlap") == "1" else ""
-    if share <= ROUTER_SHARE:
+    if not stake or wait <= ROUTER_SHARE * stake:
         return verdict("router_wait", False,
-            f"router not heavy: routing nodes take {router_ms:.2f} ms per decoded token, "
-            f"{share:.0%} of compute (<= {ROUTER_SHARE:.0%}); {reads}")
-    if router_ms <= high:
+            f"router not waiting much: {reads}, {ratio(wait, stake) or 0:.0%} of the decode "
+            f"outside faulting nodes (<= {ROUTER_SHARE:.0%}){overlap}")
+    if wait >= ROUTER_EXPLAINED * router_ms:
         return verdict("router_wait", True,
-            f"ROUTER WAITS FOR READS: routing nodes take {router_ms:.2f} ms per decoded token, "
-            f"{share:.0%} of compute (> {ROUTER_SHARE:.0%}), and {reads}, enough to account for "
-            f"it{overlap}")
+            f"ROUTER WAITS FOR READS: {reads} ({wait / router_ms:.0%} of the router's time, "
+            f">= {ROUTER_EXPLAINED:.0%}), {wait / stake:.0%} of the decode outside faulting "
+            f"nodes{overlap}")
     return verdict("router_wait", False,
-        f"router time is not all read wait: routing nodes take {router_ms:.2f} ms per decoded "
-        f"token ({share:.0%} of compute), more than the reads could ({reads})")
+        f"router time is mostly not read wait: {reads} ({wait / router_ms:.0%} of the router's "
+        f"time, < {ROUTER_EXPLAINED:.0%}){overlap}")
 
 
 def read_split_verdict(pair):
@@ -2382,7 +2460,8 @@ def read_split_verdict(pair):
 # What `diff` compares, per kind of report. A headline figure is (label, path in the report,
 # the per_token field that samples it or None); a table is rows of one figure keyed by a
 # column. Every figure is per token, so runs of different lengths compare.
-READ_SCHEMAS = (2, 3)  # saved reports diff can read (2 lacks the per-op samples)
+READ_SCHEMAS = (2, 3, 4)  # saved reports diff can read (2 lacks the per-op samples, 3 the
+# I/O estimate)
 DEFAULT_ALPHA = 0.05
 FIGURE_LIMIT = 1e15  # no figure of a real run comes near; past it, a saved report was edited
 DiffTable = namedtuple("DiffTable", "title table key figure per_token samples",
@@ -2396,6 +2475,7 @@ DIFF_HEADLINES = {
                 ("faulting nodes' ms per token", ("faults", "ms_per_token"), None)),
     "io": (("reads per token", ("reads_per_token",), "reads"),
            ("MiB per token", ("mib_per_token",), "mib"),
+           ("I/O wall ms per token, estimated", ("io_wall_ms_per_token", "estimate"), None),
            ("I/O wall ms per token, all lanes at once", ("io_wall_ms_per_token", "min"), None),
            ("I/O wall ms per token, one read at a time", ("io_wall_ms_per_token", "max"), None),
            ("lane-busy MiB/s", ("busy_mib_per_s",), None),
@@ -2423,6 +2503,7 @@ DIFF_TABLES = {
            DiffTable("MiB per token, demand and speculative", "demand_vs_spec", "kind",
                      "mib_per_token")),
 }
+LATER_FIGURES = {("io_wall_ms_per_token", "estimate"): 4}  # a figure -> the schema that added it
 DIFF_ROW_KEYS = {"size": "label"}  # a table's row name where the report calls it otherwise
 SAMPLE_FIELDS = {"compute": ("ms", "majflt"), "io": ("mib", "reads")}
 SERIES_FIELD = {"compute": "ms", "io": "mib"}  # the per-token series the SVG overlays
@@ -2451,7 +2532,8 @@ class DiffView:
                    for field in SAMPLE_FIELDS[part]}
         op_samples = {str(op): [sample_value(v) for v in values]
                       for op, values in report.get("op_us_by_token", {}).items()}
-        headline = {label: figure_value(dig(report, path))
+        headline = {label: figure_value(dig(report, path) if path not in LATER_FIGURES or
+                                        report.get("schema") >= LATER_FIGURES[path] else None)
                     for label, path, _ in DIFF_HEADLINES[part]}
         tables = {}
         for table in DIFF_TABLES[part]:
@@ -2999,7 +3081,8 @@ def compute_headline(report):
                      f"ms per decode, {num(decodes['ms_per_position'], '.2f')} ms per generated "
                      f"position")
     else:
-        lines.append(f"measured compute {report['ms_per_token']:.2f} ms per token")
+        lines.append(f"decode wall {report['ms_per_token']:.2f} ms per token (every node's "
+                     f"time, waits for reads included)")
     lines.append(f"major faults {report['majflt_per_token']:.1f} per {unit}")
     return lines
 
@@ -3101,11 +3184,17 @@ def compute_token_blocks(report, view):
 
 # ── layouts: io sections ─────────────────────────────────────────────────────────────────────
 def io_range_text(figures, per):
-    """The I/O wall time and throughput of a token, as the range a v1 trace allows."""
+    """A token's I/O time: the busiest-lane estimate, within the range a v1 trace allows, and
+    the throughput; under overlap=1 the reads ran beside compute: read time, not a wait."""
     wall, rate = figures["io_wall_ms_per_token"], figures["throughput_mib_per_s"]
-    return (f"I/O{' ' + per if per else ''}: between {wall['min']:.2f} ms "
-            f"({figures['lanes']} lanes in parallel) and {wall['max']:.2f} ms (one at a time); "
-            f"throughput between {num(rate['min'], '.0f')} and {num(rate['max'], '.0f')} MiB/s")
+    what = "read time" if figures["meta"].get("overlap") == "1" else "I/O"
+    estimate = num(wall.get("estimate"), ".2f")
+    head = f"{what}{' ' + per if per else ''}: {estimate} ms estimated (per layer, its busiest lane)"
+    if figures["lanes"] == 1:
+        return f"{head}; one lane, so reads one at a time; {num(rate['estimate'], '.0f')} MiB/s"
+    return (f"{head}, within {wall['min']:.2f} ({figures['lanes']} lanes at once) and "
+            f"{wall['max']:.2f} ms (one at a time); throughput {num(rate['estimate'], '.0f')} "
+            f"MiB/s (between {num(rate['min'], '.0f')} and {num(rate['max'], '.0f')})")
 
 
 def io_headline_blocks(report, view):
@@ -3199,10 +3288,16 @@ def per_decoded_blocks(report, view):
               if pair["experts_ms_per_token"] is None else
               f"routed experts {pair['experts_ms_per_token']:.2f} ms, router "
               f"{pair['router_ms_per_token']:.2f} ms")
+    estimate = pair["io_wall_ms_per_token"]["estimate"]
+    split = (f"decode {pair['decode_ms_per_token']:.2f} ms = compute "
+             f"{pair['compute_ms_per_token']:.2f} + flash I/O {estimate:.2f} (the I/O estimate); "
+             if pair["compute_ms_per_token"] is not None else
+             f"decode {pair['decode_ms_per_token']:.2f} ms, reads beside it (overlap=1: their "
+             f"time is not subtracted; lanes busy {pair['io_busy_ms_per_token']:.2f} ms is what "
+             f"the engine counts as flash I/O then); ")
     return [Block("per decoded token", [Prose([
-        f"  compute {pair['compute_ms_per_token']:.2f} ms, of which faulting nodes "
-        f"{pair['faulting_ms_per_token']:.2f} ms, {inside}",
-        "  " + io_range_text({**pair, "lanes": io["lanes"]}, ""),
+        f"  {split}in the decode, faulting nodes {pair['faulting_ms_per_token']:.2f} ms, {inside}",
+        "  " + io_range_text({**pair, "lanes": io["lanes"], "meta": io["meta"]}, ""),
         f"  reads {pair['io_reads_per_token']:.1f}, {pair['io_mib_per_token']:.2f} MiB; lanes "
         f"busy {pair['io_busy_ms_per_token']:.2f} ms summed over lanes; alignment waste "
         f"{pair['waste_mib_per_token']:.2f} MiB"])])]
@@ -4536,8 +4631,9 @@ examples:
   decode-analyze diff monday.json today-ct.csv  against a report saved with --format json
 
 figures: per token = total / tokens (io alone: per token that read; report: per decoded token).
-I/O per token is a range: a v1 trace has no timestamps, so the reads of a token took between
-lane-busy / lanes (all in parallel) and lane-busy (one at a time). Percentiles take the value at
+I/O per token: a v1 trace has no timestamps, so it is estimated as the engine spends it (per layer,
+its busiest lane's summed latency), within lane-busy / lanes (all at once) and lane-busy (one at a
+time); report: decode = compute + flash I/O, as the engine says. Percentiles take the value at
 0-based index min(n-1, floor(n*q)) of the sorted values (not the textbook nearest rank, the
 ceil(n*q)-th: with 100 values this p99 is the maximum). Every figure is defined in the README.
 

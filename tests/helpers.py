@@ -124,3 +124,14 @@ SIX_READS = [
 # s/token (rounded to ms) and MiB/s, per decoded token; every run decoded 128 tokens, 4 lanes.
 ENGINE = {"gemma4-l4-io-serial.csv": (0.003, 366), "qwen3moe-l4-io-overlap.csv": (0.017, 96),
           "qwen3moe-l4-io-prefetch.csv": (0.005, 275), "qwen3moe-l4-io-serial.csv": (0.005, 344)}
+
+
+def difference(got, expected):
+    """None, or the first line where two long texts differ (pytest's own diff of two long
+    texts takes minutes)."""
+    if got == expected:
+        return None
+    for number, (line, wanted) in enumerate(zip(got.splitlines(), expected.splitlines()), 1):
+        if line != wanted:
+            return f"line {number}: {line[:200]!r} instead of {wanted[:200]!r}"
+    return "one text is longer"

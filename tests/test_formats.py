@@ -296,7 +296,7 @@ def test_version():
                           capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.startswith(f"decode-analyze {version} ")
     r = report("compute", REAL_TRACES["qwen3moe-l4-ct-layers.csv"])
-    assert r["tool_version"] == version and r["schema"] == 3
+    assert r["tool_version"] == version and r["schema"] == 4
     assert run("compute", REAL_TRACES["qwen3moe-l4-ct-layers.csv"]).out.startswith(
         f"decode-analyze {version} compute")
 

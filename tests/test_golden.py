@@ -12,7 +12,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from helpers import ROOT, run  # noqa: E402
+from helpers import ROOT, difference, run  # noqa: E402
 
 GOLDEN = HERE / "golden"
 SESSION = ("examples/session-ct.csv", "examples/session-io.csv")
@@ -71,8 +71,9 @@ def at_root(monkeypatch):
 @pytest.mark.parametrize("name,argv,picture", list(cases()), ids=lambda v: str(v)[:40])
 def test_output_is_the_reviewed_one(name, argv, picture, at_root, tmp_path):
     expected = (GOLDEN / name).read_text(encoding="utf-8")
-    assert produce(argv, picture, tmp_path) == expected, \
-        f"{name} changed: if on purpose, python3 tests/test_golden.py --update and review"
+    changed = difference(produce(argv, picture, tmp_path), expected)
+    assert changed is None, \
+        f"{name} changed ({changed}): if on purpose, python3 tests/test_golden.py --update"
 
 
 def update():

@@ -76,10 +76,10 @@ def test_every_real_report_holds_exactly_the_declared_fields():
 
 def test_a_record_refuses_a_missing_or_an_unknown_field():
     with pytest.raises(AssertionError):
-        da.RANGE(min=1)
+        da.RANGE(min=1, max=2)
     with pytest.raises(AssertionError):
-        da.RANGE(min=1, max=2, mean=3)
-    assert list(da.RANGE(max=2, min=1)) == ["min", "max"]  # the declared order, always
+        da.RANGE(min=1, max=2, estimate=2, mean=3)
+    assert list(da.RANGE(estimate=2, max=2, min=1)) == ["min", "max", "estimate"]  # declared order
 
 
 def readme_block(text):

@@ -13,7 +13,7 @@ import pytest
 import decode_analyze
 import trace_io
 import tracegen
-from helpers import REAL_TRACES, assert_token_start, ct_text, io_text, run
+from helpers import REAL_TRACES, assert_token_start, ct_text, difference, io_text, run
 
 
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
@@ -159,17 +159,6 @@ def answer(argv, folder):
                      [json.dumps(str(path))[1:-1]]):
             text = text.replace(name, f"<input {i}>")
     return text
-
-
-def difference(got, expected):
-    """None, or the first line where two answers differ (pytest's own diff of two long texts
-    takes minutes)."""
-    if got == expected:
-        return None
-    for number, (line, wanted) in enumerate(zip(got.splitlines(), expected.splitlines()), 1):
-        if line != wanted:
-            return f"line {number}: {line[:200]!r} instead of {wanted[:200]!r}"
-    return "one answer is longer"
 
 
 def compressed(path, folder):

@@ -3805,7 +3805,7 @@ def export_perfetto(target, export):
     origin = min(chain((min(rows["start_ns"]) for runs in io_rows.values() for rows in runs),
                        first), default=0) if v2 else None
     pieces = PerfettoPieces(export, io_rows, keys, origin)
-    write_atomically(target, pieces)
+    write_output(target, pieces)
     return pieces.tokens
 
 
@@ -4475,8 +4475,9 @@ COMMON_OPTIONS = (
            help="text tables (default), the report as one JSON object, or GitHub-flavoured "
                 "Markdown for an issue or a pull request"),
     option("--output", "-o", metavar="FILE",
-           help="write the report to FILE instead of stdout, atomically (a temporary file in the "
-                "same folder, then renamed); never over an input trace"),
+           help="write the report to FILE instead of stdout: a regular file atomically (a "
+                "temporary file beside it, then renamed), a FIFO or device as it is; never over "
+                "an input trace"),
     option("--phase", choices=("decode", "prefill", "all"),
            help="rows to use (default: decode, or all rows when there are no decode rows)"),
     option("--turn", type=non_negative, action="append", metavar="N",
@@ -4700,11 +4701,25 @@ class OutputError(Exception):
     """The report could not be written (a full disk, a closed stdout)."""
 
 
+class UsageError(Exception):
+    """The command line asks for what cannot be done (exit status 2)."""
+
+
+def output_identity(path):
+    """What an output path names: the file it reaches (a symlink followed), for telling two
+    outputs on one file apart from two files."""
+    try:
+        status = os.stat(path)
+        return ("file", status.st_dev, status.st_ino)
+    except OSError:
+        return ("path", os.path.realpath(path))
+
+
 def reading_from(args, warn):
     """The Reading the command line asks for."""
     selection = Selection(phase=args.phase, turns=set(args.turn) if args.turn else None,
                           steps=args.steps or (None, None), skip=args.skip)
-    return Reading(selection, args.skip_bad_rows, warn, args.jobs, per_lane=bool(args.svg))
+    return Reading(selection, args.skip_bad_rows, warn, args.jobs, per_lane=args.svg is not None)
 
 
 def run(args, out, warn):
@@ -4722,8 +4737,8 @@ def run(args, out, warn):
     view = View(args.top, args.layers, args.ascii)
     text = json_text(report) if args.format == "json" else \
         markdown_of(report, view) if args.format == "markdown" else text_of(report, view)
-    if args.output:
-        write_atomically(args.output, text)
+    if args.output is not None:
+        write_output(args.output, text)
         return
     try:
         write_out(out, text)
@@ -4738,11 +4753,23 @@ def run(args, out, warn):
         write_out(out, text)
 
 
+OUTPUT_OPTIONS = ("output", "svg", "perfetto")
+
+
 def check_outputs(args, paths):
-    """Refused up front: an output over an input, or --perfetto on an input read only once."""
-    for target in (args.output, args.svg, args.perfetto):
-        if target:
-            refuse_to_overwrite_an_input(paths, target)
+    """Refused up front: an empty output path, two outputs on one path (one would be lost), an
+    output over an input, or --perfetto on an input read only once."""
+    targets = {option: getattr(args, option) for option in OUTPUT_OPTIONS
+               if getattr(args, option) is not None}
+    seen = {}
+    for option, target in targets.items():
+        if not target:
+            raise UsageError(f"--{option}: an empty path")
+        same = seen.get(output_identity(target))
+        if same:
+            raise UsageError(f"--{same} and --{option} are both {target}: one would be lost")
+        seen[output_identity(target)] = option
+        refuse_to_overwrite_an_input(paths, target)
     if args.perfetto:
         for _, path in paths:
             if read_once(path):
@@ -4751,14 +4778,14 @@ def check_outputs(args, paths):
 
 
 def write_pictures(args, report, paths, reading):
-    if args.perfetto:
+    if args.perfetto is not None:
         traces = dict(paths)
         export = Export(traces.get("compute"), traces.get("io"), reading, args.tokens)
         if not export_perfetto(args.perfetto, export):
             reading.warn(f"{args.perfetto}: no token in --tokens {window_text(args.tokens)} "
                          f"of the selection: the timeline is empty")
-    if args.svg:
-        write_atomically(args.svg, svg_of(report))
+    if args.svg is not None:
+        write_output(args.svg, svg_of(report))
 
 
 def write_out(out, text):
@@ -4784,15 +4811,35 @@ def refuse_to_overwrite_an_input(paths, target):
             raise OutputError(f"{target}: is the input {path}: not writing over it")
 
 
-def write_atomically(path, text):
-    """text (a string, or string pieces as they are made) into the file at `path`, whole or
-    not at all: a reader never sees half a report."""
+def write_output(path, text):
+    """text (a string, or string pieces as they are made) to `path`: a regular file (or a new
+    path) is replaced atomically, the target of a symlink being the file replaced; a FIFO, a
+    device or /dev/stdout is written to as it is, never replaced by a file."""
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        regular = True
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    if regular:
+        return write_atomically(os.path.realpath(path), text, path)
+    try:
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.writelines([text] if isinstance(text, str) else text)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def write_atomically(path, text, named=None):
+    """text (a string, or string pieces as they are made) into the regular file at `path`,
+    whole or not at all: a reader never sees half a report. named: the path as given."""
+    named = named or path
     folder = os.path.dirname(os.path.abspath(path))
     try:
         handle, temporary = tempfile.mkstemp(dir=folder, prefix=".decode-analyze-",
                                              suffix=".tmp")
     except OSError as exc:
-        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        raise OutputError(f"{named}: cannot write: {exc.strerror or exc}") from None
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
             f.writelines([text] if isinstance(text, str) else text)
@@ -4805,7 +4852,7 @@ def write_atomically(path, text):
             pass
         if not isinstance(exc, OSError):
             raise  # a bad trace met while writing: its error, with no file left behind
-        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        raise OutputError(f"{named}: cannot write: {exc.strerror or exc}") from None
 
 
 def current_umask():
@@ -4823,7 +4870,7 @@ def main(argv=None, out=None, err=None):
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else 2
-    if out is None and not args.output:
+    if out is None and args.output is None:
         say(err, "standard output is closed: nowhere to write the report")
         return 1
     warn = Warnings(err)
@@ -4832,6 +4879,9 @@ def main(argv=None, out=None, err=None):
     except (TraceError, OutputError) as problem:
         say(err, str(problem))
         return 1
+    except UsageError as problem:
+        say(err, str(problem))
+        return 2
     except BrokenPipeError:
         # The reader (head, less) went away: stop quietly, and keep Python from complaining
         # about the unflushable stdout at exit.

@@ -4,6 +4,7 @@ atomically and never over an input; exit statuses; a signal ends every process o
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -206,3 +207,50 @@ def test_numbers_on_the_command_line_are_plain_ascii_with_one_message(capsys):
     assert run("diff", SESSION_CT, SESSION_CT, "--alpha", "nan").code == 2
     assert run("compute", SESSION_CT, "--steps", "70:", "--format", "json").json[
         "selection"]["steps"] == [70, None]
+
+
+def test_an_output_onto_a_fifo_is_written_into_it_not_replaced(tmp_path):
+    import os
+    import threading
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    result = run("compute", SESSION_CT, "--format", "json", "-o", fifo)
+    reader.join(10)
+    assert result.code == 0 and json.loads(got[0])["kind"] == "compute"
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_an_output_onto_a_device_is_a_plain_write(tmp_path):
+    """A character device (a copy of /dev/null's where we may make one, and /dev/full) is
+    written to, never replaced by a file; /dev/full's ENOSPC is one line."""
+    import os
+    if os.geteuid() == 0:
+        null = tmp_path / "null"
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        assert run("compute", SESSION_CT, "-o", null).code == 0
+        assert stat.S_ISCHR(os.stat(null).st_mode)
+    if os.path.exists("/dev/full"):
+        assert "No space left on device" in error_of("compute", SESSION_CT, "-o", "/dev/full")
+        assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_an_output_through_a_symlink_replaces_its_target(tmp_path):
+    target, link = tmp_path / "report.json", tmp_path / "link.json"
+    target.write_text("old")
+    link.symlink_to(target)
+    assert run("compute", SESSION_CT, "--format", "json", "-o", link).code == 0
+    assert link.is_symlink() and json.loads(target.read_text())["kind"] == "compute"
+
+
+def test_two_outputs_on_one_path_and_empty_paths_are_usage_errors(tmp_path, capsys):
+    svg = tmp_path / "x.svg"
+    for argv, words in ((["-o", svg, "--svg", svg], "--output and --svg are both"),
+                        (["--svg", svg, "--perfetto", svg], "--svg and --perfetto are both"),
+                        (["--svg", ""], "--svg: an empty path"),
+                        (["-o", ""], "--output: an empty path")):
+        result = run("compute", SESSION_CT, *argv)
+        assert result.code == 2 and words in result.err, argv
+    assert not svg.exists()

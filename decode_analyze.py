@@ -2514,10 +2514,12 @@ IDENTITY_KEYS = ("model", "arch")  # a difference here is a warning, not just a 
 class DiffView:
     """One input of `diff`, reduced to what is compared: for each part (compute, io) its
     headline figures, tables, per-token samples and preamble. Built from a report dict, which
-    may have been saved by hand or by another version: every value is checked here."""
+    may have been saved by hand or by another version: every value is checked here (a
+    trace's own figures may go past FIGURE_LIMIT: values up to 2^64 are legal)."""
 
     def __init__(self, path, source, report):
         self.path, self.source = path, source
+        self.limit = FIGURE_LIMIT if source == "saved report" else math.inf
         kind = report["kind"]
         halves = {"compute": report["compute"], "io": report["io"]} if kind == "report" \
             else {kind: report}
@@ -2528,19 +2530,21 @@ class DiffView:
         tokens, per_token = report["tokens"], report["per_token"]
         if type(tokens) is not int or tokens < 1 or tokens != len(per_token):
             raise ValueError("tokens is not the number of per_token entries")
-        samples = {field: [sample_value(t[field]) for t in per_token]
+        limit = self.limit
+        samples = {field: [sample_value(t[field], limit) for t in per_token]
                    for field in SAMPLE_FIELDS[part]}
-        op_samples = {str(op): [sample_value(v) for v in values]
+        op_samples = {str(op): [sample_value(v, limit) for v in values]
                       for op, values in report.get("op_us_by_token", {}).items()}
         headline = {label: figure_value(dig(report, path) if path not in LATER_FIGURES or
-                                        report.get("schema") >= LATER_FIGURES[path] else None)
+                                        report.get("schema") >= LATER_FIGURES[path] else None,
+                                        limit)
                     for label, path, _ in DIFF_HEADLINES[part]}
         tables = {}
         for table in DIFF_TABLES[part]:
             scale = tokens if table.per_token else 1
             key = DIFF_ROW_KEYS.get(table.key, table.key)
             tables[table.title] = {
-                row_key(row[key]): scaled(figure_value(row[table.figure]), scale)
+                row_key(row[key]): scaled(figure_value(row[table.figure], limit), scale)
                 for row in report.get(table.table) or ()}
         meta = {str(k): str(v) for k, v in report["meta"].items()}
         return {"tokens": tokens, "samples": samples, "op_samples": op_samples,
@@ -2554,23 +2558,23 @@ def dig(report, path):
     return report
 
 
-def figure_value(value):
+def figure_value(value, limit=FIGURE_LIMIT):
     """A number from a report, or None; anything else (a string, 1e400, a figure no run
     reaches, whose delta or ratio would overflow) is not a report this tool wrote."""
     if value is None:
         return value
     if type(value) not in (int, float):
         raise ValueError(f"{value!r:.40} is not a number")
-    if not abs(value) <= FIGURE_LIMIT:
+    if not abs(value) <= limit:
         raise ValueError(f"{value!r:.40} is out of range")
     return value
 
 
-def sample_value(value):
+def sample_value(value, limit=FIGURE_LIMIT):
     """A per-token sample: a number, never missing."""
     if value is None:
         raise ValueError("a per-token sample is null")
-    return figure_value(value)
+    return figure_value(value, limit)
 
 
 def row_key(value):
@@ -4012,9 +4016,14 @@ class Panel:
         return width
 
     def polyline(self, values, color, name):
+        """A line through the values (None: undefined, as a share of no bytes: left out)."""
         step = self.width / max(1, len(values) - 1)
         points = " ".join(f"{self.left + i * step:.1f},{self.y(v):.1f}"
-                          for i, v in enumerate(values))
+                          for i, v in enumerate(values) if v is not None)
+        if not points:
+            self.parts.append(f'<text x="{self.left + 4}" y="{self.top + 14}" class="note">'
+                              f'{xml(name)}: undefined (nothing to share)</text>')
+            return
         self.parts.append(f'<polyline points="{points}" fill="none" stroke="{color}" '
                           f'stroke-width="1.5" class="series"><title>{xml(name)}</title>'
                           f'</polyline>')

@@ -36,6 +36,7 @@ still leave a usable trace (a truncated last line, an unknown version, skipped b
 """
 import bz2
 import codecs
+import contextlib
 import csv
 import gzip
 import io
@@ -328,7 +329,7 @@ SAVED_REPORT_LIMIT = 256 << 20  # a saved JSON report is a few MB; past this it 
 def sniff(path):
     """What the file at `path` (reopenable: not stdin) holds, from its head: "json" for a
     report saved with --format json, else the trace's kind ("compute" or "io")."""
-    if _opening_bytes(path, 64).lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"["):
+    if _first_character(path) in (b"{", b"["):
         return "json"
     with Trace(path) as trace:
         if trace.kind is None:
@@ -336,17 +337,38 @@ def sniff(path):
         return trace.kind
 
 
-def _opening_bytes(path, limit):
-    """Up to `limit` bytes from the start of the file at `path`, decompressed."""
+@contextlib.contextmanager
+def _decompressed(path):
+    """The stream of the file at `path`, decompressed; a read error is a TraceError."""
     binary, owned = _open_binary(path)
     try:
         stream, _ = _text_stream(binary, path)
-        return stream.read(limit)
+        yield stream
     except READ_ERRORS as exc:
         raise TraceError(path, 0, f"cannot read: {exc}") from None
     finally:
         if owned:
             binary.close()
+
+
+def _first_character(path):
+    """The first byte of the file at `path` (decompressed) after a BOM and white space,
+    however much white space comes first (up to MAX_LINE bytes); b"" for none."""
+    with _decompressed(path) as stream:
+        head = stream.read(3)
+        head = head[3:] if head.startswith(codecs.BOM_UTF8) else head
+        for _ in range(MAX_LINE // BATCH_BYTES + 1):
+            rest = head.lstrip(b" \t\r\n")
+            if rest or not head:
+                return rest[:1]
+            head = stream.read(BATCH_BYTES)
+        return b""
+
+
+def _opening_bytes(path, limit):
+    """Up to `limit` bytes from the start of the file at `path`, decompressed."""
+    with _decompressed(path) as stream:
+        return stream.read(limit)
 
 
 def read_saved_report(path):

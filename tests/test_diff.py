@@ -362,3 +362,41 @@ def test_stdin_with_no_room_for_its_copy_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(CT_NODE.read_bytes())))
     line = error_of("diff", CT_NODE, "-")
     assert "<stdin>: cannot copy to a temporary file" in line
+
+
+def test_a_saved_report_after_much_leading_white_space_is_still_a_report(tmp_path):
+    """The sniffer looked at 64 bytes: a report after 100 KB of blank lines was 'not a trace'."""
+    trace = REAL_TRACES["qwen3moe-l4-io-serial.csv"]
+    saved = tmp_path / "saved.json"
+    saved.write_text("\n" * 100_000 + run("io", trace, "--format", "json").out)
+    assert run("diff", saved, trace).code == 0
+    assert run("diff", saved, trace, "--format", "json").json["inputs"][0]["source"] == \
+        "saved report"
+
+
+def test_traces_with_values_past_1e15_compare(write):
+    """Legal values (below 2^64) give figures past the bound that tells an edited saved report:
+    a trace is not a saved report ('not a report this tool wrote' was said of it)."""
+    huge = str(2 ** 63)
+    base = write(ct_text([f"0,1,{s},0,0,MUL_MAT,ffn_up-0,{huge},0" for s in (4, 5)]), "a.csv")
+    new = write(ct_text([f"0,1,{s},0,0,MUL_MAT,ffn_up-0,1000,0" for s in (4, 5)]), "b.csv")
+    result = run("diff", base, new, "--format", "json")
+    assert result.code == 0, result.err
+    headline = result.json["sections"][0]["rows"]
+    assert next(row for row in headline if row["name"] == "ms per token")["base"] == 2 ** 63 / 1e6
+
+
+def test_warning_lines_of_a_diff_escape_what_a_trace_holds(write):
+    """A model value with ESC, BEL and U+202E reaches diff's warning line: escaped, as every
+    other line (it went to the terminal raw)."""
+    rows = [f"0,1,{step},0,0,MUL_MAT,ffn_up-0,1000,0" for step in (4, 5)]
+    base = write(ct_text(rows, preamble="# compute_trace v1\n# model=a\x1b]0;x\x07\u202e.gguf\n"),
+                 "a.csv")
+    new = write(ct_text(rows, preamble="# compute_trace v1\n# model=b.gguf\n"), "b.csv")
+    result = run("diff", base, new)
+    assert result.code == 0
+    warning = next(line for line in result.out.splitlines() if "warning:" in line)
+    assert "different models" in " ".join(result.out.split())
+    for raw in ("\x1b", "\x07", "\u202e"):
+        assert raw not in result.out and raw not in result.err
+    assert "\\x1b" in warning or "\\x1b" in result.out

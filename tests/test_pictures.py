@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 import tracegen
-from helpers import REAL_TRACES, ct_text, error_of, report, run
+from helpers import REAL_TRACES, ct_text, error_of, io_text, report, run
 
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -346,3 +346,15 @@ def test_timeline_io_without_a_token_column_is_one_line(tmp_path, column):
     result = run("timeline", V2_CT, other)
     assert result.code == 1 and "Traceback" not in result.err
     assert f"missing required column: {column}" in result.err
+
+
+def test_reads_of_zero_bytes_draw_an_undefined_cache_curve(write, tmp_path):
+    """Every hit share is undefined (no bytes read): the LRU panel says so instead of a
+    traceback, in io and report alike."""
+    reads = write(io_text([f"0,1,{step},0,1,0,0,0,0,0,0,500" for step in (1, 2)]), "io.csv")
+    target = tmp_path / "io.svg"
+    assert run("io", reads, "--cache", "--svg", target).code == 0
+    assert "hit share: undefined (nothing to share)" in target.read_text()
+    ct = write(ct_text([f"0,1,{step},0,0,MUL_MAT,ffn_up-0,1000,0" for step in (1, 2)]), "ct.csv")
+    assert run("report", ct, reads, "--svg", target).code == 0
+    ET.parse(target)

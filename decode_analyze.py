@@ -3623,32 +3623,42 @@ MD_PARTS = {
 
 
 def fit_comment(parts, limit=GITHUB_COMMENT_LIMIT):
-    """The parts joined; past one GitHub comment, the longest folded tables are cut, each with
-    a line that says how many rows were left out."""
+    """The parts joined; past one GitHub comment, the longest folded tables are cut, each once
+    and by enough, with a line that says how many rows were left out; what still does not fit
+    (a name longer than the limit) is cut at it, with a line that says so. Linear in the text."""
     parts = [part.strip("\n") for part in parts if part]
+    size = sum(map(len, parts)) + 2 * max(0, len(parts) - 1) + 1
+    cuttable = {i for i, part in enumerate(parts) if "<details>" in part}
+    while size > limit and cuttable:
+        longest = max(cuttable, key=lambda i: len(parts[i]))
+        cuttable.discard(longest)
+        shorter = cut_details(parts[longest], size - limit)
+        size += len(shorter) - len(parts[longest])
+        parts[longest] = shorter
     text = "\n\n".join(parts) + "\n"
-    while len(text) > limit:
-        longest = max(range(len(parts)), key=lambda i: len(parts[i]) * ("<details>" in parts[i]))
-        if "<details>" not in parts[longest]:
-            break
-        parts[longest] = cut_details(parts[longest], len(text) - limit)
-        text = "\n\n".join(parts) + "\n"
-    return text
+    if len(text) <= limit:
+        return text
+    note = (f"\n*Cut here: past one GitHub comment ({limit} characters) with no table left to "
+            f"fold away; `--format json` has the whole report.*\n")
+    text = text[:limit - len(note)]
+    return text[:text.rfind("\n") + 1] + note
 
 
 def cut_details(part, excess):
     """A <details> block with enough of its last table rows removed to save `excess`
-    characters, and a line saying so."""
+    characters (all of them, if that is not enough), and a line saying so."""
     head, _, rest = part.partition("<details>")
     block, _, tail = rest.partition("</details>")
     lines = block.split("\n")
     rows = [i for i, line in enumerate(lines) if line.startswith("| ")][1:]
-    saved, cut = 0, []
+    saved, cut = 0, set()
     while rows and saved < excess + 200:
         i = rows.pop()
         saved += len(lines[i]) + 1
-        cut.append(i)
-    kept = [line for i, line in enumerate(lines) if i not in set(cut)]
+        cut.add(i)
+    if not cut:
+        return part
+    kept = [line for i, line in enumerate(lines) if i not in cut]
     note = f"\n*{len(cut)} rows left out to fit one comment; `--format json` has them all.*\n"
     return head + "<details>" + "\n".join(kept).rstrip("\n") + "\n" + note + "\n</details>" + tail
 

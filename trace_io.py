@@ -456,6 +456,10 @@ class Trace:
                 continue
             self.header_line = self.line
             self.columns = [c.strip() for c in self._fields(line.rstrip("\n"), self.line)]
+            twice = sorted({c for c in self.columns if self.columns.count(c) > 1 and c})
+            if twice:  # which of the two would the reader read, and which the splitter?
+                raise TraceError(self.name, self.line, f"the header names {shown(twice[0])} "
+                                                       f"twice: which column is it?")
             break
         self._recognise_kind()
 

@@ -340,3 +340,31 @@ def test_json_escapes_every_unprintable_character(write):
 def test_printable_non_ascii_stays_as_it_is(write):
     path = write(ct_text(["0,1,4,0,0,MUL_MAT,Qcur-0 é→ü,1000,0"]).encode())
     assert "é→ü" in run("compute", path, "--format", "json").out
+
+
+def test_markdown_that_cannot_be_folded_under_the_limit_still_ends_and_fits(write):
+    """One op name of 70,000 characters: no table can be folded enough; it used to loop for
+    ever. Now cut at the limit, with a line that says so."""
+    rows = [f"0,1,{step},0,0,{'X' * 70_000},n,1000,0" for step in (4, 5)]
+    out = run("compute", write(ct_text(rows)), "--format", "markdown").out
+    assert len(out) <= 65536
+    assert out.rstrip().endswith("`--format json` has the whole report.*")
+
+
+def test_cutting_a_long_markdown_table_ends(write):
+    """A folded table of 400,000 rows (5 MB) is cut to one comment: a hang guard, not a timing
+    (the cut was quadratic in the rows: this took hours)."""
+    import signal
+
+    def hang(signum, frame):
+        raise TimeoutError("fit_comment did not end within 60 s")
+    parts = ["**by op**\n\n<details><summary>x</summary>\n\n| a |\n|---|\n"
+             + "\n".join(f"| row {i} |" for i in range(400_000)) + "\n\n</details>"]
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(60)
+    try:
+        text = da.fit_comment(parts)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert len(text) <= 65536 and "rows left out to fit one comment" in text

@@ -548,3 +548,12 @@ def test_bulk_integers_are_the_rule_or_nothing(plain, last_column):
         assert valid and values == [int(text) for text in plain]
     elif valid:  # it may give up, only on what is not written the one plain way
         assert any(text != str(int(text)) for text in plain)
+
+
+def test_a_header_that_names_a_column_twice_is_refused(write):
+    """Ambiguous: the reader read one `step` column and the splitter another, so --jobs gave
+    another answer than one process."""
+    path = write(ct_text(["0,1,4,0,0,MUL,a,1000,0,9"],
+                         header="turn,phase,step,seq,layer,op,name,wall_ns,majflt,step"))
+    assert error_of("compute", path).endswith(":3: the header names 'step' twice: which column "
+                                               "is it?")

@@ -4808,11 +4808,22 @@ def write_pictures(args, report, paths, reading):
 
 
 def write_out(out, text):
-    """The whole text to the stream (a text stream encodes it all before writing any of it,
-    so a UnicodeEncodeError leaves nothing written)."""
+    """The whole text to the stream, or an error: encoded whole before any of it is written (a
+    UnicodeEncodeError leaves nothing written), then written to the stream's bytes until every
+    byte is taken, since an unbuffered stdout (PYTHONUNBUFFERED=1) takes a short write to a pipe
+    as if it were whole."""
     try:
-        out.write(text)
+        binary = getattr(out, "buffer", None)
+        if binary is None:  # a stream of text only (io.StringIO)
+            out.write(text)
+            out.flush()
+            return
+        data = memoryview(text.encode(out.encoding or "utf-8", out.errors or "strict"))
         out.flush()
+        while data:
+            written = binary.write(data)
+            data = data[len(data) if written is None else written:]
+        binary.flush()
     except (BrokenPipeError, UnicodeEncodeError):
         raise
     except (OSError, ValueError) as exc:

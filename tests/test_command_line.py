@@ -254,3 +254,19 @@ def test_two_outputs_on_one_path_and_empty_paths_are_usage_errors(tmp_path, caps
         result = run("compute", SESSION_CT, *argv)
         assert result.code == 2 and words in result.err, argv
     assert not svg.exists()
+
+
+@pytest.mark.parametrize("unbuffered", ["", "1"])
+def test_output_is_written_whole_or_the_run_fails(unbuffered):
+    """A reader that goes away after 10 bytes: exit 141, whatever PYTHONUNBUFFERED says (with
+    it, CPython's unbuffered stdout took a short write to the pipe as whole: exit 0, the rest
+    dropped)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": unbuffered} if unbuffered else \
+        {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    child = subprocess.Popen([sys.executable, str(ROOT / "decode_analyze.py"), "report",
+                              SESSION_CT, ROOT / "examples" / "session-io.csv", "--format", "json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert child.stdout.read(10) == b'{\n "schema'
+    child.stdout.close()
+    assert child.wait(60) == 141
+    assert child.stderr.read() == b""

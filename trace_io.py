@@ -630,7 +630,9 @@ class Trace:
         n_lines = text.count("\n")
         self.line += n_lines
         batch = None
-        plain = self._unquoted(text) if '"' in text else text
+        # A carriage return left after CRLF became LF is inside a line: the line-by-line path
+        # judges it (an error, or a skipped row), as it judges every line it cannot split.
+        plain = None if "\r" in text else self._unquoted(text) if '"' in text else text
         if plain is not None:
             columns = self._fast_batch(plain, n_lines,
                                        restore=plain is not text and COMMA_STAND_IN in plain)
@@ -663,8 +665,6 @@ class Trace:
             position = text.find("\n", quote)
             spans.append((text.rfind("\n", 0, quote) + 1, position))
         lines = [text[start:end] for start, end in spans]
-        if "\r" in "".join(lines):
-            return None
         try:  # one reader for all of them: a line that ran on into the next is found by count
             rows = list(csv.reader(lines))
         except csv.Error:
@@ -716,8 +716,8 @@ class Trace:
                 if column is None:
                     return None
             else:
-                if last_column:
-                    column = list(map(str.rstrip, column))
+                if last_column:  # its newline only: white space is the value's, as line by line
+                    column = [value[:-1] for value in column]
                 if restore and COMMA_STAND_IN in "".join(column):
                     column = [value.replace(COMMA_STAND_IN, ",") for value in column]
                 valid = self._valid_keys.get(name)

@@ -891,15 +891,21 @@ def _token_start_after(trace, start):
 
 
 def _token_key(line, positions, width):
-    """The token columns of one row as the reader sees them, or None for no row."""
-    text = line.decode("utf-8", "replace").rstrip("\r\n")
-    if not text.strip() or text.startswith("#"):
+    """The token columns of one row as the reader sees them, or None for no row: a line the
+    reader skips or refuses (a carriage return inside it, a wrong field count, a token value
+    that breaks the integer rule) never decides where a token ends."""
+    text = line.decode("utf-8", "replace")
+    text = text[:-2] if text.endswith("\r\n") else text[:-1]
+    if "\r" in text or not text.strip() or text.startswith("#"):
         return None
     try:
         fields = next(csv.reader([text]), []) if '"' in text else text.split(",")
     except csv.Error:
         return None
-    return tuple(fields[p] for p in positions) if len(fields) == width else None
+    if len(fields) != width:
+        return None
+    key = tuple(fields[p] for p in positions)
+    return None if any(map(integer_problem, TOKEN_COLUMNS, key)) else key
 
 
 def _fold_part(path, part, columns, make_fold, skip_bad_rows):

@@ -442,3 +442,30 @@ def test_both_paths_read_every_awkward_line_alike(header, edits, row, skip, crlf
         ",".join(map(csv_field, fields)) + end for fields in rows)
     fast, slow = read_both_ways(text, skip)
     assert fast == slow
+
+
+def test_a_bad_step_inside_a_token_does_not_cut_it_in_two(write, monkeypatch):
+    """With --skip-bad-rows the reader keeps a token whole around a row whose step is bad; the
+    splitter cut there, and each part classified its half alone (the unnamed node after the
+    cut lost the category of the named node before it)."""
+    rows = [f"0,1,{step},{seq},0,{op},{name},1000,0" for step in range(4, 204)
+            for seq, (op, name) in enumerate([("MUL_MAT_ID", "ffn_moe_up-0"),
+                                               ("ADD", "node_7")] * 20)]
+    data = ct_text(rows)
+    monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 2048)
+    path = write(data)
+    with trace_io.Trace(str(path)) as trace:
+        start = trace.body_start + (len(data.encode()) - trace.body_start) // 2
+    # the first whole named row after the middle: its step made bad
+    at = data.index("\n", start) + 1
+    at = data.index("MUL_MAT_ID", at)
+    at = data.rindex("\n", 0, at) + 1
+    fields = data[at:data.index("\n", at)].split(",")
+    fields[2] = "x"
+    corrupt = data[:at] + ",".join(fields) + data[data.index("\n", at):]
+    path = write(corrupt)
+    one = run("compute", path, "--skip-bad-rows", "--jobs", "1", "--format", "json")
+    two = run("compute", path, "--skip-bad-rows", "--jobs", "2", "--format", "json")
+    assert one.code == two.code == 0
+    assert one.json["by_category"] == two.json["by_category"]
+    assert difference(one.out, two.out) is None

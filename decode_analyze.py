@@ -3788,7 +3788,7 @@ def io_events(rows, start_us, threads, v2_origin=None):
         latency_us = rows["latency_ns"][i] / 1e3
         if v2_origin is not None:
             at = (rows["start_ns"][i] - v2_origin) / 1e3
-            latency_us = (rows["end_ns"][i] - rows["start_ns"][i]) / 1e3
+            latency_us = max(0, rows["end_ns"][i] - rows["start_ns"][i]) / 1e3  # never < 0
         else:
             at = lane_end.get(rows["lane"][i], start_us)
             lane_end[rows["lane"][i]] = at + latency_us
@@ -3820,6 +3820,12 @@ def export_perfetto(target, export):
                        first), default=0) if v2 else None
     pieces = PerfettoPieces(export, io_rows, keys, origin)
     write_output(target, pieces)
+    if origin is not None:
+        backwards = sum(sum(map(gt, rows["start_ns"], rows["end_ns"]))
+                        for runs in io_rows.values() for rows in runs) + pieces.backwards
+        if backwards:
+            export.reading.warn(f"{target}: {backwards} row(s) end before they start: drawn as "
+                                f"empty intervals")
     return pieces.tokens
 
 
@@ -3831,14 +3837,14 @@ def is_v2(path):
 def compute_preview(export, keys, first):
     """What must be known of the compute trace before the events are written, in one pass
     that stops as soon as it has it: the exported tokens' (turn, phase, step) when `keys` (a
-    pair: which reads to keep), or None; and [the first exported row's start_ns] when `first`
-    (v2: the origin of the clock), or []."""
+    pair: which reads to keep), or None; and [the earliest start_ns of the exported rows] when
+    `first` (v2: the origin of the clock: a later token may start earlier), or []."""
     found, start = set(), []
     if export.compute_path and (keys or first):
         for token, rows in exported_runs(export.compute_path, COMPUTE_EXPORT, export):
-            if first and not start:
-                start.append(min(rows["start_ns"]))
-            if not keys:
+            if first:
+                start[:] = [min(start + [min(rows["start_ns"])])]
+            elif not keys:
                 break
             found.add(token_key(token))
     return (found if keys and export.compute_path else None), start
@@ -3850,7 +3856,7 @@ class PerfettoPieces:
 
     def __init__(self, export, io_rows, keys, origin):
         self.export, self.io_rows, self.keys, self.origin = export, io_rows, keys, origin
-        self.tokens = 0
+        self.tokens = self.backwards = 0  # backwards: compute rows that end before they start
 
     def __iter__(self):
         threads = {}
@@ -3866,6 +3872,8 @@ class PerfettoPieces:
                            name_event("thread_name", Track(COMPUTE_PID, token.turn * 2 + 1),
                                       f"turn {token.turn} callbacks")]
             for rows in runs:
+                if self.origin is not None:
+                    self.backwards += sum(map(gt, rows["start_ns"], rows["end_ns"]))
                 more, end = compute_events(token, rows, cursor, self.origin)
                 events += more
             reads_end = cursor

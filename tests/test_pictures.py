@@ -358,3 +358,26 @@ def test_reads_of_zero_bytes_draw_an_undefined_cache_curve(write, tmp_path):
     ct = write(ct_text([f"0,1,{step},0,0,MUL_MAT,ffn_up-0,1000,0" for step in (1, 2)]), "ct.csv")
     assert run("report", ct, reads, "--svg", target).code == 0
     ET.parse(target)
+
+
+def test_v2_perfetto_has_no_negative_time_and_says_what_ran_backwards(tmp_path):
+    """The file's first token starts later than the next one (times moved back 5 ms), and one
+    read ends before it starts: every ts and dur is >= 0, and a warning says so (the origin was
+    the first token in file order, not the earliest row)."""
+    ct = tmp_path / "ct.csv"
+    lines = V2_CT.read_text().splitlines(keepends=True)
+    shifted = []
+    for line in lines:
+        fields = line.rstrip("\n").split(",")
+        if not line.startswith(("#", "turn")) and fields[2] == "10":
+            fields[-2:] = [str(int(fields[-2]) + 5_000_000), str(int(fields[-1]) + 5_000_000)]
+        shifted.append(",".join(fields) + "\n")
+    ct.write_text("".join(shifted))
+    io = tmp_path / "io.csv"
+    io.write_text(V2_IO.read_text().replace(",1100000,1400000,read,", ",1400000,1100000,read,"))
+    target = tmp_path / "p.json"
+    result = run("report", ct, io, "--perfetto", target, "--format", "json")
+    assert result.code == 0
+    events = [e for e in json.loads(target.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert events and min(e["ts"] for e in events) >= 0 and min(e["dur"] for e in events) >= 0
+    assert "1 row(s) end before they start: drawn as empty intervals" in result.err

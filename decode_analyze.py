@@ -2824,11 +2824,27 @@ def cell(col, row):
     return col.format(value_of(col, row))
 
 
+NAME_WIDTH_LEAST = 12  # a name column is never elided below this
+
+
 def table_lines(columns, rows, indent="  "):
-    """The header and one line per row, each column as wide as its widest cell."""
+    """The header and one line per row, each column as wide as its widest cell; past
+    TEXT_WIDTH, the widest name columns are narrowed and their long names elided in the middle
+    (the JSON has them whole)."""
     cells = [[cell(col, row) for col in columns] for row in rows]
     widths = [max([len(col.header)] + [len(line[i]) for line in cells])
               for i, col in enumerate(columns)]
+    names = [i for i, col in enumerate(columns) if col.align == "<" and col.width is None]
+    excess = len(indent) + sum(widths) + 2 * (len(widths) - 1) - TEXT_WIDTH
+    while excess > 0 and names:
+        widest = max(names, key=widths.__getitem__)
+        narrower = max(NAME_WIDTH_LEAST, widths[widest] - excess, len(columns[widest].header))
+        if narrower >= widths[widest]:
+            break
+        excess -= widths[widest] - narrower
+        widths[widest] = narrower
+        for line in cells:
+            line[widest] = fit(line[widest], narrower)
 
     def line(values):
         text = "  ".join(f"{value:{col.align}{width}}"

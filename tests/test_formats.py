@@ -368,3 +368,13 @@ def test_cutting_a_long_markdown_table_ends(write):
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
     assert len(text) <= 65536 and "rows left out to fit one comment" in text
+
+
+def test_a_long_op_name_is_elided_to_keep_the_table_in_100_columns(write):
+    """A 37-character op name made the by-op table 121 columns wide."""
+    op = "MUL_MAT_ID_WITH_A_VERY_LONG_NAME_XXXX"
+    rows = [f"0,1,{step},0,0,{op},ffn_up-0,1000,0" for step in (4, 5)]
+    result = run("compute", write(ct_text(rows)))
+    assert max(map(len, result.out.splitlines())) <= 100
+    assert "…" in result.out and op[:7] in result.out
+    assert run("compute", write(ct_text(rows)), "--format", "json").json["by_op"][0]["op"] == op

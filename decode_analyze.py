@@ -3525,7 +3525,7 @@ def text_header(header, view):
     lines = [f"decode-analyze {TOOL_VERSION} {header.command}"]
     lines += [fit(f"  {label}: {path}{detail}") for label, path, detail in header.paths]
     if header.keys:
-        lines += wrap_items("", [f"{key}={safe(header.meta.get(key, '?'))}"
+        lines += wrap_items("", [fit(f"{key}={header.meta.get(key, '?')}")
                                  for key in header.keys], indent="", separator="")
     return lines
 

@@ -378,3 +378,11 @@ def test_a_long_op_name_is_elided_to_keep_the_table_in_100_columns(write):
     assert max(map(len, result.out.splitlines())) <= 100
     assert "…" in result.out and op[:7] in result.out
     assert run("compute", write(ct_text(rows)), "--format", "json").json["by_op"][0]["op"] == op
+
+
+def test_a_long_preamble_value_stays_within_100_columns(write):
+    rows = [f"0,1,{step},0,0,MUL_MAT,ffn_up-0,1000,0" for step in (4, 5)]
+    long_model = "m" * 300 + ".gguf"
+    preamble = f"# compute_trace v1\n# model={long_model}\n"
+    out = run("compute", write(ct_text(rows, preamble=preamble))).out
+    assert max(map(len, out.splitlines())) <= 100 and "model=mmm" in out

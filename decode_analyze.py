@@ -4285,6 +4285,10 @@ def analyze_io(path, reading, adjacent=True, cache=True, what_if_jobs=None):
     trace, fold = read_io(path, reading, adjacent, cache)
     report = io_report(trace, fold, reading.selection, what_if_jobs or reading.jobs)
     report["verdicts"] = io_verdicts(report)
+    if report["req_bytes"] > report["read_bytes"]:
+        reading.warn(f"{trace.name}: the reads asked for more bytes ({report['req_bytes']}) "
+                     f"than they read ({report['read_bytes']}): short reads, so the alignment "
+                     f"waste is negative")
     return report
 
 

@@ -345,3 +345,11 @@ def test_the_estimate_is_each_layers_busiest_lane(write):
     token.add_layers(["0", "0"], ["0", "1"], [3000000, 1000000])
     token.add_layers(["0", "1"], ["1", "1"], [1000000, 4000000])  # layer 0 continues
     assert token.io_ns == 7000000
+
+
+def test_reads_that_asked_for_more_than_they_read_are_a_warning(write):
+    """req_bytes > read_bytes gave waste_pct -100.0 and said nothing."""
+    result = run("io", write(io_text(["0,1,1,0,1,0,0,0,0,8192,4096,1000"])), "--format", "json")
+    assert result.code == 0 and result.json["waste_pct"] == -100.0
+    assert "asked for more bytes (8192) than they read (4096)" in result.err
+    assert any("short reads" in w for w in result.json["warnings"])

@@ -3406,11 +3406,12 @@ def p_text(change):
                                                        else "")
 
 
-def diff_columns(key, news, tested):
+def diff_columns(key, shown, news, tested):
     """The name and base columns, then new, delta, ratio (and p, when the section has a test)
-    for each NEW: one group of columns per NEW, as benchstat does with several files."""
+    for each NEW of `shown` (indexes, of `news` NEWs): one group of columns per NEW, as
+    benchstat does with several files."""
     columns = [Column(key, "name", safe, "<"), column("base", "base", figure_text)]
-    for i in range(news):
+    for i in shown:
         label = "" if news == 1 else f" #{i + 1}"
         pick = (lambda field, i=i: lambda row: row["changes"][i][field])
         columns += [column(f"new{label}", pick("new"), figure_text),
@@ -3456,11 +3457,31 @@ def diff_preamble_blocks(report, view):
 
 
 def diff_section_blocks(report, view):
+    """Each section as one table, or, with several NEWs, as tables of as many NEW column groups
+    as fit TEXT_WIDTH side by side (the name and base columns repeated)."""
     news = len(report["inputs"]) - 1
-    return [Block(section["title"], [Grid(diff_columns(section["key"], news,
-                                                       section_tested(section)),
-                                          section["rows"])])
-            for section in report["sections"]]
+    blocks = []
+    for section in report["sections"]:
+        tested = section_tested(section)
+        blocks.append(Block(section["title"], [
+            Grid(diff_columns(section["key"], shown, news, tested), section["rows"])
+            for shown in new_groups(section, news, tested)]))
+    return blocks
+
+
+def new_groups(section, news, tested):
+    """The NEWs' indexes in runs that fit TEXT_WIDTH side by side (one NEW at least)."""
+    runs, current = [], []
+    for i in range(news):
+        columns = diff_columns(section["key"], current + [i], news, tested)
+        cells = [[cell(col, row) for col in columns] for row in section["rows"]]
+        width = 2 + sum(max([len(col.header)] + [len(line[j]) for line in cells]) + 2
+                        for j, col in enumerate(columns)) - 2
+        if current and width > TEXT_WIDTH:
+            runs.append(current)
+            current = []
+        current.append(i)
+    return runs + [current]
 
 
 # ── layouts: one per kind of report ──────────────────────────────────────────────────────────

@@ -400,3 +400,20 @@ def test_warning_lines_of_a_diff_escape_what_a_trace_holds(write):
     for raw in ("\x1b", "\x07", "\u202e"):
         assert raw not in result.out and raw not in result.err
     assert "\\x1b" in warning or "\\x1b" in result.out
+
+
+def test_many_new_runs_wrap_into_tables_that_fit_100_columns():
+    """Three NEWs made 121-column lines, seven 250: the NEW column groups go into tables of as
+    many as fit, the name and base columns repeated, every row in each."""
+    base = REAL_TRACES["qwen3moe-l4-io-serial.csv"]
+    news = [REAL_TRACES["qwen3moe-l4-io-overlap.csv"], REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]]
+    news = news * 4  # seven NEWs, and one more
+    result = run("diff", base, *news[:7])
+    assert result.code == 0 and max(map(len, result.out.splitlines())) <= 100
+    report_ = run("diff", base, *news[:7], "--format", "json").json
+    headline_rows = len(report_["sections"][0]["rows"])
+    text = result.out.split("\nio headline\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    for i in range(1, 8):
+        assert sum(f"new #{i}" in line for line in text) == 1
+    tables = sum(line.startswith("  figure") for line in text)
+    assert 2 <= tables <= 7 and len(text) == tables * (headline_rows + 1)  # header + every row

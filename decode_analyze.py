@@ -884,16 +884,30 @@ def infer_layers(layers):
     return inferred
 
 
-def classify_graph(ops, names, layers):
+def last_layer_start(layers):
+    """Where the rows of the last layer of `layers` (ints) begin: its first row, after the
+    layer -1 rows before it; len(layers) when no row has a layer."""
+    last = next((layer for layer in reversed(layers) if layer != NO_LAYER), None)
+    if last is None:
+        return len(layers)
+    start = len(layers)
+    while start and layers[start - 1] in (last, NO_LAYER):
+        start -= 1
+    while layers[start] != last:
+        start += 1
+    return start
+
+
+def classify_graph(ops, names, layers, previous="other"):
     """Every node of one token's graph, in order, as a Node. Beyond classify(): an unnamed
     node takes the category of the nearest named node before it, and in a layer that routes to
-    experts the dense-FFN names are the shared expert and ffn_out is the experts' output."""
+    experts the dense-FFN names are the shared expert and ffn_out is the experts' output.
+    `previous`: what an unnamed first node inherits (the graph's earlier rows, if any)."""
     inferred = infer_layers(layers)
     named = [classify(name, op) for name, op in zip(names, ops)]
     moe_layers = {il for il, (_, cat) in zip(inferred, named)
                   if cat in MOE_CATEGORIES and il != NO_LAYER}
     nodes = []
-    previous = "other"
     for op, name, layer, il, (base, category) in zip(ops, names, layers, inferred, named):
         if category is None:
             category = previous
@@ -1004,15 +1018,54 @@ NodeTotals = summing_record("NodeTotals", ("wall_ns", "majflt", "fault_wall_ns",
 class LooseNodes:
     """The nodes of tokens too long to keep as a TokenGraph (a token over HOLD_ROWS rows comes
     in pieces): classified as they come and summed per distinct node, so that memory is
-    bounded by the model's graph, not by the token's length."""
+    bounded by the model's graph, not by the token's length.
+
+    A piece can end inside a layer, and a layer's nodes are classified together (the layer -1
+    nodes inside it, whether it routes to experts): the rows of a piece's last layer are held
+    until the token's next piece or its end (`held`), with the category an unnamed node there
+    would inherit, so that the figures are those of the same rows in one graph."""
+
+    HOLD_MOST = 4 * HOLD_ROWS  # held rows of one unfinished layer at most (a real one: ~100)
 
     def __init__(self):
         self.sums = {}  # Node -> NodeTotals
         self.walls = defaultdict(list)  # op -> [wall_ns of each node], until finish
         self.op_walls = {}  # op -> sorted array, at finish
+        self.held = None  # (token, ops, names, layers, walls, faults, inherited category)
+
+    def holds(self, token):
+        return self.held is not None and self.held[0] is token
 
     def add(self, token, ops, names, layers, walls, faults):
-        nodes = classify_graph(ops, names, [int(layer) for layer in layers])
+        """A run of one token's rows: all but its last layer's are summed."""
+        previous = "other"
+        layers = [int(layer) for layer in layers]
+        if self.holds(token):
+            _, *earlier, previous = self.held
+            ops, names, layers, walls, faults = (list(before) + list(now) for before, now in
+                                                 zip(earlier, (ops, names, layers, walls,
+                                                               faults)))
+        elif self.held is not None:
+            self.flush()
+        self.held = None
+        columns = (ops, names, layers, walls, faults)
+        cut = last_layer_start(layers) if len(layers) < self.HOLD_MOST else len(layers)
+        previous = self._sum(token, [column[:cut] for column in columns], previous)
+        if cut < len(layers):
+            self.held = (token, *(column[cut:] for column in columns), previous)
+
+    def flush(self):
+        """Sum the held rows: their token has ended."""
+        if self.held is not None:
+            (token, *columns, previous), self.held = self.held, None
+            self._sum(token, columns, previous)
+
+    def _sum(self, token, columns, previous):
+        """Classify and sum rows (columns: ops, names, layers, walls, faults; `previous`: the
+        category an unnamed first node inherits); returns the category an unnamed node after
+        them would inherit."""
+        ops, names, layers, walls, faults = columns
+        nodes = classify_graph(ops, names, layers, previous)
         for node, wall_ns, majflt in zip(nodes, walls, faults):
             token.add_group(node.op, node.category, wall_ns)
             totals = self.sums.get(node)
@@ -1020,8 +1073,12 @@ class LooseNodes:
                 totals = self.sums[node] = NodeTotals()
             totals.add(wall_ns, majflt, wall_ns if majflt else 0, 1)
             self.walls[node.op].append(wall_ns)
+        named = [node.category for node, (_, category) in zip(nodes, map(classify, names, ops))
+                 if category is not None]
+        return named[-1] if named else previous
 
     def finish(self):
+        self.flush()
         self.op_walls = {op: sorted_parts(walls) for op, walls in self.walls.items()}
         self.walls.clear()
 
@@ -1058,9 +1115,9 @@ class ComputeFold(TokenFold):
             token.majflt += sum(token_faults)
             self.rows[token.phase] += end - start
             columns = (ops[start:end], names[start:end], layers[start:end])
-            if end - start >= HOLD_ROWS:
-                loose = self.loose.get(token.phase) or self.loose.setdefault(token.phase,
-                                                                             LooseNodes())
+            loose = self.loose.get(token.phase)
+            if end - start >= HOLD_ROWS or loose is not None and loose.holds(token):
+                loose = loose or self.loose.setdefault(token.phase, LooseNodes())
                 loose.add(token, *columns, token_walls, token_faults)
             else:
                 self._graph(token.phase, *columns).add(token, token_walls, token_faults)
@@ -1223,7 +1280,8 @@ def group_rows(record, name_key, ordered, per):
 def compute_report(trace, fold, selection):
     """The whole compute report as a plain dict (the JSON output; text is rendered from it),
     without its verdicts."""
-    phases, label, tokens = selected_tokens(trace, fold.book, selection, fold.graphs.keys())
+    phases, label, tokens = selected_tokens(trace, fold.book, selection,
+                                           set(fold.graphs) | set(fold.loose))
     total_ns = sum(token.wall_ns for token in tokens)
     total_majflt = sum(token.majflt for token in tokens)
     graphs = [graph for phase in phases for graph in fold.graphs.get(phase, {}).values()]

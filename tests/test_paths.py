@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 import decode_analyze
 import trace_io
 import tracegen
-from helpers import REAL_TRACES, assert_token_start, ct_text, difference, io_text, run
+from helpers import REAL_TRACES, assert_token_start, ct_text, difference, io_text, report, run
 
 
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
@@ -469,3 +469,30 @@ def test_a_bad_step_inside_a_token_does_not_cut_it_in_two(write, monkeypatch):
     assert one.code == two.code == 0
     assert one.json["by_category"] == two.json["by_category"]
     assert difference(one.out, two.out) is None
+
+
+def test_a_giant_token_classifies_its_layers_as_ordinary_tokens_do(write):
+    """A token of 34,560 rows is read in pieces of about 16,384, which end inside a layer: its layer
+    -1 nodes (a view, an unnamed ADD) and its shared expert at a piece boundary kept their
+    inferred layer and category (7,694 ns had moved from layer 0 to -1)."""
+    # Most places a piece can end in are inside a run of layer -1 rows, or between the shared
+    # expert's ffn_up and the router that makes it the shared expert, not a dense FFN.
+    layer_rows = ([("RMS_NORM", "attn_norm-{L}", "{L}", 1000)]
+                  + [("VIEW", "Qcur-{L} (view)", "-1", 30)] * 10
+                  + [("MUL_MAT", "ffn_up-{L}", "{L}", 500)] + [("ADD", "node_5", "-1", 70)] * 10
+                  + [("MUL_MAT", "ffn_moe_logits-{L}", "{L}", 200),
+                     ("MUL_MAT_ID", "ffn_moe_up-{L}", "{L}", 900)])
+    graph = [(op, name.format(L=layer), lay.format(L=layer), ns)
+             for layer in range(48) for op, name, lay, ns in layer_rows]
+    copies = 30  # 34,560 rows
+
+    def rows(step_of):
+        return [f"0,1,{step_of(copy)},{seq},{lay},{op},{name},{ns},0"
+                for copy in range(copies) for seq, (op, name, lay, ns) in enumerate(graph)]
+    giant = report("compute", write(ct_text(rows(lambda copy: 7)), "giant.csv"), "--layers")
+    many = report("compute", write(ct_text(rows(lambda copy: 7 + copy)), "many.csv"), "--layers")
+    assert giant["tokens"] == 1 and many["tokens"] == copies
+    for table, key in (("by_layer", "layer"), ("by_category", "category"), ("by_op", "op")):
+        assert {row[key]: round(row["ms_per_token"], 9) for row in giant[table]} == \
+            {row[key]: round(row["ms_per_token"] * copies, 9) for row in many[table]}, table
+    assert giant["unclassified"] == many["unclassified"] == []

@@ -496,3 +496,51 @@ def test_a_giant_token_classifies_its_layers_as_ordinary_tokens_do(write):
         assert {row[key]: round(row["ms_per_token"], 9) for row in giant[table]} == \
             {row[key]: round(row["ms_per_token"] * copies, 9) for row in many[table]}, table
     assert giant["unclassified"] == many["unclassified"] == []
+
+
+NAMES = ["attn_norm-0", "ffn_moe_up-0", "node_3", "Qcur-0 (view)", "a,b", ' x "y" ', "é-1",
+         "ffn_up-1", "ffn_moe_logits-1"]
+BAD = ["x", "-2", "", "1 ", "\r", "9" * 25]
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)  # the same cases on every machine
+@given(tokens=st.integers(2, 30), nodes=st.integers(3, 40), seed=st.integers(0, 10 ** 6),
+       bad=st.lists(st.tuples(st.integers(0, 10 ** 6), st.integers(0, 8),
+                              st.sampled_from(BAD)), max_size=5))
+def test_one_answer_for_every_jobs_and_path_on_generated_traces(tokens, nodes, seed, bad):
+    """Generated compute traces with duplicated and awkward names (quoted, commas, spaces) and
+    bad rows (--skip-bad-rows; never all of them): --jobs 1 to 8 over parts of a few hundred
+    bytes, the line-by-line path and gzip give one report."""
+    import random
+    import tempfile
+    rng = random.Random(seed)
+    rows = []
+    for token in range(tokens):
+        for seq in range(nodes):
+            fields = ["0", "1", str(10 + token), str(seq), str(rng.choice([-1, 0, 1])),
+                      rng.choice(["MUL_MAT", "ADD", "MUL_MAT_ID"]), rng.choice(NAMES),
+                      str(rng.randrange(1, 10 ** 6)), str(rng.choice([0, 0, 3]))]
+            rows.append(fields)
+    for where, column, value in bad:
+        rows[where % len(rows)][column] = value
+    text = ct_text([",".join(csv_field(field) for field in fields) for fields in rows])
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.csv"
+        path.write_text(text, newline="")
+        original_min, original_fast = trace_io.PARALLEL_MIN_BYTES, trace_io.Trace._fast_batch
+        try:
+            trace_io.PARALLEL_MIN_BYTES = 1 << 60
+            one = answer(["compute", path, "--skip-bad-rows", "--layers", "--jobs", "1"],
+                         Path(folder))
+            trace_io.PARALLEL_MIN_BYTES = 512
+            for jobs in range(2, 9):
+                argv = ["compute", path, "--skip-bad-rows", "--layers", "--jobs", str(jobs)]
+                assert difference(answer(argv, Path(folder)), one) is None, jobs
+            trace_io.Trace._fast_batch = lambda self, *args, **kwargs: None
+            assert difference(answer(["compute", path, "--skip-bad-rows", "--layers"],
+                                     Path(folder)), one) is None, "line by line"
+        finally:
+            trace_io.PARALLEL_MIN_BYTES, trace_io.Trace._fast_batch = original_min, original_fast
+        gzipped = compressed(path, Path(folder))
+        assert difference(answer(["compute", gzipped, "--skip-bad-rows", "--layers"],
+                                 Path(folder)), one) is None, "gzip"

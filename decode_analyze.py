@@ -695,9 +695,16 @@ PAIR_LAYER_ROW = Record("pair layer row", "a pair's `by_layer`", (
     ("layer", "the layer (compute: inferred)"), ("compute_ms_per_token", "its compute ms"),
     ("majflt_per_token", "its major faults"), ("reads_per_token", "its reads per decoded token"),
     ("mib_per_token", "its MiB per decoded token")))
+PER_POSITION = Record("per position", "report `pair.per_position` (null unless a decode covers "
+                                      "several positions: speculative decoding)", (
+    ("positions", "generated positions the decodes cover (compute `decodes.positions`)"),
+    ("decode_ms", "the decodes' wall time / positions"),
+    ("compute_ms", "decode - I/O estimate, / positions (null with overlap=1)"),
+    ("io_ms", "the I/O estimate / positions"), ("mib", "MiB read / positions")))
 PAIR = Record("pair", "report `pair`: per decoded token", (
     ("tokens", "decoded tokens (the compute trace's)"),
     ("tokens_without_reads", "of them, those with no read"),
+    ("per_position", "the headline per generated position", PER_POSITION),
     ("decode_ms_per_token", "the compute trace's ms per token: the decode's wall time, every "
                             "node's time, waits for reads included"),
     ("compute_ms_per_token", "decode - the I/O estimate, as the engine splits it (null with "
@@ -1951,6 +1958,7 @@ def pair_report(compute, io):
     overlapped = io["meta"].get("overlap", compute["meta"].get("overlap")) == "1"
     pair = PAIR(
         tokens=n, tokens_without_reads=len(tokens - readers),
+        per_position=per_position(compute, io, wall, overlapped),
         decode_ms_per_token=compute["ms_per_token"],
         compute_ms_per_token=None if overlapped else compute["ms_per_token"] - wall.estimate,
         faulting_ms_per_token=compute["faults"]["ms_per_token"],
@@ -1968,6 +1976,20 @@ def pair_report(compute, io):
         warnings=pair_warnings(compute, io, tokens, readers))
     return PAIR_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="report", compute=compute,
                        io=io, pair=pair)
+
+
+def per_position(compute, io, wall, overlapped):
+    """The pair's headline per generated position, when the run decoded speculatively (a
+    decode verifies several positions): what the engine counts per token then; else None."""
+    decodes = compute["decodes"]
+    if not decodes["speculative"] or compute["phase"] != "decode":
+        return None
+    n, positions = len(compute["per_token"]), decodes["positions"]
+    decode_ms = compute["ms_per_token"] * n / positions
+    io_ms = wall.estimate * n / positions
+    return PER_POSITION(positions=positions, decode_ms=decode_ms,
+                        compute_ms=None if overlapped else decode_ms - io_ms, io_ms=io_ms,
+                        mib=io["read_bytes"] / MIB / positions)
 
 
 def decoded_io_wall(compute, io):
@@ -3353,11 +3375,20 @@ def io_token_blocks(report, view):
 # ── layouts: pair, timeline and diff sections ────────────────────────────────────────────────
 def pair_headline_blocks(report, view):
     compute, pair = report["compute"], report["pair"]
-    return [Block(None, [Prose([
-        f"tokens={pair['tokens']} (from the compute trace; {selection_text(compute)}), "
-        f"{pair['tokens_without_reads']} of them read nothing; every figure below is per "
-        f"decoded token"], ""), Prose([f"warning: {message}" for message in pair["warnings"]])],
-        gap=False)]
+    lines = [f"tokens={pair['tokens']} (from the compute trace; {selection_text(compute)}), "
+             f"{pair['tokens_without_reads']} of them read nothing; every figure below is per "
+             f"decoded token"]
+    position = pair["per_position"]
+    if position:
+        split = f" = compute {position['compute_ms']:.2f} + flash I/O" \
+            if position["compute_ms"] is not None else ", reads beside it:"
+        lines.append(f"speculative decoding: {pair['tokens']} decodes generated "
+                     f"{position['positions']} positions; per generated position, decode "
+                     f"{position['decode_ms']:.2f} ms{split} {position['io_ms']:.2f} ms, "
+                     f"{position['mib']:.2f} MiB read")
+    return [Block(None, [Prose(lines, ""),
+                         Prose([f"warning: {message}" for message in pair["warnings"]])],
+                  gap=False)]
 
 
 def per_decoded_blocks(report, view):

@@ -25,6 +25,8 @@ COMMANDS = {
     "compute-gemma-node": ["compute", DATA + "gemma4-l4-ct-node.csv", "--top", "6"],
     "compute-faults": ["compute", DATA + "synthetic/faults-ct.csv", "--layers", "--phase", "all"],
     "report-faults": ["report", DATA + "synthetic/faults-ct.csv", DATA + "synthetic/faults-io.csv"],
+    "report-speculative": ["report", DATA + "synthetic/speculative-ct.csv",
+                           DATA + "synthetic/speculative-io.csv"],
     "io-session": ["io", SESSION[1], "--adjacent", "--cache"],
     "io-qwen-prefetch": ["io", DATA + "qwen3moe-l4-io-prefetch.csv", "--adjacent", "--cache",
                          "--layers"],

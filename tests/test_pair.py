@@ -131,3 +131,26 @@ def test_every_report_io_figure_is_per_decoded_token(half_read):
     assert r["io"]["mib_per_token"] == 2.0  # the io report keeps its own: per read-token
     text = " ".join(run("report", *half_read).out.split())
     assert "MiB/tok is per decoded token" in text and "per read-token" not in text
+
+
+def test_speculative_decoding_is_also_given_per_generated_position(write):
+    """Decodes at steps 10, 13 and 14 verify 3, 1 and 1 positions: 5 generated positions for
+    3 decodes of 6 ms, each reading 1 MiB in 1 ms. Per position: decode 18/5 ms = compute
+    3.00 + flash I/O 0.60, 0.60 MiB (the engine counts per generated token)."""
+    ct = ct_text([f"0,1,{step},{seq},0,{op},{name},{ms * 1000000},0" for step in (10, 13, 14)
+                  for seq, (op, name, ms) in enumerate([("GET_ROWS", "ffn_moe_weights-0", 2),
+                                                        ("MUL_MAT_ID", "ffn_moe_up-0", 4)])])
+    io = io_text([f"0,1,{step},0,1,0,0,0,0,1048576,1048576,1000000" for step in (10, 13, 14)])
+    paths = write(ct, "ct.csv"), write(io, "io.csv")
+    position = report("report", *paths)["pair"]["per_position"]
+    assert position == pytest.approx({"positions": 5, "decode_ms": 3.6, "compute_ms": 3.0,
+                                      "io_ms": 0.6, "mib": 0.6})
+    text = " ".join(run("report", *paths).out.split())
+    assert ("speculative decoding: 3 decodes generated 5 positions; per generated position, "
+            "decode 3.60 ms = compute 3.00 + flash I/O 0.60 ms, 0.60 MiB read") in text
+    markdown = run("report", *paths, "--format", "markdown").out
+    assert "per generated position, decode 3.60 ms" in markdown
+
+
+def test_plain_decoding_has_no_per_position_figures(pair):
+    assert report("report", *pair)["pair"]["per_position"] is None

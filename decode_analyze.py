@@ -577,7 +577,10 @@ PREFILL_BATCHES = Record("prefill", "compute `prefill`", (
 WARMUP = Record("warmup", "compute `warmup`", (
     ("tokens", "how many first decode tokens of a turn count as warm-up"),
     ("first_mean", "their mean ms"), ("rest_mean", "the other decode tokens' mean ms"),
-    ("ratio", "first_mean / rest_mean")))
+    ("ratio", "first_mean / rest_mean"),
+    ("from_turn_start", "whether each turn's selected decode tokens start at its first decode "
+                        "(not so with --skip, or --steps past it): else the first tokens "
+                        "selected are not a warm-up")))
 COMPUTE_REPORT = Record("compute report", "`compute`; a pair's `compute`", (
     *REPORT_HEAD, *TRACE_HEAD,
     ("tokens", "distinct (turn, phase, step) selected"),
@@ -1344,7 +1347,7 @@ def token_views(tokens, book):
         "per_token": [compute_token_dict(token) for token in tokens],
         "decodes": decode_positions(tokens, book, ms),
         "prefill": prefill_batches(tokens, ms),
-        "warmup": warmup(tokens, ms),
+        "warmup": warmup(tokens, book, ms),
     }
 
 
@@ -1367,19 +1370,25 @@ def compute_token_dict(token):
 WARMUP_TOKENS = 8
 
 
-def warmup(tokens, value):
-    """Mean of the first WARMUP_TOKENS decode tokens of each turn vs the rest."""
+def warmup(tokens, book, value):
+    """Mean of the first WARMUP_TOKENS decode tokens of each turn vs the rest, and whether
+    those are the turn's first decode tokens (the book has every step seen)."""
     seen = defaultdict(int)
     first, rest = [], []
+    starts = {turn: min(steps) for (turn, phase), steps in book.steps.items() if phase == DECODE}
+    from_start = True
     for token in tokens:
         if token.phase != DECODE:
             continue
+        if not seen[token.turn] and token.step != starts.get(token.turn, token.step):
+            from_start = False
         (first if seen[token.turn] < WARMUP_TOKENS else rest).append(value(token))
         seen[token.turn] += 1
     first_mean = sum(first) / len(first) if first else None
     rest_mean = sum(rest) / len(rest) if rest else None
     return WARMUP(tokens=WARMUP_TOKENS, first_mean=first_mean, rest_mean=rest_mean,
-                  ratio=None if first_mean is None or not rest_mean else first_mean / rest_mean)
+                  ratio=None if first_mean is None or not rest_mean else first_mean / rest_mean,
+                  from_turn_start=from_start)
 
 
 def decode_positions(tokens, book, value):
@@ -2391,7 +2400,11 @@ def compute_verdicts(report):
     if router and router["share"] is not None:
         verdicts.append(router_alone_verdict(router))
     warm = report["warmup"]
-    if warm["ratio"] is not None:
+    if warm["ratio"] is not None and not warm["from_turn_start"]:
+        verdicts.append(verdict("warmup", None,
+            f"warm-up undetermined: the selection starts past the first decode token of a turn "
+            f"(--steps or --skip), so its first {warm['tokens']} tokens are not a warm-up"))
+    elif warm["ratio"] is not None:
         flagged = warm["ratio"] > WARMUP_RATIO
         verdicts.append(verdict("warmup", flagged,
             f"{'WARM-UP' if flagged else 'no warm-up'}: the first {warm['tokens']} decode tokens "

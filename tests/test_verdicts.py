@@ -19,7 +19,8 @@ def test_warmup_verdict(write):
     slow = [(step, 4.0, 0) for step in range(8)]
     fast = [(step, 1.0, 0) for step in range(8, 12)]
     r = report("compute", write(ct_text(node_rows(slow + fast))))
-    assert r["warmup"] == {"tokens": 8, "first_mean": 4.0, "rest_mean": 1.0, "ratio": 4.0}
+    assert r["warmup"] == {"tokens": 8, "first_mean": 4.0, "rest_mean": 1.0, "ratio": 4.0,
+                           "from_turn_start": True}
     warm = [v for v in r["verdicts"] if v["id"] == "warmup"][0]
     assert warm["flagged"] and "4.00x the rest" in warm["text"]
     flat = report("compute", write(ct_text(node_rows([(s, 1.0, 0) for s in range(16)])),
@@ -153,3 +154,17 @@ def test_no_outliers_on_a_steady_run():
     r = report("compute", REAL_TRACES["qwen3moe-l4-session-ct-node.csv"])
     (verdict,) = [v for v in r["verdicts"] if v["id"] == "outliers"]
     assert verdict["flagged"] is False
+
+
+@pytest.mark.parametrize("selection", [["--steps", "4:"], ["--skip", "4"]])
+def test_the_warmup_verdict_is_undetermined_past_a_turns_start(write, selection):
+    """--steps 4: or --skip 4 starts the selection at the turn's fifth decode token: its first 8
+    tokens are no warm-up, whatever their times (they would have read as one: 4 ms against 1)."""
+    slow = [(step, 1.0, 0) for step in range(4)] + [(step, 4.0, 0) for step in range(4, 12)]
+    fast = [(step, 1.0, 0) for step in range(12, 30)]
+    path = write(ct_text(node_rows(slow + fast)))
+    whole = {v["id"]: v for v in report("compute", path)["verdicts"]}["warmup"]
+    assert whole["flagged"] is not None  # from the turn's start: decided
+    cut = {v["id"]: v for v in report("compute", path, *selection)["verdicts"]}["warmup"]
+    assert cut["flagged"] is None
+    assert cut["text"].startswith("warm-up undetermined: the selection starts past the first")

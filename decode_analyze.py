@@ -1281,7 +1281,7 @@ def group_rows(record, name_key, ordered, per):
     for name, sums in ordered:
         figures = {name_key: name, "ms_per_token": per.ms(sums.wall_ns),
                    "share": per.share(sums.wall_ns), "majflt_per_token": per.count(sums.majflt)}
-        if record is CATEGORY_ROW:
+        if "nodes_per_token" in record.names:
             figures["nodes_per_token"] = per.count(sums.nodes)
         rows.append(record(**figures))
     return rows
@@ -1427,13 +1427,14 @@ class IoToken:
         self.closed_ns, self.open_layer, self.open_lanes = 0, None, {}
 
     def add_layers(self, layers, lanes, latencies):
-        """A run of the token's reads, for its I/O estimate: the engine issues a layer's reads
-        across its lanes and the layer is done when its busiest lane is, so a layer costs its
-        busiest lane's summed latency."""
+        """A run of the token's reads, for its lanes' busy time and its I/O estimate: the
+        engine issues a layer's reads across its lanes and the layer is done when its busiest
+        lane is, so a layer costs its busiest lane's summed latency."""
         sums = {}
         get = sums.get
         for key, latency in zip(zip(layers, lanes), latencies):
             sums[key] = get(key, 0) + latency
+        self.busy_ns += sum(sums.values())
         by_layer = {}
         for (layer, lane), latency_ns in sums.items():
             by_layer.setdefault(layer, {})[lane] = latency_ns
@@ -1623,7 +1624,6 @@ class IoFold(TokenFold):
                                                                             PhaseReads())
             token.reads += end - start
             token.read_bytes += sum(sizes[start:end])
-            token.busy_ns += sum(latencies[start:end])
             token.add_layers(layers[start:end], lanes[start:end], latencies[start:end])
             if self.per_lane:  # a loop over every read, for the SVG alone
                 token.add_lanes(lanes[start:end], sizes[start:end])
@@ -3950,13 +3950,13 @@ def export_perfetto(target, export):
     export = export._replace(reading=export.reading._replace(
         selection=export_selection(export.reading.selection)))
     v2 = all(is_v2(path) for path in (export.compute_path, export.io_path) if path)
-    keys, first = compute_preview(export, keys=bool(export.io_path), first=v2)
+    keys, starts = compute_preview(export, keys=bool(export.io_path), first=v2)
     io_rows = {}
     if export.io_path:
         for token, rows in exported_runs(export.io_path, IO_EXPORT, export, keys):
             io_rows.setdefault(token_key(token), []).append(rows)
     origin = min(chain((min(rows["start_ns"]) for runs in io_rows.values() for rows in runs),
-                       first), default=0) if v2 else None
+                       starts), default=0) if v2 else None
     pieces = PerfettoPieces(export, io_rows, keys, origin)
     write_output(target, pieces)
     if origin is not None:
@@ -3975,18 +3975,16 @@ def is_v2(path):
 
 def compute_preview(export, keys, first):
     """What must be known of the compute trace before the events are written, in one pass
-    that stops as soon as it has it: the exported tokens' (turn, phase, step) when `keys` (a
-    pair: which reads to keep), or None; and [the earliest start_ns of the exported rows] when
-    `first` (v2: the origin of the clock: a later token may start earlier), or []."""
-    found, start = set(), []
+    over the exported tokens: their (turn, phase, step) when `keys` (a pair: which reads to
+    keep), or None; and each exported run's earliest start_ns when `first` (v2: the clock's
+    origin is the earliest of them, since a later token may start earlier), or []."""
+    found, starts = set(), []
     if export.compute_path and (keys or first):
         for token, rows in exported_runs(export.compute_path, COMPUTE_EXPORT, export):
-            if first:
-                start[:] = [min(start + [min(rows["start_ns"])])]
-            elif not keys:
-                break
             found.add(token_key(token))
-    return (found if keys and export.compute_path else None), start
+            if first:
+                starts.append(min(rows["start_ns"]))
+    return (found if keys and export.compute_path else None), starts
 
 
 class PerfettoPieces:
@@ -4876,8 +4874,9 @@ class UsageError(Exception):
 
 
 def output_identity(path):
-    """What an output path names: the file it reaches (a symlink followed), for telling two
-    outputs on one file apart from two files."""
+    """What a path names: the file it reaches (a symlink followed), or for a path that names
+    none yet, the path made absolute; so that two outputs, or an output and an input, are told
+    to be one file."""
     try:
         status = os.stat(path)
         return ("file", status.st_dev, status.st_ino)
@@ -4984,11 +4983,7 @@ def write_out(out, text):
 def refuse_to_overwrite_an_input(paths, target):
     """paths: (kind, path) of every input."""
     for _, path in paths:
-        try:
-            same = path != trace_io.STDIN and os.path.samefile(path, target)
-        except OSError:
-            same = False
-        if same:
+        if path != trace_io.STDIN and output_identity(path) == output_identity(target):
             raise OutputError(f"{target}: is the input {path}: not writing over it")
 
 

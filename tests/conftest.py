@@ -47,7 +47,7 @@ def reads(write):
     return write(io_text(SIX_READS))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def one_token(tmp_path_factory):
     """A 16 MB compute trace whose rows all share one (turn, phase, step), and the same rows
     as ordinary 160-row tokens."""

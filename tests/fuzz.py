@@ -245,17 +245,21 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cases", type=int, default=100)
+    parser.add_argument("--first", type=int, default=0,
+                        help="the number of the first case: a run of cases first..first+cases-1")
     parser.add_argument("--keep", type=Path)
     args = parser.parse_args()
     keep = args.keep or Path(tempfile.mkdtemp(prefix="decode-analyze-fuzz-"))
     keep.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGALRM, alarm)
-    rng = random.Random(args.seed)
     originals = sources()
     names = sorted(originals)
     reports = saved_reports(originals, keep)
     runs_made, failures = 0, []
-    for number in range(args.cases):
+    for number in range(args.first, args.first + args.cases):
+        # Each case draws from its own generator: cases 0-399 are the same inputs whether one
+        # run tries them all or two runs try 0-199 and 200-399 at once.
+        rng = random.Random(f"{args.seed}:{number}")
         name = rng.choice(names)
         case = Case(number, keep, rng)
         case.path.write_bytes(mutate(originals[name], rng))
@@ -270,7 +274,8 @@ def main():
         if not failures or failures[-1]["case"] != number:
             case.path.unlink()
             case.saved.unlink()
-    print(json.dumps({"seed": args.seed, "cases": args.cases, "runs": runs_made,
+    print(json.dumps({"seed": args.seed, "first": args.first, "cases": args.cases,
+                      "runs": runs_made,
                       "failures": failures[:20], "kept": str(keep)}, indent=1))
     return 1 if failures else 0
 

@@ -503,7 +503,7 @@ NAMES = ["attn_norm-0", "ffn_moe_up-0", "node_3", "Qcur-0 (view)", "a,b", ' x "y
 BAD = ["x", "-2", "", "1 ", "\r", "9" * 25]
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)  # the same cases on every machine
+@settings(max_examples=15, deadline=None, derandomize=True)  # the same cases on every machine
 @given(tokens=st.integers(2, 30), nodes=st.integers(3, 40), seed=st.integers(0, 10 ** 6),
        bad=st.lists(st.tuples(st.integers(0, 10 ** 6), st.integers(0, 8),
                               st.sampled_from(BAD)), max_size=5))

@@ -4,10 +4,13 @@ import gzip
 import json
 import sys
 
+import pytest
+
 from helpers import REAL_TRACES, ROOT, ct_text, run_measured
 
 
-CASES = 400  # about 20 s here
+CASES, HALVES = 300, 2  # about 15 s here in one process; the halves are tests of their own,
+# which pytest -n 2 runs at once
 
 
 TOOL = str(ROOT / "decode_analyze.py")
@@ -49,13 +52,16 @@ def reentry_of(tmp_path, monkeypatch):
     return calls[0]
 
 
-def test_fuzz_finds_no_traceback_no_hang_and_stays_small():
+@pytest.mark.parametrize("half", range(HALVES))
+def test_fuzz_finds_no_traceback_no_hang_and_stays_small(half):
+    cases = CASES // HALVES
     status, out, err, peak = run_measured(
-        [sys.executable, ROOT / "tests" / "fuzz.py", "--seed", "2026", "--cases", CASES], 120)
+        [sys.executable, ROOT / "tests" / "fuzz.py", "--seed", "2026", "--first", half * cases,
+         "--cases", cases], 120)
     summary = json.loads(out)
     assert summary["failures"] == [], json.dumps(summary["failures"], indent=1)
-    assert status == 0 and summary["cases"] == CASES
-    assert summary["runs"] >= CASES * 9  # every command, each input mutated in turn
+    assert status == 0 and summary["cases"] == cases
+    assert summary["runs"] >= cases * 9  # every command, each input mutated in turn
     assert peak < 200
 
 

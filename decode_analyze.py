@@ -44,22 +44,22 @@ import tempfile
 import textwrap
 from array import array
 from bisect import bisect_left, bisect_right
-from collections import Counter, OrderedDict, defaultdict, namedtuple
+from collections import Counter, defaultdict, namedtuple
 from functools import lru_cache, partial
 from math import erfc, sqrt
 from itertools import accumulate, chain, compress, filterfalse, islice, repeat
-from itertools import count as counter
-from operator import add, gt, itemgetter, sub
+from operator import add, gt, itemgetter, not_, sub
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trace_io  # noqa: E402
 from trace_io import (HOLD_ROWS, Columns, Drop, Forked, Reading, Trace,  # noqa: E402
                       TraceError, display_name, fold_file, usable_cores)
 
-SCHEMA = 4  # of the JSON report: 2 added the I/O ranges, tool_version, undetermined verdicts;
+SCHEMA = 5  # of the JSON report: 2 added the I/O ranges, tool_version, undetermined verdicts;
 # 3 the per-token samples: op_us_by_token, category_us_by_token, lane_bytes_by_token; 4 the
-# engine's split: the busiest-lane I/O estimate, decode and compute per token in the pair
-TOOL_VERSION = "0.4.0"
+# engine's split: the busiest-lane I/O estimate, decode and compute per token in the pair;
+# 5 the what-ifs (`what_if`) and the --cache curve on whole experts
+TOOL_VERSION = "0.5.0"
 NS_PER_MS = 1e6
 MIB = 1 << 20
 DECODE, PREFILL = 1, 0
@@ -644,12 +644,37 @@ ADJACENCY = Record("adjacency", "io `adjacency`; a pair's (per decoded token)", 
     ("coalesce_factor", "reads / runs: how many times fewer requests perfect merging would "
                         "issue (null without --adjacent)")))
 LRU_POINT = Record("LRU point", "io `reuse.lru`", (
-    ("fraction", "the cache's size as a fraction of the footprint"),
-    ("cache_mib", "the cache's size, MiB"),
-    ("hit_share", "the share of all bytes read it would have served")))
-REUSE = Record("reuse", "io `reuse` (null without --cache)", (
-    ("unique_mib", "MiB of distinct extents: the footprint"),
-    ("reread_mib", "MiB read again"), ("lru", "the LRU what-if", ListOf(LRU_POINT))))
+    ("fraction", "the cache's size as a fraction of the distinct experts"),
+    ("experts", "the whole experts it holds (at least 1)"),
+    ("cache_mib", "its size: experts x expert bytes, MiB"),
+    ("hit_share", "the share of expert lookups it would have served")))
+REUSE = Record("reuse", "io `reuse` (null without --cache or --what-if)", (
+    ("lookups", "expert lookups: (token, layer, expert) demanded, prefill included"),
+    ("experts", "distinct (layer, expert) looked up"),
+    ("expert_mib", "an expert's size: its projections' req_bytes (the most common sum)"),
+    ("unique_mib", "MiB read by each expert's first lookup: the footprint"),
+    ("reread_mib", "MiB read by the other lookups"),
+    ("lru", "the engine's cache (README: what would it buy)", ListOf(LRU_POINT))))
+FIGURE = Record("what-if figure", "`what_if.settings[].figures.*`, `ms_per_token_saved`", (
+    ("point", "the figure (null where only a bound is honest)"), ("min", "its lower bound"),
+    ("max", "its upper bound (null: none known)")))
+WHAT_IF_BASELINE = Record("what-if baseline", "`what_if.baseline`: the run as traced", (
+    ("tokens", "the tokens figures are per (a pair's: decoded)"),
+    ("mib_per_token", "MiB read per token"), ("io_threads", "its lanes (null: not named)"),
+    ("o_direct", "0/1 (null: not named)"), ("overlap", "0/1 (null: not named)"),
+    ("expert_bytes", "an expert's bytes, as the cache counts them"),
+    ("io_wall_ms_per_token", "the I/O estimate per token")))
+WHAT_IF_SETTING = Record("what-if setting", "`what_if.settings[]`, largest saving first", (
+    ("setting", "the engine setting: cache_mb, o_direct, io_threads, overlap, coalesce, "
+                "prefetch"),
+    ("value", "its value in the engine's own unit"),
+    ("figures", "{name: figure}: what changes (resident_mib a plain number)", MapOf(VALUE)),
+    ("ms_per_token_saved", "the decode time it would save per token", FIGURE),
+    ("method", "how the figures were got, and what they assume")))
+WHAT_IF = Record("what if", "`what_if` (io: with --what-if; report: always)", (
+    ("schema", "the JSON schema"), ("baseline", "the run as traced", WHAT_IF_BASELINE),
+    ("settings", "one per setting, largest ms_per_token_saved first (README: rank)",
+     ListOf(WHAT_IF_SETTING))))
 IO_TOKEN = Record("io token", "io `heaviest`, `per_token`", (
     ("turn", "session turn"), ("phase", "1 decode, 0 prefill"), ("step", "the token's step"),
     ("mib", "MiB it read"), ("reads", "its reads"),
@@ -679,7 +704,8 @@ IO_REPORT = Record("io report", "`io`; a pair's `io` (its own per-read-token fig
     ("by_layer", "per layer", ListOf(IO_LAYER_ROW)),
     ("hot_experts", "the (layer, expert) pairs read most", ListOf(EXPERT_ROW)),
     ("adjacency", "the coalescing ceiling", ADJACENCY),
-    ("reuse", "re-reads and the cache what-if", REUSE),
+    ("reuse", "re-reads and the cache curve", REUSE),
+    ("what_if", "what each engine setting would buy (null without --what-if)", WHAT_IF),
     ("token_mib", "each token's MiB", TOKEN_SPREAD),
     ("token_reads", "each token's reads", TOKEN_SPREAD),
     ("heaviest", "the five tokens that read most", ListOf(IO_TOKEN)),
@@ -733,6 +759,7 @@ PAIR = Record("pair", "report `pair`: per decoded token", (
 PAIR_REPORT = Record("pair report", "`report`", (
     *REPORT_HEAD, ("compute", "the compute report", COMPUTE_REPORT),
     ("io", "the io report", IO_REPORT), ("pair", "what only the pair can tell", PAIR),
+    ("what_if", "what each engine setting would buy, per decoded token", WHAT_IF),
     WARNINGS), later=LATER)
 
 TIMELINE_STATS = Record("timeline figure", "timeline `summary.<figure>` (null when no decode "
@@ -1493,7 +1520,7 @@ class PhaseReads:
         # spec -> latency_ns of each read; sorted into SortedParts by sort()
         self.latency = {"0": array(WALL_32), "1": array(WALL_32)}
         self.req_bytes = 0
-        self.runs = 0  # contiguous runs, with adjacent
+        self.runs = Coalesced(0, 0, 0)  # contiguous runs of requested extents, with adjacent
 
     def add(self, layers, experts, lanes, specs, sizes, latencies):
         self.by_expert.update(map(",".join, zip(layers, experts, sizes)))
@@ -1524,76 +1551,109 @@ class PhaseReads:
         for spec, latencies in later.latency.items():
             self.latency[spec] = self.latency[spec] + latencies
         self.req_bytes += later.req_bytes
-        self.runs += later.runs
+        self.add_runs(later.runs)
+
+    def add_runs(self, runs):
+        self.runs = Coalesced(*map(add, self.runs, runs))
 
 
-class CacheSequence:
-    """What an extra cache would see, for the cache what-if: the item of each read the report
-    covers, in trace order (4 bytes a read), and each item's size. An item is a distinct
-    (offset, read_bytes) extent, numbered in the order of its first read.
+class ExpertLookups:
+    """What the engine's expert cache would see, for the cache what-if: one lookup per (token,
+    layer, expert) the router demanded, in trace order, with the bytes its projections read
+    (read_bytes) and asked for (req_bytes). The engine caches whole experts, so an expert's
+    second projection in a token is part of the same lookup, not a hit. Speculative reads are
+    not lookups (the engine's hit % counts the router's); they are kept per token run for the
+    prefetch what-if. Bounded by the run's tokens x experts, not its reads."""
 
-    With the default selection (chosen_phases: decode, or every phase when there is no decode)
-    the reads kept before the first decode read are all prefill reads: they are let go when it
-    comes, and the reads of other phases after it are not kept, so that nothing is filtered at
-    the end. Any other selection admitted only its phases' tokens already."""
+    def __init__(self):
+        self.item_of = {}  # (layer, expert) as written -> item, numbered in order of first use
+        self.items = array(WALL_32)  # each lookup's item
+        self.read_bytes = array(WALL_32)  # each lookup's summed read_bytes
+        self.req_bytes = array(WALL_32)  # ... and req_bytes
+        self.token_starts = array(WALL_32)  # each token run's first lookup
+        self.token_phases = []  # each token run's phase
+        self.speculative = []  # (token run, item) of each speculatively read expert
+        self.token = None  # the token whose run is being added to, and its sums so far
+        self.open_read, self.open_req, self.open_spec = {}, {}, {}
 
-    def __init__(self, default_selection):
-        self.default_selection = default_selection
-        self.decode_seen = False
-        self._forget()
+    def add(self, token, layers, experts, specs, sizes, wanted):
+        """A run of one token's reads (a token's rows can span batches)."""
+        if token is not self.token:
+            self.flush()
+            self.token = token
+        keys = zip(layers, experts)
+        if "1" in specs:
+            demanded = list(map("1".__ne__, specs))
+            self.open_spec.update(dict.fromkeys(compress(keys, map(not_, demanded))))
+            keys, sizes, wanted = (compress(values, demanded)
+                                   for values in (zip(layers, experts), sizes, wanted))
+        read, req = self.open_read, self.open_req
+        read_get, req_get = read.get, req.get
+        for key, size, want in zip(keys, sizes, wanted):
+            read[key] = read_get(key, 0) + size
+            req[key] = req_get(key, 0) + want
 
-    def _forget(self):
-        self.item_of = {}  # (offset, read_bytes) -> item
-        self.item_sizes = []  # item -> read_bytes
-        self.items = array(WALL_32)
+    def flush(self):
+        """Close the open token run: its lookups join the sequence."""
+        if self.token is None:
+            return
+        run = len(self.token_phases)
+        self.token_starts = extend_wide(self.token_starts, [len(self.items)])
+        self.token_phases.append(self.token.phase)
+        self.items = extend_wide(self.items, self._numbered(list(self.open_read)))
+        self.read_bytes = extend_wide(self.read_bytes, list(self.open_read.values()))
+        self.req_bytes = extend_wide(self.req_bytes, list(self.open_req.values()))
+        self.speculative += [(run, item) for item in self._numbered(list(self.open_spec))]
+        self.token = None
+        self.open_read, self.open_req, self.open_spec = {}, {}, {}
 
-    def _decode_begins(self):
-        self.decode_seen = True
-        self._forget()  # every read kept until now was a prefill read
-
-    def _keeps(self, phase):
-        """Whether reads of `phase` are kept; the first decode read lets go of the others."""
-        if not self.default_selection:
-            return True  # the selection admitted only the phases the report covers
-        if phase == DECODE and not self.decode_seen:
-            self._decode_begins()
-        return phase == DECODE or not self.decode_seen
-
-    def _items_of(self, extents):
-        """Each extent's item, numbering those never seen."""
+    def _numbered(self, keys):
+        """Each key's item, numbering those never seen."""
         item_of = self.item_of
-        new = list(dict.fromkeys(filterfalse(item_of.__contains__, extents)))
-        item_of.update(zip(new, counter(len(self.item_sizes))))
-        self.item_sizes.extend(map(itemgetter(1), new))
-        return list(map(item_of.__getitem__, extents))
-
-    def add(self, phase, offsets, sizes):
-        if self._keeps(phase):
-            self.items = extend_wide(self.items, self._items_of(list(zip(offsets, sizes))))
+        for key in filterfalse(item_of.__contains__, keys):
+            item_of[key] = len(item_of)
+        return list(map(item_of.__getitem__, keys))
 
     def merge(self, later):
-        """Append a later part of the trace, its items numbered as this one's."""
-        if self.default_selection and later.decode_seen != self.decode_seen:
-            if not later.decode_seen:
-                return  # the later part kept prefill reads only, which the report leaves out
-            self._decode_begins()
-        extents = sorted(later.item_of, key=later.item_of.__getitem__)
-        renumbered = self._items_of(extents)  # later's item -> this one's
-        for start in range(0, len(later.items), SORT_CHUNK):
-            chunk = later.items[start:start + SORT_CHUNK]
-            self.items = extend_wide(self.items, list(map(renumbered.__getitem__, chunk)))
+        """Append a later part of the trace (both closed), its items numbered as this one's."""
+        self.flush()
+        later.flush()
+        renumbered = self._numbered(sorted(later.item_of, key=later.item_of.__getitem__))
+        runs, lookups = len(self.token_phases), len(self.items)
+        self.token_starts = extend_wide(self.token_starts,
+                                        [start + lookups for start in later.token_starts])
+        self.token_phases += later.token_phases
+        self.items = extend_wide(self.items, list(map(renumbered.__getitem__, later.items)))
+        self.read_bytes = extend_wide(self.read_bytes, later.read_bytes)
+        self.req_bytes = extend_wide(self.req_bytes, later.req_bytes)
+        self.speculative += [(run + runs, renumbered[item]) for run, item in later.speculative]
 
 
-def contiguous_runs(offsets, lengths):
-    """How many runs the extents [offset, offset+length) form: sorted by offset, a run breaks
-    where an extent starts after the furthest end so far (touching extents merge). The order
-    of extents with equal offsets does not change the count."""
-    if len(offsets) < 2:
-        return len(offsets)
+def aligned_bytes(starts, ends, alignment):
+    """Bytes of the windows [start, end) widened to `alignment` boundaries at both ends."""
+    return sum(-(-end // alignment) * alignment - start // alignment * alignment
+               for start, end in zip(starts, ends))
+
+
+def coalesced(offsets, lengths):
+    """Runs of the extents [offset, offset+length), merged where they touch or overlap: (how
+    many, their bytes, their bytes read in O_DIRECT windows of O_DIRECT_ALIGNMENT). Sorted by
+    offset, a run breaks where an extent starts after the furthest end so far; the order of
+    extents with equal offsets does not change the runs."""
+    if not offsets:
+        return Coalesced(0, 0, 0)
     pick = itemgetter(*sorted(range(len(offsets)), key=offsets.__getitem__))
-    starts = pick(offsets)
-    furthest = accumulate(map(add, starts, pick(lengths)), max)
-    return 1 + sum(map(gt, starts[1:], furthest))
+    starts, lengths = (pick(offsets), pick(lengths)) if len(offsets) > 1 else (offsets, lengths)
+    furthest = list(accumulate(map(add, starts, lengths), max))
+    breaks = [True] + list(map(gt, starts[1:], furthest))  # where each run starts
+    run_starts = list(compress(starts, breaks))
+    run_ends = list(compress(furthest, breaks[1:] + [True]))
+    return Coalesced(len(run_starts), sum(run_ends) - sum(run_starts),
+                     aligned_bytes(run_starts, run_ends, O_DIRECT_ALIGNMENT))
+
+
+Coalesced = namedtuple("Coalesced", "runs bytes aligned_bytes")
+O_DIRECT_ALIGNMENT = 4096  # the engine's O_DIRECT window: 65536 asked at any offset, 69632 read
 
 
 class IoFold(TokenFold):
@@ -1601,10 +1661,10 @@ class IoFold(TokenFold):
 
     SUMMED = ("layer", "expert", "lane", "spec", "read_bytes", "latency_ns")
 
-    def __init__(self, selection, adjacent=False, cache=False, per_lane=False):
+    def __init__(self, selection, adjacent=False, lookups=False, per_lane=False):
         super().__init__(selection, IoToken)
         self.adjacent, self.per_lane = adjacent, per_lane
-        self.cache_sequence = CacheSequence(selection.phase is None) if cache else None
+        self.lookups = ExpertLookups() if lookups else None
         self.phases = {}  # phase -> PhaseReads
         self.sizes = IntCache()
 
@@ -1613,7 +1673,7 @@ class IoFold(TokenFold):
         are added at once, so that the per-read work stays inside C builtins."""
         sizes = list(map(self.sizes.__getitem__, batch["read_bytes"]))
         wanted, offsets, lanes = batch["req_bytes"], batch.get("offset"), batch["lane"]
-        layers, latencies = batch["layer"], batch["latency_ns"]
+        layers, latencies, experts = batch["layer"], batch["latency_ns"], batch["expert"]
         spans = defaultdict(list)  # phase -> [Span] of the batch's rows of its selected runs
         for run in runs:
             token = self.book.lookup(run)
@@ -1629,9 +1689,10 @@ class IoFold(TokenFold):
                 token.add_lanes(lanes[start:end], sizes[start:end])
             reads.req_bytes += sum(wanted[start:end])
             if self.adjacent:
-                reads.runs += contiguous_runs(offsets[start:end], wanted[start:end])
-            if self.cache_sequence is not None:
-                self.cache_sequence.add(token.phase, offsets[start:end], sizes[start:end])
+                reads.add_runs(coalesced(offsets[start:end], wanted[start:end]))
+            if self.lookups is not None:
+                self.lookups.add(token, layers[start:end], experts[start:end],
+                                 batch["spec"][start:end], sizes[start:end], wanted[start:end])
             phase_spans = spans[token.phase]
             if phase_spans and phase_spans[-1].end == start:  # the runs of a batch abut
                 phase_spans[-1] = Span(phase_spans[-1].start, end)
@@ -1650,6 +1711,8 @@ class IoFold(TokenFold):
     def _finished(self):
         for reads in self.phases.values():
             reads.sort()
+        if self.lookups is not None:
+            self.lookups.flush()
 
     def merge(self, later):
         self.book.merge(later.book)
@@ -1658,85 +1721,279 @@ class IoFold(TokenFold):
                 self.phases[phase].merge(reads)
             else:
                 self.phases[phase] = reads
-        if self.cache_sequence is not None:
-            self.cache_sequence.merge(later.cache_sequence)
+        if self.lookups is not None:
+            self.lookups.merge(later.lookups)
 
 
 IO_READ = Columns("io", IO_COLUMNS, ints=("req_bytes", "latency_ns"),
                   keys=("turn", "phase", "step", "layer", "expert", "lane", "spec", "read_bytes"),
                   drop=Drop("kind", {"wait"}))
-IO_READ_EXTENTS = IO_READ._replace(ints=("offset",) + IO_READ.ints)  # adjacency, the cache
+IO_READ_EXTENTS = IO_READ._replace(ints=("offset",) + IO_READ.ints)  # adjacency
 
 
-def read_io(path, reading, adjacent=False, cache=False):
-    """Stream an io trace into an IoFold; returns (trace, fold)."""
-    return fold_file(path, IO_READ_EXTENTS if adjacent or cache else IO_READ,
-                     lambda: IoFold(reading.selection, adjacent, cache, reading.per_lane),
+def read_io(path, reading, adjacent=False, lookups=False):
+    """Stream an io trace into an IoFold (with the expert lookups for the cache what-ifs);
+    returns (trace, fold)."""
+    return fold_file(path, IO_READ_EXTENTS if adjacent else IO_READ,
+                     lambda: IoFold(reading.selection, adjacent, lookups, reading.per_lane),
                      in_parts_if_it_may(reading))
 
 
-# ── io: the cache what-if ────────────────────────────────────────────────────────────────────
-CACHE_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1)
-PARALLEL_MIN_READS = 200_000
+# ── io: the expert cache what-if ─────────────────────────────────────────────────────────────
+CACHE_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1)  # the --cache curve: of the distinct experts
 
 
-def cache_what_if(sequence, jobs=2):
-    """Footprint, re-reads and the LRU curve of the reads the report covers (see
-    lru_hit_bytes and CacheSequence)."""
-    items, sizes = sequence.items, sequence.item_sizes
-    footprint = sum(sizes)  # every item numbered is read at least once
-    total = sum(map(sizes.__getitem__, items))
-    reread = total - footprint
-    # A cache as large as the footprint never evicts: every re-read hits.
-    simulated = [fraction for fraction in CACHE_FRACTIONS if fraction != 1]
-    hits = dict(zip(simulated, lru_hits(items, sizes, [footprint * f for f in simulated], jobs)))
-    curve = [LRU_POINT(fraction=fraction, cache_mib=footprint * fraction / MIB,
-                       hit_share=ratio(hits.get(fraction, reread), total))
-             for fraction in CACHE_FRACTIONS]
-    return REUSE(unique_mib=footprint / MIB, reread_mib=reread / MIB, lru=curve)
+class ExpertCache:
+    """The engine's expert cache, for every capacity at once: whole experts, LRU, capacity in
+    experts. Under LRU with items of one size, a lookup hits a cache of C experts iff its stack
+    distance (the distinct experts looked up since its previous lookup, itself included) is <=
+    C; one pass over the lookups gives every distance (each item's latest lookup is a mark in
+    an ascending list: the marks after an item's own are the distinct items used since).
+
+    Every lookup counts towards the hit share, prefill ones too (the engine's hit % does);
+    bytes count for the tokens of `phases` (the report's) alone."""
+
+    def __init__(self, lookups, phases):
+        items, read_bytes = lookups.items, lookups.read_bytes
+        self.lookups, self.distinct = len(items), len(lookups.item_of)
+        sizes = Counter(lookups.req_bytes)  # an expert: its projections' req_bytes, the mode
+        self.expert_bytes = max(sizes, key=sizes.__getitem__, default=0)
+        hits, saved = [0] * (self.distinct + 1), [0] * (self.distinct + 1)  # by distance
+        self.counted_bytes = 0
+        last, marks = {}, []
+        ends = chain(islice(lookups.token_starts, 1, None), [len(items)])
+        for start, end, phase in zip(lookups.token_starts, ends, lookups.token_phases):
+            counted = phase in phases
+            if counted:
+                self.counted_bytes += sum(read_bytes[start:end])
+            for index in range(start, end):
+                item = items[index]
+                previous = last.get(item)
+                if previous is not None:
+                    at = bisect_left(marks, previous)
+                    distance = len(marks) - at
+                    del marks[at]
+                    hits[distance] += 1
+                    if counted:
+                        saved[distance] += read_bytes[index]
+                marks.append(index)
+                last[item] = index
+        self.hits, self.saved_bytes = list(accumulate(hits)), list(accumulate(saved))
+
+    def capacity(self, mib):
+        """Experts a cache of `mib` MiB holds: whole experts, as the engine counts them."""
+        return int(mib * MIB // self.expert_bytes) if self.expert_bytes else 0
+
+    def at(self, capacity):
+        """CacheOutcome of a cache of `capacity` experts (0: no cache)."""
+        held = max(0, min(capacity, self.distinct))
+        hits = self.hits[held] if held else 0
+        misses = self.lookups - hits
+        return CacheOutcome(
+            experts=max(0, capacity), hit_share=ratio(hits, self.lookups),
+            saved_bytes=self.saved_bytes[held] if held else 0,
+            evictions=misses - held if held else 0, rereads=misses - self.distinct,
+            resident_bytes=held * self.expert_bytes)
 
 
-def lru_hits(items, sizes, capacities, jobs=2):
-    """lru_hit_bytes for each capacity; on a long sequence, half of them in a child process."""
-    def simulate(part):
-        return [lru_hit_bytes(items, sizes, capacity) for capacity in part]
-    if len(items) < PARALLEL_MIN_READS or len(capacities) < 2 or jobs < 2 or \
-            not hasattr(os, "fork"):
-        return simulate(capacities)
-    half = len(capacities) // 2
-    child = Forked(simulate, capacities[half:])
-    try:
-        mine = simulate(capacities[:half])
-        theirs = child.result()
-    except BaseException:
-        child.cancel()
-        raise
-    return mine + (theirs if theirs is not None else simulate(capacities[half:]))
+CacheOutcome = namedtuple("CacheOutcome",
+                          "experts hit_share saved_bytes evictions rereads resident_bytes")
 
 
-def lru_hit_bytes(items, sizes, capacity):
-    """Bytes an LRU cache of `capacity` bytes, fed reads of these items in order, would have
-    served; sizes[item] is an item's size.
+def cache_curve(cache, lookups):
+    """The --cache table: re-reads, and the LRU at fractions of the distinct experts."""
+    firsts = {}
+    for item, size in zip(lookups.items, lookups.read_bytes):
+        firsts.setdefault(item, size)
+    footprint = sum(firsts.values())
+    curve = []
+    for fraction in CACHE_FRACTIONS:
+        outcome = cache.at(max(1, round(cache.distinct * fraction)))
+        curve.append(LRU_POINT(fraction=fraction, experts=outcome.experts,
+                               cache_mib=outcome.experts * cache.expert_bytes / MIB,
+                               hit_share=outcome.hit_share))
+    return REUSE(lookups=cache.lookups, experts=cache.distinct,
+                 expert_mib=cache.expert_bytes / MIB, unique_mib=footprint / MIB,
+                 reread_mib=(sum(lookups.read_bytes) - footprint) / MIB, lru=curve)
 
-    Simulated: a hit moves the item to the front; a miss inserts it and evicts from the back
-    until the cache fits. What stays is always the longest prefix of the recency stack that
-    fits, so an item hits iff the bytes of the distinct other items read since its previous
-    read, plus its own, are <= capacity (its stack distance); first reads miss.
-    """
-    cache = OrderedDict()
-    used = hit_bytes = 0
-    touch, evict = cache.move_to_end, cache.popitem
-    for item in items:
-        if item in cache:
-            touch(item)
-            hit_bytes += sizes[item]
-            continue
-        cache[item] = size = sizes[item]
-        used += size
-        while used > capacity:
-            _, evicted = evict(last=False)
-            used -= evicted
-    return hit_bytes
+
+# ── io: what each engine setting would buy ───────────────────────────────────────────────────
+# What real runs of the engine support (../shared/traces/README.md and the issue that asked for
+# this): the bounds below are theirs, not a model's.
+LANE_BOUND = 0.25  # io_threads 1 or 8: the I/O time within this share of now either way
+WHAT_IF_SETTINGS = ("cache_mb", "o_direct", "io_threads", "overlap", "coalesce", "prefetch")
+
+
+CACHE_METHOD = (
+    "the engine's cache: whole experts (the size over an expert's bytes, rounded down), least "
+    "recently used out, prefill lookups counted, speculative reads left out; band: one expert "
+    "fewer to one more (near a working set's knee one expert moves the hit share by tens of "
+    "points). ms: at most the MiB saved at this run's I/O ms per MiB; real serial cache runs "
+    "saved less (-0.4 to +0.1 ms where the bytes predicted 0.57)")
+
+
+def figure(point, low=None, high=None):
+    """A what-if figure: its point (None where only a bound is honest) and bounds."""
+    return FIGURE(point=point, min=point if low is None and high is None else low,
+                  max=point if low is None and high is None else high)
+
+
+def default_cache_sizes(meta, cache):
+    """--cache-mb's default: the run's own size when the preamble names one, else a quarter,
+    a half and all of the distinct experts' footprint, in whole MiB (the engine's unit)."""
+    own = meta_int(meta, "cache_mb")
+    if own:
+        return [own]
+    footprint_mib = cache.distinct * cache.expert_bytes / MIB
+    return sorted({max(1, round(footprint_mib * share)) for share in (0.25, 0.5, 1)})
+
+
+class WhatIf:
+    """The inputs every setting's figures come from: the io report (per read-token), the
+    expert cache and the coalesced runs, and what a millisecond of I/O is worth in MiB."""
+
+    def __init__(self, report, cache, coalesced_runs, speculative):
+        self.report, self.cache, self.runs = report, cache, coalesced_runs
+        self.speculative = speculative  # (speculative experts, of them routed then or next)
+        self.tokens = report["tokens"]
+        self.estimate = report["io_wall_ms_per_token"]["estimate"]
+        self.ms_per_mib = ratio(self.estimate, report["mib_per_token"])
+
+    def per_token_mib(self, total_bytes):
+        return total_bytes / MIB / self.tokens
+
+    def setting(self, name, value, figures, saved, method):
+        return WHAT_IF_SETTING(setting=name, value=value, figures=figures,
+                               ms_per_token_saved=saved, method=method)
+
+    def cache_setting(self, mib):
+        cache = self.cache
+        capacity = cache.capacity(mib)
+        low, point, high = (cache.at(capacity + step) for step in (-1, 0, 1))
+        read = self.report["read_bytes"]
+        mib_after = [self.per_token_mib(read - outcome.saved_bytes) for outcome in
+                     (high, point, low)]
+        saved_max = self.ms_per_mib and (self.report["mib_per_token"] - mib_after[0]) * \
+            self.ms_per_mib
+
+        def spread(name):
+            values = [getattr(outcome, name) for outcome in (low, point, high)]
+            return figure(values[1], min(values), max(values))
+        return self.setting("cache_mb", mib, {
+            "experts": figure(point.experts, low.experts, high.experts),
+            "hit_share": figure(point.hit_share, low.hit_share, high.hit_share),
+            "mib_per_token": figure(mib_after[1], mib_after[0], mib_after[2]),
+            "evictions": spread("evictions"), "rereads": spread("rereads"),
+            "resident_mib": point.resident_bytes / MIB},
+            figure(None, 0.0, saved_max),
+            CACHE_METHOD)
+
+    def o_direct_setting(self):
+        return self.setting("o_direct", 0, {
+            "mib_per_token": figure(self.per_token_mib(self.report["req_bytes"]))},
+            figure(None, None, self.estimate),
+            "bytes exact: req_bytes, the alignment waste gone. Time depends on the page "
+            "cache: a real run without O_DIRECT was served from it, 12x faster than any bound; "
+            "cold, buffered reads may be no faster, so no lower bound")
+
+    def lanes_setting(self, lanes):
+        estimate = self.estimate
+        return self.setting("io_threads", lanes, {
+            "io_wall_ms_per_token": figure(estimate, estimate * (1 - LANE_BOUND),
+                                           estimate * (1 + LANE_BOUND))},
+            figure(0.0, -estimate * LANE_BOUND, estimate * LANE_BOUND),
+            f"about no change: per-read latency grows with the lanes in flight (real runs: "
+            f"207 / 594 / 964 us a read at 1 / 4 / 8 lanes), so throughput stays flat; "
+            f"bound: +-{LANE_BOUND:.0%} of the I/O estimate (same latency with fewer lanes is "
+            f"187% off)")
+
+    def overlap_setting(self):
+        threads = meta_int(self.report["meta"], "n_threads")
+        cores = f" ({threads} compute threads here)" if threads else ""
+        return self.setting("overlap", 1, {}, figure(None, 0.0, self.estimate),
+            f"reads beside compute: at most the whole I/O estimate hidden (after a cache, "
+            f"what it leaves); real runs hid 20-60% of it, and on 2 cores one got slower, its "
+            f"readers competing with compute{cores}")
+
+    def coalesce_setting(self):
+        runs = self.runs
+        if runs is None:
+            return None
+        direct = self.report["meta"].get("o_direct") == "1"
+        merged = runs.aligned_bytes if direct else runs.bytes
+        return self.setting("coalesce", 1, {
+            "reads_per_token": figure(runs.runs / self.tokens),
+            "mib_per_token": figure(self.per_token_mib(merged))},
+            figure(None, None, None),
+            f"requests that touch or overlap merged into one read"
+            f"{f' ({O_DIRECT_ALIGNMENT}-byte O_DIRECT windows)' if direct else ''}: fewer reads "
+            f"and less alignment waste; ms not predicted (a v1 trace has no cost per request "
+            f"to go by)")
+
+    def prefetch_setting(self):
+        spec = self.report["spec"]
+        if not spec["reads"]:
+            return self.setting("prefetch", 1, {}, figure(None, None, None),
+                "this run read nothing speculatively: only a prefetch run's own trace shows "
+                "what prefetching fetches and how much of it the router then uses")
+        experts, routed = self.speculative
+        return self.setting("prefetch", 1, {
+            "speculative_mib_per_token": figure(spec["mib_per_token"]),
+            "useful_share": figure(ratio(routed, experts))},
+            figure(None, None, None),
+            f"what this prefetch run's trace shows: {experts} speculatively read experts, "
+            f"{routed} of them routed at that token or the next; ms not predicted")
+
+    def settings(self, cache_sizes):
+        meta = self.report["meta"]
+        chosen = [self.cache_setting(mib) for mib in cache_sizes] \
+            if self.cache.expert_bytes else []
+        if meta.get("o_direct") == "1":
+            chosen.append(self.o_direct_setting())
+        own_lanes = meta_int(meta, "io_threads")
+        chosen += [self.lanes_setting(lanes) for lanes in (1, 8) if lanes != own_lanes]
+        if meta.get("overlap") != "1":
+            chosen.append(self.overlap_setting())
+        chosen += [self.coalesce_setting(), self.prefetch_setting()]
+        return sorted(filter(None, chosen), key=setting_rank)
+
+    def report_of(self, cache_sizes):
+        meta = self.report["meta"]
+        return WHAT_IF(schema=SCHEMA, baseline=WHAT_IF_BASELINE(
+            tokens=self.tokens, mib_per_token=self.report["mib_per_token"],
+            io_threads=meta_int(meta, "io_threads") or None,
+            o_direct=meta_flag(meta, "o_direct"), overlap=meta_flag(meta, "overlap"),
+            expert_bytes=self.cache.expert_bytes, io_wall_ms_per_token=self.estimate),
+            settings=self.settings(cache_sizes))
+
+
+def meta_flag(meta, key):
+    """A 0/1 preamble key as an int, None when absent or anything else."""
+    return {"0": 0, "1": 1}.get(meta.get(key))
+
+
+def setting_rank(setting):
+    """Largest saving first: its point, else the middle of its bound; unbounded ones last."""
+    saved = setting["ms_per_token_saved"]
+    if saved["point"] is not None:
+        return -saved["point"]
+    if saved["min"] is not None and saved["max"] is not None:
+        return -(saved["min"] + saved["max"]) / 2
+    return float("inf")
+
+
+def speculative_use(lookups):
+    """(speculatively read experts, of them routed at that token run or the next)."""
+    ends = list(islice(lookups.token_starts, 1, None)) + [len(lookups.items)]
+    routed_in = {}
+
+    def routed(run):
+        if run not in routed_in and run < len(ends):
+            routed_in[run] = set(lookups.items[lookups.token_starts[run]:ends[run]])
+        return routed_in.get(run, set())
+    used = sum(1 for run, item in lookups.speculative
+               if item in routed(run) or item in routed(run + 1))
+    return len(lookups.speculative), used
 
 
 # ── io: the report ───────────────────────────────────────────────────────────────────────────
@@ -1825,9 +2082,10 @@ def mib_per_s(read_bytes, latency_ns):
     return throughput(read_bytes / MIB, latency_ns / 1e9)
 
 
-def io_report(trace, fold, selection, jobs=2):
+def io_report(trace, fold, selection, cache_sizes=None):
     """The whole io report as a plain dict (the JSON output; text is rendered from it),
-    without its verdicts."""
+    without its verdicts. cache_sizes: the what-if's --cache-mb (() for its default), None
+    for no what-if."""
     phases, label, tokens = selected_tokens(trace, fold.book, selection, fold.phases.keys())
     per = PerToken(len(tokens), None)
     chosen = [fold.phases[phase] for phase in phases if phase in fold.phases]
@@ -1842,7 +2100,7 @@ def io_report(trace, fold, selection, jobs=2):
         by_lane.setdefault(lane, ReadSums())  # a lane that never read is the most idle of all
     lanes = meta_int(trace.meta, "io_threads") or len(by_lane)
     busy_ms = per.count(busy_ns / NS_PER_MS)
-    return IO_REPORT(
+    report = IO_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="io", path=trace.name, meta=trace.meta,
         version=trace.version, phase=label, selection=selection.as_dict(), tokens=len(tokens),
         reads=reads, read_bytes=read_bytes, req_bytes=req_bytes,
@@ -1858,14 +2116,30 @@ def io_report(trace, fold, selection, jobs=2):
         **read_groups(tables, latency, read_bytes, per),
         hot_experts=hottest_experts(experts),
         adjacency=adjacency(fold, chosen, reads, per),
-        reuse=cache_what_if(fold.cache_sequence, jobs)
-        if fold.cache_sequence is not None else None,
+        reuse=None, what_if=None,
         token_mib=percentile_summary([token.read_bytes / MIB for token in tokens]),
         token_reads=percentile_summary([token.reads for token in tokens]),
         heaviest=[io_token_dict(token)
                   for token in sorted(tokens, key=lambda t: -t.read_bytes)[:SLOWEST]],
         per_token=[io_token_dict(token) for token in tokens],
         lane_bytes_by_token=lane_bytes_by_token(tokens) if fold.per_lane else None)
+    if fold.lookups is not None:
+        add_cache_what_ifs(report, fold, chosen, phases, cache_sizes)
+    return report
+
+
+def add_cache_what_ifs(report, fold, chosen, phases, cache_sizes):
+    """The report's `reuse` (the --cache curve) and, when asked for, its `what_if`: both
+    from the one expert cache model."""
+    cache = ExpertCache(fold.lookups, phases)
+    report["reuse"] = cache_curve(cache, fold.lookups)
+    if cache_sizes is None:
+        return
+    runs = Coalesced(*map(sum, zip(*(phase_reads.runs for phase_reads in chosen)))) \
+        if fold.adjacent and chosen else None
+    what_if = WhatIf(report, cache, runs, speculative_use(fold.lookups))
+    report["what_if"] = what_if.report_of(
+        list(cache_sizes) or default_cache_sizes(report["meta"], cache))
 
 
 def hottest_experts(experts):
@@ -1935,7 +2209,7 @@ def read_groups(tables, latency, read_bytes, per):
 
 
 def adjacency(fold, chosen, reads, per):
-    runs = sum(phase_reads.runs for phase_reads in chosen)
+    runs = sum(phase_reads.runs.runs for phase_reads in chosen)
     return ADJACENCY(reads_per_token=per.count(reads),
                      runs_per_token=per.count(runs) if fold.adjacent else None,
                      coalesce_factor=ratio(reads, runs) if fold.adjacent else None)
@@ -1984,7 +2258,29 @@ def pair_report(compute, io):
         by_layer=pair_layers(compute, io, per_decoded),
         warnings=pair_warnings(compute, io, tokens, readers))
     return PAIR_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="report", compute=compute,
-                       io=io, pair=pair)
+                       io=io, pair=pair, what_if=decoded_what_if(io["what_if"], n))
+
+
+def decoded_what_if(what_if, decoded):
+    """The io report's what-if per decoded token (its figures are per read-token): every
+    figure named *_per_token scales, shares and sizes do not."""
+    if what_if is None:
+        return None
+    factor = what_if["baseline"]["tokens"] / decoded
+
+    def scaled(name, value):
+        if not name.endswith("_per_token") or value is None:
+            return value
+        if isinstance(value, dict):
+            return {bound: None if part is None else part * factor
+                    for bound, part in value.items()}
+        return value * factor
+    settings = [{**setting, "figures": {name: scaled(name, value)
+                                        for name, value in setting["figures"].items()},
+                 "ms_per_token_saved": scaled("ms_per_token", setting["ms_per_token_saved"])}
+                for setting in what_if["settings"]]
+    baseline = {name: scaled(name, value) for name, value in what_if["baseline"].items()}
+    return {**what_if, "baseline": {**baseline, "tokens": decoded}, "settings": settings}
 
 
 def per_position(compute, io, wall, overlapped):
@@ -2472,10 +2768,10 @@ def io_verdicts(report):
         if half["hit_share"] is not None:
             flagged = half["hit_share"] > CACHE_WORTH
             verdicts.append(verdict("cache", flagged,
-                f"{'cache WORTHWHILE' if flagged else 'cache not worthwhile'}: an extra LRU of "
-                f"half the footprint ({half['cache_mib']:.1f} MiB) would serve "
-                f"{half['hit_share']:.0%} of the bytes read ({compare(flagged)} "
-                f"{CACHE_WORTH:.0%})"))
+                f"{'cache WORTHWHILE' if flagged else 'cache not worthwhile'}: the engine's "
+                f"cache holding half the experts ({half['experts']}, {half['cache_mib']:.1f} "
+                f"MiB) would serve {half['hit_share']:.0%} of the expert lookups "
+                f"({compare(flagged)} {CACHE_WORTH:.0%})"))
     return [v for v in verdicts if v]
 
 
@@ -2553,8 +2849,8 @@ def read_split_verdict(pair):
 # What `diff` compares, per kind of report. A headline figure is (label, path in the report,
 # the per_token field that samples it or None); a table is rows of one figure keyed by a
 # column. Every figure is per token, so runs of different lengths compare.
-READ_SCHEMAS = (2, 3, 4)  # saved reports diff can read (2 lacks the per-op samples, 3 the
-# I/O estimate)
+READ_SCHEMAS = (2, 3, 4, 5)  # saved reports diff can read (2 lacks the per-op samples, 3
+# the I/O estimate, 4 the what-ifs)
 DEFAULT_ALPHA = 0.05
 FIGURE_LIMIT = 1e15  # no figure of a real run comes near; past it, a saved report was edited
 DiffTable = namedtuple("DiffTable", "title table key figure per_token samples",
@@ -3001,9 +3297,10 @@ PAIR_LAYER_TABLE = (
     column("majflt", "majflt_per_token", fixed(1)), column("reads", "reads_per_token", fixed(1)),
     column("MiB", "mib_per_token", fixed(2)))
 CACHE_TABLE = (
-    column("extra LRU cache", lambda point: "footprint" if point["fraction"] == 1 else
-           f"1/{round(1 / point['fraction'])} footprint"),
-    column("MiB", "cache_mib", fixed(1)), column("would have served", "hit_share", percent))
+    column("expert cache", lambda point: "all experts" if point["fraction"] == 1 else
+           f"1/{round(1 / point['fraction'])} of them"),
+    column("experts", "experts"), column("MiB", "cache_mib", fixed(1)),
+    column("would have served", "hit_share", percent))
 
 
 def histogram_table(rows):
@@ -3373,12 +3670,73 @@ def adjacency_blocks(report, view):
 
 
 def cache_blocks(report, view):
-    what_if = io_of(report)["reuse"]
+    reuse = io_of(report)["reuse"]
+    if reuse is None:
+        return []
+    return [Block(f"re-reads: {reuse['lookups']} expert lookups of {reuse['experts']} experts "
+                  f"({reuse['expert_mib'] * 1024:.0f} KiB each); footprint "
+                  f"{reuse['unique_mib']:.1f} MiB, {reuse['reread_mib']:.1f} MiB read again",
+                  [Grid(CACHE_TABLE, reuse["lru"])])]
+
+
+# How each what-if figure reads in a line: (label before, format, label after); shares in %.
+WHAT_IF_FIGURES = {
+    "hit_share": ("hit ", "%", ""), "mib_per_token": ("", ".2f", " MiB/tok"),
+    "resident_mib": ("resident ", ".1f", " MiB"), "evictions": ("", "d", " evictions"),
+    "rereads": ("", "d", " re-reads"), "io_wall_ms_per_token": ("I/O ", ".2f", " ms"),
+    "reads_per_token": ("", ".1f", " reads/tok"),
+    "speculative_mib_per_token": ("", ".2f", " MiB/tok speculative"),
+    "useful_share": ("", "%", " routed then or next")}
+
+
+def what_if_value(value, spec):
+    return "n/a" if value is None else format(value * 100, ".1f") + "%" if spec == "%" \
+        else format(value, spec)
+
+
+def what_if_figure(name, value):
+    """'hit 29.7% (26.1%-31.0%)': a figure, and its band where the bounds differ."""
+    before, spec, after = WHAT_IF_FIGURES.get(name, (name + " ", ".2f", ""))
+    if not isinstance(value, dict):
+        return f"{before}{what_if_value(value, spec)}{after}"
+    point, low, high = (what_if_value(value[bound], spec) for bound in ("point", "min", "max"))
+    return f"{before}{point}{after}" + (f" ({low}-{high})" if low != high else "")
+
+
+def saving_text(saved):
+    """What a setting saves, in ms per token, as honestly as its bounds allow."""
+    point, low, high = saved["point"], saved["min"], saved["max"]
+    if point is not None:
+        return f"saves {point:.2f} ms" + ("" if low == high else f" ({low:+.2f} to {high:+.2f})")
+    if low is not None and high is not None:
+        return f"saves {low:.2f} to {high:.2f} ms"
+    return "ms saved not predicted" if high is None else \
+        f"saves up to {high:.2f} ms (no lower bound)"
+
+
+def what_if_blocks(report, view):
+    what_if = report["what_if"]
     if what_if is None:
         return []
-    return [Block(f"re-reads: footprint {what_if['unique_mib']:.1f} MiB of distinct extents, "
-                  f"{what_if['reread_mib']:.1f} MiB read again",
-                  [Grid(CACHE_TABLE, what_if["lru"])])]
+    baseline = what_if["baseline"]
+    per = "per decoded token" if report["kind"] == "report" else "per read-token"
+    lines = []
+    for setting in what_if["settings"]:
+        figures = [what_if_figure(name, value) for name, value in setting["figures"].items()
+                   if name != "experts"]
+        experts = setting["figures"].get("experts")
+        if experts:
+            figures.insert(0, f"{experts['point']} experts")
+        lines.append(f"  {setting['setting'] + '=' + str(setting['value']):<13} "
+                     f"{saving_text(setting['ms_per_token_saved'])}"
+                     + (": " + ", ".join(figures) if figures else ""))
+    methods = dict.fromkeys(f"{setting['setting']}: {setting['method']}"
+                            for setting in what_if["settings"])
+    return [Block(f"what would it buy ({per}, largest saving first; now "
+                  f"{baseline['mib_per_token']:.2f} MiB read, I/O estimate "
+                  f"{num(baseline['io_wall_ms_per_token'], '.2f')} ms)",
+                  [Prose(lines + ["  how each is estimated:"], "    "),
+                   Bullets(list(methods))])]
 
 
 def io_token_blocks(report, view):
@@ -3603,14 +3961,16 @@ IO_LAYOUT = (
     Section(None, header_blocks), Section(None, io_headline_blocks),
     Section("verdicts", verdict_blocks), *IO_READ_SECTIONS,
     Section("by layer", io_layer_blocks), Section("adjacency", adjacency_blocks),
-    Section("re-reads", cache_blocks), Section("per token", io_token_blocks))
+    Section("re-reads", cache_blocks), Section("what would it buy", what_if_blocks),
+    Section("per token", io_token_blocks))
 PAIR_LAYOUT = (
     Section(None, header_blocks), Section(None, pair_headline_blocks),
     Section("verdicts", verdict_blocks), Section("note:", caveat_blocks),
     Section("per decoded token", per_decoded_blocks),
     Section("by layer", pair_layer_blocks), *COMPUTE_SECTIONS,
     Section("per token", compute_token_blocks), divider("flash reads"), *IO_READ_SECTIONS,
-    Section("adjacency", adjacency_blocks), Section("re-reads", cache_blocks))
+    Section("adjacency", adjacency_blocks), Section("re-reads", cache_blocks),
+    Section("what would it buy", what_if_blocks))
 TIMELINE_LAYOUT = (
     Section(None, header_blocks), Section(None, timeline_headline_blocks),
     Section("summary over the decodes", timeline_summary_blocks),
@@ -4282,7 +4642,7 @@ def compute_panels(report, start):
 
 def io_panels(report, start, tokens=None):
     """The per-token MiB by lane (on `tokens`' axis when given: the pair's decoded tokens),
-    the latency histogram and, with --cache, the LRU what-if curve."""
+    the latency histogram and, with --cache, the expert cache curve."""
     lanes = report["lane_bytes_by_token"]
     names = [f"lane {lane}" for lane in lanes]
     by_key = {row_token(t): i for i, t in enumerate(report["per_token"])}
@@ -4302,7 +4662,7 @@ def io_panels(report, start, tokens=None):
     panels = [per_token, latency]
     if report["reuse"]:
         curve = report["reuse"]["lru"]
-        cache = Panel(start + 2, "extra LRU cache what-if: share of bytes served", "share",
+        cache = Panel(start + 2, "expert cache what-if: share of lookups served", "share",
                       1.0, "cache size (MiB)")
         cache.polyline([row["hit_share"] for row in curve], SVG_LINE, "hit share")
         step = cache.width / max(1, len(curve) - 1)
@@ -4400,11 +4760,21 @@ def analyze_compute(path, reading):
     return report
 
 
-def analyze_io(path, reading, adjacent=True, cache=True, what_if_jobs=None):
-    """Read, sum up and judge an io trace: its report dict. what_if_jobs: processes for the
-    cache simulation (default: the reading's)."""
-    trace, fold = read_io(path, reading, adjacent, cache)
-    report = io_report(trace, fold, reading.selection, what_if_jobs or reading.jobs)
+class IoAsked(namedtuple("IoAsked", "adjacent cache cache_sizes")):
+    """What an io analysis computes beyond the tables: adjacency, the --cache curve, and
+    the what-if at these cache sizes (() for the default sizes, None for no what-if)."""
+
+    @classmethod
+    def of(cls, args):
+        what_if = args.what_if or args.cache_mb is not None
+        return cls(args.adjacent or what_if, args.cache or what_if,
+                   (args.cache_mb or ()) if what_if else None)
+
+
+def analyze_io(path, reading, asked=IoAsked(True, True, None)):
+    """Read, sum up and judge an io trace: its report dict."""
+    trace, fold = read_io(path, reading, asked.adjacent, asked.cache)
+    report = io_report(trace, fold, reading.selection, asked.cache_sizes)
     report["verdicts"] = io_verdicts(report)
     if report["req_bytes"] > report["read_bytes"]:
         reading.warn(f"{trace.name}: the reads asked for more bytes ({report['req_bytes']}) "
@@ -4413,22 +4783,21 @@ def analyze_io(path, reading, adjacent=True, cache=True, what_if_jobs=None):
     return report
 
 
-def analyze_pair(compute_path, io_path, reading):
+def analyze_pair(compute_path, io_path, reading, cache_sizes=()):
     """Both traces of a run, read at once when there are cores for it: the compute trace in a
     child process with half of the jobs, the io trace here with the rest. Warnings and the
     first error come in the order a one-after-the-other reading gives (compute first)."""
     jobs = reading.jobs
+    analyze_reads = partial(analyze_io, asked=IoAsked(True, True, cache_sizes))
     compute_reading = reading._replace(jobs=max(1, jobs // 2))
     child = Forked(_outcome, analyze_compute, compute_path, compute_reading) \
         if jobs > 1 and hasattr(os, "fork") else None
     try:
         if child is None or child.pid is None:  # one process: one after the other
             outcomes = [_outcome(analyze_compute, compute_path, reading),
-                        _outcome(analyze_io, io_path, reading)]
+                        _outcome(analyze_reads, io_path, reading)]
         else:
-            # The cache simulation comes last, when the compute side has mostly finished:
-            # it gets every job.
-            io = _outcome(partial(analyze_io, what_if_jobs=jobs), io_path,
+            io = _outcome(analyze_reads, io_path,
                           reading._replace(jobs=jobs - compute_reading.jobs))
             outcomes = [child.result() or _outcome(analyze_compute, compute_path,
                                                    compute_reading), io]
@@ -4470,7 +4839,7 @@ def diff_view(path, reading):
             elif held == "compute":
                 report = analyze_compute(readable, reading)
             else:
-                report = analyze_io(readable, reading, adjacent=True, cache=False)
+                report = analyze_io(readable, reading, IoAsked(True, False, None))
         except TraceError as problem:
             raise TraceError(name if problem.path == readable else problem.path,
                              problem.line, problem.message) from None
@@ -4617,6 +4986,16 @@ def step_bounds(text):
 
 
 steps_range = option_type(step_bounds, lambda value: True, "A:B (either side optional)")
+MAX_CACHE_MB = 1 << 30  # a PiB: past any device's memory
+
+
+def whole_list(text):
+    """'N[,N...]': whole numbers, in order, each once."""
+    return list(dict.fromkeys(map(ascii_whole, text.split(","))))
+
+
+cache_sizes = option_type(whole_list, lambda sizes: all(1 <= n <= MAX_CACHE_MB for n in sizes),
+                          f"N[,N...]: cache sizes in whole MiB, 1 to {MAX_CACHE_MB}")
 
 
 def token_window(text):
@@ -4682,6 +5061,14 @@ def layers_option(what):
     return option("--layers", action="store_true", help=what)
 
 
+def what_if_options(what):
+    return (option("--what-if", action="store_true", help=what),
+            option("--cache-mb", type=cache_sizes, metavar="N[,N...]",
+                   help="the cache sizes the what-if tries, in MiB as the engine's --cache-mb "
+                        "(default: the run's own when its preamble names one, else a quarter, "
+                        "a half and all of the experts' footprint)"))
+
+
 def top_option(default):
     return option("--top", type=non_negative, default=default, metavar="N",
                   help=f"how many ops the by-op table lists (default {default}; JSON has all)")
@@ -4736,9 +5123,11 @@ COMMANDS = {command.name: command for command in (
             (option("--adjacent", action="store_true",
                     help="count contiguous runs per token: the most merging could save"),
              option("--cache", action="store_true",
-                    help="re-reads and what an extra LRU cache would have served"),
+                    help="re-reads, and what the engine's expert cache would have served at "
+                         "sizes up to the footprint"),
+             *what_if_options("what each engine setting would buy (--cache-mb implies it)"),
              layers_option(FULL_LAYERS)),
-            lambda args, reading: analyze_io(args.path, reading, args.adjacent, args.cache),
+            lambda args, reading: analyze_io(args.path, reading, IoAsked.of(args)),
             ("svg", "perfetto")),
     Command("report", "report CT IO",
             "both traces of one run on one screen, I/O per decoded token",
@@ -4747,8 +5136,11 @@ COMMANDS = {command.name: command for command in (
             "useful tables of both, and the verdicts.",
             (Input("compute_path", "compute", "the compute trace (ct.csv)"),
              Input("io_path", "io", "the io trace of the same run (io.csv)")),
-            (top_option(8), layers_option(FULL_LAYERS)),
-            lambda args, reading: analyze_pair(args.compute_path, args.io_path, reading),
+            (top_option(8), *what_if_options("what each engine setting would buy (always "
+                                             "in report: accepted for io's sake)"),
+             layers_option(FULL_LAYERS)),
+            lambda args, reading: analyze_pair(args.compute_path, args.io_path, reading,
+                                               args.cache_mb or ()),
             ("svg", "perfetto")),
     Command("diff", "diff BASE NEW...",
             "before and after: runs or saved reports compared per token, with p-values",

@@ -231,7 +231,7 @@ def test_json_keys_always_present(session):
                 "nodes_per_token", "ms_per_token", "majflt_per_token", "by_op", "faults",
                 "by_layer", "segments"):
         assert key in r
-    assert r["schema"] == 4 and r["kind"] == "compute" and r["tool_version"]
+    assert r["schema"] == decode_analyze.SCHEMA and r["kind"] == "compute" and r["tool_version"]
     assert r["meta"] == {"model": "m.gguf", "arch": "qwen3moe", "n_layer": "2", "n_threads": "4"}
 
 

@@ -188,7 +188,7 @@ def test_io_and_report_parse_with_their_tables():
         return next(rows for title, rows in found.items() if title.startswith(start))
     assert len(titled(found, "by lane")) == len(r["by_lane"]) == 4
     assert len(titled(found, "speculative:")) == 2
-    assert len(titled(found, "re-reads: footprint")) == 5
+    assert len(titled(found, "re-reads: ")) == 5
     pair = run("report", REAL_TRACES["qwen3moe-l4-session-ct-node.csv"],
                REAL_TRACES["qwen3moe-l4-session-ct-node-io.csv"], "--format", "markdown").out
     assert len(titled(tables(parse(pair)), "by layer (compute by inferred layer)")) == 5
@@ -298,7 +298,7 @@ def test_version():
                           capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.startswith(f"decode-analyze {version} ")
     r = report("compute", REAL_TRACES["qwen3moe-l4-ct-layers.csv"])
-    assert r["tool_version"] == version and r["schema"] == 4
+    assert r["tool_version"] == version and r["schema"] == da.SCHEMA
     assert run("compute", REAL_TRACES["qwen3moe-l4-ct-layers.csv"]).out.startswith(
         f"decode-analyze {version} compute")
 

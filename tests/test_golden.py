@@ -30,6 +30,8 @@ COMMANDS = {
     "io-session": ["io", SESSION[1], "--adjacent", "--cache"],
     "io-qwen-prefetch": ["io", DATA + "qwen3moe-l4-io-prefetch.csv", "--adjacent", "--cache",
                          "--layers"],
+    "io-qwen-what-if": ["io", DATA + "qwen3moe-l4-io-serial.csv", "--what-if", "--cache-mb",
+                        "1,2,4"],
     "io-gemma-serial": ["io", DATA + "gemma4-l4-io-serial.csv"],
     "report-session": ["report", *SESSION],
     "report-gemma": ["report", DATA + "gemma4-l4-ct-node.csv", DATA + "gemma4-l4-io-serial.csv"],

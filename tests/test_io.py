@@ -1,10 +1,8 @@
 """Io: known answers on hand-written traces (worked out by hand), the latency histogram, layers
-and experts, re-reads and the LRU what-if (against the stack-distance definition), and the I/O
-range against the engine's own end-of-run figures."""
+and experts, and the I/O range against the engine's own end-of-run figures."""
 import re
 
 import pytest
-from hypothesis import given, settings, strategies as st
 
 import decode_analyze
 from helpers import ENGINE, REAL_TRACES, io_text, report, run
@@ -42,30 +40,6 @@ def trace(write):
 
 # ── io ──
 # latencies 0.5, 1, 3, 1000, 1000, 1500 us; lanes 0,0,0,1,1,1 -> lane 1 busy 7x lane 0
-def stack_distance_hits(items, sizes, capacity):
-    """The definition, directly: O(n^2), for small inputs."""
-    last = {}
-    hits = 0
-    for t, (item, size) in enumerate(zip(items, sizes)):
-        if item in last:
-            others = {items[u]: sizes[u] for u in range(last[item] + 1, t) if items[u] != item}
-            if sum(others.values()) + size <= capacity:
-                hits += size
-        last[item] = t
-    return hits
-
-
-def expected_reuse(reads):
-    """The cache what-if of reads [(offset, size)], from the definitions."""
-    footprint = sum(size for _, size in set(reads))  # distinct (offset, read_bytes) extents
-    total = sum(size for _, size in reads)
-    curve = {}
-    for fraction in decode_analyze.CACHE_FRACTIONS:
-        hits = stack_distance_hits(reads, [size for _, size in reads], footprint * fraction)
-        curve[fraction] = hits / total
-    return footprint / MIB, (total - footprint) / MIB, curve
-
-
 # The engine's own end-of-run summary (tests/data/README.md): flash I/O s/token (rounded to
 # ms) and MiB/s, per decoded token; every run decoded 128 tokens with 4 lanes.
 DECODED = 128
@@ -221,70 +195,6 @@ def test_io_per_token_view(reads):
     out = run("io", reads).out
     assert "per token (reads): p50 3  p90 3  p99 3  max 3" in out
     assert "heaviest: turn 0 step 2 1.12, turn 0 step 1 0.19" in out
-
-
-# ── re-reads and the LRU curve ──
-def test_reuse_known_answer(write):
-    # items A(1 MiB) B(1 MiB) C(2 MiB): A B A C A B; footprint 4 MiB, total 7 MiB, rereads 3
-    extent = {"A": (0, MIB), "B": (MIB, MIB), "C": (2 * MIB, 2 * MIB)}
-    rows = [f"0,1,{i},0,0,0,0,0,{extent[x][0]},{extent[x][1]},{extent[x][1]},1000"
-            for i, x in enumerate("ABACAB")]
-    r = report("io", write(io_text(rows)), "--cache")["reuse"]
-    assert r["unique_mib"] == 4 and r["reread_mib"] == 3
-    # stack distances of the re-reads: A@2: B+A = 2 MiB; A@4: C+A = 3; B@5: A+C+B = 4
-    shares = {point["fraction"]: point["hit_share"] for point in r["lru"]}
-    assert shares == {1 / 16: 0.0, 1 / 8: 0.0, 1 / 4: 0.0, 1 / 2: 1 / 7, 1: 3 / 7}
-    assert [p["cache_mib"] for p in r["lru"]] == [0.25, 0.5, 1.0, 2.0, 4.0]
-
-
-def test_reuse_is_null_without_cache_flag(reads):
-    assert report("io", reads)["reuse"] is None
-
-
-@settings(max_examples=150, deadline=None)
-@given(st.lists(st.integers(0, 9), min_size=1, max_size=60), st.integers(1, 40),
-       st.randoms(use_true_random=False))
-def test_lru_simulation_equals_stack_distance(items, capacity, rng):
-    size_of = {item: rng.randint(1, 12) for item in set(items)}
-    sizes = [size_of[item] for item in items]
-    assert decode_analyze.lru_hit_bytes(items, size_of, capacity) == \
-        stack_distance_hits(items, sizes, capacity)
-
-
-def test_lru_handles_an_item_larger_than_the_cache():
-    assert decode_analyze.lru_hit_bytes([1, 1, 2, 2], {1: 10, 2: 1}, 5) == 1
-
-
-@pytest.mark.parametrize("phase", [None, "all", "prefill", "decode"])
-@pytest.mark.parametrize("jobs", ["1", "8"])
-def test_reuse_covers_the_reads_of_the_phases_reported(write, small_split, phase, jobs):
-    # Two turns, each a chunked prefill of 4 tokens of 10 reads then 3 decode tokens of 10
-    # reads, over 12 extents; cut into up to 8 parts, some of which hold prefill reads only,
-    # before and after parts with decode reads.
-    rows, reads = [], {0: [], 1: []}
-    for turn in range(2):
-        for phase_value, steps, per_step in ((0, [0, 1, 2, 3], 10), (1, [4, 5, 6], 10)):
-            for step in steps:
-                for i in range(per_step):
-                    extent = ((7 * i + 3 * step + turn) % 12) * MIB, (1 + i % 3) * MIB
-                    reads[phase_value].append(extent)
-                    rows.append(f"{turn},{phase_value},{step},0,{i},0,{i % 2},0,{extent[0]},"
-                                f"{extent[1]},{extent[1]},1000")
-    options = ["--phase", phase] if phase else []
-    single, split = small_split("io", write(io_text(rows)), "--cache", "--jobs", jobs,
-                                *options, "--format", "json")
-    assert single.json["reuse"] == split.json["reuse"]
-    if phase in (None, "decode"):
-        chosen = [r for turn in range(2) for r in reads[1][turn * 30:(turn + 1) * 30]]
-    elif phase == "prefill":
-        chosen = reads[0]
-    else:  # trace order: each turn's prefill, then its decode
-        chosen = [r for turn in range(2) for r in reads[0][turn * 40:(turn + 1) * 40]
-                  + reads[1][turn * 30:(turn + 1) * 30]]
-    unique_mib, reread_mib, curve = expected_reuse(chosen)
-    reuse = split.json["reuse"]
-    assert reuse["unique_mib"] == unique_mib and reuse["reread_mib"] == reread_mib
-    assert {p["fraction"]: p["hit_share"] for p in reuse["lru"]} == pytest.approx(curve)
 
 
 @pytest.mark.parametrize("name", sorted(ENGINE))

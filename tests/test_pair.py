@@ -1,6 +1,7 @@
 """Pair (`report CT IO`): I/O per decoded token, the two files side by side, the pair's warnings."""
 import pytest
 
+import decode_analyze
 from helpers import ROOT, ct_text, io_text, report, run, shared_trace
 
 
@@ -32,7 +33,7 @@ def pair(write):
 
 def test_per_decoded_token(pair):
     r = report("report", *pair)
-    assert r["kind"] == "report" and r["schema"] == 4
+    assert r["kind"] == "report" and r["schema"] == decode_analyze.SCHEMA
     p = r["pair"]
     assert p["tokens"] == 3 and p["tokens_without_reads"] == 1
     assert p["io_reads_per_token"] == 1.0 and p["io_mib_per_token"] == 1.0
@@ -67,8 +68,10 @@ def test_router_against_the_io_range(pair):
         "(33% of the router's time, < 50%)")
 
 
-def test_cache_is_always_in_the_pair(pair):
-    assert report("report", *pair)["io"]["reuse"]["unique_mib"] == 2.0
+def test_the_cache_and_the_what_if_are_always_in_the_pair(pair):
+    r = report("report", *pair)
+    assert r["io"]["reuse"]["unique_mib"] == 2.0
+    assert r["what_if"]["baseline"]["tokens"] == r["pair"]["tokens"]
 
 
 def test_text_report(pair):

@@ -20,7 +20,7 @@ from helpers import REAL_TRACES, assert_token_start, ct_text, difference, io_tex
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
 
 
-OPTIONS = {"compute": ("--layers",), "io": ("--adjacent", "--cache")}
+OPTIONS = {"compute": ("--layers",), "io": ("--adjacent", "--cache", "--what-if")}
 
 
 def kind_of(name):
@@ -130,7 +130,7 @@ def every_command(traces, tmp_path_factory):
     v2_ct, v2_io = repeated(V2_CT, folder / "v2-ct.csv", 200), repeated(V2_IO, folder / "v2-io.csv",
                                                                        200)
     cases = {"compute": ["compute", traces["ct"], "--layers"],
-             "io": ["io", traces["io"], "--adjacent", "--cache"],
+             "io": ["io", traces["io"], "--adjacent", "--cache", "--what-if"],
              "report": ["report", traces["ct"], traces["io"]],
              "diff": ["diff", traces["ct"], traces["layers"]],
              "timeline": ["timeline", v2_ct, v2_io]}
@@ -283,16 +283,6 @@ def test_io_key_error_in_the_second_half(write, small_split):
 def test_skip_reads_in_one_piece(traces, small_split):
     single, parallel = small_split("compute", traces["ct"], "--skip", "3", "--format", "json")
     assert single.json == parallel.json and single.json["tokens"] == 2 * 37
-
-
-@needs_fork
-def test_lru_curve_in_two_processes(traces, monkeypatch):
-    monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 1 << 60)
-    single = run("io", traces["io"], "--cache", "--format", "json")
-    monkeypatch.setattr(decode_analyze, "PARALLEL_MIN_READS", 10)
-    parallel = run("io", traces["io"], "--cache", "--format", "json")
-    assert single.json["reuse"] == parallel.json["reuse"]
-    assert parallel.json["reuse"]["lru"][3]["hit_share"] > 0
 
 
 @needs_fork

@@ -122,7 +122,7 @@ def test_io_lanes_histogram_and_cache_curve(tmp_path):
         assert total == pytest.approx(token["mib"])
     hist = bars(found["read latency, log2 buckets"], "hist")
     assert [total for total, _ in hist] == [row["count"] for row in r["latency_hist"]]
-    (curve,) = found["extra LRU cache what-if: share of bytes served"].iter(f"{SVG}polyline")
+    (curve,) = found["expert cache what-if: share of lookups served"].iter(f"{SVG}polyline")
     assert len(curve.get("points").split()) == len(r["reuse"]["lru"])
 
 
@@ -348,10 +348,10 @@ def test_timeline_io_without_a_token_column_is_one_line(tmp_path, column):
     assert f"missing required column: {column}" in result.err
 
 
-def test_reads_of_zero_bytes_draw_an_undefined_cache_curve(write, tmp_path):
-    """Every hit share is undefined (no bytes read): the LRU panel says so instead of a
-    traceback, in io and report alike."""
-    reads = write(io_text([f"0,1,{step},0,1,0,0,0,0,0,0,500" for step in (1, 2)]), "io.csv")
+def test_speculative_reads_alone_draw_an_undefined_cache_curve(write, tmp_path):
+    """Every hit share is undefined (no expert lookups: every read speculative, of zero
+    bytes): the cache panel says so instead of a traceback, in io and report alike."""
+    reads = write(io_text([f"0,1,{step},0,1,0,0,1,0,0,0,500" for step in (1, 2)]), "io.csv")
     target = tmp_path / "io.svg"
     assert run("io", reads, "--cache", "--svg", target).code == 0
     assert "hit share: undefined (nothing to share)" in target.read_text()

@@ -1,0 +1,245 @@
+"""What each engine setting would buy: the expert cache (against a plain LRU simulation and the
+engine's own --cache-mb 2 run), the other settings' figures on hand-made traces, their ranking,
+and the figures per decoded token in a pair."""
+from collections import OrderedDict
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import decode_analyze
+from helpers import REAL_TRACES, ct_text, io_text, report, run
+
+
+MIB = 1 << 20
+EXPERT = 3 * 65536  # three projections of 64 KiB: 192 KiB, ten of them in 2 MiB
+
+
+def simulated(lookups, capacity):
+    """A plain LRU of `capacity` whole experts fed (item, bytes) lookups: (hits, bytes served,
+    evictions, misses)."""
+    cache, hits, served, evictions = OrderedDict(), 0, 0, 0
+    for item, size in lookups:
+        if item in cache:
+            cache.move_to_end(item)
+            hits, served = hits + 1, served + size
+            continue
+        if capacity == 0:
+            continue
+        if len(cache) == capacity:
+            cache.popitem(last=False)
+            evictions += 1
+        cache[item] = True
+    return hits, served, evictions, len(lookups) - hits
+
+
+class Token:
+    """What ExpertLookups needs of a token."""
+
+    def __init__(self, phase):
+        self.phase = phase
+
+
+def rows_of(tokens, spec=()):
+    """io rows: each token a list of experts (layer 0), each expert three projections of 64 KiB
+    read as 68 KiB; `spec`: (token index, expert) read speculatively."""
+    rows = []
+    for step, experts in enumerate(tokens):
+        for expert in experts:
+            for proj in range(3):
+                offset = (expert * 3 + proj) * 65536 + 1000
+                rows.append(f"0,1,{step + 10},0,{expert},{proj},{proj % 2},0,{offset},65536,"
+                            f"69632,100000")
+        rows += [f"0,1,{step + 10},0,{expert},0,0,1,{expert * 196608 + 1000},65536,69632,100000"
+                 for index, expert in spec if index == step]
+    return rows
+
+
+def setting(what_if, name, value=None):
+    found = [s for s in what_if["settings"]
+             if s["setting"] == name and value in (None, s["value"])]
+    assert len(found) == 1, (name, value, what_if["settings"])
+    return found[0]
+
+
+# ── the cache model ──
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 7), max_size=5, unique=True), min_size=1, max_size=30),
+       st.lists(st.booleans(), min_size=30, max_size=30))
+def test_every_capacity_equals_an_lru_simulation(tokens, prefill):
+    lookups = decode_analyze.ExpertLookups()
+    expected = []  # (item, bytes, counted)
+    for index, experts in enumerate(tokens):
+        token = Token(0 if prefill[index] else 1)
+        for expert in experts:
+            # two projections of a token's expert are one lookup, not a hit
+            lookups.add(token, ["0", "0"], [str(expert)] * 2, ["0", "0"], [100, 50 + expert],
+                        [64, 64])
+        for expert in dict.fromkeys(experts):
+            expected.append((expert, experts.count(expert) * (150 + expert), token.phase == 1))
+        lookups.flush()
+    cache = decode_analyze.ExpertCache(lookups, {1})
+    distinct = len({item for item, _, _ in expected})
+    assert cache.distinct == distinct and cache.lookups == len(expected)
+    assert cache.expert_bytes == (128 if expected else 0)  # the req_bytes, 2 x 64
+    for capacity in range(distinct + 2):
+        hits, _, evictions, misses = simulated([(i, s) for i, s, _ in expected], capacity)
+        _, served, _, _ = simulated([(i, s if counted else 0) for i, s, counted in expected],
+                                    capacity)
+        outcome = cache.at(capacity)
+        assert outcome.hit_share == (hits / len(expected) if expected else None)
+        assert outcome.saved_bytes == served  # bytes: the decode tokens' lookups only
+        assert outcome.evictions == evictions
+        assert outcome.rereads == misses - distinct
+        assert outcome.resident_bytes == min(capacity, distinct) * cache.expert_bytes
+
+
+def test_a_tokens_projections_are_one_lookup_and_the_next_token_hits(write):
+    # token 0: experts 1, 2; token 1: expert 1 again; token 2: expert 3, token 3: expert 2
+    r = report("io", write(io_text(rows_of([[1, 2], [1], [3], [2]]))), "--cache-mb", "1")
+    one = setting(r["what_if"], "cache_mb", 1)  # 1 MiB holds 5 experts of 192 KiB: all four
+    assert one["figures"]["experts"] == {"point": 5, "min": 4, "max": 6}
+    assert one["figures"]["hit_share"]["point"] == 2 / 5  # 5 lookups, 2 re-lookups
+    assert one["figures"]["evictions"]["point"] == 0
+    assert one["figures"]["rereads"]["point"] == 0
+    assert one["figures"]["resident_mib"] == 3 * EXPERT / MIB  # the three experts seen
+    # two lookups of 3 x 69632 bytes served, over 4 tokens
+    assert one["figures"]["mib_per_token"]["point"] == pytest.approx(
+        (15 - 6) * 69632 / MIB / 4)
+
+
+def test_the_band_is_one_expert_either_side(write):
+    # a loop over 3 experts: a cache of 3 serves every re-lookup, one of 2 none (LRU)
+    tokens = [[expert] for expert in (0, 1, 2) * 10]
+    small = write(io_text(rows_of(tokens)))
+    r = report("io", small, "--cache-mb", "1")
+    assert decode_analyze.ExpertCache  # the model in the tool is the one tested above
+    lru = {point["experts"]: point["hit_share"] for point in r["reuse"]["lru"]}
+    assert lru[3] == 27 / 30 and lru[2] == 0.0
+    one = setting(r["what_if"], "cache_mb", 1)["figures"]["hit_share"]
+    assert one == {"point": 27 / 30, "min": 27 / 30, "max": 27 / 30}  # 4..6 experts: all fit
+
+
+def test_the_engines_own_two_mib_cache_is_reproduced():
+    """tests/data/README.md: the qwen3moe-l4 run with --cache-mb 2 read the experts the serial
+    run read and its cache had 13.0% hits, 904 evictions, 884 re-reads, 1.9 MiB resident and
+    177.1 MiB read (1.38 MiB per token); its own trace is the read side of that run."""
+    r = report("io", REAL_TRACES["qwen3moe-l4-io-serial.csv"], "--cache-mb", "2")
+    two = setting(r["what_if"], "cache_mb", 2)["figures"]
+    assert abs(two["hit_share"]["point"] * 100 - 13.0) <= 0.5
+    assert abs(two["evictions"]["point"] - 904) <= 0.005 * 904
+    assert 880 <= two["rereads"]["point"] <= 884
+    assert round(two["resident_mib"], 1) == 1.9
+    cached = report("io", REAL_TRACES["qwen3moe-l4-io-prefetch.csv"])
+    assert two["mib_per_token"]["point"] == pytest.approx(cached["mib_per_token"], rel=0.005)
+    assert two["mib_per_token"]["point"] == pytest.approx(177.1 / 128, rel=0.005)
+
+
+def test_the_default_sizes_are_around_the_footprint_or_the_runs_own(write):
+    rows = rows_of([[expert] for expert in range(16)] * 2)  # 16 experts: 3 MiB
+    r = report("io", write(io_text(rows)), "--what-if")
+    # a quarter (0.75 -> 1 MiB), a half, all
+    assert sorted(s["value"] for s in r["what_if"]["settings"] if s["setting"] == "cache_mb") \
+        == [1, 2, 3]
+    own = io_text(rows, "# io_trace v1\n# model=m io_threads=2 o_direct=1 overlap=0 "
+                        "cache_mb=2\n")
+    r = report("io", write(own, "own.csv"), "--what-if")
+    assert [s["value"] for s in r["what_if"]["settings"] if s["setting"] == "cache_mb"] == [2]
+
+
+def test_speculative_reads_are_no_lookups_and_prefetch_says_what_was_used(write):
+    # expert 5 read speculatively at token 0, routed at token 1: useful; expert 6 never is
+    rows = rows_of([[1], [5], [1]], spec=[(0, 5), (0, 6)])
+    r = report("io", write(io_text(rows)), "--what-if")
+    assert r["reuse"]["lookups"] == 3
+    prefetch = setting(r["what_if"], "prefetch")
+    assert prefetch["figures"]["useful_share"]["point"] == 1 / 2
+    assert prefetch["figures"]["speculative_mib_per_token"]["point"] == \
+        pytest.approx(2 * 69632 / MIB / 3)
+    plain = report("io", write(io_text(rows_of([[1], [2]])), "plain.csv"), "--what-if")
+    assert setting(plain["what_if"], "prefetch")["figures"] == {}
+
+
+# ── the other settings ──
+def test_o_direct_lanes_overlap_and_coalescing(write):
+    # token 0: one expert whose projections touch (65536 apart, 65536 long): one run of
+    # 3 x 65536 bytes from offset 1000, read in 4096-byte windows: [0, 197608 -> 200704)
+    r = report("io", write(io_text(rows_of([[0]]))), "--what-if")
+    what_if = r["what_if"]
+    assert setting(what_if, "o_direct", 0)["figures"]["mib_per_token"]["point"] == \
+        3 * 65536 / MIB
+    coalesce = setting(what_if, "coalesce")["figures"]
+    assert coalesce["reads_per_token"]["point"] == 1
+    assert coalesce["mib_per_token"]["point"] == 200704 / MIB
+    assert setting(what_if, "coalesce")["ms_per_token_saved"] == \
+        {"point": None, "min": None, "max": None}
+    estimate = r["io_wall_ms_per_token"]["estimate"]
+    for lanes in (1, 8):
+        lane = setting(what_if, "io_threads", lanes)
+        assert lane["ms_per_token_saved"] == pytest.approx(
+            {"point": 0.0, "min": -0.25 * estimate, "max": 0.25 * estimate})
+    assert setting(what_if, "overlap", 1)["ms_per_token_saved"] == \
+        {"point": None, "min": 0.0, "max": estimate}
+    # the run's own values are no what-if: two lanes here; O_DIRECT off, overlap on there
+    assert not [s for s in what_if["settings"] if s["setting"] == "io_threads" and
+                s["value"] == 2]
+    other = report("io", write(io_text(rows_of([[0]]), "# io_trace v1\n# model=m "
+                                       "io_threads=8 o_direct=0 overlap=1\n"), "o.csv"),
+                   "--what-if")
+    names = {(s["setting"], s["value"]) for s in other["what_if"]["settings"]}
+    assert ("o_direct", 0) not in names and ("overlap", 1) not in names
+    assert ("io_threads", 8) not in names and ("io_threads", 1) in names
+    assert setting(other["what_if"], "coalesce")["figures"]["mib_per_token"]["point"] == \
+        3 * 65536 / MIB  # no O_DIRECT windows
+
+
+def test_settings_are_ranked_by_their_saving():
+    r = report("io", REAL_TRACES["qwen3moe-l4-io-serial.csv"], "--what-if")
+    ranks = [decode_analyze.setting_rank(s) for s in r["what_if"]["settings"]]
+    assert ranks == sorted(ranks)
+    first = r["what_if"]["settings"][0]["ms_per_token_saved"]
+    assert first == {"point": None, "min": 0.0, "max": r["io_wall_ms_per_token"]["estimate"]}
+
+
+def test_the_baseline_is_the_run_as_traced():
+    r = report("io", REAL_TRACES["qwen3moe-l4-io-serial.csv"], "--what-if")
+    assert r["what_if"]["baseline"] == {
+        "tokens": 128, "mib_per_token": r["mib_per_token"], "io_threads": 4, "o_direct": 1,
+        "overlap": 0, "expert_bytes": EXPERT,
+        "io_wall_ms_per_token": r["io_wall_ms_per_token"]["estimate"]}
+
+
+def test_io_has_no_what_if_unless_asked(write):
+    path = write(io_text(rows_of([[0]])))
+    assert report("io", path)["what_if"] is None and report("io", path)["reuse"] is None
+    assert report("io", path, "--cache")["what_if"] is None
+    assert report("io", path, "--cache-mb", "4")["what_if"] is not None  # it implies it
+
+
+@pytest.mark.parametrize("value", ["0", "x", "1,,2", "-1", "2048.5", str(1 << 31), "٣"])
+def test_bad_cache_sizes_are_refused(write, value, capsys):
+    result = run("io", write(io_text(rows_of([[0]]))), "--cache-mb", value)
+    assert result.code == 2 and result.out == ""
+    assert f"argument --cache-mb: expected N[,N...]: cache sizes in whole MiB, 1 to " \
+           f"{decode_analyze.MAX_CACHE_MB}, got {value!r}" in capsys.readouterr().err
+
+
+# ── per decoded token ──
+def test_a_pairs_what_if_is_per_decoded_token(write):
+    # 4 decoded tokens, 2 of which read: every per-token figure halves, shares do not
+    io_rows = rows_of([[1, 2], [1]])
+    ct_rows = [f"0,1,{step},0,0,MUL_MAT,ffn_moe_down-0,1000000,0" for step in (10, 11, 12, 13)]
+    pair = report("report", write(ct_text(ct_rows), "ct.csv"), write(io_text(io_rows)))
+    alone = pair["io"]["what_if"]
+    decoded = pair["what_if"]
+    assert decoded["baseline"]["tokens"] == 4 and alone["baseline"]["tokens"] == 2
+    assert decoded["baseline"]["mib_per_token"] == alone["baseline"]["mib_per_token"] / 2
+    for mine, theirs in zip(decoded["settings"], alone["settings"]):
+        assert mine["setting"] == theirs["setting"]
+        for name, value in mine["figures"].items():
+            if name.endswith("_per_token"):
+                assert value["point"] == pytest.approx(theirs["figures"][name]["point"] / 2)
+            else:
+                assert value == theirs["figures"][name]
+        for bound, part in mine["ms_per_token_saved"].items():
+            other = theirs["ms_per_token_saved"][bound]
+            assert part == (None if other is None else pytest.approx(other / 2))

@@ -2874,6 +2874,15 @@ DIFF_HEADLINES = {
            ("read latency us, p99", ("latency_us", "p99"), None),
            ("speculative MiB per token", ("spec", "mib_per_token"), None),
            ("reads per contiguous run", ("adjacency", "coalesce_factor"), None)),
+    # the engine's split, per decoded token, and per generated position when speculative
+    "pair": (("decode ms per decoded token", ("decode_ms_per_token",), "ms"),
+             ("compute ms (decode - I/O estimate)", ("compute_ms_per_token",), None),
+             ("I/O estimate ms per decoded token", ("io_wall_ms_per_token", "estimate"), None),
+             ("MiB per decoded token", ("io_mib_per_token",), None),
+             ("faulting nodes' ms per decoded token", ("faulting_ms_per_token",), None),
+             ("decode ms per generated position", ("per_position", "decode_ms"), None),
+             ("compute ms per generated position", ("per_position", "compute_ms"), None),
+             ("MiB per generated position", ("per_position", "mib"), None)),
 }
 DIFF_TABLES = {
     "compute": (DiffTable("ms per token by op", "by_op", "op", "ms_per_token", samples="op"),
@@ -2891,12 +2900,18 @@ DIFF_TABLES = {
            DiffTable("reads per token by layer", "by_layer", "layer", "reads_per_token"),
            DiffTable("MiB per token, demand and speculative", "demand_vs_spec", "kind",
                      "mib_per_token")),
+    "pair": (),
 }
-LATER_FIGURES = {("io_wall_ms_per_token", "estimate"): 4}  # a figure -> the schema that added it
+LATER_FIGURES = {  # a figure -> the schema that added it
+    ("io_wall_ms_per_token", "estimate"): 4, ("decode_ms_per_token",): 4,
+    ("compute_ms_per_token",): 4, ("faulting_ms_per_token",): 4, ("per_position", "decode_ms"): 4,
+    ("per_position", "compute_ms"): 4, ("per_position", "mib"): 4}
 DIFF_ROW_KEYS = {"size": "label"}  # a table's row name where the report calls it otherwise
-SAMPLE_FIELDS = {"compute": ("ms", "majflt"), "io": ("mib", "reads")}
+SAMPLE_FIELDS = {"compute": ("ms", "majflt"), "io": ("mib", "reads"), "pair": ("ms",)}
 SERIES_FIELD = {"compute": "ms", "io": "mib"}  # the per-token series the SVG overlays
-COMPARES = {("compute",): "compute", ("io",): "io", ("compute", "io"): "report"}
+DIFF_PARTS = ("compute", "io", "pair")  # a pair report's split: only against another pair
+COMPARES = {("compute",): "compute", ("io",): "io", ("compute", "io"): "report",
+            ("compute", "io", "pair"): "report"}
 IDENTITY_KEYS = ("model", "arch")  # a difference here is a warning, not just a change
 
 
@@ -2910,8 +2925,8 @@ class DiffView:
         self.path, self.source = path, source
         self.limit = FIGURE_LIMIT if source == "saved report" else math.inf
         kind = report["kind"]
-        halves = {"compute": report["compute"], "io": report["io"]} if kind == "report" \
-            else {kind: report}
+        halves = {"compute": report["compute"], "io": report["io"],
+                  "pair": pair_half(report)} if kind == "report" else {kind: report}
         self.kind = kind
         self.parts = {part: self._part(part, half) for part, half in halves.items()}
 
@@ -2941,8 +2956,20 @@ class DiffView:
                 "selection": report.get("selection"), "granularity": report.get("granularity")}
 
 
+def pair_half(report):
+    """A pair report's own figures as a part of its own: the pair's, sampled by the compute
+    trace's tokens (each decoded token's wall)."""
+    compute = report["compute"]
+    return {**report["pair"], "tokens": compute["tokens"], "per_token": compute["per_token"],
+            "meta": compute["meta"], "selection": compute["selection"], "granularity": None,
+            "schema": report.get("schema")}
+
+
 def dig(report, path):
+    """report[path[0]][path[1]]...; None past a null part (a pair's per_position)."""
     for key in path:
+        if report is None:
+            return None
         report = report[key]
     return report
 
@@ -3053,7 +3080,7 @@ def preamble_changes(base, new):
 def diff_report(views, alpha):
     """Every NEW against BASE (the first view), part by part: the JSON of `diff`."""
     base, *news = views
-    parts = [part for part in ("compute", "io") if all(part in v.parts for v in views)]
+    parts = [part for part in DIFF_PARTS if all(part in v.parts for v in views)]
     warnings = []
     changes = []
     for view in news:
@@ -3067,7 +3094,7 @@ def diff_report(views, alpha):
                      f"{c['base'] or '(none)'}: different models compare poorly" for c in found
                      if c["key"] in IDENTITY_KEYS]
     for part in parts:
-        warnings += selection_warnings(part, views)
+        warnings += selection_warnings(part, views) if part != "pair" else []
     return DIFF_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="diff", compares=COMPARES[tuple(parts)],
         alpha=alpha,
@@ -3076,7 +3103,8 @@ def diff_report(views, alpha):
                 for view in views],
         preamble_changes=changes,
         per_token={part: SERIES(field=SERIES_FIELD[part], series=[
-            view.parts[part]["samples"][SERIES_FIELD[part]] for view in views]) for part in parts},
+            view.parts[part]["samples"][SERIES_FIELD[part]] for view in views])
+            for part in parts if part != "pair"},  # the pair's series is its compute trace's
         sections=[section for part in parts for section in diff_part(part, views, alpha)],
         warnings=warnings)
 

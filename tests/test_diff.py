@@ -8,7 +8,7 @@ from itertools import combinations
 
 import pytest
 
-from helpers import REAL_TRACES, ct_text, error_of, report, run
+from helpers import REAL_TRACES, ROOT, ct_text, error_of, report, run
 from decode_analyze import mann_whitney_p
 
 CT_NODE = REAL_TRACES["qwen3moe-l4-ct-node.csv"]
@@ -261,8 +261,37 @@ def test_two_saved_pair_reports_compare_both_halves(tmp_path):
         assert run("report", CT_NODE, io, "--format", "json", "-o", paths[-1]).code == 0
     diff = report("diff", *paths)
     assert diff["compares"] == "report"
-    assert {s["part"] for s in diff["sections"]} == {"compute", "io"}
+    assert {s["part"] for s in diff["sections"]} == {"compute", "io", "pair"}
     assert diff["preamble_changes"] == [[{"key": "overlap", "base": "0", "new": "1"}]]
+    assert set(diff["per_token"]) == {"compute", "io"}  # the pair's series is compute's
+
+
+def test_the_engines_split_is_compared_between_pair_reports(tmp_path):
+    """The pair headline: each report's own decode, compute (decode - I/O estimate), I/O
+    estimate and MiB per decoded token; per generated position on the speculative side only."""
+    synthetic = ROOT / "tests" / "data" / "synthetic"
+    runs = [(CT_NODE, IO_SERIAL),
+            (synthetic / "speculative-ct.csv", synthetic / "speculative-io.csv")]
+    pairs = [report("report", *paths) for paths in runs]
+    saved = []
+    for i, pair in enumerate(pairs):
+        saved.append(tmp_path / f"{i}.json")
+        saved[-1].write_text(json.dumps(pair))
+    result = run("diff", *saved, "--format", "json")
+    assert result.code == 0
+    rows = rows_by_name(section(result.json, "pair headline"))
+    for label, path in (("decode ms per decoded token", ("decode_ms_per_token",)),
+                        ("compute ms (decode - I/O estimate)", ("compute_ms_per_token",)),
+                        ("I/O estimate ms per decoded token",
+                         ("io_wall_ms_per_token", "estimate")),
+                        ("MiB per decoded token", ("io_mib_per_token",))):
+        base, new = (pair["pair"][path[0]] if len(path) == 1 else pair["pair"][path[0]][path[1]]
+                     for pair in pairs)
+        assert rows[label]["base"] == base and rows[label]["changes"][0]["new"] == new, label
+    positions = rows["decode ms per generated position"]
+    assert positions["base"] is None
+    assert positions["changes"][0]["new"] == pairs[1]["pair"]["per_position"]["decode_ms"]
+    assert rows["decode ms per decoded token"]["changes"][0]["p"] is not None  # sampled
 
 
 def test_a_schema_2_report_compares_without_op_tests(tmp_path):

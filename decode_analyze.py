@@ -581,6 +581,11 @@ WARMUP = Record("warmup", "compute `warmup`", (
     ("from_turn_start", "whether each turn's selected decode tokens start at its first decode "
                         "(not so with --skip, or --steps past it): else the first tokens "
                         "selected are not a warm-up")))
+TAIL_IN_POST = Record("tail in post", "compute `tail_in_post` (null unless a layer trace shows "
+                                      "it)", (
+    ("layer", "the last layer, whose MoE tail the engine wrote into `post` (layer -1)"),
+    ("segments_per_token", "its blk.N segments per token"),
+    ("others_per_token", "the other layers' (their median)")))
 COMPUTE_REPORT = Record("compute report", "`compute`; a pair's `compute`", (
     *REPORT_HEAD, *TRACE_HEAD,
     ("tokens", "distinct (turn, phase, step) selected"),
@@ -594,6 +599,7 @@ COMPUTE_REPORT = Record("compute report", "`compute`; a pair's `compute`", (
     ("by_layer_column", "per layer as the trace wrote it", ListOf(LAYER_ROW)),
     ("reattributed_ms_per_token", "wall_ns of layer -1 nodes counted in a layer / tokens"),
     ("segments", "per segment, in layer order", ListOf(SEGMENT_ROW)),
+    ("tail_in_post", "the last layer's MoE tail written into post", TAIL_IN_POST),
     ("by_category", "per node category, slowest first", ListOf(CATEGORY_ROW)),
     ("unclassified", "base names in `other`, slowest first", ListOf(UNCLASSIFIED_ROW)),
     ("token_ms", "each token's ms", TOKEN_SPREAD),
@@ -717,9 +723,16 @@ IO_REPORT = Record("io report", "`io`; a pair's `io` (its own per-read-token fig
 READ_GROUP = Record("read group", "a pair's `read_split.read`, `read_split.no_read`", (
     ("tokens", "decoded tokens that read (that read nothing)"),
     ("ms_per_token", "their mean compute ms")))
+SLOW_STRETCH = Record("slow stretch", "a pair's `read_split.slow_stretch`", (
+    ("turn", "its turn"), ("first_step", "its first step"), ("last_step", "its last step"),
+    ("tokens", "its decoded tokens, all slow (> 2x the median of those that read nothing)"),
+    ("without_reads", "how many of them read nothing"), ("ms_per_token", "their mean ms")))
 READ_SPLIT = Record("read split", "a pair's `read_split`", (
     ("read", "the tokens that read", READ_GROUP),
-    ("no_read", "the tokens that read nothing", READ_GROUP)))
+    ("no_read", "the tokens that read nothing", READ_GROUP),
+    ("io_ms_per_token", "the reading tokens' mean I/O estimate (their own reads' ms)"),
+    ("slow_stretch", "the longest run of consecutive slow tokens, when it holds at least half "
+                     "of them (else null)", SLOW_STRETCH)))
 PAIR_LAYER_ROW = Record("pair layer row", "a pair's `by_layer`", (
     ("layer", "the layer (compute: inferred)"), ("compute_ms_per_token", "its compute ms"),
     ("majflt_per_token", "its major faults"), ("reads_per_token", "its reads per decoded token"),
@@ -1314,6 +1327,23 @@ def group_rows(record, name_key, ordered, per):
     return rows
 
 
+def tail_in_post(segments, tokens):
+    """The engine's layer-trace shape: the routing node closes a MoE layer's first segment,
+    but the last layer's MoE tail lands in `post`, so its `blk.N` has fewer segments per token
+    than the other layers'. None when the segments do not show it."""
+    blocks = {int(name[4:]): sums.nodes for name, sums in segments
+              if name.startswith("blk.") and name[4:].isdigit()}
+    if len(blocks) < 2 or "post" not in {name for name, _ in segments}:
+        return None
+    last = max(blocks)
+    others = sorted(nodes for layer, nodes in blocks.items() if layer != last)
+    typical = others[len(others) // 2]
+    if blocks[last] >= typical:
+        return None
+    return TAIL_IN_POST(layer=last, segments_per_token=blocks[last] / tokens,
+                        others_per_token=typical / tokens)
+
+
 def compute_report(trace, fold, selection):
     """The whole compute report as a plain dict (the JSON output; text is rendered from it),
     without its verdicts."""
@@ -1344,6 +1374,7 @@ def compute_report(trace, fold, selection):
                                    per),
         reattributed_ms_per_token=per.ms(reattributed),
         segments=[] if granularity == "node" else group_rows(SEGMENT_ROW, "name", segments, per),
+        tail_in_post=tail_in_post(segments, len(tokens)) if granularity == "layer" else None,
         by_category=[] if granularity == "layer" else
         group_rows(CATEGORY_ROW, "category", by_slowest(tables["category"]), per),
         unclassified=[UNCLASSIFIED_ROW(name=name, ms_per_token=per.ms(wall_ns))
@@ -2254,7 +2285,7 @@ def pair_report(compute, io):
         demand_vs_spec=[rescaled(row, per_decoded, PER_READ_TOKEN["demand_vs_spec"])
                         for row in io["demand_vs_spec"]],
         adjacency=rescaled(io["adjacency"], per_decoded, PER_READ_TOKEN["adjacency"]),
-        read_split=read_split(compute["per_token"], readers),
+        read_split=read_split(compute["per_token"], io["per_token"]),
         by_layer=pair_layers(compute, io, per_decoded),
         warnings=pair_warnings(compute, io, tokens, readers))
     return PAIR_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="report", compute=compute,
@@ -2325,14 +2356,45 @@ def rescaled(row, factor, fields):
             for key, value in row.items()}
 
 
-def read_split(per_token, readers):
-    """Compute ms per token of the tokens that read and of those that read nothing."""
+def read_split(per_token, io_tokens):
+    """Compute ms per token of the tokens that read and of those that read nothing, the
+    reading tokens' own I/O estimate, and the longest stretch of slow tokens."""
+    io_ms = {row_token(token): token["io_ms"] for token in io_tokens}
     groups = {True: [], False: []}
     for token in per_token:
-        groups[row_token(token) in readers].append(token["ms"])
+        groups[row_token(token) in io_ms].append(token["ms"])
     read, no_read = (READ_GROUP(tokens=len(ms), ms_per_token=ratio(sum(ms), len(ms)))
                      for ms in (groups[True], groups[False]))
-    return READ_SPLIT(read=read, no_read=no_read)
+    reading_io = [io_ms[row_token(token)] for token in per_token if row_token(token) in io_ms]
+    idle = sorted(groups[False])
+    return READ_SPLIT(read=read, no_read=no_read,
+                      io_ms_per_token=ratio(sum(reading_io), len(reading_io)),
+                      slow_stretch=slow_stretch(per_token, io_ms, idle[len(idle) // 2])
+                      if idle else None)
+
+
+def slow_stretch(per_token, io_ms, idle_median):
+    """The longest run of consecutive decoded tokens of one turn slower than READ_SPLIT_RATIO x
+    the median token that read nothing, when it holds at least half of the slow tokens."""
+    slow = [READ_SPLIT_RATIO * idle_median < token["ms"] for token in per_token]
+    best, start = None, None
+    for index, token in enumerate(per_token + [None]):
+        ends = token is None or not slow[index] or \
+            (start is not None and token["turn"] != per_token[start]["turn"])
+        if ends and start is not None:
+            if best is None or index - start > best.end - best.start:
+                best = Span(start, index)
+            start = None
+        if token is not None and slow[index] and start is None:
+            start = index
+    if best is None or best.end - best.start < 2 or 2 * (best.end - best.start) < sum(slow):
+        return None
+    stretch = per_token[best.start:best.end]
+    first, *_, last = stretch
+    return SLOW_STRETCH(turn=first["turn"], first_step=first["step"], last_step=last["step"],
+                        tokens=len(stretch),
+                        without_reads=sum(row_token(t) not in io_ms for t in stretch),
+                        ms_per_token=sum(t["ms"] for t in stretch) / len(stretch))
 
 
 def pair_layers(compute, io, per_decoded):
@@ -2667,6 +2729,8 @@ ROUTER_EXPLAINED = 0.5  # a pair: the share of the router's time the reads can a
 OUTLIER_FACTOR = 10  # a token this many times the median token ...
 OUTLIER_SHARE = 0.10  # ... is an outlier; flagged when the outliers hold this share of the time
 READ_SPLIT_RATIO = 2.0  # compute ms of tokens that read over that of tokens that did not
+READS_EXPLAIN = 0.5  # ... and the reads' own time must cover this share of the difference
+MATERIAL = 0.05  # a pair: an I/O verdict is flagged when it could save this share of the decode
 WARMUP_RATIO = 1.5  # first WARMUP_TOKENS decode tokens' mean over the rest's
 LATENCY_BOUND_KIB = 256  # median read below this ...
 LATENCY_BOUND_RATE = 0.25  # ... and its bucket below this fraction of the best bucket's MiB/s
@@ -2754,8 +2818,9 @@ def io_verdicts(report):
         flagged = spread is None or spread > LANE_IMBALANCE
         verdicts.append(verdict("lanes_unbalanced", flagged,
             f"{'UNBALANCED lanes' if flagged else 'lanes balanced'}: the busiest lane is busy "
-            f"{'infinitely many' if spread is None else format(spread, '.2f')}x as long as "
-            f"the least busy ({compare(flagged)} {LANE_IMBALANCE}x)"))
+            + ("while the least busy never read" if spread is None else
+               f"{spread:.2f}x as long as the least busy") +
+            f" ({compare(flagged)} {LANE_IMBALANCE}x)"))
     factor = report["adjacency"]["coalesce_factor"]
     if factor is not None:
         flagged = factor > COALESCE_WORTH
@@ -2798,10 +2863,49 @@ def latency_verdict(report):
         f"{LATENCY_BOUND_RATE:.0%})")
 
 
-def pair_verdicts(compute, pair):
-    """What only the pair can decide: whether routing waits for reads, and whether the
-    tokens that read are the slow ones."""
-    return [v for v in (router_pair_verdict(compute, pair), read_split_verdict(pair)) if v]
+def pair_verdicts(compute, io, pair):
+    """What only the pair can decide: whether routing waits for reads, whether the tokens
+    that read are the slow ones, and whether the io verdicts are at stake in the decode."""
+    overlapped = io["meta"].get("overlap", compute["meta"].get("overlap")) == "1"
+    judged = [router_pair_verdict(compute, pair), read_split_verdict(pair, overlapped)]
+    return [v for v in judged if v] + weighed_io_verdicts(io, pair)
+
+
+# What an io verdict's remedy could save at most, in ms per decoded token, from the pair's I/O
+# estimate (ms) and the io report: even lanes bring each layer down to its mean lane (the lower
+# bound); merged requests save at most the requests' share if time went per request; a cache
+# at most its hit share of the reads.
+AT_STAKE = {
+    "lanes_unbalanced": ("lanes unbalanced", "evening the lanes",
+                         lambda io, wall: wall["estimate"] - wall["min"]),
+    "coalescing": ("coalescing", "coalescing", lambda io, wall: wall["estimate"] * (
+        1 - 1 / (io["adjacency"]["coalesce_factor"] or 1))),
+    "cache": ("cache", "that cache", lambda io, wall: wall["estimate"] * next(
+        point["hit_share"] or 0 for point in io["reuse"]["lru"] if point["fraction"] == 0.5)),
+}
+
+
+def weighed_io_verdicts(io, pair):
+    """The flagged io verdicts, weighed against the decode wall: flagged only when what they
+    could save is at least MATERIAL of it; the pair's say replaces io's (all_verdicts)."""
+    decode, wall = pair["decode_ms_per_token"], pair["io_wall_ms_per_token"]
+    weighed = []
+    for judged in io["verdicts"]:
+        if judged["id"] not in AT_STAKE or not judged["flagged"]:
+            continue
+        name, remedy, saving = AT_STAKE[judged["id"]]
+        at_most = max(0.0, saving(io, wall))
+        share = ratio(at_most, decode)
+        stake = (f"{remedy} could save at most {at_most:.2f} ms of the {decode:.2f} ms decode "
+                 f"per token ({num(share, '.1%')}")
+        if share is None or share >= MATERIAL:
+            weighed.append(verdict(judged["id"], True, f"{judged['text']}; {stake}, >= "
+                                                       f"{MATERIAL:.0%})"))
+        else:
+            _, _, why = judged["text"].partition(": ")
+            weighed.append(verdict(judged["id"], False, f"{name} not at stake: {why}; but "
+                                                        f"{stake}, < {MATERIAL:.0%} of it)"))
+    return weighed
 
 
 def router_pair_verdict(compute, pair):
@@ -2832,17 +2936,45 @@ def router_pair_verdict(compute, pair):
         f"time, < {ROUTER_EXPLAINED:.0%}){overlap}")
 
 
-def read_split_verdict(pair):
-    read, idle = pair["read_split"]["read"], pair["read_split"]["no_read"]
+def read_split_verdict(pair, overlapped):
+    """Whether the tokens that read are slow because they read: their difference from the
+    tokens that read nothing is held against their own reads' time (the I/O estimate)."""
+    split = pair["read_split"]
+    read, idle = split["read"], split["no_read"]
     if not read["tokens"] or not idle["tokens"] or not idle["ms_per_token"]:
         return None
     factor = read["ms_per_token"] / idle["ms_per_token"]
-    flagged = factor > READ_SPLIT_RATIO
-    return verdict("read_split", flagged,
-        f"{'READS SPLIT THE TOKENS' if flagged else 'reads do not split the tokens'}: the "
-        f"{read['tokens']} tokens that read take {read['ms_per_token']:.2f} ms of compute each, "
-        f"the {idle['tokens']} that read nothing {idle['ms_per_token']:.2f} ms "
-        f"({factor:.2f}x; {compare(flagged)} {READ_SPLIT_RATIO}x)")
+    groups = (f"the {read['tokens']} tokens that read take {read['ms_per_token']:.2f} ms each, "
+              f"the {idle['tokens']} that read nothing {idle['ms_per_token']:.2f} ms "
+              f"({factor:.2f}x")
+    if factor <= READ_SPLIT_RATIO:
+        return verdict("read_split", False, f"reads do not split the tokens: {groups}; <= "
+                                            f"{READ_SPLIT_RATIO}x)")
+    difference = read["ms_per_token"] - idle["ms_per_token"]
+    own = split["io_ms_per_token"] or 0.0
+    reads = (f"{groups}), a difference of {difference:.2f} ms against their reads' own "
+             f"{own:.2f} ms (I/O estimate, {own / difference:.0%} of it")
+    if own >= READS_EXPLAIN * difference:
+        if overlapped:
+            return verdict("read_split", None,
+                f"read split undetermined: {reads}); overlap=1: the reads ran beside compute, "
+                f"so how much of them the tokens waited for is not in a v1 trace (a v2 "
+                f"trace's timeline measures it)")
+        return verdict("read_split", True, f"READS SPLIT THE TOKENS: {reads}, >= "
+                                           f"{READS_EXPLAIN:.0%})")
+    return verdict("read_split", False,
+        f"the reads do not explain the split: {reads}, < {READS_EXPLAIN:.0%})"
+        f"{stretch_text(split['slow_stretch'])}")
+
+
+def stretch_text(stretch):
+    """What else differs: the slow tokens as one stretch, with tokens that read nothing."""
+    if stretch is None:
+        return ""
+    return (f"; the slow tokens are one stretch, turn {stretch['turn']} steps "
+            f"{stretch['first_step']}-{stretch['last_step']} ({stretch['tokens']} tokens, "
+            f"{stretch['ms_per_token']:.2f} ms each), {stretch['without_reads']} of which read "
+            f"nothing: something else slowed that stretch")
 
 
 # ── diff: runs compared ──────────────────────────────────────────────────────────────────────
@@ -2953,7 +3085,13 @@ class DiffView:
         meta = {str(k): str(v) for k, v in report["meta"].items()}
         return {"tokens": tokens, "samples": samples, "op_samples": op_samples,
                 "headline": headline, "tables": tables, "meta": meta,
-                "selection": report.get("selection"), "granularity": report.get("granularity")}
+                "selection": report.get("selection"), "granularity": report.get("granularity"),
+                "tail_in_post": checked_tail(report.get("tail_in_post"))}
+
+
+def checked_tail(tail):
+    """A report's tail_in_post, if it is one (a saved report may say anything)."""
+    return tail if isinstance(tail, dict) and type(tail.get("layer")) is int else None
 
 
 def pair_half(report):
@@ -3121,6 +3259,11 @@ def selection_warnings(part, views):
         if half["granularity"] != base["granularity"]:
             warnings.append(f"{view.path}: a per-{half['granularity']} trace against a "
                             f"per-{base['granularity']} base: the by-op tables do not compare")
+            tail = half["tail_in_post"] or base["tail_in_post"]
+            if tail:
+                warnings.append(f"{view.path}: the layer trace puts layer {tail['layer']}'s "
+                                f"MoE tail into post (layer -1): compare layers "
+                                f"{tail['layer']} and -1 together")
     return warnings
 
 
@@ -3466,8 +3609,9 @@ def all_verdicts(report):
     if report["kind"] != "report":
         return report["verdicts"]
     compute, io, pair = report["compute"], report["io"], report["pair"]
+    own = {v["id"] for v in pair["verdicts"]}  # what the pair judged again
     return ([v for v in compute["verdicts"] if v["id"] != "router_wait"]
-            + io["verdicts"] + pair["verdicts"])
+            + [v for v in io["verdicts"] if v["id"] not in own] + pair["verdicts"])
 
 
 # ── layouts: the sections every command shares ──────────────────────────────────────────────
@@ -3534,7 +3678,20 @@ def segment_blocks(report, view):
     if compute["granularity"] != "layer":
         return []
     rows = compute["segments"]
-    return [Block("by segment", [Grid(segment_table(rows), rows, indent="")])]
+    return [Block("by segment", [Grid(segment_table(rows), rows, indent=""),
+                                 *tail_note(compute)])]
+
+
+def tail_note(compute):
+    """What the engine's layer-trace shape means for layer -1 and the last layer."""
+    tail = compute["tail_in_post"]
+    if tail is None:
+        return []
+    return [Prose([f"  post (layer -1) holds layer {tail['layer']}'s MoE tail: blk."
+                   f"{tail['layer']} has {tail['segments_per_token']:.0f} segment(s) per token "
+                   f"where the other layers have {tail['others_per_token']:.0f} (the engine "
+                   f"writes the last layer's routing and experts into post): read "
+                   f"{tail['layer']} and -1 together"])]
 
 
 def op_blocks(report, view):
@@ -3813,7 +3970,8 @@ def per_decoded_blocks(report, view):
 
 def pair_layer_blocks(report, view):
     return [Block("by layer (compute by inferred layer)",
-                  [Grid(PAIR_LAYER_TABLE, report["pair"]["by_layer"], compact=True)])]
+                  [Grid(PAIR_LAYER_TABLE, report["pair"]["by_layer"], compact=True),
+                   *tail_note(report["compute"])])]
 
 
 def divider(title):
@@ -4834,7 +4992,7 @@ def analyze_pair(compute_path, io_path, reading, cache_sizes=()):
             child.cancel()
     compute, io = _reports(outcomes, reading.warn)
     report = pair_report(compute, io)
-    report["pair"]["verdicts"] = pair_verdicts(compute, report["pair"])
+    report["pair"]["verdicts"] = pair_verdicts(compute, io, report["pair"])
     for message in report["pair"]["warnings"]:
         reading.warn(message)
     return report

@@ -352,3 +352,22 @@ def test_prefill_is_per_batch_and_per_prompt_token():
     out = run("compute", REAL_TRACES["qwen3moe-l4-ct-node.csv"], "--phase", "prefill").out
     assert "batches=1 (phase prefill)" in out
     assert f"1 batch(es) of 64 prompt tokens: {r['ms_per_token']:.2f} ms per batch" in out
+
+
+# ── the engine's layer-trace shape ──
+@pytest.mark.parametrize("name", ["qwen3moe-l4-ct-layers.csv", "gemma4-l4-ct-layers.csv"])
+def test_the_last_layers_tail_in_post_is_detected_on_real_layer_traces(name):
+    """tests/data/README.md: a MoE layer has two blk.N rows per token, the last layer's MoE
+    tail lands in post."""
+    r = report("compute", REAL_TRACES[name])
+    assert r["tail_in_post"] == {"layer": 3, "segments_per_token": 1.0, "others_per_token": 2.0}
+    out = run("compute", REAL_TRACES[name]).out
+    assert "post (layer -1) holds layer 3's MoE tail: blk.3 has 1 segment(s) per token" in \
+        " ".join(out.split())
+
+
+def test_no_tail_in_post_when_the_last_layer_has_its_segments(write):
+    rows = [f"0,1,{step},{seq},-1,LAYER,{name},1000000,0" for step in (1, 2)
+            for seq, name in enumerate(["pre", "blk.0", "blk.0", "blk.1", "blk.1", "post"])]
+    assert report("compute", write(ct_text(rows)))["tail_in_post"] is None
+    assert report("compute", REAL_TRACES["qwen3moe-l4-ct-node.csv"])["tail_in_post"] is None

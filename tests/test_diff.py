@@ -446,3 +446,10 @@ def test_many_new_runs_wrap_into_tables_that_fit_100_columns():
         assert sum(f"new #{i}" in line for line in text) == 1
     tables = sum(line.startswith("  figure") for line in text)
     assert 2 <= tables <= 7 and len(text) == tables * (headline_rows + 1)  # header + every row
+
+
+def test_node_against_layer_names_the_last_layers_tail_in_post():
+    result = run("diff", CT_NODE, REAL_TRACES["qwen3moe-l4-ct-layers.csv"], "--format", "json")
+    assert result.code == 0
+    assert any("puts layer 3's MoE tail into post (layer -1): compare layers 3 and -1 together"
+               in warning for warning in result.json["warnings"])

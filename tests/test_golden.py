@@ -27,6 +27,8 @@ COMMANDS = {
     "report-faults": ["report", DATA + "synthetic/faults-ct.csv", DATA + "synthetic/faults-io.csv"],
     "report-speculative": ["report", DATA + "synthetic/speculative-ct.csv",
                            DATA + "synthetic/speculative-io.csv"],
+    "report-stretch": ["report", DATA + "synthetic/stretch-ct.csv",
+                       DATA + "synthetic/stretch-io.csv"],
     "io-session": ["io", SESSION[1], "--adjacent", "--cache"],
     "io-qwen-prefetch": ["io", DATA + "qwen3moe-l4-io-prefetch.csv", "--adjacent", "--cache",
                          "--layers"],

@@ -1,6 +1,7 @@
 """Verdicts: each decided both ways (and undetermined) on traces built for it."""
 import pytest
 
+import decode_analyze
 from helpers import ENGINE, REAL_TRACES, ct_text, io_text, report
 
 
@@ -130,11 +131,93 @@ def test_router_not_waiting_much_when_the_reads_are_small(write):
 def test_read_split(half_read):
     p = report("report", *half_read)["pair"]
     assert p["read_split"] == {"read": {"tokens": 2, "ms_per_token": 10.0},
-                               "no_read": {"tokens": 2, "ms_per_token": 5.0}}
+                               "no_read": {"tokens": 2, "ms_per_token": 5.0},
+                               "io_ms_per_token": 8.0, "slow_stretch": None}
     (split,) = [v for v in p["verdicts"] if v["id"] == "read_split"]
     assert split["flagged"] is False and split["text"] == (
-        "reads do not split the tokens: the 2 tokens that read take 10.00 ms of compute each, the "
-        "2 that read nothing 5.00 ms (2.00x; <= 2.0x)")
+        "reads do not split the tokens: the 2 tokens that read take 10.00 ms each, the 2 that "
+        "read nothing 5.00 ms (2.00x; <= 2.0x)")
+
+
+def split_pair(write, token_ms, reading, read_ms, overlap="0"):
+    """A pair: decoded tokens of these ms (steps 1..n, one node each); the steps in `reading`
+    read one 1 MiB expert of read_ms."""
+    ct = ct_text(node_rows([(step, ms, 0) for step, ms in enumerate(token_ms, start=1)]))
+    io = io_text([f"0,1,{step},0,1,0,0,0,0,1048576,1048576,{int(read_ms * 1e6)}"
+                  for step in reading],
+                 f"# io_trace v1\n# model=m.gguf io_threads=2 o_direct=1 overlap={overlap}\n")
+    p = report("report", write(ct, "ct.csv"), write(io, "io.csv"))["pair"]
+    (split,) = [v for v in p["verdicts"] if v["id"] == "read_split"]
+    return p, split
+
+
+def test_reads_split_the_tokens_when_their_own_reads_explain_it(write):
+    # reading tokens 12 ms, the others 2 ms: a 10 ms difference, reads of 8 ms each (80%)
+    _, split = split_pair(write, [12, 2, 12, 2, 12, 2], [1, 3, 5], 8)
+    assert split["flagged"] is True
+    assert split["text"] == (
+        "READS SPLIT THE TOKENS: the 3 tokens that read take 12.00 ms each, the 3 that read "
+        "nothing 2.00 ms (6.00x), a difference of 10.00 ms against their reads' own 8.00 ms "
+        "(I/O estimate, 80% of it, >= 50%)")
+
+
+def test_a_slow_stretch_is_not_reads_splitting_the_tokens(write):
+    """The real gemma4 shape: slow tokens are one stretch that holds tokens that read nothing,
+    and the reading tokens' own reads are a small part of the difference."""
+    token_ms = [2, 2, 2, 2, 60, 60, 60, 60, 60, 60, 2, 2]
+    p, split = split_pair(write, token_ms, [5, 6, 7, 9, 10], 3)
+    assert p["read_split"]["slow_stretch"] == {
+        "turn": 0, "first_step": 5, "last_step": 10, "tokens": 6, "without_reads": 1,
+        "ms_per_token": 60.0}
+    assert split["flagged"] is False
+    assert split["text"] == (
+        "the reads do not explain the split: the 5 tokens that read take 60.00 ms each, the 7 "
+        "that read nothing 10.29 ms (5.83x), a difference of 49.71 ms against their reads' own "
+        "3.00 ms (I/O estimate, 6% of it, < 50%); the slow tokens are one stretch, turn 0 steps "
+        "5-10 (6 tokens, 60.00 ms each), 1 of which read nothing: something else slowed that "
+        "stretch")
+
+
+def test_read_split_is_undetermined_when_the_reads_ran_beside_compute(write):
+    _, split = split_pair(write, [12, 2, 12, 2], [1, 3], 8, overlap="1")
+    assert split["flagged"] is None
+    assert split["text"].startswith("read split undetermined: the 2 tokens that read take 12.00")
+    assert "overlap=1: the reads ran beside compute" in split["text"]
+
+
+# ── what an io verdict could save, in a pair ──
+def stakes_pair(write, decode_ms):
+    """Two lanes, one read 8x the other's on each of 2 tokens (UNBALANCED lanes in io): the
+    estimate 8 ms, its lower bound (lane-busy / 2) 4.5 ms, so even lanes save at most 3.5 ms."""
+    ct = ct_text(node_rows([(1, decode_ms, 0), (2, decode_ms, 0)]))
+    io = io_text([f"0,1,{step},0,{expert},0,{lane},0,{expert << 20},1048576,1048576,{ns}"
+                  for step in (1, 2) for expert, lane, ns in ((1, 0, 1_000_000),
+                                                              (2, 1, 8_000_000))])
+    paths = write(ct, "ct.csv"), write(io, "io.csv")
+    alone = {v["id"]: v for v in report("io", paths[1])["verdicts"]}
+    assert alone["lanes_unbalanced"]["flagged"] is True
+    pair = report("report", *paths)
+    (lanes,) = [v for v in pair["pair"]["verdicts"] if v["id"] == "lanes_unbalanced"]
+    shown = [v for v in decode_analyze.all_verdicts(pair)
+             if v["id"] == "lanes_unbalanced"]
+    assert shown == [lanes]  # the pair's say replaces io's
+    return lanes
+
+
+def test_an_io_verdict_at_stake_in_the_decode_stays_flagged(write):
+    lanes = stakes_pair(write, 20)  # 3.5 of 20 ms: 17.5%
+    assert lanes["flagged"] is True
+    assert lanes["text"].endswith("; evening the lanes could save at most 3.50 ms of the 20.00 "
+                                  "ms decode per token (17.5%, >= 5%)")
+
+
+def test_an_io_verdict_not_at_stake_is_not_flagged(write):
+    lanes = stakes_pair(write, 200)  # 3.5 of 200 ms: 1.75%
+    assert lanes["flagged"] is False
+    assert lanes["text"] == (
+        "lanes unbalanced not at stake: the busiest lane is busy 8.00x as long as the least busy "
+        "(> 1.5x); but evening the lanes could save at most 3.50 ms of the 200.00 ms decode per "
+        "token (1.8%, < 5% of it)")
 
 
 def test_outliers_are_named_with_their_share(write):

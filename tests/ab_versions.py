@@ -8,6 +8,9 @@ that a noisy machine slows both alike: single-process folds, CPU time, min and m
   python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench  # new/old per case
   python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench --processes  # whole processes
 
+The last case runs a different command line on each side: the new checkout's `io --what-if`
+against the old one's `io --adjacent --cache` (what the what-if may cost: at most 1.3x).
+
 Not a test: pytest does not collect it.
 """
 import argparse
@@ -38,22 +41,22 @@ def load(tag, root):
     return tool
 
 
-def in_process(tools, argv):
-    """{tag: CPU seconds} of one single-process fold of argv by each checkout."""
+def in_process(tools, argvs):
+    """{tag: CPU seconds} of one single-process fold of its argv by each checkout."""
     spent = {}
     for tag, tool in tools.items():
         start = time.process_time()
-        tool.main(argv, out=io.StringIO(), err=io.StringIO())
+        tool.main(argvs[tag], out=io.StringIO(), err=io.StringIO())
         spent[tag] = time.process_time() - start
     return spent
 
 
-def as_processes(roots, argv):
+def as_processes(roots, argvs):
     """{tag: CPU seconds of the process tree} of each checkout run as `python3
     decode_analyze.py` with its default --jobs: start-up (compiling the script) included."""
     spent = {}
     for tag, root in roots.items():
-        child = subprocess.Popen([sys.executable, str(root / "decode_analyze.py"), *argv],
+        child = subprocess.Popen([sys.executable, str(root / "decode_analyze.py"), *argvs[tag]],
                                  stdout=subprocess.DEVNULL)
         _, _, usage = os.wait4(child.pid, 0)
         spent[tag] = usage.ru_utime + usage.ru_stime
@@ -70,24 +73,30 @@ def main():
     parser.add_argument("--processes", action="store_true",
                         help="time whole processes (start-up and --jobs included), not folds")
     args = parser.parse_args()
-    cases = [["compute", "ct420.csv"], ["io", "io500k.csv"], ["io", "io500k.csv", "--adjacent"]]
+    cases = [["compute", "ct420.csv"], ["io", "io500k.csv"], ["io", "io500k.csv", "--adjacent"],
+             ["io", "io500k.csv", "--adjacent", "--cache"]]
+    what_if = ["io", "io500k.csv", "--what-if"]  # new's, against old's --adjacent --cache
     if args.processes:
         cases[0].append("--layers")
-        cases += [["io", "io500k.csv", "--adjacent", "--cache"], ["--version", ""]]
+        cases += [["--version", ""]]
         roots = {"old": args.old, "new": args.new}
         timed = lambda argv: as_processes(roots, argv)  # noqa: E731
     else:
         tools = {"old": load("old", args.old), "new": load("new", args.new)}
         timed = lambda argv: in_process(tools, argv)  # noqa: E731
-    cases = [case for case in cases if not args.only or args.only in " ".join(case)]
-    for command, name, *options in cases:
-        argv = [command, str(args.dir / name), *options] if name else [command]
+    runs = [(case, case) for case in cases] + [(cases[3], what_if)]
+    runs = [run for run in runs if not args.only or args.only in " ".join(run[1])]
+    for old_case, new_case in runs:
+        argvs = {tag: [command, str(args.dir / name), *options] if name else [command]
+                 for tag, (command, name, *options) in (("old", old_case), ("new", new_case))}
         times = {"old": [], "new": []}
         for _ in range(args.rounds):
-            for tag, seconds in timed(argv).items():
+            for tag, seconds in timed(argvs).items():
                 times[tag].append(seconds)
         old, new = times["old"], times["new"]
-        print(f"{' '.join([command, name, *options]):40s} new/old: min "
+        label = " ".join(new_case[2:]) + (f" vs old {' '.join(old_case[2:])}"
+                                          if old_case != new_case else "")
+        print(f"{new_case[0]} {new_case[1]} {label:40s} new/old: min "
               f"{min(new) / min(old):.3f}, median "
               f"{statistics.median(new) / statistics.median(old):.3f} "
               f"(old min {min(old):.2f} s)", flush=True)

@@ -243,3 +243,21 @@ def test_a_pairs_what_if_is_per_decoded_token(write):
         for bound, part in mine["ms_per_token_saved"].items():
             other = theirs["ms_per_token_saved"][bound]
             assert part == (None if other is None else pytest.approx(other / 2))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 70000)), max_size=12))
+def test_coalesced_runs_are_the_merged_extents(extents):
+    """Runs, bytes and O_DIRECT-window bytes against a plain merge of the sorted extents."""
+    merged = []
+    for start, length in sorted(extents):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], start + length)
+        else:
+            merged.append([start, start + length])
+    window = decode_analyze.O_DIRECT_ALIGNMENT
+    expected = (len(merged), sum(end - start for start, end in merged),
+                sum(-(-end // window) * window - start // window * window
+                    for start, end in merged))
+    offsets, lengths = [s for s, _ in extents], [n for _, n in extents]
+    assert tuple(decode_analyze.coalesced(offsets, lengths)) == expected

@@ -3914,7 +3914,7 @@ def what_if_blocks(report, view):
                    if name != "experts"]
         experts = setting["figures"].get("experts")
         if experts:
-            figures.insert(0, f"{experts['point']} experts")
+            figures.insert(0, f"{experts['point']} expert{'s' if experts['point'] != 1 else ''}")
         lines.append(f"  {setting['setting'] + '=' + str(setting['value']):<13} "
                      f"{saving_text(setting['ms_per_token_saved'])}"
                      + (": " + ", ".join(figures) if figures else ""))

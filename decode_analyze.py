@@ -32,6 +32,7 @@ the sections above it:
   command line  build_parser, analyze_* (read, sum up, judge), main
 """
 import argparse
+import csv
 import json
 import math
 import os
@@ -46,6 +47,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict, namedtuple
 from functools import lru_cache, partial
+from io import StringIO
 from math import erfc, sqrt
 from itertools import accumulate, chain, compress, filterfalse, islice, repeat
 from operator import add, gt, itemgetter, mod, neg, not_, sub
@@ -4351,6 +4353,95 @@ def cut_details(part, excess):
     return head + "<details>" + "\n".join(kept).rstrip("\n") + "\n" + note + "\n</details>" + tail
 
 
+# ── rendering: tidy CSV ──────────────────────────────────────────────────────────────────────
+# --format csv: the JSON report in long form, one line per value: (section, row, column, value,
+# unit). A section is the path of objects down to a table or a value (`by_op`,
+# `io_wall_ms_per_token`, `pair.by_lane`); a row is a table row's name when its naming field is
+# unique in the table (`MUL_MAT`, `3`), else its index; every value of the report is one line,
+# so a folder of runs loads into one table (DuckDB: read_csv_auto('runs/*.csv')).
+CSV_HEADER = ("section", "row", "column", "value", "unit")
+ROW_NAMES = ("op", "name", "category", "layer", "lane", "kind", "label", "figure", "key")
+# A value's unit, by the first word of its column's name (or, for a bare `min`, its section's)
+# that names one: `ms_per_token` ms, `hit_share` fraction.
+UNIT_WORDS = {"ms": "ms", "us": "us", "ns": "ns", "mib": "MiB", "bytes": "bytes", "pct": "%",
+              "share": "fraction", "majflt": "faults", "kib": "KiB"}
+SPREADSHEET_FORMULA = ("=", "+", "-", "@", "\t", "\r")  # a text cell a spreadsheet would run
+
+
+def unit_of(column, section):
+    for name in (column, section.rpartition(".")[2]):
+        if "mib_per_s" in name:
+            return "MiB/s"
+        for word in name.split("_"):
+            if word in UNIT_WORDS:
+                return UNIT_WORDS[word]
+    return ""
+
+
+def csv_cell(value):
+    """A value as CSV text: null empty, booleans as JSON writes them, a text that a spreadsheet
+    would take for a formula behind a ' (trace strings are untrusted)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return "'" + value if value.startswith(SPREADSHEET_FORMULA) else value
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def row_names(rows):
+    """Each row's name: its naming field's value when that is unique in the table and holds
+    no / (which joins the rows of nested tables), else its index."""
+    for field in ROW_NAMES:
+        if rows and all(isinstance(row, dict) and field in row for row in rows):
+            names = [csv_cell(row[field]) for row in rows]
+            if len(set(names)) == len(names) and not any("/" in name for name in names):
+                return names
+    return [str(index) for index in range(len(rows))]
+
+
+def samples_by_key(value):
+    """Whether a value is a map of per-token samples ({op: [µs, ...]}, non-empty)."""
+    return isinstance(value, dict) and bool(value) and all(
+        isinstance(samples, list) and not any(isinstance(v, (dict, list)) for v in samples)
+        for samples in value.values())
+
+
+def tidy_lines(value, section, rows=(), columns=()):
+    """(section, row, column, value, unit) of every value under `value`. The objects above
+    every table name the section; in a table, each table crossed adds its row's name to the
+    row (joined by /) and each object its key to the column (joined by .), so that a line is
+    found again by walking the report: at a table take a row, at an object a column."""
+    if isinstance(value, list):
+        for name, item in zip(row_names(value), value):
+            yield from tidy_lines(item, section, rows + (name,), columns)
+    elif not rows and samples_by_key(value):  # {op: each token's µs}: rows tokens, columns ops
+        for key, samples in value.items():
+            for index, sample in enumerate(samples):
+                yield section, str(index), str(key), csv_cell(sample), unit_of("", section)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if rows:
+                yield from tidy_lines(item, section, rows, columns + (str(key),))
+            elif isinstance(item, (dict, list)):
+                yield from tidy_lines(item, f"{section}.{key}" if section else str(key))
+            else:
+                yield (section or "report", "", str(key), csv_cell(item),
+                       unit_of(str(key), section))
+    else:
+        yield (section, "/".join(rows), ".".join(columns), csv_cell(value),
+               unit_of("".join(columns[-1:]), section))
+
+
+def csv_of(report):
+    out = StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")  # RFC 4180
+    writer.writerow(CSV_HEADER)
+    writer.writerows(tidy_lines(report, ""))
+    return out.getvalue()
+
+
 # ── Perfetto: a Chrome Trace Event Format file ───────────────────────────────────────────────
 # Opens in ui.perfetto.dev and chrome://tracing. Timestamps are µs. A v1 trace has no clock:
 # its nodes are laid end to end in file (seq) order with their wall_ns, which is real because
@@ -5207,9 +5298,10 @@ def option(*flags, **settings):
 
 
 COMMON_OPTIONS = (
-    option("--format", choices=("text", "json", "markdown"), default="text",
-           help="text tables (default), the report as one JSON object, or GitHub-flavoured "
-                "Markdown for an issue or a pull request"),
+    option("--format", choices=("text", "json", "markdown", "csv"), default="text",
+           help="text tables (default), the report as one JSON object, GitHub-flavoured "
+                "Markdown for an issue or a pull request, or tidy CSV (section,row,column,value,"
+                "unit: one line per value of the JSON)"),
     option("--output", "-o", metavar="FILE",
            help="write the report to FILE instead of stdout: a regular file atomically (a "
                 "temporary file beside it, then renamed), a FIFO or device as it is; never over "
@@ -5472,6 +5564,10 @@ def reading_from(args, warn):
     return Reading(selection, args.skip_bad_rows, warn, args.jobs, per_lane=args.svg is not None)
 
 
+FORMATS = {"text": text_of, "markdown": markdown_of, "json": lambda report, view: json_text(report),
+           "csv": lambda report, view: csv_of(report)}
+
+
 def run(args, out, warn):
     """Build the command's report and write it in the chosen format."""
     command = COMMANDS[args.command]
@@ -5485,8 +5581,7 @@ def run(args, out, warn):
     report.setdefault("warnings", list(warn.said))
     write_pictures(args, report, paths, reading)
     view = View(args.top, args.layers, args.ascii)
-    text = json_text(report) if args.format == "json" else \
-        markdown_of(report, view) if args.format == "markdown" else text_of(report, view)
+    text = FORMATS[args.format](report, view)
     if args.output is not None:
         write_output(args.output, text)
         return
@@ -5495,6 +5590,8 @@ def run(args, out, warn):
     except UnicodeEncodeError:  # a cp1252 console, a non-UTF-8 locale: plain ASCII instead
         if args.format == "json":
             text = json_text(report, ascii_only=True)
+        elif args.format == "csv":
+            text = text.encode("ascii", "backslashreplace").decode("ascii")
         elif args.format == "markdown":
             text = text.encode("ascii", "xmlcharrefreplace").decode("ascii")
         else:

@@ -43,7 +43,7 @@ INJECTED = [b"\x00", b"\r", b'"', b",", b"\n", b"\xff\xfe", b"\xe2\x80\xae", b"\
 OPTIONS = [(), ("--skip-bad-rows",), ("--format", "json"), ("--skip-bad-rows", "--format", "json"),
            ("--phase", "all", "--format", "json"), ("--turn", "1", "--skip", "2"),
            ("--format", "markdown"), ("--skip-bad-rows", "--format", "markdown", "--jobs", "1"),
-           ("--phase", "prefill", "--ascii")]
+           ("--phase", "prefill", "--ascii"), ("--format", "csv", "--skip-bad-rows")]
 
 
 class Hang(Exception):

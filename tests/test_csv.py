@@ -1,0 +1,113 @@
+"""--format csv: read back with the csv module, every line is one value of the JSON report of the
+same run, found again by its section, row and column, and every value of the JSON has its line."""
+import csv
+import io
+
+import pytest
+
+from helpers import REAL_TRACES, ROOT, ct_text, report, run
+
+# The naming fields a table row may be named by (the README's CSV section).
+NAMES = ("op", "name", "category", "layer", "lane", "kind", "label", "figure", "key")
+V2 = ROOT / "tests" / "data" / "v2"
+RUNS = {
+    "compute": ["compute", REAL_TRACES["gemma4-l4-ct-node.csv"]],
+    "compute layers": ["compute", REAL_TRACES["qwen3moe-l4-ct-layers.csv"]],
+    "io": ["io", REAL_TRACES["qwen3moe-l4-io-prefetch.csv"], "--adjacent", "--cache",
+           "--what-if"],
+    "report": ["report", REAL_TRACES["qwen3moe-l4-session-ct-node.csv"],
+               REAL_TRACES["qwen3moe-l4-session-ct-node-io.csv"]],
+    "diff": ["diff", REAL_TRACES["qwen3moe-l4-io-serial.csv"],
+             REAL_TRACES["qwen3moe-l4-io-overlap.csv"]],
+    "timeline": ["timeline", V2 / "ct.csv", V2 / "io.csv"],
+    **{name: ["io" if "-io" in name else "compute", path] for name, path in REAL_TRACES.items()},
+}
+
+
+def leaves(value):
+    """How many values (numbers, strings, booleans, nulls) the JSON holds."""
+    if isinstance(value, dict):
+        return sum(leaves(item) for item in value.values())
+    if isinstance(value, list):
+        return sum(leaves(item) for item in value)
+    return 1
+
+
+def find_row(rows, name):
+    """The row a CSV `row` names: the one whose naming field says so, else by index."""
+    named = [row for row in rows if isinstance(row, dict) and "/" not in name
+             and any(field in row and text_of(row[field]) == name for field in NAMES)]
+    return named[0] if len(named) == 1 else rows[int(name)]
+
+
+def text_of(value):
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def value_at(data, section, row, column):
+    """Walk the report: the section's objects, then a row at each table and a column key at
+    each object."""
+    node = data
+    if section != "report":
+        for key in section.split("."):
+            node = node[key]
+    if isinstance(node, dict) and column in node and isinstance(node[column], list) \
+            and all(not isinstance(v, (dict, list)) for v in node[column]):
+        return node[column][int(row)]  # a map of per-token samples: row the token, column the key
+    rows = row.split("/") if row else []
+    columns = column.split(".") if column else []
+    while isinstance(node, (dict, list)):
+        if isinstance(node, list):
+            node = find_row(node, rows.pop(0))
+        elif not rows and column in node:  # a key of a map may hold a dot
+            node, columns = node[column], []
+        else:
+            node = node[columns.pop(0)]
+    assert not rows and not columns
+    return node
+
+
+@pytest.mark.parametrize("case", sorted(RUNS))
+def test_every_line_is_a_value_of_the_json(case):
+    argv = RUNS[case]
+    data = report(*argv)
+    result = run(*argv, "--format", "csv")
+    assert result.code == 0, result.err
+    assert "\r\n" in result.out  # RFC 4180 line ends
+    lines = list(csv.reader(io.StringIO(result.out, newline="")))
+    header, *rows = lines
+    assert header == ["section", "row", "column", "value", "unit"]
+    for section, row, column, value, unit in rows:
+        assert value == text_of(value_at(data, section, row, column)), (section, row, column)
+    assert len(rows) == leaves(data)
+
+
+def test_units_are_named_from_the_columns():
+    data = run(*RUNS["io"], "--format", "csv").out
+    units = {(s, c): u for s, _, c, _, u in csv.reader(io.StringIO(data, newline=""))}
+    assert units["report", "mib_per_token"] == "MiB"
+    assert units["io_wall_ms_per_token", "min"] == "ms"
+    assert units["throughput_mib_per_s", "max"] == "MiB/s"
+    assert units["latency_us", "p99"] == "us"
+    assert units["report", "waste_pct"] == "%"
+    assert units["report", "reads"] == ""
+
+
+def test_a_formula_in_a_node_name_is_defused_and_quotes_are_doubled(write):
+    hostile = '=HYPERLINK("http://x"),"a'
+    rows = [f'0,1,{step},0,0,MUL_MAT,"{hostile.replace(chr(34), chr(34) * 2)}",1000000,0'
+            for step in (1, 2)]
+    out = run("compute", write(ct_text(rows)), "--format", "csv").out
+    assert '"\'=HYPERLINK(""http://x""),""a"' in out
+    names = [value for section, row, column, value, _ in csv.reader(io.StringIO(out, newline=""))
+             if section == "by_op" and column == "op"]
+    assert names == ["MUL_MAT"]
+    cells = [value for section, _, column, value, _ in csv.reader(io.StringIO(out, newline=""))
+             if column == "name"]
+    assert cells and all(cell == "'" + hostile for cell in cells)

@@ -9,6 +9,7 @@ Standard library only.
   io IO              the flash reads: latency, sizes, alignment, lanes, layers, experts, speculation
   report CT IO       both traces of one run on one screen, I/O per decoded token
   diff BASE NEW...   before and after: runs or saved reports compared per token, with p-values
+  summary RUN...     many runs, one row each: a sweep of settings side by side
   timeline CT [IO]   v2 traces: each decode's wall, reads, waits and overlap, measured
 
 Tracing isolates every graph node behind a barrier (no operator fusion) and locks every read, so
@@ -23,13 +24,17 @@ the sections above it:
                 mann_whitney_p
   compute       CATEGORY_NAMES and classify_graph (node categories), TokenGraph, ComputeFold,
                 compute_report
-  io            PhaseReads, IoFold, the cache what-if (lru_hit_bytes), io_report, mib_per_s
+  io            PhaseReads, IoFold, ExpertLookups and ExpertCache (the engine's cache, every
+                size in one pass), WhatIf (what each setting would buy), io_report
   pair          pair_report: both traces of one run, per decoded token
-  verdicts      the one-line conclusions and their thresholds
+  timeline      v2 traces on one clock: decode spans, unions of intervals
+  verdicts      the one-line conclusions and their thresholds (and what is at stake)
   diff          DiffView (one input, checked), diff_report (every NEW against BASE)
-  rendering     Column and table_lines (every text table), render_* for each command
-  Markdown      md (escaping), md_section, markdown_* for each command, fit_comment
-  command line  build_parser, analyze_* (read, sum up, judge), main
+  summary       summary_runs (runs found and paired), one row per run
+  rendering     Column and table_lines (every text table); LAYOUTS (every report's sections,
+                drawn by text_of and markdown_of); json_text; csv_of (tidy CSV)
+  pictures      Perfetto (export_perfetto) and SVG (svg_of)
+  command line  COMMANDS (the registry), build_parser, analyze_* (read, sum up, judge), main
 """
 import argparse
 import csv
@@ -46,6 +51,7 @@ import textwrap
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict, namedtuple
+from contextlib import ExitStack
 from functools import lru_cache, partial
 from io import StringIO
 from math import erfc, sqrt
@@ -526,7 +532,7 @@ LATER = ("verdicts", "warnings")
 REPORT_HEAD = (
     ("schema", f"the JSON schema, {SCHEMA} (2 lacked the `*_by_token` samples)"),
     ("tool_version", "the decode-analyze that wrote it"),
-    ("kind", "`compute`, `io`, `report`, `timeline` or `diff`"))
+    ("kind", "`compute`, `io`, `report`, `timeline`, `diff` or `summary`"))
 TRACE_HEAD = (
     ("path", "the trace as given (`<stdin>` for `-`)"),
     ("meta", "every preamble key=value of the trace", MapOf(VALUE)),
@@ -828,8 +834,29 @@ DIFF_REPORT = Record("diff report", "`diff`", (
     ("per_token", "{part: each input's per-token series}", MapOf(SERIES)),
     ("sections", "the headline and every table", ListOf(DIFF_SECTION)), WARNINGS))
 # What a command writes: its report, the last field the warnings it said on stderr.
+SUMMARY_ROW = Record("summary row", "summary `runs` (one per run)", (
+    ("run", "the run's name: the shortest end of its path(s) that tells it from the others"),
+    ("paths", "its inputs as given"),
+    ("kind", "what it was read as: `compute`, `io` or `report` (a pair)"),
+    ("settings", "{key: value} of the preamble keys that differ between the runs",
+     MapOf(VALUE)),
+    ("tokens", "its tokens (a pair's and a compute trace's: decoded; io: read-tokens)"),
+    ("decode_ms_per_token", "the decode wall per token (compute `ms_per_token`)"),
+    ("decode_ms_p50", "the median token's ms"), ("decode_ms_p99", "the 99th percentile's"),
+    ("compute_ms_per_token", "the engine's split: decode - I/O estimate (a serial pair only)"),
+    ("io_ms_per_token", "the I/O estimate per token (io: per read-token)"),
+    ("mib_per_token", "MiB read per token"),
+    ("hit_share", "the expert cache's hit share at the run's own cache_mb (when its preamble "
+                  "names one)"),
+    ("majflt_per_token", "major faults per token"),
+    ("flagged", "the ids of its flagged verdicts")))
+SUMMARY_REPORT = Record("summary report", "`summary`", (
+    *REPORT_HEAD, ("keys", "the preamble keys that differ between the runs, in order"),
+    ("common", "{key: value} the runs share", MapOf(VALUE)),
+    ("sort", "the column the rows are sorted by (null: as given)"),
+    ("runs", "one row per run", ListOf(SUMMARY_ROW)), WARNINGS), later=("warnings",))
 REPORTS = {"compute": COMPUTE_REPORT, "io": IO_REPORT, "report": PAIR_REPORT,
-           "timeline": TIMELINE_REPORT, "diff": DIFF_REPORT}
+           "timeline": TIMELINE_REPORT, "diff": DIFF_REPORT, "summary": SUMMARY_REPORT}
 
 
 def json_reference():
@@ -1907,18 +1934,19 @@ class WhatIf:
         capacity = cache.capacity(mib)
         low, point, high = (cache.at(capacity + step) for step in (-1, 0, 1))
         read = self.report["read_bytes"]
-        mib_after = [self.per_token_mib(read - outcome.saved_bytes) for outcome in
-                     (high, point, low)]
-        saved_max = self.ms_per_mib and (self.report["mib_per_token"] - mib_after[0]) * \
+        fewest, middle, most = (self.per_token_mib(read - outcome.saved_bytes) for outcome in
+                             (high, point, low))
+        saved_max = self.ms_per_mib and (self.report["mib_per_token"] - fewest) * \
             self.ms_per_mib
 
         def spread(name):
             values = [getattr(outcome, name) for outcome in (low, point, high)]
-            return figure(values[1], min(values), max(values))
+            _, middle, _ = values
+            return figure(middle, min(values), max(values))
         return self.setting("cache_mb", mib, {
             "experts": figure(point.experts, low.experts, high.experts),
             "hit_share": figure(point.hit_share, low.hit_share, high.hit_share),
-            "mib_per_token": figure(mib_after[1], mib_after[0], mib_after[2]),
+            "mib_per_token": figure(middle, fewest, most),
             "evictions": spread("evictions"), "rereads": spread("rereads"),
             "resident_mib": point.resident_bytes / MIB},
             figure(None, 0.0, saved_max),
@@ -3272,6 +3300,184 @@ def selection_warnings(part, views):
     return warnings
 
 
+# ── summary: many runs in one table ──────────────────────────────────────────────────────────
+# One row per run, as llama-bench prints one per configuration. A run is a trace, a saved
+# report, CT+IO (the two traces of one run), or a compute and an io trace of the inputs whose
+# names pair (ct -> io in the name, or -io before the ending). Each run is read, reduced to its
+# row and let go: a hundred runs hold a hundred rows, not a hundred reports.
+class Run(namedtuple("Run", "path io_path", defaults=(None,))):
+    """One row's inputs: a trace or a saved report, or a compute trace and its io trace."""
+
+    @property
+    def paths(self):
+        return (self.path,) if self.io_path is None else (self.path, self.io_path)
+SUMMARY_SORTS = ("run", "tokens", "decode_ms_per_token", "decode_ms_p50", "decode_ms_p99",
+                 "compute_ms_per_token", "io_ms_per_token", "mib_per_token", "hit_share",
+                 "majflt_per_token")
+
+
+def partner_names(path):
+    """The names the io trace of a compute trace's run may have (by the engine's habits)."""
+    folder, name = os.path.split(path)
+    stem, dot, ending = name.rpartition(".")
+    names = {re.sub(r"(?<![a-z])ct(?![a-z])", "io", name)} if "ct" in name else set()
+    if dot:
+        names.add(f"{stem}-io.{ending}")
+    return {os.path.join(folder, other) for other in names if other != name}
+
+
+def summary_runs(arguments, kinds):
+    """The runs the arguments name, in order: CT+IO pairs, then a compute trace and the io
+    trace of the arguments its name pairs with, then each other input alone (a path given
+    twice is two runs). kinds: what each argument that is a file holds (sniffed)."""
+    runs, taken = [], set()  # taken: argument positions already in a run
+    ios = [(index, path) for index, path in enumerate(arguments) if kinds.get(path) == "io"]
+    for index, path in enumerate(arguments):
+        if index in taken:
+            continue
+        taken.add(index)
+        if path not in kinds and "+" in path:
+            compute, _, io_path = path.partition("+")
+            runs.append(Run(compute, io_path))
+            continue
+        names = partner_names(path) if kinds[path] == "compute" else set()
+        partners = [(at, other) for at, other in ios if at not in taken and other in names]
+        if len(partners) == 1:
+            (at, io_path), = partners
+            taken.add(at)
+            runs.append(Run(path, io_path))
+        else:
+            runs.append(Run(path))
+    return runs
+
+
+def shortest_names(paths):
+    """Each path's shortest ending (whole components) that no other path ends with."""
+    parts = [path_parts(path) for path in paths]
+    names = []
+    for mine in parts:
+        for depth in range(1, len(mine) + 1):
+            ending = mine[-depth:]
+            if sum(other[-depth:] == ending for other in parts) == 1 or depth == len(mine):
+                names.append("/".join(ending))
+                break
+    return names
+
+
+def path_parts(path):
+    return tuple(part for part in str(path).replace(os.sep, "/").split("/") if part) or ("",)
+
+
+def analyze_summary(arguments, reading, sort):
+    """Every run read and reduced to its row, one at a time; then the keys that tell the runs
+    apart, and the order asked for."""
+    with ExitStack() as copies:  # stdin and pipes, copied once: sniffed, then read
+        local = {path: copies.enter_context(reopenable(path)) for path in dict.fromkeys(arguments)
+                 if path == trace_io.STDIN or os.path.exists(path) or "+" not in path}
+        kinds = {path: trace_io.sniff(readable) for path, readable in local.items()}
+        runs = summary_runs(arguments, kinds)
+        names = shortest_names([display_name(run.path) for run in runs])
+        rows = [summary_row(name, run, local, kinds, reading) for name, run in zip(names, runs)]
+    keys, common = differing_keys([row.pop("meta") for row in rows], rows)
+    if sort is not None:
+        rows = sorted_rows(rows, sort, keys)
+    return SUMMARY_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="summary", keys=keys,
+                          common=common, sort=sort, runs=rows)
+
+
+def run_report(run, local, kinds, reading):
+    """The report of one run: a pair's, a trace's or a saved one. local: where each sniffed
+    input can be read again (a copy, for stdin)."""
+    if run.io_path is not None:
+        return analyze_pair(*(local.get(path, path) for path in run.paths), reading)
+    path = run.path
+    name, readable = display_name(path), local[path]
+    try:
+        if kinds[path] == "json":
+            return saved_report(trace_io.read_saved_report(readable), name)
+        if kinds[path] == "compute":
+            return analyze_compute(readable, reading)
+        return analyze_io(readable, reading, IoAsked(True, True, ()))
+    except TraceError as problem:
+        raise TraceError(name if problem.path == readable else problem.path,
+                         problem.line, problem.message) from None
+
+
+def summary_row(name, run, local, kinds, reading):
+    """One run's row (its preamble under `meta`, until the keys that differ are known)."""
+    report = run_report(run, local, kinds, reading)
+    try:
+        return checked_row(summary_figures(name, run, report),
+                           FIGURE_LIMIT if kinds.get(run.path) == "json" else math.inf)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise TraceError(display_name(run.path), 0, f"not a report this tool wrote "
+                         f"({type(exc).__name__}: {exc}); save one with --format json") from None
+
+
+def checked_row(row, limit):
+    """A row whose every figure is a number (a saved report may hold anything)."""
+    for field in SUMMARY_SORTS[1:]:
+        row[field] = figure_value(row[field], limit)
+    if type(row["tokens"]) is not int:
+        raise ValueError("tokens is not a whole number")
+    row["flagged"] = [str(verdict_id) for verdict_id in row["flagged"]]
+    row["meta"] = {str(key): str(value) for key, value in row["meta"].items()}
+    return row
+
+
+def summary_figures(name, run, report):
+    kind = report["kind"]
+    compute = report["compute"] if kind == "report" else report if kind == "compute" else None
+    io = report["io"] if kind == "report" else report if kind == "io" else None
+    pair = report.get("pair")
+    what_if = report.get("what_if")
+    own = meta_int((io or compute)["meta"], "cache_mb")
+    hit = next((s["figures"]["hit_share"]["point"] for s in (what_if or {}).get("settings", ())
+                if s["setting"] == "cache_mb" and s["value"] == own), None) if own else None
+    verdicts = all_verdicts(report)
+    return {**SUMMARY_ROW(
+        run=name, paths=[display_name(path) for path in run.paths], kind=kind, settings={},
+        tokens=(compute or io)["tokens"],
+        decode_ms_per_token=compute["ms_per_token"] if compute else None,
+        decode_ms_p50=compute["token_ms"]["p50"] if compute else None,
+        decode_ms_p99=compute["token_ms"]["p99"] if compute else None,
+        compute_ms_per_token=pair["compute_ms_per_token"] if pair else None,
+        io_ms_per_token=(pair or io)["io_wall_ms_per_token"]["estimate"] if io else None,
+        mib_per_token=(pair["io_mib_per_token"] if pair else io["mib_per_token"]) if io else None,
+        hit_share=hit,
+        majflt_per_token=compute["majflt_per_token"] if compute else None,
+        flagged=[v["id"] for v in verdicts if v["flagged"]]),
+        "meta": {**(compute or {}).get("meta", {}), **(io or {}).get("meta", {})}}
+
+
+def differing_keys(metas, rows):
+    """The preamble keys whose values differ between the runs (into each row's settings), and
+    {key: value} of those they share."""
+    keys = list(dict.fromkeys(key for meta in metas for key in meta))
+    differing = [key for key in keys if len({meta.get(key) for meta in metas}) > 1]
+    for row, meta in zip(rows, metas):
+        row["settings"] = {key: meta.get(key) for key in differing}
+    first = next(iter(metas), {})
+    return differing, {key: first[key] for key in keys if key not in differing}
+
+
+def sorted_rows(rows, sort, keys):
+    """Rows by a column or a preamble key, ascending; a missing value last; numbers (and
+    numeric preamble values) as numbers."""
+    if sort not in SUMMARY_SORTS and sort not in keys:
+        raise UsageError(f"--sort {sort!r}: not a column; one of "
+                         f"{', '.join(SUMMARY_SORTS + tuple(keys))}")
+
+    def key(row):
+        value = row[sort] if sort in SUMMARY_SORTS else row["settings"].get(sort)
+        if value is None:
+            return (2, 0, "")
+        if isinstance(value, str) and not value.isdigit():
+            return (1, 0, value)
+        return (0, float(value), "")
+    return sorted(rows, key=key)
+
+
 # ── rendering ────────────────────────────────────────────────────────────────────────────────
 TEXT_WIDTH = 100  # every line of the text output fits a terminal and a bug report
 BAR_WIDTH = 20
@@ -4135,6 +4341,49 @@ def new_groups(section, news, tested):
     return runs + [current]
 
 
+SHORT_SETTING = 10  # a differing preamble key whose values are all this short gets a column
+
+
+def summary_header_blocks(report, view):
+    common = report["common"]
+    lines = [f"{len(report['runs'])} run(s)" + (f", sorted by {report['sort']}"
+                                                if report["sort"] else ", as given")
+             + "; figures per token (decoded, or read-tokens for an io trace alone)"]
+    if common:
+        lines.append("shared: " + " ".join(f"{key}={value}" for key, value in common.items()))
+    return [Block(f"decode-analyze {TOOL_VERSION} summary", [Prose(lines)], gap=False)]
+
+
+def summary_table(report):
+    """The runs' table: the run's number, the short keys that tell the runs apart, then the
+    figures that any run has."""
+    rows = report["runs"]
+    keys = [text_column(key, lambda row, key=key: row["settings"].get(key))
+            for key in report["keys"]
+            if all(len(str(row["settings"].get(key))) <= SHORT_SETTING for row in rows)]
+    figures = [column(header, key, fixed(digits) if digits is not None else percent)
+               for header, key, digits in SUMMARY_FIGURES
+               if any(row[key] is not None for row in rows)]
+    return (column("#", lambda row: rows.index(row) + 1), *keys, column("tokens", "tokens"),
+            *figures, text_column("flagged", lambda row: " ".join(row["flagged"]) or "-"))
+
+
+SUMMARY_FIGURES = (("decode ms", "decode_ms_per_token", 2), ("p50", "decode_ms_p50", 2),
+                   ("p99", "decode_ms_p99", 2), ("compute", "compute_ms_per_token", 2),
+                   ("I/O est", "io_ms_per_token", 2), ("MiB", "mib_per_token", 2),
+                   ("hit", "hit_share", None), ("majflt", "majflt_per_token", 1))
+
+
+def summary_blocks(report, view):
+    """Each run by number with its whole name and the keys that tell it apart, then the
+    table."""
+    rows = report["runs"]
+    names = [f"  #{i} {row['run']}" + "".join(f"  {key}={row['settings'].get(key)}"
+                                              for key in report["keys"])
+             for i, row in enumerate(rows, start=1)]
+    return [Block("runs", [Prose(names + [""], "      "), Grid(summary_table(report), rows)])]
+
+
 # ── layouts: one per kind of report ──────────────────────────────────────────────────────────
 COMPUTE_SECTIONS = (
     Section("by segment", segment_blocks), Section("by op", op_blocks),
@@ -4169,8 +4418,9 @@ TIMELINE_LAYOUT = (
 DIFF_LAYOUT = (
     Section(None, diff_header_blocks), Section(None, diff_preamble_blocks),
     Section(None, diff_section_blocks))
+SUMMARY_LAYOUT = (Section(None, summary_header_blocks), Section("runs", summary_blocks))
 LAYOUTS = {"compute": COMPUTE_LAYOUT, "io": IO_LAYOUT, "report": PAIR_LAYOUT,
-           "timeline": TIMELINE_LAYOUT, "diff": DIFF_LAYOUT}
+           "timeline": TIMELINE_LAYOUT, "diff": DIFF_LAYOUT, "summary": SUMMARY_LAYOUT}
 
 
 def drawn_sections(report, view):
@@ -4369,7 +4619,8 @@ SPREADSHEET_FORMULA = ("=", "+", "-", "@", "\t", "\r")  # a text cell a spreadsh
 
 
 def unit_of(column, section):
-    for name in (column, section.rpartition(".")[2]):
+    _, _, innermost = section.rpartition(".")
+    for name in (column, innermost):
         if "mib_per_s" in name:
             return "MiB/s"
         for word in name.split("_"):
@@ -5266,6 +5517,8 @@ def step_bounds(text):
 
 
 steps_range = option_type(step_bounds, lambda value: True, "A:B (either side optional)")
+sort_column = option_type(lambda text: text if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,40}", text)
+                          else None, lambda text: True, "a column or a preamble key")
 MAX_CACHE_MB = 1 << 30  # a PiB: past any device's memory
 
 
@@ -5433,6 +5686,19 @@ COMMANDS = {command.name: command for command in (
                          f"(default {DEFAULT_ALPHA})"),),
             lambda args, reading: analyze_diff([args.base] + args.new, reading, args.alpha),
             ("svg",)),
+    Command("summary", "summary RUN...",
+            "many runs, one row each: a sweep of settings side by side",
+            "One row per run, as llama-bench prints one per configuration: the preamble keys "
+            "that tell the runs apart, tokens, decode ms per token (mean, p50, p99), the "
+            "engine's split (compute, I/O estimate), MiB per token, the cache's hit share "
+            "where the preamble names its size, faults, and the flagged verdicts. A RUN is a "
+            "trace, a saved JSON report, CT+IO (one run's two traces), or a compute and an io "
+            "trace among the RUNs whose names pair (ct.csv with io.csv, x.csv with x-io.csv).",
+            (Input("runs", "any", "the runs: traces, saved reports, or CT+IO", "+"),),
+            (option("--sort", type=sort_column, metavar="COLUMN",
+                    help=f"sort the rows by a column ({', '.join(SUMMARY_SORTS)}) or a "
+                         f"preamble key, ascending, missing values last (default: as given)"),),
+            lambda args, reading: analyze_summary(args.runs, reading, args.sort), ()),
     Command("timeline", "timeline CT [IO]",
             "v2 traces: each decode's wall, reads, waits and overlap, measured",
             TIMELINE_DESCRIPTION,

@@ -20,6 +20,7 @@ RUNS = {
     "diff": ["diff", REAL_TRACES["qwen3moe-l4-io-serial.csv"],
              REAL_TRACES["qwen3moe-l4-io-overlap.csv"]],
     "timeline": ["timeline", V2 / "ct.csv", V2 / "io.csv"],
+    "summary": ["summary", *REAL_TRACES.values()],
     **{name: ["io" if "-io" in name else "compute", path] for name, path in REAL_TRACES.items()},
 }
 

@@ -43,6 +43,9 @@ COMMANDS = {
     "diff-compute": ["diff", DATA + "qwen3moe-l4-ct-node.csv", SESSION[0]],
     "timeline-pair": ["timeline", DATA + "v2/ct.csv", DATA + "v2/io.csv"],
     "timeline-compute": ["timeline", DATA + "v2/ct.csv"],
+    "summary-sweep": ["summary", DATA + "qwen3moe-l4-io-serial.csv",
+                      DATA + "qwen3moe-l4-io-overlap.csv", DATA + "qwen3moe-l4-ct-node.csv",
+                      *SESSION, "--sort", "overlap"],
 }
 FORMATS = {"text": "txt", "markdown": "md", "json": "json"}
 # One picture per command that draws one (they are large; their structure is tested elsewhere).

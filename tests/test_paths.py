@@ -133,7 +133,8 @@ def every_command(traces, tmp_path_factory):
              "io": ["io", traces["io"], "--adjacent", "--cache", "--what-if"],
              "report": ["report", traces["ct"], traces["io"]],
              "diff": ["diff", traces["ct"], traces["layers"]],
-             "timeline": ["timeline", v2_ct, v2_io]}
+             "timeline": ["timeline", v2_ct, v2_io],
+             "summary": ["summary", traces["layers"], traces["ct"], traces["io"]]}
     assert set(cases) == set(decode_analyze.COMMANDS), "a new command needs its case here"
     for name, path in REAL_TRACES.items():
         kind = kind_of(name)
@@ -159,6 +160,8 @@ def answer(argv, folder):
         for name in (["<stdin>", "&lt;stdin&gt;"] if path == "-" else
                      [json.dumps(str(path))[1:-1]]):
             text = text.replace(name, f"<input {i}>")
+        if path != "-":  # summary names a run by the end of its path: its file's name here
+            text = text.replace(json.dumps(path.name), f'"<input {i}>"')
     return text
 
 

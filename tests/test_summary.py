@@ -1,0 +1,123 @@
+"""summary: one row per run, each row the run's own report's figures; runs paired by name or
+by CT+IO; the keys that tell runs apart; sorting; memory that does not grow with the runs."""
+import json
+import shutil
+import sys
+
+import pytest
+
+from helpers import REAL_TRACES, ROOT, report, run, run_measured
+
+SESSION = (ROOT / "examples" / "session-ct.csv", ROOT / "examples" / "session-io.csv")
+QWEN = {name: REAL_TRACES[f"qwen3moe-l4-{name}.csv"]
+        for name in ("ct-node", "ct-layers", "io-serial", "io-overlap")}
+
+
+def rows_of(*argv):
+    return report("summary", *argv)["runs"]
+
+
+def test_each_row_is_the_runs_own_report():
+    rows = rows_of(QWEN["ct-node"], QWEN["io-serial"], f"{SESSION[0]}+{SESSION[1]}")
+    # an io trace is read as `io --what-if` reads it (adjacency and the cache too)
+    compute, io = report("compute", QWEN["ct-node"]), report("io", QWEN["io-serial"], "--what-if")
+    pair = report("report", *SESSION)
+    by_name = {row["run"]: row for row in rows}
+    assert set(by_name) == {"qwen3moe-l4-ct-node.csv", "qwen3moe-l4-io-serial.csv",
+                            "session-ct.csv"}
+    node = by_name["qwen3moe-l4-ct-node.csv"]
+    assert (node["kind"], node["tokens"], node["decode_ms_per_token"], node["decode_ms_p50"],
+            node["decode_ms_p99"], node["majflt_per_token"], node["io_ms_per_token"]) == (
+        "compute", 128, compute["ms_per_token"], compute["token_ms"]["p50"],
+        compute["token_ms"]["p99"], compute["majflt_per_token"], None)
+    reads = by_name["qwen3moe-l4-io-serial.csv"]
+    assert (reads["kind"], reads["io_ms_per_token"], reads["mib_per_token"]) == (
+        "io", io["io_wall_ms_per_token"]["estimate"], io["mib_per_token"])
+    assert reads["flagged"] == [v["id"] for v in io["verdicts"] if v["flagged"]]
+    both = by_name["session-ct.csv"]
+    assert (both["kind"], both["tokens"], both["decode_ms_per_token"], both["io_ms_per_token"],
+            both["mib_per_token"], both["compute_ms_per_token"]) == (
+        "report", pair["pair"]["tokens"], pair["pair"]["decode_ms_per_token"],
+        pair["pair"]["io_wall_ms_per_token"]["estimate"], pair["pair"]["io_mib_per_token"],
+        None)  # overlap=1: no split
+
+
+def test_the_two_traces_of_a_run_pair_by_name(tmp_path):
+    # ct -> io in the name (examples/), and -io before the ending (the shared session pair)
+    appended = (tmp_path / "run-ct-node.csv", tmp_path / "run-ct-node-io.csv")
+    for source, target in zip(SESSION, appended):
+        shutil.copy(source, target)
+    rows = rows_of(*SESSION, *appended)
+    assert [(row["run"], row["kind"], len(row["paths"])) for row in rows] == [
+        ("session-ct.csv", "report", 2), ("run-ct-node.csv", "report", 2)]
+    # two compute traces and one io trace whose name pairs with neither: three runs
+    assert len(rows_of(QWEN["ct-node"], QWEN["ct-layers"], QWEN["io-serial"])) == 3
+
+
+def test_the_keys_that_differ_and_those_shared():
+    r = report("summary", QWEN["io-serial"], QWEN["io-overlap"])
+    assert r["keys"] == ["overlap"]
+    assert r["common"]["io_threads"] == "4" and "overlap" not in r["common"]
+    assert [row["settings"] for row in r["runs"]] == [{"overlap": "0"}, {"overlap": "1"}]
+    out = run("summary", QWEN["io-serial"], QWEN["io-overlap"]).out
+    assert "  #1 qwen3moe-l4-io-serial.csv  overlap=0" in out
+    assert "  #2 qwen3moe-l4-io-overlap.csv  overlap=1" in out
+
+
+def test_names_are_the_shortest_ending_that_tells_them_apart(tmp_path):
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        shutil.copy(QWEN["ct-layers"], tmp_path / folder / "ct.csv")
+    rows = rows_of(tmp_path / "a" / "ct.csv", tmp_path / "b" / "ct.csv", QWEN["ct-node"])
+    assert [row["run"] for row in rows] == ["a/ct.csv", "b/ct.csv", "qwen3moe-l4-ct-node.csv"]
+
+
+def test_sorting_by_a_column_and_by_a_preamble_key(capsys):
+    runs = [QWEN["io-overlap"], QWEN["io-serial"], QWEN["ct-node"]]
+    rows = rows_of(*runs, "--sort", "io_ms_per_token")
+    assert [row["run"] for row in rows] == ["qwen3moe-l4-io-serial.csv",
+                                            "qwen3moe-l4-io-overlap.csv",
+                                            "qwen3moe-l4-ct-node.csv"]  # no I/O figure: last
+    rows = rows_of(*runs, "--sort", "overlap")
+    assert [row["settings"]["overlap"] for row in rows] == ["0", "0", "1"]
+    result = run("summary", *runs, "--sort", "nope")
+    assert result.code == 2 and "--sort 'nope': not a column; one of run, tokens" in result.err
+    assert run("summary", *runs, "--sort", "a;b").code == 2
+    assert "expected a column or a preamble key" in capsys.readouterr().err
+
+
+def test_a_saved_report_is_a_run(tmp_path):
+    saved = tmp_path / "monday.json"
+    saved.write_text(json.dumps(report("report", *SESSION)))
+    (row,) = rows_of(saved)
+    assert row["kind"] == "report" and row["paths"] == [str(saved)]
+    assert row["decode_ms_per_token"] == report("report", *SESSION)["pair"]["decode_ms_per_token"]
+
+
+def test_every_format_has_every_run():
+    runs = [QWEN["io-serial"], QWEN["ct-node"], *SESSION]
+    text = run("summary", *runs).out
+    markdown = run("summary", *runs, "--format", "markdown").out
+    rows = rows_of(*runs)
+    for i, row in enumerate(rows, start=1):
+        assert f"#{i} {row['run']}" in text and f"\\#{i} {row['run']}" in markdown
+    assert all(len(line) <= 100 for line in text.splitlines())
+    assert markdown.count("\n| ") == len(rows) + 1  # the header, then a row per run
+
+
+def test_a_hundred_runs_stay_small(tmp_path):
+    """Rows stream: each run's report is let go once its row is made (peak RSS < 64 MiB)."""
+    cts, ios = [], []
+    for i in range(50):
+        folder = tmp_path / f"run{i:02d}"
+        folder.mkdir()
+        for source, name, into in ((QWEN["ct-layers"], "ct.csv", cts),
+                                   (QWEN["io-serial"], "io.csv", ios)):
+            (folder / name).symlink_to(source)
+            into.append(folder / name)
+    status, out, err, peak_mib = run_measured(
+        [sys.executable, ROOT / "decode_analyze.py", "summary", *cts, *ios,
+         *[QWEN["ct-layers"]] * 50, "--format", "json", "--jobs", "1"], timeout=240)
+    assert status == 0, err
+    assert len(json.loads(out)["runs"]) == 100  # 50 pairs; a path given 50 times: 50 runs
+    assert peak_mib < 64, peak_mib

@@ -693,7 +693,9 @@ IO_TOKEN = Record("io token", "io `heaviest`, `per_token`", (
     ("turn", "session turn"), ("phase", "1 decode, 0 prefill"), ("step", "the token's step"),
     ("mib", "MiB it read"), ("reads", "its reads"),
     ("io_ms", "its I/O estimate: per layer its busiest lane's summed latency, summed"),
-    ("busy_ms", "its reads' summed latency (lanes busy, summed over lanes)")))
+    ("busy_ms", "its reads' summed latency (lanes busy, summed over lanes)"),
+    ("latency_mean_us", "its reads' mean latency (diff's sample for the mean)"),
+    ("latency_p99_us", "its reads' p99 latency (diff's sample for the p99)")))
 IO_REPORT = Record("io report", "`io`; a pair's `io` (its own per-read-token figures)", (
     *REPORT_HEAD, *TRACE_HEAD,
     ("tokens", "read-tokens: distinct (turn, phase, step) among the selected reads"),
@@ -1503,12 +1505,13 @@ class IoToken:
     """One selected token of an io trace: its reads and bytes read, in all and per lane."""
 
     __slots__ = ("turn", "phase", "step", "reads", "read_bytes", "lane_bytes", "busy_ns",
-                 "closed_ns", "open_layer", "open_lanes")
+                 "closed_ns", "open_layer", "open_lanes", "latencies")
 
     def __init__(self, turn, phase, step):
         self.turn, self.phase, self.step = turn, phase, step
         self.reads = self.read_bytes = self.busy_ns = 0
         self.lane_bytes = {}  # lane as written -> bytes
+        self.latencies = array(WALL_32)  # each read's latency_ns: the token's p99, for diff
         # The I/O estimate: the layers whose reads are all in, and the last one seen, which the
         # token's next run of rows may continue ({lane: latency_ns}).
         self.closed_ns, self.open_layer, self.open_lanes = 0, None, {}
@@ -1545,6 +1548,7 @@ class IoToken:
 
     def merge(self, other):
         """Add the token's rows that come later in the file (another process's part)."""
+        self.latencies = extend_wide(self.latencies, other.latencies)
         self.reads += other.reads
         self.read_bytes += other.read_bytes
         self.busy_ns += other.busy_ns
@@ -1748,6 +1752,7 @@ class IoFold(TokenFold):
             token.reads += end - start
             token.read_bytes += sum(sizes[start:end])
             token.add_layers(layers[start:end], lanes[start:end], latencies[start:end])
+            token.latencies = extend_wide(token.latencies, latencies[start:end])
             if self.per_lane:  # a loop over every read, for the SVG alone
                 token.add_lanes(lanes[start:end], sizes[start:end])
             reads.req_bytes += sum(wanted[start:end])
@@ -2280,9 +2285,12 @@ def adjacency(fold, chosen, reads, per):
 
 
 def io_token_dict(token):
+    ordered = sorted(token.latencies)
+    p99 = ordered[percentile_index(len(ordered), 99, 100)] / 1e3 if ordered else None
     return IO_TOKEN(turn=token.turn, phase=token.phase, step=token.step,
                     mib=token.read_bytes / MIB, reads=token.reads, io_ms=token.io_ns / NS_PER_MS,
-                    busy_ms=token.busy_ns / NS_PER_MS)
+                    busy_ms=token.busy_ns / NS_PER_MS,
+                    latency_mean_us=ratio(token.busy_ns / 1e3, token.reads), latency_p99_us=p99)
 
 
 # ── pair: the two traces of one run ──────────────────────────────────────────────────────────
@@ -3029,14 +3037,15 @@ DIFF_HEADLINES = {
                 ("faulting nodes' ms per token", ("faults", "ms_per_token"), None)),
     "io": (("reads per token", ("reads_per_token",), "reads"),
            ("MiB per token", ("mib_per_token",), "mib"),
-           ("I/O wall ms per token, estimated", ("io_wall_ms_per_token", "estimate"), None),
+           ("I/O wall ms per token, estimated", ("io_wall_ms_per_token", "estimate"), "io_ms"),
+           ("lanes busy ms per token (summed over lanes)", ("busy_ms_per_token",), "busy_ms"),
            ("I/O wall ms per token, all lanes at once", ("io_wall_ms_per_token", "min"), None),
            ("I/O wall ms per token, one read at a time", ("io_wall_ms_per_token", "max"), None),
            ("lane-busy MiB/s", ("busy_mib_per_s",), None),
            ("alignment waste MiB per token", ("waste_mib_per_token",), None),
-           ("read latency us, mean", ("latency_us", "mean"), None),
+           ("read latency us, mean", ("latency_us", "mean"), "latency_mean_us"),
            ("read latency us, p50", ("latency_us", "p50"), None),
-           ("read latency us, p99", ("latency_us", "p99"), None),
+           ("read latency us, p99", ("latency_us", "p99"), "latency_p99_us"),
            ("speculative MiB per token", ("spec", "mib_per_token"), None),
            ("reads per contiguous run", ("adjacency", "coalesce_factor"), None)),
     # the engine's split, per decoded token, and per generated position when speculative
@@ -3067,12 +3076,20 @@ DIFF_TABLES = {
                      "mib_per_token")),
     "pair": (),
 }
+# A per-node trace against a per-layer one: what both have (by layer; the headline, untested).
+NODE_ONLY_FIGURES = ("nodes per token",)
+SHARED_ACROSS_GRANULARITIES = ("ms per token by layer",)
 LATER_FIGURES = {  # a figure -> the schema that added it
     ("io_wall_ms_per_token", "estimate"): 4, ("decode_ms_per_token",): 4,
     ("compute_ms_per_token",): 4, ("faulting_ms_per_token",): 4, ("per_position", "decode_ms"): 4,
     ("per_position", "compute_ms"): 4, ("per_position", "mib"): 4}
 DIFF_ROW_KEYS = {"size": "label"}  # a table's row name where the report calls it otherwise
-SAMPLE_FIELDS = {"compute": ("ms", "majflt"), "io": ("mib", "reads"), "pair": ("ms",)}
+SAMPLE_FIELDS = {"compute": ("ms", "majflt"),
+                 "io": ("mib", "reads", "io_ms", "busy_ms", "latency_mean_us", "latency_p99_us"),
+                 "pair": ("ms",)}
+# per-token samples a saved report of an older schema lacks (4 added io_ms and busy_ms, 5 the
+# latencies): its figure is shown untested
+LATER_SAMPLES = ("io_ms", "busy_ms", "latency_mean_us", "latency_p99_us")
 SERIES_FIELD = {"compute": "ms", "io": "mib"}  # the per-token series the SVG overlays
 DIFF_PARTS = ("compute", "io", "pair")  # a pair report's split: only against another pair
 COMPARES = {("compute",): "compute", ("io",): "io", ("compute", "io"): "report",
@@ -3100,7 +3117,8 @@ class DiffView:
         if type(tokens) is not int or tokens < 1 or tokens != len(per_token):
             raise ValueError("tokens is not the number of per_token entries")
         limit = self.limit
-        samples = {field: [sample_value(t[field], limit) for t in per_token]
+        samples = {field: None if field in LATER_SAMPLES and any(field not in t for t in per_token)
+                   else [sample_value(t[field], limit) for t in per_token]
                    for field in SAMPLE_FIELDS[part]}
         op_samples = {str(op): [sample_value(v, limit) for v in values]
                       for op, values in report.get("op_us_by_token", {}).items()}
@@ -3175,10 +3193,10 @@ def compared(base, new, alpha, base_samples=None, new_samples=None):
     if new is None and base is None:
         return CHANGE(new=None, delta=None, ratio=None, p=None, significant=None, status="n/a")
     status = "added" if base is None else "removed" if new is None else "both"
-    p = None
-    if base_samples is not None and new_samples is not None:
-        p = mann_whitney_p(base_samples, new_samples)
     both = status == "both"
+    p = None  # a figure on one side only has nothing to test against
+    if both and base_samples is not None and new_samples is not None:
+        p = mann_whitney_p(base_samples, new_samples)
     return CHANGE(new=new, delta=new - base if both else None,
                   ratio=ratio(new, base) if both else None, p=p,
                   significant=None if p is None else p < alpha, status=status)
@@ -3215,14 +3233,19 @@ def diff_part(part, views, alpha):
     """The sections of one part (compute or io) over every input: the headline figures in
     their own order, then each table's rows by the largest change."""
     halves = [view.parts[part] for view in views]
+    mixed = len({half["granularity"] for half in halves}) > 1  # node against layer traces
     headline = {label: [half["headline"][label] for half in halves]
-                for label, _, _ in DIFF_HEADLINES[part]}
-    samples = {label: [half["samples"][field] for half in halves]
-               for label, _, field in DIFF_HEADLINES[part] if field}
+                for label, _, _ in DIFF_HEADLINES[part]
+                if not mixed or label not in NODE_ONLY_FIGURES}
+    # across granularities the absolutes differ by the per-node barriers: shown, not tested
+    samples = {} if mixed else {label: [half["samples"][field] for half in halves]
+                                for label, _, field in DIFF_HEADLINES[part] if field}
     headline = {label: values for label, values in headline.items() if any(values)}
     sections = [DIFF_SECTION(part=part, title=f"{part} headline", key="figure",
                              rows=diff_rows(headline, alpha, samples))]
     for table in DIFF_TABLES[part]:
+        if mixed and table.title not in SHARED_ACROSS_GRANULARITIES:
+            continue
         keys = []
         for half in halves:
             keys += [key for key in half["tables"][table.title] if key not in keys]
@@ -3266,6 +3289,7 @@ def diff_report(views, alpha):
                      if c["key"] in IDENTITY_KEYS]
     for part in parts:
         warnings += selection_warnings(part, views) if part != "pair" else []
+    warnings += io_mode_warnings(views) if "io" in parts else []
     return DIFF_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="diff", compares=COMPARES[tuple(parts)],
         alpha=alpha,
@@ -3280,6 +3304,28 @@ def diff_report(views, alpha):
         warnings=warnings)
 
 
+def io_mode_warnings(views):
+    """The engine's own flash I/O figure is not one measure across overlap modes: the I/O
+    estimate (a token's wait) when serial, lanes busy (readers' time) when overlapped."""
+    base, *news = views
+    mode = base.parts["io"]["meta"].get("overlap")
+    warnings = []
+    for view in news:
+        theirs = view.parts["io"]["meta"].get("overlap")
+        if {mode, theirs} == {"0", "1"}:
+            figures = [(view_.parts["io"]["headline"]["I/O wall ms per token, estimated"],
+                        view_.parts["io"]["headline"]["lanes busy ms per token (summed over "
+                                                      "lanes)"]) for view_ in (base, view)]
+            said = [num(busy if side == "1" else estimate, ".2f")
+                    for (estimate, busy), side in zip(figures, (mode, theirs))]
+            warnings.append(
+                f"{view.path}: overlap {mode} -> {theirs}: the engine's own flash I/O figure is "
+                f"the I/O estimate when serial and lanes busy when overlapped ({said[0]} -> "
+                f"{said[1]} ms here), not one measure; compare the estimate with the estimate "
+                f"and lanes busy with lanes busy")
+    return warnings
+
+
 def selection_warnings(part, views):
     """Inputs that cover different selections or granularities compare less directly."""
     warnings = []
@@ -3291,7 +3337,9 @@ def selection_warnings(part, views):
             warnings.append(f"{view.path}: its {part} selection differs from the base's")
         if half["granularity"] != base["granularity"]:
             warnings.append(f"{view.path}: a per-{half['granularity']} trace against a "
-                            f"per-{base['granularity']} base: the by-op tables do not compare")
+                            f"per-{base['granularity']} base: only what both have is compared "
+                            f"(the headline, untested: per-node barriers inflate a node trace's "
+                            f"absolutes; ms per token by layer)")
             tail = half["tail_in_post"] or base["tail_in_post"]
             if tail:
                 warnings.append(f"{view.path}: the layer trace puts layer {tail['layer']}'s "

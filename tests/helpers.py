@@ -78,6 +78,13 @@ def error_of(*argv):
     return lines[0]
 
 
+def report_with_warnings(*argv):
+    """The JSON report of a run that must succeed; warnings allowed (they are in it)."""
+    result = run(*argv, "--format", "json")
+    assert result.code == 0, result.err
+    return result.json
+
+
 def report(*argv):
     """The JSON report of a run that must succeed with no warning."""
     result = run(*argv, "--format", "json")

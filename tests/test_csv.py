@@ -5,7 +5,7 @@ import io
 
 import pytest
 
-from helpers import REAL_TRACES, ROOT, ct_text, report, run
+from helpers import REAL_TRACES, ROOT, ct_text, report_with_warnings, run
 
 # The naming fields a table row may be named by (the README's CSV section).
 NAMES = ("op", "name", "category", "layer", "lane", "kind", "label", "figure", "key")
@@ -77,7 +77,7 @@ def value_at(data, section, row, column):
 @pytest.mark.parametrize("case", sorted(RUNS))
 def test_every_line_is_a_value_of_the_json(case):
     argv = RUNS[case]
-    data = report(*argv)
+    data = report_with_warnings(*argv)
     result = run(*argv, "--format", "csv")
     assert result.code == 0, result.err
     assert "\r\n" in result.out  # RFC 4180 line ends

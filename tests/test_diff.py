@@ -8,7 +8,8 @@ from itertools import combinations
 
 import pytest
 
-from helpers import REAL_TRACES, ROOT, ct_text, error_of, report, run
+from helpers import (REAL_TRACES, ROOT, ct_text, error_of, io_text, report,
+                     report_with_warnings, run)
 from decode_analyze import mann_whitney_p
 
 CT_NODE = REAL_TRACES["qwen3moe-l4-ct-node.csv"]
@@ -140,7 +141,7 @@ def test_every_op_one_percent_slower_on_a_noisy_trace_is_not_significant(tmp_pat
 
 
 def test_serial_against_overlap_names_the_preamble_key():
-    diff = report("diff", IO_SERIAL, IO_OVERLAP)
+    diff = report_with_warnings("diff", IO_SERIAL, IO_OVERLAP)
     assert diff["compares"] == "io"
     assert diff["preamble_changes"] == [[{"key": "overlap", "base": "0", "new": "1"}]]
     text = run("diff", IO_SERIAL, IO_OVERLAP).out
@@ -259,7 +260,7 @@ def test_two_saved_pair_reports_compare_both_halves(tmp_path):
     for name, io in (("serial", IO_SERIAL), ("overlap", IO_OVERLAP)):
         paths.append(tmp_path / f"{name}.json")
         assert run("report", CT_NODE, io, "--format", "json", "-o", paths[-1]).code == 0
-    diff = report("diff", *paths)
+    diff = report_with_warnings("diff", *paths)
     assert diff["compares"] == "report"
     assert {s["part"] for s in diff["sections"]} == {"compute", "io", "pair"}
     assert diff["preamble_changes"] == [[{"key": "overlap", "base": "0", "new": "1"}]]
@@ -453,3 +454,53 @@ def test_node_against_layer_names_the_last_layers_tail_in_post():
     assert result.code == 0
     assert any("puts layer 3's MoE tail into post (layer -1): compare layers 3 and -1 together"
                in warning for warning in result.json["warnings"])
+
+
+def test_a_row_on_one_side_only_has_no_test(write):
+    base = write(ct_text([f"0,1,{s},0,0,MUL_MAT,ffn_up-0,{1000000 + s},0" for s in range(8)]),
+                 "base.csv")
+    new = write(ct_text([f"0,1,{s},{i},0,{op},ffn_up-0,{1000000 + s},0" for s in range(8)
+                         for i, op in enumerate(["MUL_MAT", "ADD"])]), "new.csv")
+    diff = report("diff", base, new)
+    rows = rows_by_name(section(diff, "ms per token by op"))
+    (added,) = rows["ADD"]["changes"]
+    assert added["status"] == "added" and added["p"] is None and added["significant"] is None
+    assert rows["MUL_MAT"]["changes"][0]["p"] is not None
+
+
+def test_node_against_layer_compares_only_what_both_have_untested():
+    diff = report_with_warnings("diff", CT_NODE, REAL_TRACES["qwen3moe-l4-ct-layers.csv"])
+    titles = [s["title"] for s in diff["sections"]]
+    assert titles == ["compute headline", "ms per token by layer"]
+    headline = rows_by_name(section(diff, "compute headline"))
+    assert "nodes per token" not in headline
+    assert all(change["p"] is None for row in headline.values() for change in row["changes"])
+    assert any("only what both have is compared" in w for w in diff["warnings"])
+
+
+def test_the_latency_change_is_tested_on_each_tokens_mean_and_p99():
+    """Serial against overlapped: each read-token's mean and p99 read latency are the samples;
+    the I/O estimate and lanes busy sit side by side, and the warning says which one the
+    engine reports in each mode."""
+    result = run("diff", IO_SERIAL, IO_OVERLAP, "--format", "json")
+    diff = result.json
+    tokens = [report("io", path)["per_token"] for path in (IO_SERIAL, IO_OVERLAP)]
+    rows = rows_by_name(section(diff, "io headline"))
+    for label, field in (("read latency us, mean", "latency_mean_us"),
+                         ("read latency us, p99", "latency_p99_us"),
+                         ("I/O wall ms per token, estimated", "io_ms"),
+                         ("lanes busy ms per token (summed over lanes)", "busy_ms")):
+        base, new = ([t[field] for t in side] for side in tokens)
+        assert rows[label]["changes"][0]["p"] == mann_whitney_p(base, new), label
+    names = [row["name"] for row in section(diff, "io headline")["rows"]]
+    estimate = names.index("I/O wall ms per token, estimated")
+    assert names[estimate + 1] == "lanes busy ms per token (summed over lanes)"
+    assert any("the engine's own flash I/O figure is the I/O estimate when serial and lanes busy "
+               "when overlapped (4.30 -> 17.01 ms here)" in w for w in diff["warnings"])
+
+
+def test_each_tokens_latency_figures_are_its_reads(write):
+    # one token: latencies 1..100 us (p99 at index 99 of 100: 100 us), mean 50.5 us
+    rows = [f"0,1,5,0,{i},0,0,0,{i * 65536},65536,65536,{(i + 1) * 1000}" for i in range(100)]
+    (token,) = report("io", write(io_text(rows)))["per_token"]
+    assert token["latency_mean_us"] == 50.5 and token["latency_p99_us"] == 100.0

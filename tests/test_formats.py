@@ -13,7 +13,7 @@ import pytest
 
 import decode_analyze as da
 import tracegen
-from helpers import REAL_TRACES, ROOT, ct_text, io_text, report, run
+from helpers import REAL_TRACES, ROOT, ct_text, io_text, report, report_with_warnings, run
 from test_golden import COMMANDS, GOLDEN
 
 
@@ -220,7 +220,7 @@ def test_a_long_report_fits_one_github_comment(write):
 
 def test_diff_tables_have_the_json_rows(tmp_path):
     base, new = REAL_TRACES["qwen3moe-l4-io-serial.csv"], REAL_TRACES["qwen3moe-l4-io-overlap.csv"]
-    diff = report("diff", base, new)
+    diff = report_with_warnings("diff", base, new)
     found = tables(parse(run("diff", base, new, "--format", "markdown").out))
     for section in diff["sections"]:
         rows = found[section["title"]]

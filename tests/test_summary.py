@@ -4,7 +4,6 @@ import json
 import shutil
 import sys
 
-import pytest
 
 from helpers import REAL_TRACES, ROOT, report, run, run_measured
 

@@ -809,7 +809,10 @@ TIMELINE_REPORT = Record("timeline report", "`timeline`", (
     ("decodes", "every decode", ListOf(TIMELINE_DECODE)), WARNINGS), later=LATER)
 
 DIFF_INPUT = Record("diff input", "diff `inputs`", (
-    ("path", "the input as given"), ("source", "`trace` or `saved report`"),
+    ("path", "the input as given"),
+    ("name", "the shortest end of its path that tells it from the other inputs: its columns' "
+             "head (when at most 30 characters; else base, new or new #i)"),
+    ("source", "`trace` or `saved report`"),
     ("kind", "`compute`, `io` or `report`"),
     ("tokens", "{part: its tokens}", MapOf(VALUE))))
 PREAMBLE_CHANGE = Record("preamble change", "diff `preamble_changes` (a list per NEW)", (
@@ -3293,9 +3296,9 @@ def diff_report(views, alpha):
     return DIFF_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="diff", compares=COMPARES[tuple(parts)],
         alpha=alpha,
-        inputs=[DIFF_INPUT(path=view.path, source=view.source, kind=view.kind,
+        inputs=[DIFF_INPUT(path=view.path, name=name, source=view.source, kind=view.kind,
                            tokens={part: view.parts[part]["tokens"] for part in parts})
-                for view in views],
+                for view, name in zip(views, shortest_names([view.path for view in views]))],
         preamble_changes=changes,
         per_token={part: SERIES(field=SERIES_FIELD[part], series=[
             view.parts[part]["samples"][SERIES_FIELD[part]] for view in views])
@@ -3583,6 +3586,23 @@ def wrap_items(prefix, items, indent="    ", separator=","):
         else:
             line = f"{line} {piece}" if line else piece
     return lines + [line]
+
+
+def path_lines(lead, path, detail):
+    """An input's path whole: on the lead's line with its detail when they fit, else on lines
+    of its own, cut after a / where it must be (a path is never shortened)."""
+    if len(lead) + len(path) + len(detail) <= TEXT_WIDTH:
+        return [lead + path + detail]
+    lines, line = [lead.rstrip()], "    "
+    for piece in re.findall(r"[^/]*/|[^/]+$", path) or [path]:
+        if len(line) + len(piece) > TEXT_WIDTH and line.strip():
+            lines.append(line)
+            line = "      "
+        line += piece
+        while len(line) > TEXT_WIDTH:  # a piece longer than a line: cut where the line ends
+            lines.append(line[:TEXT_WIDTH])
+            line = "      " + line[TEXT_WIDTH:]
+    return lines + [line] + ([f"    {detail.strip()}"] if detail else [])
 
 
 def fit(text, width=TEXT_WIDTH):
@@ -4311,15 +4331,25 @@ def p_text(change):
                                                        else "")
 
 
-def diff_columns(key, shown, news, tested):
+GROUP_NAME_WIDTH = 16  # an input's name heads its columns when no longer (else base, new #i)
+
+
+def group_names(names):
+    """The column heads of the inputs: each input's name (the shortest end of its path that
+    tells it from the others), or its label when the name is too long to head a column."""
+    return [name if len(name) <= GROUP_NAME_WIDTH else input_label(i, len(names))
+            for i, name in enumerate(names)]
+
+
+def diff_columns(key, shown, names, tested):
     """The name and base columns, then new, delta, ratio (and p, when the section has a test)
-    for each NEW of `shown` (indexes, of `news` NEWs): one group of columns per NEW, as
-    benchstat does with several files."""
-    columns = [Column(key, "name", safe, "<"), column("base", "base", figure_text)]
+    for each NEW of `shown` (indexes of NEWs; names: every input's column head): one group of
+    columns per NEW, as benchstat does with several files."""
+    base, *news = names
+    columns = [Column(key, "name", safe, "<"), column(base, "base", figure_text)]
     for i in shown:
-        label = "" if news == 1 else f" #{i + 1}"
         pick = (lambda field, i=i: lambda row: row["changes"][i][field])
-        columns += [column(f"new{label}", pick("new"), figure_text),
+        columns += [column(news[i], pick("new"), figure_text),
                     column("delta", lambda row, i=i: row["changes"][i], delta_text),
                     column("ratio", pick("ratio"), lambda r: "" if r is None else f"{r:.2f}x")]
         if tested:
@@ -4342,8 +4372,10 @@ def diff_header_blocks(report, view):
         tokens = ", ".join(f"{n} {part} tokens" for part, n in source["tokens"].items())
         what = f"{source['kind']} trace" if source["source"] == "trace" else \
             f"saved JSON of decode-analyze {source['kind']}"
-        paths.append((input_label(i, len(report["inputs"])), source["path"],
-                      f" ({what}, {tokens})"))
+        name = source.get("name") or source["path"]
+        head = input_label(i, len(report["inputs"]))
+        named = f"{head} = {name}" if name != source["path"] else head
+        paths.append((named, source["path"], f" ({what}, {tokens})"))
     return [Block(None, [Header(f"diff ({report['compares']})", paths, {}, ())], gap=False)]
 
 
@@ -4364,21 +4396,21 @@ def diff_preamble_blocks(report, view):
 def diff_section_blocks(report, view):
     """Each section as one table, or, with several NEWs, as tables of as many NEW column groups
     as fit TEXT_WIDTH side by side (the name and base columns repeated)."""
-    news = len(report["inputs"]) - 1
+    names = group_names([source["name"] for source in report["inputs"]])
     blocks = []
     for section in report["sections"]:
         tested = section_tested(section)
         blocks.append(Block(section["title"], [
-            Grid(diff_columns(section["key"], shown, news, tested), section["rows"])
-            for shown in new_groups(section, news, tested)]))
+            Grid(diff_columns(section["key"], shown, names, tested), section["rows"])
+            for shown in new_groups(section, names, tested)]))
     return blocks
 
 
-def new_groups(section, news, tested):
+def new_groups(section, names, tested):
     """The NEWs' indexes in runs that fit TEXT_WIDTH side by side (one NEW at least)."""
     runs, current = [], []
-    for i in range(news):
-        columns = diff_columns(section["key"], current + [i], news, tested)
+    for i in range(len(names) - 1):
+        columns = diff_columns(section["key"], current + [i], names, tested)
         cells = [[cell(col, row) for col in columns] for row in section["rows"]]
         width = 2 + sum(max([len(col.header)] + [len(line[j]) for line in cells]) + 2
                         for j, col in enumerate(columns)) - 2
@@ -4495,7 +4527,8 @@ def text_of(report, view):
 
 def text_header(header, view):
     lines = [f"decode-analyze {TOOL_VERSION} {header.command}"]
-    lines += [fit(f"  {label}: {path}{detail}") for label, path, detail in header.paths]
+    for label, path, detail in header.paths:
+        lines += path_lines(f"  {label}: ", safe(str(path)), detail)
     if header.keys:
         lines += wrap_items("", [fit(f"{key}={header.meta.get(key, '?')}")
                                  for key in header.keys], indent="", separator="")

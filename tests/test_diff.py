@@ -123,7 +123,7 @@ def test_one_op_scaled_by_one_and_a_half_comes_first_and_significant(tmp_path):
                for row in others)
     text = run("diff", CT_NODE, scaled).out
     by_op = text.split("\nms per token by op\n")[1]
-    assert re.match(r"  op +base +new +delta +ratio +p\n  MUL_MAT_ID +1\.973 +2\.960 +\+0\.98\d+ "
+    assert re.match(r"  op +base +scaled\.csv +delta +ratio +p\n  MUL_MAT_ID +1\.973 +2\.960 +\+0\.98\d+ "
                     r"+1\.50x +<0\.001\n", by_op), by_op[:300]
 
 
@@ -237,7 +237,9 @@ def test_several_new_runs_one_column_group_each(tmp_path):
     assert by_op["GET_ROWS"]["changes"][1]["ratio"] == pytest.approx(0.5, abs=1e-4)
     assert section(diff, "ms per token by op")["rows"][0]["name"] == "GET_ROWS"  # -2.25 ms
     header = run("diff", CT_NODE, slower, faster).out.split("\nms per token by op\n")[1]
-    assert re.match(r"  op +base +new #1 +delta +ratio +p +new #2 +delta +ratio +p\n", header)
+    # the columns are headed by each input's name; the base's (23 characters) by "base"
+    assert re.match(r"  op +base +slower\.csv +delta +ratio +p +faster\.csv +delta +ratio +p\n",
+                    header)
 
 
 # ── saved reports ────────────────────────────────────────────────────────────────────────────
@@ -504,3 +506,20 @@ def test_each_tokens_latency_figures_are_its_reads(write):
     rows = [f"0,1,5,0,{i},0,0,0,{i * 65536},65536,65536,{(i + 1) * 1000}" for i in range(100)]
     (token,) = report("io", write(io_text(rows)))["per_token"]
     assert token["latency_mean_us"] == 50.5 and token["latency_p99_us"] == 100.0
+
+
+def test_inputs_are_named_by_the_shortest_end_of_their_path_and_shown_whole(tmp_path):
+    deep = tmp_path / ("a-rather-long-directory-name-for-a-sweep-of-lanes-" * 2) / "run"
+    deep.mkdir(parents=True)
+    (deep / "io.csv").write_bytes(IO_SERIAL.read_bytes())
+    other = tmp_path / "io8.csv"
+    other.write_bytes(IO_SERIAL.read_bytes())
+    result = run("diff", deep / "io.csv", other, "--format", "json")
+    assert [i["name"] for i in result.json["inputs"]] == ["io.csv", "io8.csv"]
+    text = run("diff", deep / "io.csv", other).out
+    lines = text.splitlines()
+    assert all(len(line) <= 100 for line in lines)
+    head = "".join(line.strip() for line in lines[1:lines.index(
+        next(line for line in lines if line.startswith("  new = io8.csv")))])
+    assert str(deep / "io.csv") in head and "…" not in text.split("preamble")[0]
+    assert re.search(r"^  figure +io\.csv +io8\.csv +delta", text, re.M)

@@ -4778,8 +4778,11 @@ def csv_of(report):
 # Opens in ui.perfetto.dev and chrome://tracing. Timestamps are µs. A v1 trace has no clock:
 # its nodes are laid end to end in file (seq) order with their wall_ns, which is real because
 # tracing runs one node at a time behind a barrier (the gaps between nodes are not recorded),
-# and its reads end to end per lane; each token starts where the one before it ended. v2 traces
-# use their start_ns/end_ns, and the two files of a run share one clock.
+# and its reads end to end per lane, each layer's from the start of that layer's routing node
+# (the one that waits for them, READS_AFTER) where a compute trace gives it; each token starts
+# where the one before it ended, and the reads' tracks say "reconstructed". v2 traces use their
+# start_ns/end_ns, and the two files of a run share one clock. Times are whole ns (3 decimals
+# of µs), so that a child's end is its parent's exactly.
 PERFETTO_TOKENS = (0, 64)
 COMPUTE_PID, READS_PID, WAITS_PID = 1, 2, 3
 ExportToken = namedtuple("ExportToken", "turn phase step index")
@@ -4838,11 +4841,15 @@ def export_selection(selection):
                      selection.skip)
 
 
+READS_AFTER = "ffn_moe_weights"  # the routing node a streamed run's read wait lands on
+
+
 def event(name, span, track, args, category=None):
-    """A complete event: span (start, duration) in µs, on the track."""
+    """A complete event: span (start, duration) in µs, on the track; both ends in whole ns."""
     start, duration = span
-    record = {"name": name, "ph": "X", "ts": start, "dur": duration, "pid": track.pid,
-              "tid": track.tid, "args": args}
+    begin, end = round(start, 3), round(start + duration, 3)
+    record = {"name": name, "ph": "X", "ts": begin, "dur": round(end - begin, 3),
+              "pid": track.pid, "tid": track.tid, "args": args}
     if category:
         record["cat"] = category
     return record
@@ -4855,19 +4862,25 @@ def name_event(kind, track, name):
             "args": {"name": name}}
 
 
+LaidOut = namedtuple("LaidOut", "events end anchors")  # anchors: {layer: its reads' start, µs}
+
+
 def compute_events(token, rows, start_us, v2_origin=None):
-    """The token's slice and its nodes' slices (category-named), and the token's end in µs.
-    v1: nodes end to end from start_us; v2: at their own timestamps less the origin."""
+    """The token's slice and its nodes' slices (category-named), its end in µs, and where each
+    layer's reads may start (v1: its first READS_AFTER node's start). v1: nodes end to end
+    from start_us; v2: at their own timestamps less the origin."""
     ops, names, walls = rows["op"], rows["name"], rows["wall_ns"]
     synthetic = [op in SYNTHETIC_OPS for op in ops]
     nodes = [i for i, flag in enumerate(synthetic) if not flag]
     categories = classify_graph([ops[i] for i in nodes], [names[i] for i in nodes],
                                 [int(rows["layer"][i]) for i in nodes])
     track = Track(COMPUTE_PID, token.turn * 2)
-    events, cursor = [], start_us
+    events, cursor, anchors = [], start_us, {}
     total_ns = sum(walls[i] for i in nodes)
     for i, node in zip(nodes, categories):
         at = cursor if v2_origin is None else (rows["start_ns"][i] - v2_origin) / 1e3
+        if node.base == READS_AFTER:
+            anchors.setdefault(node.layer, at)
         events.append(event(names[i] or ops[i], (at, walls[i] / 1e3), track,
                             {"op": ops[i], "layer": node.layer, "category": node.category,
                              "majflt": rows["majflt"][i]}, node.category))
@@ -4884,12 +4897,14 @@ def compute_events(token, rows, start_us, v2_origin=None):
     head = event(f"turn {token.turn} step {token.step}", (start, end - start), track,
                  {"turn": token.turn, "phase": token.phase, "step": token.step,
                   "ms": total_ns / NS_PER_MS, "majflt": sum(rows["majflt"])}, "token")
-    return [head] + events, end
+    return LaidOut([head] + events, end, anchors)
 
 
-def io_events(rows, start_us, threads, v2_origin=None):
+def io_events(rows, start_us, threads, v2_origin=None, anchors=None):
     """The reads' slices, by lane (and the waits', by thread, in v2), and how long the
-    token's reads took in µs: v1 lays each lane's reads end to end from start_us."""
+    token's reads took in µs: v1 lays each lane's reads end to end from start_us, a layer's
+    no earlier than its anchor (its routing node's start, when the compute trace gives it)."""
+    anchors = anchors or {}
     events, lane_end = [], {}
     kinds = rows.get("kind") or ["read"] * len(rows["lane"])
     thread_ids = rows.get("thread_id") or ["?"] * len(rows["lane"])
@@ -4901,7 +4916,8 @@ def io_events(rows, start_us, threads, v2_origin=None):
             at = (rows["start_ns"][i] - v2_origin) / 1e3
             latency_us = max(0, rows["end_ns"][i] - rows["start_ns"][i]) / 1e3  # never < 0
         else:
-            at = lane_end.get(rows["lane"][i], start_us)
+            at = max(lane_end.get(rows["lane"][i], start_us),
+                     anchors.get(int(rows["layer"][i]), start_us))
             lane_end[rows["lane"][i]] = at + latency_us
         where = {"layer": int(rows["layer"][i]), "expert": int(rows["expert"][i])}
         if kind == "wait":
@@ -4968,28 +4984,26 @@ class PerfettoPieces:
         self.tokens = self.backwards = 0  # backwards: compute rows that end before they start
 
     def __iter__(self):
-        threads = {}
+        threads, self.tracks = {}, set()
         yield '{"traceEvents": [\n'
-        cursor, turns = 0.0, set()
+        cursor = 0.0
         for token, runs in token_groups(self.export, self.io_rows, self.keys):
             self.tokens += 1
-            events, end = [], cursor
-            if token.turn not in turns and self.export.compute_path:
-                turns.add(token.turn)
-                events += [name_event("thread_name", Track(COMPUTE_PID, token.turn * 2),
-                                      f"turn {token.turn}"),
-                           name_event("thread_name", Track(COMPUTE_PID, token.turn * 2 + 1),
-                                      f"turn {token.turn} callbacks")]
+            events, end, anchors = [], cursor, {}
             for rows in runs:
                 if self.origin is not None:
                     self.backwards += sum(map(gt, rows["start_ns"], rows["end_ns"]))
-                more, end = compute_events(token, rows, cursor, self.origin)
-                events += more
+                laid = compute_events(token, rows, cursor, self.origin)
+                events += laid.events
+                end = laid.end
+                for layer, at in laid.anchors.items():
+                    anchors.setdefault(layer, at)
             reads_end = cursor
             for rows in self.io_rows.get(token_key(token), ()):
-                more, took = io_events(rows, cursor, threads, self.origin)
+                more, took = io_events(rows, cursor, threads, self.origin, anchors)
                 events += more
                 reads_end = max(reads_end, cursor + took)
+            self.tracks.update(Track(e["pid"], e["tid"]) for e in events)
             cursor = max(end, reads_end)
             yield "".join(json_event(e) + ",\n" for e in events)
         yield ",\n".join(map(json_event, self.names(threads)))
@@ -4997,24 +5011,31 @@ class PerfettoPieces:
                + "}\n")
 
     def names(self, threads):
-        """The tracks' name events: they come last, since every chunk before them ends with a
-        comma, and they are never none."""
-        lanes = sorted({lane for runs in self.io_rows.values() for rows in runs
-                        for lane in map(int, rows["lane"])})
-        names = [name_event("thread_name", Track(READS_PID, lane), f"lane {lane}")
-                 for lane in lanes]
-        names += [name_event("thread_name", Track(WAITS_PID, tid), f"thread {safe(thread)}")
-                  for thread, tid in threads.items()]
-        return names + [name_event("process_name", Track(COMPUTE_PID, 0), "compute"),
-                        name_event("process_name", Track(READS_PID, 0), "reads by lane"),
-                        name_event("process_name", Track(WAITS_PID, 0),
-                                   "expert waits by thread")]
+        """The name events of the tracks that hold events (an empty track is not declared):
+        they come last, since every chunk before them ends with a comma; the compute process
+        always has one (the first token's)."""
+        rebuilt = " (reconstructed)" if self.origin is None else ""
+        used = sorted(self.tracks)
+        waits = {tid: thread for thread, tid in threads.items()}
+        thread_names = {COMPUTE_PID: lambda tid: f"turn {tid // 2}" + (
+                            " callbacks" if tid % 2 else ""),
+                        READS_PID: lambda tid: f"lane {tid}{rebuilt}",
+                        WAITS_PID: lambda tid: f"thread {safe(waits[tid])}"}
+        process_names = {COMPUTE_PID: "compute", READS_PID: f"reads by lane{rebuilt}",
+                         WAITS_PID: "expert waits by thread"}
+        names = [name_event("thread_name", track, thread_names[track.pid](track.tid))
+                 for track in used]
+        names += [name_event("process_name", Track(pid, 0), process_names[pid])
+                  for pid in sorted({track.pid for track in used})]
+        return names or [name_event("process_name", Track(COMPUTE_PID, 0), "compute")]
 
     def other_data(self):
         clock = ("steady_ns: the v2 traces' own timestamps, one clock for both files"
                  if self.origin is not None else
                  "reconstructed from v1 wall_ns and latency_ns: nodes end to end in seq order, "
-                 "reads end to end per lane, tokens one after another; gaps are not recorded")
+                 "reads end to end per lane, each layer's from its routing node "
+                 f"({READS_AFTER}) when the compute trace is given, tokens one after "
+                 "another; gaps are not recorded")
         return {"tool": f"decode-analyze {TOOL_VERSION}", "clock": clock,
                 "reconstructed": self.origin is None, "tokens": self.tokens,
                 "window": window_text(self.export.window),

@@ -61,10 +61,23 @@ def perfetto_of(tmp_path, *argv):
 
 
 def check_events(data):
+    """Every event well formed, in whole ns (3 decimals of µs, no float noise), and every
+    declared track holding events."""
+    used = set()
     for event in data["traceEvents"]:
         assert {"ph", "ts", "pid", "tid"} <= set(event)
         if event["ph"] == "X":
             assert event["dur"] >= 0
+            for field in ("ts", "dur"):
+                assert round(event[field], 3) == event[field] and len(
+                    repr(event[field]).partition(".")[2]) <= 3, event
+            used.add((event["pid"], event["tid"]))
+    named = {(e["pid"], e["tid"]) for e in data["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert named <= used, named - used
+    processes = {e["pid"] for e in data["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+    assert processes <= {pid for pid, _ in used} | {1}
 
 
 def token_slices(data):
@@ -176,7 +189,8 @@ def test_compute_nodes_add_up_to_the_token(tmp_path):
     nodes = [e for e in data["traceEvents"] if e["ph"] == "X" and e.get("cat") != "token"
              and e["pid"] == 1]
     for token, expected in zip(tokens, r["per_token"]):
-        inside = [e for e in nodes if token["ts"] <= e["ts"] < token["ts"] + token["dur"]]
+        end = round(token["ts"] + token["dur"], 3)  # whole ns, as Perfetto reads them
+        inside = [e for e in nodes if token["ts"] <= e["ts"] < end]
         assert token["args"]["step"] == expected["step"]
         assert sum(e["dur"] for e in inside) == pytest.approx(expected["ms"] * 1e3)
         assert token["dur"] == pytest.approx(expected["ms"] * 1e3)
@@ -381,3 +395,29 @@ def test_v2_perfetto_has_no_negative_time_and_says_what_ran_backwards(tmp_path):
     events = [e for e in json.loads(target.read_text())["traceEvents"] if e["ph"] == "X"]
     assert events and min(e["ts"] for e in events) >= 0 and min(e["dur"] for e in events) >= 0
     assert "1 row(s) end before they start: drawn as empty intervals" in result.err
+
+
+def test_v1_reads_are_laid_after_their_layers_routing_node(tmp_path):
+    """A v1 pair has no clock: each layer's reads start no earlier than the routing node that
+    waits for them (ffn_moe_weights-N), end to end per lane, and the tracks say reconstructed;
+    nodes nest in their token exactly."""
+    ct, io = REAL_TRACES["qwen3moe-l4-ct-node.csv"], REAL_TRACES["qwen3moe-l4-io-serial.csv"]
+    data = perfetto_of(tmp_path, "report", ct, io, "--tokens", "0:3")
+    check_events(data)
+    events = data["traceEvents"]
+    tokens = token_slices(data)
+    for token in tokens:
+        end = round(token["ts"] + token["dur"], 3)  # whole ns, as Perfetto reads them
+        inside = [e for e in events if e["ph"] == "X" and token["ts"] <= e["ts"] < end]
+        anchors = {int(e["name"].split("-")[-1]): e["ts"] for e in inside
+                   if e["pid"] == 1 and e["name"].startswith("ffn_moe_weights-")
+                   and e["name"][16:].isdigit()}
+        assert sorted(anchors) == [0, 1, 2, 3]
+        reads = [e for e in inside if e["pid"] == 2]
+        assert reads and all(e["ts"] >= anchors[e["args"]["layer"]] for e in reads)
+        assert min(e["ts"] for e in reads if e["args"]["layer"] == 1) == anchors[1]
+        nodes = [e for e in inside if e["pid"] == 1 and e is not token]
+        assert all(round(e["ts"] + e["dur"], 3) <= end for e in nodes)
+    names = [e["args"]["name"] for e in events if e["ph"] == "M"]
+    assert "lane 0 (reconstructed)" in names and "reads by lane (reconstructed)" in names
+    assert not any("callbacks" in name or "waits" in name for name in names)

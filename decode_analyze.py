@@ -571,7 +571,8 @@ UNCLASSIFIED_ROW = Record("unclassified row", "compute `unclassified`", (
     ("name", "a base name that landed in `other`"), ("ms_per_token", "its wall_ns / tokens")))
 COMPUTE_TOKEN = Record("compute token", "compute `slowest`, `per_token`", (
     ("turn", "session turn"), ("phase", "1 decode, 0 prefill"), ("step", "the token's step"),
-    ("ms", "its summed wall_ns / 10^6"), ("majflt", "its major faults")))
+    ("ms", "its summed wall_ns / 10^6"), ("majflt", "its major faults"),
+    ("faulting_ms", "the wall time of its nodes that took major faults")))
 DECODES = Record("decodes", "compute `decodes`", (
     ("decodes", "decode tokens selected"),
     ("positions", "generated positions they cover (next step - step; a turn's last: 1)"),
@@ -819,8 +820,11 @@ PREAMBLE_CHANGE = Record("preamble change", "diff `preamble_changes` (a list per
     ("key", "the preamble key"), ("base", "its value in BASE (null: absent)"),
     ("new", "its value in the NEW (null: absent)")))
 SERIES = Record("series", "diff `per_token.<part>`", (
-    ("field", "`ms` or `mib`"), ("series", "each input's per-token values (what the SVG "
-                                           "overlays)")))
+    ("field", "`ms` (compute), `io_ms` (io: the I/O estimate; `mib` when an input is a saved "
+              "report of schema 3 or older)"),
+    ("series", "each input's per-token values (what the SVG overlays)"),
+    ("latency_hist", "io: each input's latency histogram, a list of {lo_us, hi_us, count} "
+                     "(io `latency_hist`) per input; `[]` for compute")))
 CHANGE = Record("change", "diff `sections[].rows[].changes` (one per NEW)", (
     ("new", "the NEW's figure"), ("delta", "new - base"), ("ratio", "new / base"),
     ("p", "two-sided Mann-Whitney U p-value (null: no samples to test)"),
@@ -1023,11 +1027,12 @@ class ComputeToken:
     wall time per op and per node category (op_ns, category_ns: complete after the fold's
     finish; the samples `diff` tests and the SVG stacks)."""
 
-    __slots__ = ("turn", "phase", "step", "wall_ns", "majflt", "op_ns", "category_ns")
+    __slots__ = ("turn", "phase", "step", "wall_ns", "majflt", "faulting_ns", "op_ns",
+                 "category_ns")
 
     def __init__(self, turn, phase, step):
         self.turn, self.phase, self.step = turn, phase, step
-        self.wall_ns = self.majflt = 0
+        self.wall_ns = self.majflt = self.faulting_ns = 0
         self.op_ns, self.category_ns = {}, {}
 
     def add_group(self, op, category, wall_ns):
@@ -1037,6 +1042,7 @@ class ComputeToken:
     def merge(self, other):
         self.wall_ns += other.wall_ns
         self.majflt += other.majflt
+        self.faulting_ns += other.faulting_ns
         add_sums(self.op_ns, other.op_ns)
         add_sums(self.category_ns, other.category_ns)
 
@@ -1197,6 +1203,8 @@ class ComputeFold(TokenFold):
             token_walls, token_faults = walls[start:end], faults[start:end]
             token.wall_ns += sum(token_walls)
             token.majflt += sum(token_faults)
+            if any(token_faults):  # the faulting nodes' time: the SVG's own band
+                token.faulting_ns += sum(compress(token_walls, token_faults))
             self.rows[token.phase] += end - start
             columns = (ops[start:end], names[start:end], layers[start:end])
             loose = self.loose.get(token.phase)
@@ -1456,7 +1464,8 @@ def prefill_batches(tokens, value):
 
 def compute_token_dict(token):
     return COMPUTE_TOKEN(turn=token.turn, phase=token.phase, step=token.step,
-                         ms=token.wall_ns / NS_PER_MS, majflt=token.majflt)
+                         ms=token.wall_ns / NS_PER_MS, majflt=token.majflt,
+                         faulting_ms=token.faulting_ns / NS_PER_MS)
 
 
 WARMUP_TOKENS = 8
@@ -3093,7 +3102,8 @@ SAMPLE_FIELDS = {"compute": ("ms", "majflt"),
 # per-token samples a saved report of an older schema lacks (4 added io_ms and busy_ms, 5 the
 # latencies): its figure is shown untested
 LATER_SAMPLES = ("io_ms", "busy_ms", "latency_mean_us", "latency_p99_us")
-SERIES_FIELD = {"compute": "ms", "io": "mib"}  # the per-token series the SVG overlays
+SERIES_FIELD = {"compute": ("ms",), "io": ("io_ms", "mib")}  # what the SVG overlays: the first
+# that every input has
 DIFF_PARTS = ("compute", "io", "pair")  # a pair report's split: only against another pair
 COMPARES = {("compute",): "compute", ("io",): "io", ("compute", "io"): "report",
             ("compute", "io", "pair"): "report"}
@@ -3140,7 +3150,11 @@ class DiffView:
         return {"tokens": tokens, "samples": samples, "op_samples": op_samples,
                 "headline": headline, "tables": tables, "meta": meta,
                 "selection": report.get("selection"), "granularity": report.get("granularity"),
-                "tail_in_post": checked_tail(report.get("tail_in_post"))}
+                "tail_in_post": checked_tail(report.get("tail_in_post")),
+                "latency_hist": [HISTOGRAM_ROW(lo_us=figure_value(row["lo_us"], limit),
+                                               hi_us=figure_value(row["hi_us"], limit),
+                                               count=figure_value(row["count"], limit))
+                                 for row in report.get("latency_hist") or ()]}
 
 
 def checked_tail(tail):
@@ -3300,11 +3314,20 @@ def diff_report(views, alpha):
                            tokens={part: view.parts[part]["tokens"] for part in parts})
                 for view, name in zip(views, shortest_names([view.path for view in views]))],
         preamble_changes=changes,
-        per_token={part: SERIES(field=SERIES_FIELD[part], series=[
-            view.parts[part]["samples"][SERIES_FIELD[part]] for view in views])
-            for part in parts if part != "pair"},  # the pair's series is its compute trace's
+        per_token={part: overlaid(part, views) for part in parts if part != "pair"},
         sections=[section for part in parts for section in diff_part(part, views, alpha)],
         warnings=warnings)
+
+
+def overlaid(part, views):
+    """What the diff SVG overlays of a part: each input's per-token series of the first
+    SERIES_FIELD they all have, and (io) each one's latency histogram."""
+    halves = [view.parts[part] for view in views]
+    field = next(name for name in SERIES_FIELD[part]
+                 if all(half["samples"][name] is not None for half in halves))
+    return SERIES(field=field, series=[half["samples"][field] for half in halves],
+                  latency_hist=[half["latency_hist"] for half in halves] if part == "io"
+                  else [])
 
 
 def io_mode_warnings(views):
@@ -4444,8 +4467,12 @@ def summary_table(report):
     figures = [column(header, key, fixed(digits) if digits is not None else percent)
                for header, key, digits in SUMMARY_FIGURES
                if any(row[key] is not None for row in rows)]
-    return (column("#", lambda row: rows.index(row) + 1), *keys, column("tokens", "tokens"),
-            *figures, text_column("flagged", lambda row: " ".join(row["flagged"]) or "-"))
+    number = column("#", lambda row: rows.index(row) + 1)
+    while True:  # the keys' columns that fit beside the figures (the list above has them all)
+        columns = (number, *keys, column("tokens", "tokens"), *figures)
+        if not keys or max(map(len, table_lines(columns, rows))) <= TEXT_WIDTH:
+            return columns
+        keys.pop()
 
 
 SUMMARY_FIGURES = (("decode ms", "decode_ms_per_token", 2), ("p50", "decode_ms_p50", 2),
@@ -4460,6 +4487,7 @@ def summary_blocks(report, view):
     rows = report["runs"]
     names = [f"  #{i} {row['run']}" + "".join(f"  {key}={row['settings'].get(key)}"
                                               for key in report["keys"])
+             + (f"  flagged: {' '.join(row['flagged'])}" if row["flagged"] else "")
              for i, row in enumerate(rows, start=1)]
     return [Block("runs", [Prose(names + [""], "      "), Grid(summary_table(report), rows)])]
 
@@ -5085,14 +5113,22 @@ def xml(text):
             .replace('"', "&quot;").replace("'", "&#39;"))
 
 
-def nice_ceiling(value):
-    """The smallest 1, 2, 3, 4, 5, 6 or 8 times a power of ten that is >= value (1 for
-    nothing): quarters of it are round numbers."""
-    if not value or value <= 0:
-        return 1.0
-    power = 10 ** math.floor(math.log10(value))
-    return next(step * power for step in (1, 2, 3, 4, 5, 6, 8, 10)
-                if step * power >= value * (1 - 1e-12))
+AXIS_STEPS = (1, 2, 2.5, 5)  # times a power of ten: the y axes' tick steps
+AXIS_TICKS = 5  # at most this many steps from 0 to the top
+
+
+def nice_axis(value):
+    """(top, step) of a y axis from 0 that holds value: the step the smallest of 1, 2, 2.5
+    or 5 times a power of ten that reaches it in AXIS_TICKS steps or fewer, the top a whole
+    number of steps (1, 1 for nothing)."""
+    if not value or value <= 0 or not math.isfinite(value):
+        return 1.0, 0.25
+    power = 10.0 ** math.floor(math.log10(value / AXIS_TICKS))
+    for step in (s * power for s in AXIS_STEPS + tuple(10 * s for s in AXIS_STEPS)):
+        steps = math.ceil(value / step * (1 - 1e-12))
+        if steps <= AXIS_TICKS:
+            return float(f"{steps * step:.12g}"), float(f"{step:.12g}")
+    return value, value  # not reached: 50 x power / 5 steps covers any value
 
 
 class Panel:
@@ -5103,8 +5139,9 @@ class Panel:
         self.top = index * SVG_PANEL + SVG_TOP
         self.left, self.width = SVG_LEFT, SVG_WIDTH - SVG_LEFT - SVG_RIGHT
         self.height = SVG_PANEL - SVG_TOP - SVG_BOTTOM
-        self.y_max = nice_ceiling(y_max)
+        self.y_max, self.y_step = nice_axis(y_max)
         self.per_px = self.y_max / self.height  # units per pixel, for readers and tests
+        self.labels = []  # (x0, y0, x1, y1) of the notes written in it, so that none overlap
         self.parts = [f'<g class="panel" data-title="{xml(title)}" data-unit="{xml(unit)}" '
                       f'data-per-px="{self.per_px:.9g}">',
                       f'<text x="{self.left}" y="{self.top - 14}" class="title">'
@@ -5113,9 +5150,9 @@ class Panel:
 
     def _axes(self, unit, x_label):
         bottom = self.top + self.height
-        for i in range(5):
-            value = self.y_max * i / 4
-            y = bottom - self.height * i / 4
+        for i in range(round(self.y_max / self.y_step) + 1):
+            value = float(f"{self.y_step * i:.12g}")  # 0.1 x 3 is 0.30000000000000004
+            y = bottom - value / self.per_px
             self.parts.append(f'<line x1="{self.left}" y1="{y:.1f}" x2="{self.left + self.width}"'
                               f' y2="{y:.1f}" class="grid"/><text x="{self.left - 4}" '
                               f'y="{y + 4:.1f}" class="tick" text-anchor="end">{value:g}</text>')
@@ -5131,10 +5168,12 @@ class Panel:
         self.parts.append(f'<text x="{x:.1f}" y="{self.top + self.height + 13}" class="tick" '
                           f'text-anchor="{anchor}">{xml(text)}</text>')
 
-    def legend(self, names):
+    def legend(self, names, slot_chars=None):
+        """A swatch and a name each, from the right; slot_chars: every entry as wide as that
+        many characters (the inputs' names, so that their places do not hang on them)."""
         x = self.left + self.width
         for i, name in reversed(list(enumerate(names))):
-            x -= 8 * len(str(name)) + 22
+            x -= 8 * (slot_chars or len(str(name))) + 22
             self.parts.append(f'<rect x="{x}" y="{self.top - 24}" width="10" height="10" '
                               f'class="c{i % len(SVG_PALETTE)}"/><text x="{x + 13}" '
                               f'y="{self.top - 15}" class="tick">{xml(name)}</text>')
@@ -5180,8 +5219,45 @@ class Panel:
         self.parts.append(f'<rect x="{x0:.2f}" y="{self.top}" width="{max(x1 - x0, 1):.2f}" '
                           f'height="{self.height}" class="{css}"/>')
         if label:
-            self.parts.append(f'<text x="{x0 + 2:.1f}" y="{self.top + 10}" class="note">'
-                              f'{xml(label)}</text>')
+            self.note(x0 + 2, self.top + 10, label, "start")
+
+    def note(self, x, y, text, anchor="middle"):
+        """A note at (x, y) unless it would overlap one already written: whether it was."""
+        box = self.reserve(x, y, len(text), anchor)
+        if box is not None:
+            self.write(box, text)
+        return box is not None
+
+    def reserve(self, x, y, chars, anchor="middle"):
+        """The box a note of `chars` characters at (x, y) takes, kept for it; None when it
+        would overlap a kept one."""
+        width = NOTE_CHAR_PX * chars
+        x0 = x - width / 2 if anchor == "middle" else x
+        x0 = min(max(x0, self.left), self.left + self.width - width)
+        box = Box(x0, y - NOTE_HEIGHT_PX, x0 + width, y + 2)
+        if any(box.x0 < other.x1 and other.x0 < box.x1 and box.y0 < other.y1 and
+               other.y0 < box.y1 for other in self.labels):
+            return None
+        self.labels.append(box)
+        return box
+
+    def write(self, box, text):
+        x0, _, _, bottom = box
+        self.parts.append(f'<text x="{x0:.1f}" y="{bottom - 2:.1f}" class="note" '
+                          f'data-box="{" ".join(f"{v:.1f}" for v in box)}">{xml(text)}</text>')
+
+    def dots(self, points, name, colour=0):
+        """A line through (x, y-value) points, each marked: values known only there."""
+        if not points:
+            return
+        path = " ".join(f"{x:.1f},{self.y(v):.1f}" for x, v in points)
+        self.parts.append(f'<polyline points="{path}" fill="none" '
+                          f'stroke="{SVG_PALETTE[colour % len(SVG_PALETTE)]}" stroke-width="1" '
+                          f'stroke-dasharray="3,3" class="series"><title>{xml(name)}</title>'
+                          f'</polyline>')
+        self.parts += [f'<circle cx="{x:.1f}" cy="{self.y(v):.1f}" r="3" '
+                       f'class="c{colour % len(SVG_PALETTE)} point">'
+                       f'<title>{xml(name)} {v:.4g}</title></circle>' for x, v in points]
 
     def text(self):
         return "".join(self.parts) + "</g>"
@@ -5240,26 +5316,64 @@ def token_axis_panel(index, title, unit, tokens, series, names):
     return panel, width, size
 
 
+OUTLIER_LABELS = 5  # at most this many outlier tokens are labelled, the slowest first
+Box = namedtuple("Box", "x0 y0 x1 y1")  # a note's place in the picture, px
+NOTE_CHAR_PX, NOTE_HEIGHT_PX = 5.6, 9  # a 10 px sans-serif note: what a label box takes
+
+
 def outlier_labels(panel, tokens, values, median, width, size):
-    """The step of each token at least OUTLIER_FACTOR times the median, as the outliers
-    verdict counts them."""
-    for i, value in enumerate(values):
-        if median and value >= OUTLIER_FACTOR * median:
-            x = panel.left + (i // size + 0.5) * width
-            panel.parts.append(f'<text x="{x:.1f}" y="{panel.y(value) - 3:.1f}" class="note" '
-                               f'text-anchor="middle">step {tokens[i]["step"]}</text>')
+    """The step of the slowest tokens at least OUTLIER_FACTOR times the median, as the
+    outliers verdict counts them: OUTLIER_LABELS at most, none over another label; the rest
+    counted in one note."""
+    outliers = sorted((i for i, value in enumerate(values)
+                       if median and value >= OUTLIER_FACTOR * median), key=lambda i: -values[i])
+    def more(count):
+        return f"{count} more token(s) >= {OUTLIER_FACTOR}x the median"
+    # the count's place is kept before any step label is placed, wide enough for any count
+    kept = panel.reserve(panel.left + panel.width, panel.top + 10, len(more(len(outliers))),
+                         "start") if len(outliers) > OUTLIER_LABELS else None
+    shown = 0
+    for i in outliers:
+        if shown == OUTLIER_LABELS:
+            break
+        shown += panel.note(panel.left + (i // size + 0.5) * width, panel.y(values[i]) - 3,
+                            f"step {tokens[i]['step']}")
+    if kept is None and len(outliers) > shown:  # crowded out, not too many
+        kept = panel.reserve(panel.left + panel.width, panel.top - 2,
+                             len(more(len(outliers))), "start")
+    if kept is not None and len(outliers) > shown:
+        panel.write(kept, more(len(outliers) - shown))
+
+
+FAULT_BAND = "faulting nodes"
+
+
+def compute_series(report):
+    """(title, names, {name: ms per token}) of the compute panel: by node category, with the
+    faulting nodes' time as its own band when there are faults (the categories then share
+    the rest of each token in proportion to their time); a layer trace's one series."""
+    tokens = report["per_token"]
+    samples = report["category_us_by_token"]
+    if not samples:
+        return ("compute ms per token (a layer trace: no node categories)", ["compute"],
+                {"compute": [t["ms"] for t in tokens]})
+    names = [c["category"] for c in report["by_category"]]
+    series = {name: [us / 1e3 for us in samples[name]] for name in names}
+    faulting = [t.get("faulting_ms") or 0.0 for t in tokens]
+    if not any(faulting):
+        return "compute ms per token, by node category", names, series
+    totals = [sum(values) for values in zip(*series.values())]
+    kept = [max(0.0, 1 - fault / total) if total else 0.0
+            for fault, total in zip(faulting, totals)]
+    series = {name: [v * k for v, k in zip(values, kept)] for name, values in series.items()}
+    return ("compute ms per token: faulting nodes, then categories (the rest, in proportion)",
+            [FAULT_BAND] + names, {FAULT_BAND: faulting, **series})
 
 
 def compute_panels(report, start):
     tokens = report["per_token"]
-    samples = report["category_us_by_token"]
-    if samples:
-        names = [c["category"] for c in report["by_category"]]
-        series = {name: [us / 1e3 for us in samples[name]] for name in names}
-    else:
-        names, series = ["compute"], {"compute": [t["ms"] for t in tokens]}
-    panel, width, size = token_axis_panel(start, "compute ms per token, by node category",
-                                          "ms", tokens, series, names)
+    title, names, series = compute_series(report)
+    panel, width, size = token_axis_panel(start, title, "ms", tokens, series, names)
     outlier_labels(panel, tokens, [t["ms"] for t in tokens], report["token_ms"]["p50"], width,
                    size)
     layers = report["by_layer"]
@@ -5285,24 +5399,51 @@ def io_panels(report, start, tokens=None):
               for lane, values in lanes.items()}
     per_token, _, _ = token_axis_panel(start, "MiB read per token, by lane", "MiB", axis,
                                        series, names)
+    io_ms = {row_token(t): t["io_ms"] for t in report["per_token"]}
+    estimate, _, _ = token_axis_panel(
+        start + 1, "I/O estimate ms per token (each layer's busiest lane, summed)", "ms", axis,
+        {"I/O estimate": [io_ms.get(key, 0.0) for key in map(row_token, axis)]},
+        ["I/O estimate"])
     hist = report["latency_hist"]
-    latency = Panel(start + 1, "read latency, log2 buckets", "reads",
+    latency = Panel(start + 2, "read latency, log2 buckets", "reads",
                     max((row["count"] for row in hist), default=0),
                     "latency (us), each bucket from its lower bound to twice it")
     bar_width = latency.stacked_bars([[row["count"]] for row in hist], ["reads"], css="hist")
     for i, row in enumerate(hist):
         latency.x_label(latency.left + (i + 0.5) * bar_width, f"{row['lo_us']}")
-    panels = [per_token, latency]
+    panels = [per_token, estimate, latency]
     if report["reuse"]:
-        curve = report["reuse"]["lru"]
-        cache = Panel(start + 2, "expert cache what-if: share of lookups served", "share",
-                      1.0, "cache size (MiB)")
-        cache.polyline([row["hit_share"] for row in curve], SVG_LINE, "hit share")
-        step = cache.width / max(1, len(curve) - 1)
-        for i, row in enumerate(curve):
-            cache.x_label(cache.left + i * step, f"{row['cache_mib']:.1f}")
-        panels.append(cache)
+        panels.append(cache_panel(start + 3, report["reuse"]["lru"], report["meta"]))
     return panels
+
+
+def cache_panel(index, curve, meta):
+    """The expert cache curve: its simulated sizes marked on a log2 axis (nothing is known
+    between them: the dashed line only joins them), labelled to the precision they need, and
+    the run's own --cache-mb where the preamble names it."""
+    cache = Panel(index, "expert cache what-if: share of lookups served", "share", 1.0,
+                  "cache size (MiB, log2 axis: the points are the sizes simulated)")
+    sizes = [row["cache_mib"] for row in curve if row["cache_mib"] > 0]
+    if not sizes:
+        cache.polyline([row["hit_share"] for row in curve], SVG_LINE, "hit share")
+        return cache
+    low, high = math.log2(min(sizes)), math.log2(max(sizes))
+
+    def x_of(mib):
+        return cache.left + cache.width * ((math.log2(mib) - low) / (high - low)
+                                           if high > low else 0.5)
+    points = [(x_of(row["cache_mib"]), row["hit_share"]) for row in curve
+              if row["cache_mib"] > 0 and row["hit_share"] is not None]
+    if not points:
+        cache.polyline([None], SVG_LINE, "hit share")
+    cache.dots(points, "hit share")
+    for row in curve:
+        if row["cache_mib"] > 0:
+            cache.x_label(x_of(row["cache_mib"]), f"{row['cache_mib']:.3g}")
+    own = meta_int(meta, "cache_mb")
+    if own and min(sizes) <= own <= max(sizes):
+        cache.marker(x_of(own), x_of(own) + 1, "turn", f"--cache-mb {own}")
+    return cache
 
 
 # The table each part's changes are drawn from, side by side, and its unit.
@@ -5315,17 +5456,20 @@ def diff_panels(report, start):
     whole width, so runs of different lengths overlay; binned to means past SVG_MAX_BARS
     points), then the table rows with the largest change, base and new side by side."""
     panels = []
-    inputs = ["base"] + [f"new #{i + 1}" for i in range(len(report["inputs"]) - 1)]
+    inputs = group_names([source["name"] for source in report["inputs"]])
     for part, per_token in report["per_token"].items():
-        unit = "ms" if per_token["field"] == "ms" else "MiB"
+        what, unit = OVERLAID[per_token["field"]]
         series = [mean_of_groups(values) for values in per_token["series"]]
-        overlay = Panel(start + len(panels), f"{part}: {unit} per token, every input overlaid",
+        overlay = Panel(start + len(panels), f"{part}: {what} per token, every input overlaid",
                         unit, max((max(v, default=0) for v in series), default=0),
                         "position in the run (each run spread over the width)")
         for i, values in enumerate(series):
             overlay.polyline(values, SVG_PALETTE[i % len(SVG_PALETTE)], inputs[i])
-        overlay.legend(inputs)
+        overlay.legend(inputs, GROUP_NAME_WIDTH)
         panels.append(overlay)
+        if per_token["latency_hist"]:
+            panels.append(histograms_overlaid(start + len(panels), per_token["latency_hist"],
+                                              inputs))
         title, unit = DIFF_SIDE_BY_SIDE[part]
         section = next((s for s in report["sections"] if s["title"] == title), None)
         if section:
@@ -5333,8 +5477,36 @@ def diff_panels(report, start):
     return panels
 
 
+OVERLAID = {"ms": ("ms", "ms"), "io_ms": ("I/O estimate ms", "ms"), "mib": ("MiB", "MiB")}
+
+
+def histograms_overlaid(index, histograms, inputs):
+    """Every input's read latency histogram, as the share of its reads in each log2 bucket
+    (so that runs of different lengths overlay), on the buckets any of them has."""
+    buckets = sorted({row["lo_us"] for rows in histograms for row in rows})
+    shares = []
+    for rows in histograms:
+        total = sum(row["count"] for row in rows) or 1
+        counts = {row["lo_us"]: row["count"] for row in rows}
+        shares.append([counts.get(lo, 0) / total for lo in buckets])
+    panel = Panel(index, "read latency, log2 buckets: every input's share of its reads",
+                  "share of reads", max((max(s, default=0) for s in shares), default=0),
+                  "latency (us), each bucket from its lower bound to twice it")
+    step = panel.width / max(1, len(buckets))
+    for i, values in enumerate(shares):
+        panel.dots([(panel.left + (j + 0.5) * step, value) for j, value in enumerate(values)],
+                   inputs[i], i)
+    for j, lo in enumerate(buckets):
+        panel.x_label(panel.left + (j + 0.5) * step, f"{lo}")
+    panel.legend(inputs, GROUP_NAME_WIDTH)
+    return panel
+
+
 def side_by_side(index, section, inputs, unit):
     rows = section["rows"][:12]
+    if section["key"] == "lane":  # lanes read best in their own order
+        rows = sorted(rows, key=lambda row: (0, int(row["name"])) if re.fullmatch(
+            r"-?[0-9]{1,20}", str(row["name"])) else (1, str(row["name"])))
     values = [[row["base"] or 0] + [c["new"] or 0 for c in row["changes"]] for row in rows]
     panel = Panel(index, f"{section['title']}: the {len(rows)} largest changes", unit,
                   max((max(v) for v in values), default=0), section["key"])
@@ -5350,25 +5522,33 @@ def side_by_side(index, section, inputs, unit):
                                f'<title>{xml(row["name"])} {xml(inputs[j])} {value:.4g}'
                                f'</title></rect>')
         panel.x_label(panel.left + (i + 0.5) * width, str(row["name"])[:14])
-    panel.legend(inputs)
+    panel.legend(inputs, GROUP_NAME_WIDTH)
     return panel
+
+
+FOOTER_CHAR_PX = 6.0  # a 10 px sans-serif character at its widest on average: the footer fits
 
 
 def svg_of(report):
     """The SVG of a compute, io, report or diff report."""
     kind = report["kind"]
     if kind == "compute":
-        panels, source = compute_panels(report, 0), report["path"]
+        panels, paths = compute_panels(report, 0), [report["path"]]
     elif kind == "io":
-        panels, source = io_panels(report, 0), report["path"]
+        panels, paths = io_panels(report, 0), [report["path"]]
     elif kind == "report":
         panels = compute_panels(report["compute"], 0)
         panels += io_panels(report["io"], len(panels), report["compute"]["per_token"])
-        source = f"{report['compute']['path']} + {report['io']['path']}"
+        paths = [report["compute"]["path"], report["io"]["path"]]
     else:
         panels = diff_panels(report, 0)
-        source = " vs ".join(str(source["path"]) for source in report["inputs"])
+        paths = [str(source["path"]) for source in report["inputs"]]
+    joiner = " vs " if kind == "diff" else " + "
+    source = joiner.join(map(str, paths))  # whole in the title; the footer names them
     height = len(panels) * SVG_PANEL + 24
+    footer = fit(f"decode-analyze {TOOL_VERSION} {kind}: "
+                 f"{joiner.join(shortest_names(list(map(str, paths))))}",
+                 int((SVG_WIDTH - SVG_LEFT - SVG_RIGHT) / FOOTER_CHAR_PX))
     style = ("text{font-family:sans-serif;font-size:11px;fill:#222}.title{font-size:13px;"
              "font-weight:bold}.tick{font-size:10px;fill:#555}.axis{font-size:11px}"
              ".grid{stroke:#ddd;stroke-width:1}.max{stroke:#222;stroke-width:1}"
@@ -5380,8 +5560,8 @@ def svg_of(report):
             f'<title>decode-analyze {TOOL_VERSION} {kind}: {xml(source)}</title>'
             f'<style>{style}</style><rect width="100%" height="100%" fill="#fff"/>'
             + "".join(panel.text() for panel in panels)
-            + f'<text x="{SVG_LEFT}" y="{height - 6}" class="tick">decode-analyze '
-              f'{TOOL_VERSION} {kind}: {xml(source)}</text></svg>\n')
+            + f'<text x="{SVG_LEFT}" y="{height - 6}" class="tick footer">{xml(footer)}'
+              f'</text></svg>\n')
 
 
 # ── command line: reading, summing up and judging a command's inputs ────────────────────────

@@ -390,3 +390,18 @@ def test_a_long_preamble_value_stays_within_100_columns(write):
     preamble = f"# compute_trace v1\n# model={long_model}\n"
     out = run("compute", write(ct_text(rows, preamble=preamble))).out
     assert max(map(len, out.splitlines())) <= 100 and "model=mmm" in out
+
+
+def test_every_line_fits_100_columns_on_a_48_layer_fault_trace(tmp_path):
+    """The longest op and node names of a 48-layer graph, faults on, every command's text."""
+    ct = tracegen.write(tmp_path / "ct.csv", tracegen.compute_lines(n_layer=48, decode_tokens=6))
+    io = tracegen.write(tmp_path / "io.csv", tracegen.io_lines(n_layer=48, decode_tokens=6))
+    layers = REAL_TRACES["qwen3moe-l4-ct-layers.csv"]
+    assert report("compute", ct)["faults"]["majflt_per_token"] > 0
+    for argv in (["compute", ct, "--layers", "--top", "100"], ["report", ct, io, "--layers"],
+                 ["io", io, "--what-if", "--layers"], ["diff", ct, layers],
+                 ["summary", ct, io, layers, REAL_TRACES["qwen3moe-l4-io-serial.csv"]]):
+        result = run(*argv)
+        assert result.code == 0, result.err
+        long = [line for line in result.out.splitlines() if len(line) > 100]
+        assert not long, (argv[0], long[:2])

@@ -4,6 +4,7 @@ many; and the split's own rules (its cut points, the first error in file order, 
 import gzip
 import io
 import json
+import re
 import os
 import sys
 from pathlib import Path
@@ -160,13 +161,16 @@ def answer(argv, folder):
         for name in (["<stdin>", "&lt;stdin&gt;"] if path == "-" else
                      [json.dumps(str(path))[1:-1]]):
             text = text.replace(name, f"<input {i}>")
-        if path != "-":  # summary names a run by the end of its path: its file's name here
-            text = text.replace(json.dumps(path.name), f'"<input {i}>"')
+        if path != "-":  # summary and the SVG's footer name an input by the end of its path
+            text = re.sub(rf"(?<![\w.-]){re.escape(path.name)}(?![\w.])", f"<input {i}>", text)
     return text
 
 
 def compressed(path, folder):
-    target = folder / (path.name + ".gz")
+    """A gzip copy under the same name (the reader knows gzip by its magic bytes), so that
+    the names the outputs show (summary's runs, the SVG's legends) are the same."""
+    target = folder / "gzip" / path.name
+    target.parent.mkdir(exist_ok=True)
     target.write_bytes(gzip.compress(path.read_bytes()))
     return target
 

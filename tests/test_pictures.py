@@ -1,5 +1,6 @@
 """Pictures: --svg whose bars are the report's figures, a Perfetto file whose slices add up to
 the report, and v2 timelines with hand-computed answers."""
+import itertools
 import json
 import math
 import xml.etree.ElementTree as ET
@@ -7,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 import tracegen
-from helpers import REAL_TRACES, ct_text, error_of, io_text, report, run
+from helpers import REAL_TRACES, ROOT, ct_text, error_of, io_text, report, run
 
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -106,7 +107,8 @@ def test_many_tokens_are_binned_with_their_mean_and_max(tmp_path):
                                                                       decode_tokens=400))
     r = report("compute", path)
     root, target = svg_of(tmp_path, "compute", path)
-    panel = panels(root)["compute ms per token, by node category"]
+    (panel,) = [p for title, p in panels(root).items()
+                if title.startswith("compute ms per token") and "by layer" not in title]
     drawn = bars(panel)
     size = math.ceil(r["tokens"] / 160)
     assert len(drawn) == math.ceil(r["tokens"] / size)
@@ -147,7 +149,14 @@ def test_report_shares_the_token_axis(tmp_path):
     reads = bars(found["MiB read per token, by lane"])
     assert len(compute) == len(reads) == math.ceil(r["pair"]["tokens"] / 2)  # 208 in pairs
     turns = [t for t in root.iter(f"{SVG}rect") if t.get("class") == "turn"]
-    assert len(turns) == 2 * 3  # 4 turns: 3 boundaries, on both token-axis panels
+    # 4 turns: 3 boundaries, on each token-axis panel (compute, MiB by lane, I/O estimate)
+    assert len(turns) == 3 * 3
+    io_ms = {(t["turn"], t["phase"], t["step"]): t["io_ms"] for t in r["io"]["per_token"]}
+    estimate = bars(found["I/O estimate ms per token (each layer's busiest lane, summed)"])
+    expected = [io_ms.get((t["turn"], t["phase"], t["step"]), 0.0)
+                for t in r["compute"]["per_token"]]
+    for i, (total, _) in enumerate(estimate):  # groups of 2 decoded tokens: their mean
+        assert total == pytest.approx(sum(expected[2 * i:2 * i + 2]) / 2, abs=1e-6)
     assert target.stat().st_size < 200_000
 
 
@@ -421,3 +430,100 @@ def test_v1_reads_are_laid_after_their_layers_routing_node(tmp_path):
     names = [e["args"]["name"] for e in events if e["ph"] == "M"]
     assert "lane 0 (reconstructed)" in names and "reads by lane (reconstructed)" in names
     assert not any("callbacks" in name or "waits" in name for name in names)
+
+
+# ── pictures that do not mislead ──
+def note_boxes(panel):
+    return [(text.text, tuple(map(float, text.get("data-box").split())))
+            for text in panel.iter(f"{SVG}text") if text.get("data-box")]
+
+
+def test_outlier_labels_are_few_and_never_overlap(tmp_path):
+    """The real layer trace has 18 tokens >= 10x the median: five labels at most, slowest
+    first, no two label boxes (nor the warm-up's) overlapping, and the rest counted."""
+    root, _ = svg_of(tmp_path, "compute", REAL_TRACES["qwen3moe-l4-ct-layers.csv"])
+    (panel,) = [p for title, p in panels(root).items() if title.startswith("compute ms per tok")
+                and "layer" in title and "by layer" not in title]
+    boxes = note_boxes(panel)
+    steps = [text for text, _ in boxes if text.startswith("step ")]
+    assert 1 <= len(steps) <= 5 and steps[0] == "step 102"  # the slowest, 191.81 ms
+    more = [text for text, _ in boxes if "more token(s)" in text]
+    assert more == [f"{18 - len(steps)} more token(s) >= 10x the median"]
+    for (_, a), (_, b) in itertools.combinations(boxes, 2):
+        assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (a, b)
+    width = float(root.get("width"))
+    assert all(box[2] <= width for _, box in boxes)
+
+
+def test_a_layer_trace_is_titled_for_its_one_series(tmp_path):
+    root, _ = svg_of(tmp_path, "compute", REAL_TRACES["qwen3moe-l4-ct-layers.csv"])
+    assert "compute ms per token (a layer trace: no node categories)" in panels(root)
+
+
+def test_faulting_nodes_have_their_own_band(tmp_path):
+    ct = ROOT / "tests" / "data" / "synthetic" / "faults-ct.csv"
+    r = report("compute", ct, "--phase", "all")
+    root, _ = svg_of(tmp_path, "compute", ct, "--phase", "all")
+    title = "compute ms per token: faulting nodes, then categories (the rest, in proportion)"
+    panel = panels(root)[title]
+    legend = [t.text for t in panel.iter(f"{SVG}text") if t.get("class") == "tick"]
+    assert "faulting nodes" in legend
+    per_px = float(panel.get("data-per-px"))
+    for (total, heights), token in zip(bars(panel), r["per_token"]):
+        assert total == pytest.approx(token["ms"], rel=1e-3)  # the stack is still the token
+        assert heights[0] * per_px == pytest.approx(token["faulting_ms"], abs=per_px * 0.01)
+
+
+def test_the_cache_panel_marks_its_points_on_a_log2_axis(tmp_path, write):
+    rows = [f"0,1,{step},0,{expert},0,0,0,{expert * 65536},65536,65536,1000"
+            for step, expert in enumerate(list(range(16)) * 3)]
+    path = write(io_text(rows, "# io_trace v1\n# model=m io_threads=1 o_direct=0 overlap=0 "
+                               "cache_mb=1\n"), "io.csv")
+    root, _ = svg_of(tmp_path, "io", path, "--cache")
+    panel = panels(root)["expert cache what-if: share of lookups served"]
+    circles = [c for c in panel.iter(f"{SVG}circle")]
+    assert len(circles) == 5  # the five sizes simulated, and nothing between them
+    xs = [float(c.get("cx")) for c in circles]
+    steps = [b - a for a, b in zip(xs, xs[1:])]
+    assert steps == pytest.approx([steps[0]] * 4, abs=0.2)  # doublings: equal steps on log2
+    labels = [t.text for t in panel.iter(f"{SVG}text") if t.get("class") == "tick"]
+    assert {"0.0625", "0.125", "0.25", "0.5", "1"} <= set(labels)  # to the precision needed
+    assert any("log2" in (t.text or "") for t in panel.iter(f"{SVG}text"))
+    assert any(text == "--cache-mb 1" for text, _ in note_boxes(panel))
+
+
+def test_y_axes_step_by_round_numbers(tmp_path):
+    root, _ = svg_of(tmp_path, "report", SESSION_CT, SESSION_IO)
+    for title, panel in panels(root).items():
+        ticks = [float(t.text) for t in panel.iter(f"{SVG}text")  # the y axis's, at its left
+                 if t.get("text-anchor") == "end" and t.get("class") == "tick"
+                 and float(t.get("x")) < 100]
+        step = ticks[1] - ticks[0]
+        mantissa = step / 10 ** math.floor(math.log10(step))
+        assert round(mantissa, 6) in (1, 2, 2.5, 5), (title, ticks)
+        assert ticks == pytest.approx([i * step for i in range(len(ticks))]), title
+
+
+def test_the_footer_fits_the_picture(tmp_path):
+    deep = tmp_path / ("a-long-folder-name-" * 8)
+    deep.mkdir()
+    path = deep / "ct.csv"
+    path.write_bytes(REAL_TRACES["qwen3moe-l4-ct-layers.csv"].read_bytes())
+    root, _ = svg_of(tmp_path, "compute", path)
+    (footer,) = [t for t in root.iter(f"{SVG}text") if "footer" in (t.get("class") or "")]
+    assert float(footer.get("x")) + 6.0 * len(footer.text) <= float(root.get("width"))
+    assert str(path) in root.find(f"{SVG}title").text  # whole in the picture's title
+
+
+def test_diff_draws_what_changed_and_lanes_in_order(tmp_path):
+    serial, overlap = REAL_TRACES["qwen3moe-l4-io-serial.csv"], REAL_TRACES[
+        "qwen3moe-l4-io-overlap.csv"]
+    root, _ = svg_of(tmp_path, "diff", serial, overlap)
+    found = panels(root)
+    assert "io: I/O estimate ms per token, every input overlaid" in found
+    hist = found["read latency, log2 buckets: every input's share of its reads"]
+    assert len([l for l in hist.iter(f"{SVG}polyline")]) == 2
+    lanes = found["MiB per token by lane: the 4 largest changes"]
+    names = [t.text for t in lanes.iter(f"{SVG}text") if t.get("class") == "tick"
+             and t.get("text-anchor") == "middle" and (t.text or "").isdigit()]
+    assert names == ["0", "1", "2", "3"]

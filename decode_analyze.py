@@ -5141,7 +5141,8 @@ class Panel:
         self.height = SVG_PANEL - SVG_TOP - SVG_BOTTOM
         self.y_max, self.y_step = nice_axis(y_max)
         self.per_px = self.y_max / self.height  # units per pixel, for readers and tests
-        self.labels = []  # (x0, y0, x1, y1) of the notes written in it, so that none overlap
+        self.labels = []  # Box of each note and legend entry in it, so that none overlap
+        self.title_px = TITLE_CHAR_PX * len(title)
         self.parts = [f'<g class="panel" data-title="{xml(title)}" data-unit="{xml(unit)}" '
                       f'data-per-px="{self.per_px:.9g}">',
                       f'<text x="{self.left}" y="{self.top - 14}" class="title">'
@@ -5171,12 +5172,18 @@ class Panel:
     def legend(self, names, slot_chars=None):
         """A swatch and a name each, from the right; slot_chars: every entry as wide as that
         many characters (the inputs' names, so that their places do not hang on them)."""
+        widths = [8 * (slot_chars or len(str(name))) + 22 for name in names]
+        # beside the title when there is room, else on a row of its own under it
+        row = -24 if self.left + self.title_px + 12 + sum(widths) <= self.left + self.width \
+            else -11
         x = self.left + self.width
         for i, name in reversed(list(enumerate(names))):
-            x -= 8 * (slot_chars or len(str(name))) + 22
-            self.parts.append(f'<rect x="{x}" y="{self.top - 24}" width="10" height="10" '
+            x -= widths[i]
+            self.parts.append(f'<rect x="{x}" y="{self.top + row}" width="10" height="10" '
                               f'class="c{i % len(SVG_PALETTE)}"/><text x="{x + 13}" '
-                              f'y="{self.top - 15}" class="tick">{xml(name)}</text>')
+                              f'y="{self.top + row + 9}" class="tick legend">{xml(name)}'
+                              f'</text>')
+            self.labels.append(Box(x, self.top + row, x + widths[i], self.top + row + 11))
 
     def stacked_bars(self, stacks, names, tops=None, css="bar"):
         """One bar per stack (a list of values, one per name), bottom to top; `tops`: a tick at
@@ -5318,6 +5325,7 @@ def token_axis_panel(index, title, unit, tokens, series, names):
 
 OUTLIER_LABELS = 5  # at most this many outlier tokens are labelled, the slowest first
 Box = namedtuple("Box", "x0 y0 x1 y1")  # a note's place in the picture, px
+TITLE_CHAR_PX = 7.6  # a 13 px bold sans-serif character: what a panel's title takes
 NOTE_CHAR_PX, NOTE_HEIGHT_PX = 5.6, 9  # a 10 px sans-serif note: what a label box takes
 
 

@@ -466,7 +466,7 @@ def test_faulting_nodes_have_their_own_band(tmp_path):
     root, _ = svg_of(tmp_path, "compute", ct, "--phase", "all")
     title = "compute ms per token: faulting nodes, then categories (the rest, in proportion)"
     panel = panels(root)[title]
-    legend = [t.text for t in panel.iter(f"{SVG}text") if t.get("class") == "tick"]
+    legend = [t.text for t in panel.iter(f"{SVG}text") if "legend" in (t.get("class") or "")]
     assert "faulting nodes" in legend
     per_px = float(panel.get("data-per-px"))
     for (total, heights), token in zip(bars(panel), r["per_token"]):

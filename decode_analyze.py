@@ -4101,7 +4101,7 @@ def io_headline_blocks(report, view):
         f"served entirely from cache has no rows)",
         io_range_text(report, per),
         f"reads {report['reads_per_token']:.1f} {per}, {report['mib_per_token']:.2f} MiB {per} "
-        f"({report['reads']} reads)",
+        f"({report['reads']} read{'s' if report['reads'] != 1 else ''})",
         f"per read: lanes busy {report['busy_ms_per_token']:.2f} ms {per} summed over lanes, "
         f"{num(report['busy_mib_per_s'], '.0f')} MiB/s while a lane is busy",
         f"alignment waste {num(report['waste_pct'], '.1f')}% "

@@ -23,6 +23,7 @@ import io
 import json
 import lzma
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -274,9 +275,12 @@ def main():
         if not failures or failures[-1]["case"] != number:
             case.path.unlink()
             case.saved.unlink()
+    if not failures and args.keep is None:  # nothing to reproduce: no folder left behind
+        shutil.rmtree(keep, ignore_errors=True)
     print(json.dumps({"seed": args.seed, "first": args.first, "cases": args.cases,
                       "runs": runs_made,
-                      "failures": failures[:20], "kept": str(keep)}, indent=1))
+                      "failures": failures[:20], "kept": str(keep) if failures else None},
+                     indent=1))
     return 1 if failures else 0
 
 

@@ -53,11 +53,11 @@ def reentry_of(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("half", range(HALVES))
-def test_fuzz_finds_no_traceback_no_hang_and_stays_small(half):
+def test_fuzz_finds_no_traceback_no_hang_and_stays_small(half, tmp_path):
     cases = CASES // HALVES
     status, out, err, peak = run_measured(
         [sys.executable, ROOT / "tests" / "fuzz.py", "--seed", "2026", "--first", half * cases,
-         "--cases", cases], 120)
+         "--cases", cases, "--keep", tmp_path], 120)  # a failing case's files stay there
     summary = json.loads(out)
     assert summary["failures"] == [], json.dumps(summary["failures"], indent=1)
     assert status == 0 and summary["cases"] == cases

@@ -2322,7 +2322,7 @@ def pair_report(compute, io):
     def category_ms(name):  # a layer-granularity trace has no per-node detail to classify
         return categories.get(name, {}).get("ms_per_token", 0.0) if categories else None
     wall = decoded_io_wall(compute, io)
-    overlapped = io["meta"].get("overlap", compute["meta"].get("overlap")) == "1"
+    overlapped = ran_overlapped(compute, io)
     pair = PAIR(
         tokens=n, tokens_without_reads=len(tokens - readers),
         per_position=per_position(compute, io, wall, overlapped),
@@ -2352,19 +2352,21 @@ def decoded_what_if(what_if, decoded):
         return None
     factor = what_if["baseline"]["tokens"] / decoded
 
-    def scaled(name, value):
-        if not name.endswith("_per_token") or value is None:
-            return value
-        if isinstance(value, dict):
-            return {bound: None if part is None else part * factor
-                    for bound, part in value.items()}
-        return value * factor
-    settings = [{**setting, "figures": {name: scaled(name, value)
-                                        for name, value in setting["figures"].items()},
-                 "ms_per_token_saved": scaled("ms_per_token", setting["ms_per_token_saved"])}
+    def per_token(figures):  # a figure {point, min, max}, or a plain number
+        return {name: value if not name.endswith("_per_token") or value is None else
+                rescaled(value, factor, FIGURE.names) if isinstance(value, dict) else
+                value * factor for name, value in figures.items()}
+    settings = [{**setting, "figures": per_token(setting["figures"]),
+                 "ms_per_token_saved": rescaled(setting["ms_per_token_saved"], factor,
+                                                FIGURE.names)}
                 for setting in what_if["settings"]]
-    baseline = {name: scaled(name, value) for name, value in what_if["baseline"].items()}
-    return {**what_if, "baseline": {**baseline, "tokens": decoded}, "settings": settings}
+    return {**what_if, "baseline": {**per_token(what_if["baseline"]), "tokens": decoded},
+            "settings": settings}
+
+
+def ran_overlapped(compute, io):
+    """Whether a pair's reads ran beside compute (overlap=1: the io preamble's say first)."""
+    return io["meta"].get("overlap", compute["meta"].get("overlap")) == "1"
 
 
 def per_position(compute, io, wall, overlapped):
@@ -2882,7 +2884,7 @@ def io_verdicts(report):
             f"merging would issue {factor:.2f}x fewer requests ({compare(flagged)} "
             f"{COALESCE_WORTH}x)"))
     if report["reuse"] is not None:
-        half = next(point for point in report["reuse"]["lru"] if point["fraction"] == 0.5)
+        half = half_the_experts(report["reuse"])
         if half["hit_share"] is not None:
             flagged = half["hit_share"] > CACHE_WORTH
             verdicts.append(verdict("cache", flagged,
@@ -2891,6 +2893,11 @@ def io_verdicts(report):
                 f"MiB) would serve {half['hit_share']:.0%} of the expert lookups "
                 f"({compare(flagged)} {CACHE_WORTH:.0%})"))
     return [v for v in verdicts if v]
+
+
+def half_the_experts(reuse):
+    """The cache curve's point the cache verdict judges: half of the distinct experts."""
+    return next(point for point in reuse["lru"] if point["fraction"] == 0.5)
 
 
 def latency_verdict(report):
@@ -2919,8 +2926,8 @@ def latency_verdict(report):
 def pair_verdicts(compute, io, pair):
     """What only the pair can decide: whether routing waits for reads, whether the tokens
     that read are the slow ones, and whether the io verdicts are at stake in the decode."""
-    overlapped = io["meta"].get("overlap", compute["meta"].get("overlap")) == "1"
-    judged = [router_pair_verdict(compute, pair), read_split_verdict(pair, overlapped)]
+    judged = [router_pair_verdict(compute, pair),
+              read_split_verdict(pair, ran_overlapped(compute, io))]
     return [v for v in judged if v] + weighed_io_verdicts(io, pair)
 
 
@@ -2933,8 +2940,8 @@ AT_STAKE = {
                          lambda io, wall: wall["estimate"] - wall["min"]),
     "coalescing": ("coalescing", "coalescing", lambda io, wall: wall["estimate"] * (
         1 - 1 / (io["adjacency"]["coalesce_factor"] or 1))),
-    "cache": ("cache", "that cache", lambda io, wall: wall["estimate"] * next(
-        point["hit_share"] or 0 for point in io["reuse"]["lru"] if point["fraction"] == 0.5)),
+    "cache": ("cache", "that cache", lambda io, wall: wall["estimate"] * (
+        half_the_experts(io["reuse"])["hit_share"] or 0)),
 }
 
 
@@ -3120,8 +3127,9 @@ class DiffView:
         self.path, self.source = path, source
         self.limit = FIGURE_LIMIT if source == "saved report" else math.inf
         kind = report["kind"]
-        halves = {"compute": report["compute"], "io": report["io"],
-                  "pair": pair_half(report)} if kind == "report" else {kind: report}
+        halves = report_halves(report)
+        if kind == "report":
+            halves["pair"] = pair_half(report)
         self.kind = kind
         self.parts = {part: self._part(part, half) for part, half in halves.items()}
 
@@ -3160,6 +3168,13 @@ class DiffView:
 def checked_tail(tail):
     """A report's tail_in_post, if it is one (a saved report may say anything)."""
     return tail if isinstance(tail, dict) and type(tail.get("layer")) is int else None
+
+
+def report_halves(report):
+    """{part: its report}: a pair's compute and io reports, or the report itself."""
+    kind = report["kind"]
+    return {"compute": report["compute"], "io": report["io"]} if kind == "report" \
+        else {kind: report}
 
 
 def pair_half(report):
@@ -3442,52 +3457,6 @@ def path_parts(path):
     return tuple(part for part in str(path).replace(os.sep, "/").split("/") if part) or ("",)
 
 
-def analyze_summary(arguments, reading, sort):
-    """Every run read and reduced to its row, one at a time; then the keys that tell the runs
-    apart, and the order asked for."""
-    with ExitStack() as copies:  # stdin and pipes, copied once: sniffed, then read
-        local = {path: copies.enter_context(reopenable(path)) for path in dict.fromkeys(arguments)
-                 if path == trace_io.STDIN or os.path.exists(path) or "+" not in path}
-        kinds = {path: trace_io.sniff(readable) for path, readable in local.items()}
-        runs = summary_runs(arguments, kinds)
-        names = shortest_names([display_name(run.path) for run in runs])
-        rows = [summary_row(name, run, local, kinds, reading) for name, run in zip(names, runs)]
-    keys, common = differing_keys([row.pop("meta") for row in rows], rows)
-    if sort is not None:
-        rows = sorted_rows(rows, sort, keys)
-    return SUMMARY_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="summary", keys=keys,
-                          common=common, sort=sort, runs=rows)
-
-
-def run_report(run, local, kinds, reading):
-    """The report of one run: a pair's, a trace's or a saved one. local: where each sniffed
-    input can be read again (a copy, for stdin)."""
-    if run.io_path is not None:
-        return analyze_pair(*(local.get(path, path) for path in run.paths), reading)
-    path = run.path
-    name, readable = display_name(path), local[path]
-    try:
-        if kinds[path] == "json":
-            return saved_report(trace_io.read_saved_report(readable), name)
-        if kinds[path] == "compute":
-            return analyze_compute(readable, reading)
-        return analyze_io(readable, reading, IoAsked(True, True, ()))
-    except TraceError as problem:
-        raise TraceError(name if problem.path == readable else problem.path,
-                         problem.line, problem.message) from None
-
-
-def summary_row(name, run, local, kinds, reading):
-    """One run's row (its preamble under `meta`, until the keys that differ are known)."""
-    report = run_report(run, local, kinds, reading)
-    try:
-        return checked_row(summary_figures(name, run, report),
-                           FIGURE_LIMIT if kinds.get(run.path) == "json" else math.inf)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        raise TraceError(display_name(run.path), 0, f"not a report this tool wrote "
-                         f"({type(exc).__name__}: {exc}); save one with --format json") from None
-
-
 def checked_row(row, limit):
     """A row whose every figure is a number (a saved report may hold anything)."""
     for field in SUMMARY_SORTS[1:]:
@@ -3501,9 +3470,8 @@ def checked_row(row, limit):
 
 def summary_figures(name, run, report):
     kind = report["kind"]
-    compute = report["compute"] if kind == "report" else report if kind == "compute" else None
-    io = report["io"] if kind == "report" else report if kind == "io" else None
-    pair = report.get("pair")
+    halves = report_halves(report)
+    compute, io, pair = halves.get("compute"), halves.get("io"), report.get("pair")
     what_if = report.get("what_if")
     own = meta_int((io or compute)["meta"], "cache_mb")
     hit = next((s["figures"]["hit_share"]["point"] for s in (what_if or {}).get("settings", ())
@@ -3535,13 +3503,9 @@ def differing_keys(metas, rows):
     return differing, {key: first[key] for key in keys if key not in differing}
 
 
-def sorted_rows(rows, sort, keys):
+def sorted_rows(rows, sort):
     """Rows by a column or a preamble key, ascending; a missing value last; numbers (and
     numeric preamble values) as numbers."""
-    if sort not in SUMMARY_SORTS and sort not in keys:
-        raise UsageError(f"--sort {sort!r}: not a column; one of "
-                         f"{', '.join(SUMMARY_SORTS + tuple(keys))}")
-
     def key(row):
         value = row[sort] if sort in SUMMARY_SORTS else row["settings"].get(sort)
         if value is None:
@@ -5654,21 +5618,35 @@ def diff_view(path, reading):
     name = display_name(path)
     with reopenable(path) as readable:
         held = trace_io.sniff(readable)
-        try:
-            if held == "json":
-                report = saved_report(trace_io.read_saved_report(readable), name)
-            elif held == "compute":
-                report = analyze_compute(readable, reading)
-            else:
-                report = analyze_io(readable, reading, IoAsked(True, False, None))
-        except TraceError as problem:
-            raise TraceError(name if problem.path == readable else problem.path,
-                             problem.line, problem.message) from None
+        report = analyze_input(readable, name, held, reading, IoAsked(True, False, None))
     try:
         return DiffView(name, "saved report" if held == "json" else "trace", report)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        raise TraceError(name, 0, f"not a report this tool wrote ({type(exc).__name__}: "
-                                  f"{exc}); save one with --format json") from None
+    except NOT_WRITTEN_HERE as exc:
+        raise not_written_here(name, exc) from None
+
+
+# What reading a report this tool did not write (a hand-edited saved one) raises.
+NOT_WRITTEN_HERE = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
+def not_written_here(name, exc):
+    return TraceError(name, 0, f"not a report this tool wrote ({type(exc).__name__}: {exc}); "
+                               f"save one with --format json")
+
+
+def analyze_input(readable, name, held, reading, asked):
+    """The report of one input `diff` or `summary` takes, already sniffed (`held`): a saved
+    report loaded and checked, or a trace analysed (an io trace as `asked`); an error names
+    the input as it was given."""
+    try:
+        if held == "json":
+            return saved_report(trace_io.read_saved_report(readable), name)
+        if held == "compute":
+            return analyze_compute(readable, reading)
+        return analyze_io(readable, reading, asked)
+    except TraceError as problem:
+        raise TraceError(name if problem.path == readable else problem.path,
+                         problem.line, problem.message) from None
 
 
 def saved_report(report, name):
@@ -5724,6 +5702,45 @@ def read_once(path):
         return stat.S_ISFIFO(os.stat(path).st_mode)
     except OSError:
         return False
+
+
+def analyze_summary(arguments, reading, sort):
+    """Every run read and reduced to its row, one at a time; then the keys that tell the runs
+    apart, and the order asked for."""
+    with ExitStack() as copies:  # stdin and pipes, copied once: sniffed, then read
+        local = {path: copies.enter_context(reopenable(path)) for path in dict.fromkeys(arguments)
+                 if path == trace_io.STDIN or os.path.exists(path) or "+" not in path}
+        kinds = {path: trace_io.sniff(readable) for path, readable in local.items()}
+        runs = summary_runs(arguments, kinds)
+        names = shortest_names([display_name(run.path) for run in runs])
+        rows = [summary_row(name, run, local, kinds, reading) for name, run in zip(names, runs)]
+    keys, common = differing_keys([row.pop("meta") for row in rows], rows)
+    if sort is not None and sort not in SUMMARY_SORTS + tuple(keys):
+        raise UsageError(f"--sort {sort!r}: not a column; one of "
+                         f"{', '.join(SUMMARY_SORTS + tuple(keys))}")
+    if sort is not None:
+        rows = sorted_rows(rows, sort)
+    return SUMMARY_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="summary", keys=keys,
+                          common=common, sort=sort, runs=rows)
+
+
+def run_report(run, local, kinds, reading):
+    """The report of one run: a pair's, a trace's or a saved one. local: where each sniffed
+    input can be read again (a copy, for stdin)."""
+    if run.io_path is not None:
+        return analyze_pair(*(local.get(path, path) for path in run.paths), reading)
+    return analyze_input(local[run.path], display_name(run.path), kinds[run.path], reading,
+                         IoAsked(True, True, ()))  # an io trace alone: as io --what-if
+
+
+def summary_row(name, run, local, kinds, reading):
+    """One run's row (its preamble under `meta`, until the keys that differ are known)."""
+    report = run_report(run, local, kinds, reading)
+    try:
+        return checked_row(summary_figures(name, run, report),
+                           FIGURE_LIMIT if kinds.get(run.path) == "json" else math.inf)
+    except NOT_WRITTEN_HERE as exc:
+        raise not_written_here(display_name(run.path), exc) from None
 
 
 def analyze_timeline(compute_path, io_path, reading):

@@ -6063,7 +6063,10 @@ def exit_status_text():
     return ", ".join(f"{status} {meaning}" for status, meaning in EXIT_STATUS.items())
 
 
-def build_parser():
+def build_parser(wanted=None):
+    """The command line's parser. wanted: the command the arguments name, whose options are
+    the only ones built (the others' subparsers stay empty: building every option of every
+    command took most of a small run's time); None builds them all (the help's list)."""
     epilog = EPILOG.format(exit_status="\n".join(textwrap.wrap(exit_status_text(), 84)))
     parser = argparse.ArgumentParser(
         prog="decode-analyze", description=DESCRIPTION, epilog=epilog,
@@ -6076,6 +6079,8 @@ def build_parser():
         sub = subparsers.add_parser(command.name, help=command.summary, epilog=epilog,
                                     description=command.description,
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+        if wanted is not None and command.name != wanted:
+            continue
         for each in command.inputs:
             sub.add_argument(each.dest, nargs=each.nargs,
                              help=f"{each.help} ('-' for stdin; compression is detected)")
@@ -6292,7 +6297,8 @@ def main(argv=None, out=None, err=None):
     """Run the CLI; returns the exit status (EXIT_STATUS)."""
     out = out or sys.stdout
     err = err or sys.stderr
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(next((word for word in argv[:1] if word in COMMANDS), None))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:

@@ -6064,9 +6064,9 @@ def exit_status_text():
 
 
 def build_parser(wanted=None):
-    """The command line's parser. wanted: the command the arguments name, whose options are
-    the only ones built (the others' subparsers stay empty: building every option of every
-    command took most of a small run's time); None builds them all (the help's list)."""
+    """The command line's parser. wanted: the command the arguments name, the only one built
+    (building every command's parser and options took most of a small run's time); None
+    builds them all (the help's list, or a word that is no command)."""
     epilog = EPILOG.format(exit_status="\n".join(textwrap.wrap(exit_status_text(), 84)))
     parser = argparse.ArgumentParser(
         prog="decode-analyze", description=DESCRIPTION, epilog=epilog,
@@ -6076,11 +6076,11 @@ def build_parser(wanted=None):
     subparsers = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}",
                                        required=True)
     for command in COMMANDS.values():
+        if wanted is not None and command.name != wanted:
+            continue
         sub = subparsers.add_parser(command.name, help=command.summary, epilog=epilog,
                                     description=command.description,
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-        if wanted is not None and command.name != wanted:
-            continue
         for each in command.inputs:
             sub.add_argument(each.dest, nargs=each.nargs,
                              help=f"{each.help} ('-' for stdin; compression is detected)")

@@ -8,8 +8,10 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import decode_analyze as da
 import tracegen
@@ -405,3 +407,12 @@ def test_every_line_fits_100_columns_on_a_48_layer_fault_trace(tmp_path):
         assert result.code == 0, result.err
         long = [line for line in result.out.splitlines() if len(line) > 100]
         assert not long, (argv[0], long[:2])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=" ab\u00e9-\t\u3000x", max_size=130))
+def test_a_line_that_fits_is_folded_as_textwrap_folds_it(text):
+    """wrap() keeps a line that fits as it is: the answer textwrap would give."""
+    line = da.safe(text)
+    assert da.wrap(line) == (textwrap.wrap(line, da.TEXT_WIDTH, subsequent_indent="    ",
+                                           break_on_hyphens=False) or [""])

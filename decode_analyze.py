@@ -5305,21 +5305,18 @@ def outlier_labels(panel, tokens, values, median, width, size):
                        if median and value >= OUTLIER_FACTOR * median), key=lambda i: -values[i])
     def more(count):
         return f"{count} more token(s) >= {OUTLIER_FACTOR}x the median"
+
     # the count's place is kept before any step label is placed, wide enough for any count
     kept = panel.reserve(panel.left + panel.width, panel.top + 10, len(more(len(outliers))),
-                         "start") if len(outliers) > OUTLIER_LABELS else None
+                         "start") if outliers else None
     shown = 0
     for i in outliers:
         if shown == OUTLIER_LABELS:
             break
         shown += panel.note(panel.left + (i // size + 0.5) * width, panel.y(values[i]) - 3,
                             f"step {tokens[i]['step']}")
-    if kept is None and len(outliers) > shown:  # crowded out, not too many
-        kept = panel.reserve(panel.left + panel.width, panel.top - 2,
-                             len(more(len(outliers))), "start")
     if kept is not None and len(outliers) > shown:
         panel.write(kept, more(len(outliers) - shown))
-
 
 FAULT_BAND = "faulting nodes"
 

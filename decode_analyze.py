@@ -272,16 +272,18 @@ WALL_32 = next(code for code in "IL" if array(code).itemsize == 4)
 
 
 def extend_wide(values, more):
-    """`values`, an array of unsigned ints 4 bytes wide (WALL_32) until one needs 8 ("Q"),
-    extended by `more` (a list or an array): returns the array that holds them all."""
-    if isinstance(more, array) and more.typecode != values.typecode:
+    """`values`, an array of unsigned ints 4 bytes wide (WALL_32) until one needs 8 ("Q"), and
+    a list past that (a sum of a token's reads can pass 2^64 when each is legal), extended by
+    `more` (a list or an array): returns the sequence that holds them all, exactly."""
+    if isinstance(more, array) and (not isinstance(values, array)
+                                    or more.typecode != values.typecode):
         more = more.tolist()
     kept = len(values)
     try:
         values.extend(more)
     except OverflowError:  # what went in before the value that did not fit is taken back
-        values = array("Q", values[:kept])
-        values.extend(more)
+        values = array("Q", values[:kept]) if values.typecode != "Q" else values[:kept].tolist()
+        return extend_wide(values, more)
     return values
 
 
@@ -809,10 +811,11 @@ TIMELINE_REPORT = Record("timeline report", "`timeline`", (
     ("outside_decodes", "read time between decodes", OUTSIDE),
     ("decodes", "every decode", ListOf(TIMELINE_DECODE)), WARNINGS), later=LATER)
 
+GROUP_NAME_WIDTH = 16  # an input's name heads its columns when no longer (else base, new #i)
 DIFF_INPUT = Record("diff input", "diff `inputs`", (
     ("path", "the input as given"),
-    ("name", "the shortest end of its path that tells it from the other inputs: its columns' "
-             "head (when at most 30 characters; else base, new or new #i)"),
+    ("name", f"the shortest end of its path that tells it from the other inputs: its columns' "
+             f"head (when at most {GROUP_NAME_WIDTH} characters; else base, new or new #i)"),
     ("source", "`trace` or `saved report`"),
     ("kind", "`compute`, `io` or `report`"),
     ("tokens", "{part: its tokens}", MapOf(VALUE))))
@@ -1835,10 +1838,11 @@ class ExpertCache:
 
     def __init__(self, lookups, phases):
         items, read_bytes = lookups.items, lookups.read_bytes
-        self.lookups, self.distinct = len(items), len(lookups.item_of)
+        self.lookups = len(items)
         sizes = Counter(lookups.req_bytes)  # an expert: its projections' req_bytes, the mode
         self.expert_bytes = max(sizes, key=sizes.__getitem__, default=0)
-        hits, saved = [0] * (self.distinct + 1), [0] * (self.distinct + 1)  # by distance
+        numbered = len(lookups.item_of) + 1  # speculatively read experts are numbered too
+        hits, saved = [0] * numbered, [0] * numbered  # by distance
         self.counted_bytes = 0
         last, marks = {}, []
         ends = chain(islice(lookups.token_starts, 1, None), [len(items)])
@@ -1858,7 +1862,9 @@ class ExpertCache:
                         saved[distance] += read_bytes[index]
                 marks.append(index)
                 last[item] = index
-        self.hits, self.saved_bytes = list(accumulate(hits)), list(accumulate(saved))
+        self.distinct = len(last)  # the experts looked up: one read only speculatively is not
+        self.hits = list(accumulate(hits[:self.distinct + 1]))
+        self.saved_bytes = list(accumulate(saved[:self.distinct + 1]))
 
     def capacity(self, mib):
         """Experts a cache of `mib` MiB holds: whole experts, as the engine counts them."""
@@ -3143,9 +3149,7 @@ class DiffView:
                    for field in SAMPLE_FIELDS[part]}
         op_samples = {str(op): [sample_value(v, limit) for v in values]
                       for op, values in report.get("op_us_by_token", {}).items()}
-        headline = {label: figure_value(dig(report, path) if path not in LATER_FIGURES or
-                                        report.get("schema") >= LATER_FIGURES[path] else None,
-                                        limit)
+        headline = {label: figure_value(dated(report, path, report.get("schema")), limit)
                     for label, path, _ in DIFF_HEADLINES[part]}
         tables = {}
         for table in DIFF_TABLES[part]:
@@ -3193,6 +3197,14 @@ def dig(report, path):
             return None
         report = report[key]
     return report
+
+
+def dated(report, path, schema):
+    """The figure at `path` (as dig finds it), or None where the report's schema predates it
+    (an older report may hold another figure under the name)."""
+    if path in LATER_FIGURES and not (type(schema) is int and schema >= LATER_FIGURES[path]):
+        return None
+    return dig(report, path)
 
 
 def figure_value(value, limit=FIGURE_LIMIT):
@@ -3405,9 +3417,32 @@ SUMMARY_SORTS = ("run", "tokens", "decode_ms_per_token", "decode_ms_p50", "decod
                  "majflt_per_token")
 
 
+COMPRESSED_ENDINGS = (".gz", ".bz2", ".xz", ".lzma", ".zip")  # what a trace's name may end in
+
+
+def run_parts(argument):
+    """The inputs a RUN argument names: CT+IO's two (where no file has the whole name), else
+    itself."""
+    if argument == trace_io.STDIN or "+" not in argument or os.path.exists(argument):
+        return (argument,)
+    compute, _, io_path = argument.partition("+")
+    return (compute, io_path)
+
+
+def matched_name(path):
+    """How two traces' names are matched: the path normalized, without a compression ending
+    (x-ct.csv pairs with x-io.csv.gz)."""
+    path = os.path.normpath(path)
+    for ending in COMPRESSED_ENDINGS:
+        if path.endswith(ending):
+            return path[:-len(ending)]
+    return path
+
+
 def partner_names(path):
-    """The names the io trace of a compute trace's run may have (by the engine's habits)."""
-    folder, name = os.path.split(path)
+    """The names (as matched_name gives them) the io trace of a compute trace's run may have,
+    by the engine's habits: ct -> io in the name, or -io before the ending."""
+    folder, name = os.path.split(matched_name(path))
     stem, dot, ending = name.rpartition(".")
     names = {re.sub(r"(?<![a-z])ct(?![a-z])", "io", name)} if "ct" in name else set()
     if dot:
@@ -3416,28 +3451,44 @@ def partner_names(path):
 
 
 def summary_runs(arguments, kinds):
-    """The runs the arguments name, in order: CT+IO pairs, then a compute trace and the io
-    trace of the arguments its name pairs with, then each other input alone (a path given
-    twice is two runs). kinds: what each argument that is a file holds (sniffed)."""
-    runs, taken = [], set()  # taken: argument positions already in a run
-    ios = [(index, path) for index, path in enumerate(arguments) if kinds.get(path) == "io"]
-    for index, path in enumerate(arguments):
-        if index in taken:
-            continue
-        taken.add(index)
-        if path not in kinds and "+" in path:
-            compute, _, io_path = path.partition("+")
-            runs.append(Run(compute, io_path))
-            continue
-        names = partner_names(path) if kinds[path] == "compute" else set()
-        partners = [(at, other) for at, other in ios if at not in taken and other in names]
-        if len(partners) == 1:
-            (at, io_path), = partners
-            taken.add(at)
-            runs.append(Run(path, io_path))
-        else:
-            runs.append(Run(path))
+    """The runs the arguments name: CT+IO pairs, a compute and an io trace whose names pair (in
+    either order, one to one; the run stands at its compute trace's place), and each other input
+    alone (a path given twice is two runs). kinds: what each argument that is a file holds."""
+    pairs = name_pairs(arguments, kinds)
+    paired_ios = set(pairs.values())
+    runs = []
+    for index, argument in enumerate(arguments):
+        if argument not in kinds:
+            runs.append(Run(*run_parts(argument)))
+        elif index in pairs:
+            runs.append(Run(argument, arguments[pairs[index]]))
+        elif index not in paired_ios:
+            runs.append(Run(argument))
     return runs
+
+
+def name_pairs(arguments, kinds):
+    """{compute position: io position} of the traces whose names pair. A name pairs only where
+    it is unambiguous: one io path for a compute trace, one compute path for an io trace; the
+    same path given twice pairs twice."""
+    positions = defaultdict(list)  # (kind, matched name) -> positions, in order
+    for index, argument in enumerate(arguments):
+        if kinds.get(argument) in ("compute", "io"):
+            positions[kinds[argument], matched_name(argument)].append(index)
+    computes = {name: at for (kind, name), at in positions.items() if kind == "compute"}
+    wanted = {name: [other for other in partner_names(name) if ("io", other) in positions]
+              for name in computes}
+    claims = Counter(other for names in wanted.values() for other in names)
+    pairs = {}
+    for name, names in wanted.items():
+        other = names.pop() if len(names) == 1 else None
+        if other is None or claims[other] != 1:
+            continue
+        ios = positions["io", other]
+        if any(len({arguments[at] for at in side}) != 1 for side in (ios, computes[name])):
+            continue  # x-io.csv and x-io.csv.gz both given: which is this run's?
+        pairs.update(zip(computes[name], ios))
+    return pairs
 
 
 def shortest_names(paths):
@@ -3447,7 +3498,7 @@ def shortest_names(paths):
     for mine in parts:
         for depth in range(1, len(mine) + 1):
             ending = mine[-depth:]
-            if sum(other[-depth:] == ending for other in parts) == 1 or depth == len(mine):
+            if sum(other[-depth:] == ending for other in set(parts)) == 1 or depth == len(mine):
                 names.append("/".join(ending))
                 break
     return names
@@ -3477,14 +3528,16 @@ def summary_figures(name, run, report):
     hit = next((s["figures"]["hit_share"]["point"] for s in (what_if or {}).get("settings", ())
                 if s["setting"] == "cache_mb" and s["value"] == own), None) if own else None
     verdicts = all_verdicts(report)
+    schema = report.get("schema")
     return {**SUMMARY_ROW(
         run=name, paths=[display_name(path) for path in run.paths], kind=kind, settings={},
         tokens=(compute or io)["tokens"],
         decode_ms_per_token=compute["ms_per_token"] if compute else None,
         decode_ms_p50=compute["token_ms"]["p50"] if compute else None,
         decode_ms_p99=compute["token_ms"]["p99"] if compute else None,
-        compute_ms_per_token=pair["compute_ms_per_token"] if pair else None,
-        io_ms_per_token=(pair or io)["io_wall_ms_per_token"]["estimate"] if io else None,
+        compute_ms_per_token=dated(pair, ("compute_ms_per_token",), schema) if pair else None,
+        io_ms_per_token=dated(pair or io, ("io_wall_ms_per_token", "estimate"), schema)
+        if io else None,
         mib_per_token=(pair["io_mib_per_token"] if pair else io["mib_per_token"]) if io else None,
         hit_share=hit,
         majflt_per_token=compute["majflt_per_token"] if compute else None,
@@ -3503,15 +3556,19 @@ def differing_keys(metas, rows):
     return differing, {key: first[key] for key in keys if key not in differing}
 
 
+PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def sorted_rows(rows, sort):
-    """Rows by a column or a preamble key, ascending; a missing value last; numbers (and
-    numeric preamble values) as numbers."""
+    """Rows by a column or a preamble key, ascending, a missing value last; numbers, and
+    preamble values written as plain ASCII numbers, as numbers (str.isdigit takes '²', which
+    float() refuses); the rest as text after them. A key every run shares leaves the order."""
     def key(row):
         value = row[sort] if sort in SUMMARY_SORTS else row["settings"].get(sort)
         if value is None:
-            return (2, 0, "")
-        if isinstance(value, str) and not value.isdigit():
-            return (1, 0, value)
+            return (2, 0.0, "")
+        if isinstance(value, str):
+            return (0, float(value), "") if PLAIN_NUMBER.fullmatch(value) else (1, 0.0, value)
         return (0, float(value), "")
     return sorted(rows, key=key)
 
@@ -3661,14 +3718,14 @@ def table_lines(columns, rows, indent="  "):
     """The header and one line per row, each column as wide as its widest cell; past
     TEXT_WIDTH, the widest name columns are narrowed and their long names elided in the middle
     (the JSON has them whole)."""
+    heads = [safe(col.header) for col in columns]  # a preamble key or a file name heads some
     cells = [[cell(col, row) for col in columns] for row in rows]
-    widths = [max([len(col.header)] + [len(line[i]) for line in cells])
-              for i, col in enumerate(columns)]
+    widths = [max([len(head)] + [len(line[i]) for line in cells]) for i, head in enumerate(heads)]
     names = [i for i, col in enumerate(columns) if col.align == "<" and col.width is None]
     excess = len(indent) + sum(widths) + 2 * (len(widths) - 1) - TEXT_WIDTH
     while excess > 0 and names:
         widest = max(names, key=widths.__getitem__)
-        narrower = max(NAME_WIDTH_LEAST, widths[widest] - excess, len(columns[widest].header))
+        narrower = max(NAME_WIDTH_LEAST, widths[widest] - excess, len(heads[widest]))
         if narrower >= widths[widest]:
             break
         excess -= widths[widest] - narrower
@@ -3680,7 +3737,7 @@ def table_lines(columns, rows, indent="  "):
         text = "  ".join(f"{value:{col.align}{width}}"
                          for value, col, width in zip(values, columns, widths))
         return (indent + text).rstrip()
-    return [line([col.header for col in columns])] + [line(values) for values in cells]
+    return [line(heads)] + [line(values) for values in cells]
 
 
 def share_of_peak(rows):
@@ -4322,9 +4379,6 @@ def p_text(change):
                                                        else "")
 
 
-GROUP_NAME_WIDTH = 16  # an input's name heads its columns when no longer (else base, new #i)
-
-
 def group_names(names):
     """The column heads of the inputs: each input's name (the shortest end of its path that
     tells it from the others), or its label when the name is too long to head a column."""
@@ -4403,7 +4457,7 @@ def new_groups(section, names, tested):
     for i in range(len(names) - 1):
         columns = diff_columns(section["key"], current + [i], names, tested)
         cells = [[cell(col, row) for col in columns] for row in section["rows"]]
-        width = 2 + sum(max([len(col.header)] + [len(line[j]) for line in cells]) + 2
+        width = 2 + sum(max([len(safe(col.header))] + [len(line[j]) for line in cells]) + 2
                         for j, col in enumerate(columns)) - 2
         if current and width > TEXT_WIDTH:
             runs.append(current)
@@ -4413,6 +4467,12 @@ def new_groups(section, names, tested):
 
 
 SHORT_SETTING = 10  # a differing preamble key whose values are all this short gets a column
+NO_SETTING = "-"  # a preamble key a run's header lacks (JSON: null)
+
+
+def setting_text(row, key):
+    value = row["settings"].get(key)
+    return NO_SETTING if value is None else str(value)
 
 
 def summary_header_blocks(report, view):
@@ -4429,13 +4489,14 @@ def summary_table(report):
     """The runs' table: the run's number, the short keys that tell the runs apart, then the
     figures that any run has."""
     rows = report["runs"]
-    keys = [text_column(key, lambda row, key=key: row["settings"].get(key))
+    keys = [text_column(key, lambda row, key=key: setting_text(row, key))
             for key in report["keys"]
-            if all(len(str(row["settings"].get(key))) <= SHORT_SETTING for row in rows)]
+            if all(len(setting_text(row, key)) <= SHORT_SETTING for row in rows)]
     figures = [column(header, key, fixed(digits) if digits is not None else percent)
                for header, key, digits in SUMMARY_FIGURES
                if any(row[key] is not None for row in rows)]
-    number = column("#", lambda row: rows.index(row) + 1)
+    numbers = {id(row): place for place, row in enumerate(rows, start=1)}  # equal rows too
+    number = column("#", lambda row: numbers[id(row)])
     while True:  # the keys' columns that fit beside the figures (the list above has them all)
         columns = (number, *keys, column("tokens", "tokens"), *figures)
         if not keys or max(map(len, table_lines(columns, rows))) <= TEXT_WIDTH:
@@ -4453,7 +4514,7 @@ def summary_blocks(report, view):
     """Each run by number with its whole name and the keys that tell it apart, then the
     table."""
     rows = report["runs"]
-    names = [f"  #{i} {row['run']}" + "".join(f"  {key}={row['settings'].get(key)}"
+    names = [f"  #{i} {row['run']}" + "".join(f"  {key}={setting_text(row, key)}"
                                               for key in report["keys"])
              + (f"  flagged: {' '.join(row['flagged'])}" if row["flagged"] else "")
              for i, row in enumerate(rows, start=1)]
@@ -4524,7 +4585,7 @@ def text_of(report, view):
 def text_header(header, view):
     lines = [f"decode-analyze {TOOL_VERSION} {header.command}"]
     for label, path, detail in header.paths:
-        lines += path_lines(f"  {label}: ", safe(str(path)), detail)
+        lines += path_lines(f"  {safe(label)}: ", safe(str(path)), safe(detail))
     if header.keys:
         lines += wrap_items("", [fit(f"{key}={header.meta.get(key, '?')}")
                                  for key in header.keys], indent="", separator="")
@@ -4688,16 +4749,34 @@ def cut_details(part, excess):
 # so a folder of runs loads into one table (DuckDB: read_csv_auto('runs/*.csv')).
 CSV_HEADER = ("section", "row", "column", "value", "unit")
 ROW_NAMES = ("op", "name", "category", "layer", "lane", "kind", "label", "figure", "key")
-# A value's unit, by the first word of its column's name (or, for a bare `min`, its section's)
-# that names one: `ms_per_token` ms, `hit_share` fraction.
+# A value's unit, by the first word that names one in its column's innermost name (past the
+# bounds of a figure: `figures.hit_share.point` is a hit_share's), then in its section's
+# innermost name (a bare `min` of `io_wall_ms_per_token`): `ms_per_token` ms, `hit_share`
+# fraction; the few whose name says none, by name. Columns that name a thing (layer, lane,
+# turn, a setting's value) are no figure and have none.
 UNIT_WORDS = {"ms": "ms", "us": "us", "ns": "ns", "mib": "MiB", "bytes": "bytes", "pct": "%",
-              "share": "fraction", "majflt": "faults", "kib": "KiB"}
+              "share": "fraction", "fraction": "fraction", "majflt": "faults", "kib": "KiB",
+              "reads": "reads", "rereads": "reads", "runs": "runs", "tokens": "tokens",
+              "experts": "experts", "evictions": "experts", "lookups": "lookups",
+              "nodes": "nodes", "decodes": "decodes", "positions": "positions",
+              "batches": "batches", "ratio": "x", "factor": "x", "lanes": "lanes",
+              "rows": "rows", "segments": "segments"}
+NAMED_UNITS = {("by_op", "count"): "nodes", ("latency_hist", "count"): "reads",
+               ("warmup", "first_mean"): "ms", ("warmup", "rest_mean"): "ms",
+               ("tail_in_post", "others_per_token"): "segments"}
+BOUND_NAMES = {"point", "min", "max", "mean", "p50", "p90", "p99", "p999", "total"}
 SPREADSHEET_FORMULA = ("=", "+", "-", "@", "\t", "\r")  # a text cell a spreadsheet would run
 
 
 def unit_of(column, section):
-    _, _, innermost = section.rpartition(".")
-    for name in (column, innermost):
+    table = section.rpartition(".")[2]
+    if (table, column) in NAMED_UNITS:
+        return NAMED_UNITS[table, column]
+    outer = column.split(".")
+    innermost = outer.pop()
+    while outer and innermost in BOUND_NAMES:
+        innermost = outer.pop()
+    for name in (innermost, table):
         if "mib_per_s" in name:
             return "MiB/s"
         for word in name.split("_"):
@@ -4706,15 +4785,21 @@ def unit_of(column, section):
     return ""
 
 
+def csv_text(text):
+    """Untrusted text as a CSV cell: escaped as every format escapes it (safe), and behind a '
+    where a spreadsheet would take it for a formula."""
+    text = safe(text)
+    return "'" + text if text.startswith(SPREADSHEET_FORMULA) else text
+
+
 def csv_cell(value):
-    """A value as CSV text: null empty, booleans as JSON writes them, a text that a spreadsheet
-    would take for a formula behind a ' (trace strings are untrusted)."""
+    """A value as CSV text: null empty, booleans as JSON writes them, text by csv_text."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return "'" + value if value.startswith(SPREADSHEET_FORMULA) else value
+        return csv_text(value)
     return repr(value) if isinstance(value, float) else str(value)
 
 
@@ -4747,19 +4832,21 @@ def tidy_lines(value, section, rows=(), columns=()):
     elif not rows and samples_by_key(value):  # {op: each token's µs}: rows tokens, columns ops
         for key, samples in value.items():
             for index, sample in enumerate(samples):
-                yield section, str(index), str(key), csv_cell(sample), unit_of("", section)
+                yield section, str(index), csv_text(str(key)), csv_cell(sample), \
+                    unit_of("", section)
     elif isinstance(value, dict):
         for key, item in value.items():
             if rows:
                 yield from tidy_lines(item, section, rows, columns + (str(key),))
             elif isinstance(item, (dict, list)):
-                yield from tidy_lines(item, f"{section}.{key}" if section else str(key))
+                name = csv_text(str(key))
+                yield from tidy_lines(item, f"{section}.{name}" if section else name)
             else:
-                yield (section or "report", "", str(key), csv_cell(item),
+                yield (section or "report", "", csv_text(str(key)), csv_cell(item),
                        unit_of(str(key), section))
     else:
-        yield (section, "/".join(rows), ".".join(columns), csv_cell(value),
-               unit_of("".join(columns[-1:]), section))
+        column = ".".join(columns)
+        yield section, "/".join(rows), csv_text(column), csv_cell(value), unit_of(column, section)
 
 
 def csv_of(report):
@@ -5710,15 +5797,15 @@ def analyze_summary(arguments, reading, sort):
     apart, and the order asked for."""
     with ExitStack() as copies:  # stdin and pipes, copied once: sniffed, then read
         local = {path: copies.enter_context(reopenable(path)) for path in dict.fromkeys(arguments)
-                 if path == trace_io.STDIN or os.path.exists(path) or "+" not in path}
+                 if run_parts(path) == (path,)}
         kinds = {path: trace_io.sniff(readable) for path, readable in local.items()}
         runs = summary_runs(arguments, kinds)
         names = shortest_names([display_name(run.path) for run in runs])
         rows = [summary_row(name, run, local, kinds, reading) for name, run in zip(names, runs)]
     keys, common = differing_keys([row.pop("meta") for row in rows], rows)
-    if sort is not None and sort not in SUMMARY_SORTS + tuple(keys):
-        raise UsageError(f"--sort {sort!r}: not a column; one of "
-                         f"{', '.join(SUMMARY_SORTS + tuple(keys))}")
+    sortable = SUMMARY_SORTS + tuple(keys) + tuple(common)
+    if sort is not None and sort not in sortable:
+        raise UsageError(f"--sort {sort!r}: not a column; one of {', '.join(sortable)}")
     if sort is not None:
         rows = sorted_rows(rows, sort)
     return SUMMARY_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="summary", keys=keys,
@@ -5926,8 +6013,9 @@ FULL_LAYERS = f"the full by-layer table (past {COMPACT_LAYERS} layers the defaul
 # options, how it analyses its inputs into a report (analyze(args, reading)) and the pictures
 # it can draw. The parser, the dispatch, the checks of its output paths and the picture
 # options all follow from here; the report's layout follows from its kind (LAYOUTS).
-# An input: the argument's name, the kind of trace it is ("compute", "io", or "any": diff's,
-# a trace or a saved report of either kind), its help and its nargs.
+# An input: the argument's name, the kind of trace it is ("compute", "io", "any": diff's, a
+# trace or a saved report of either kind, or "run": summary's, "any" or CT+IO), its help and
+# its nargs.
 Input = namedtuple("Input", "dest kind help nargs", defaults=(None,))
 Command = namedtuple("Command", "name synopsis summary description inputs options analyze "
                                 "pictures")
@@ -6002,7 +6090,7 @@ COMMANDS = {command.name: command for command in (
             "where the preamble names its size, faults, and the flagged verdicts. A RUN is a "
             "trace, a saved JSON report, CT+IO (one run's two traces), or a compute and an io "
             "trace among the RUNs whose names pair (ct.csv with io.csv, x.csv with x-io.csv).",
-            (Input("runs", "any", "the runs: traces, saved reports, or CT+IO", "+"),),
+            (Input("runs", "run", "the runs: traces, saved reports, or CT+IO", "+"),),
             (option("--sort", type=sort_column, metavar="COLUMN",
                     help=f"sort the rows by a column ({', '.join(SUMMARY_SORTS)}) or a "
                          f"preamble key, ascending, missing values last (default: as given)"),),
@@ -6026,12 +6114,14 @@ def command_list():
 
 
 def input_paths(command, args):
-    """(kind, path) of every input the command line names, in order."""
+    """(kind, path) of every input the command line names, in order (both parts of a CT+IO)."""
     paths = []
     for each in command.inputs:
         value = getattr(args, each.dest)
-        paths += [(each.kind, path) for path in (value if isinstance(value, list) else [value])
-                  if path is not None]
+        for argument in value if isinstance(value, list) else [value]:
+            if argument is not None:
+                parts = run_parts(argument) if each.kind == "run" else (argument,)
+                paths += [(each.kind, path) for path in parts]
     return paths
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A seeded mutator over the real traces: cut, flip, inject bytes, bad numbers, odd CSV, line
-shuffles, compression; and saved JSON reports with odd values put in. Every mutated file goes
+shuffles, speculative reads, sizes whose sums pass 2^64, compression; and saved JSON reports
+with odd values put in. Every mutated file goes
 through every command of the registry (decode_analyze.COMMANDS: as each of its inputs in turn,
 beside a real partner; a mutated saved report through diff), with and without --skip-bad-rows,
 as text, JSON and Markdown, with the command's own switches at random, sometimes with --svg or
@@ -127,7 +128,40 @@ def shuffle_lines(data, rng):
     return b"\n".join(lines)
 
 
-MUTATIONS = [cut, flip, inject, bad_number, odd_csv, shuffle_lines]
+def io_rows(data):
+    """(lines, indexes of the lines of an io trace's body): [] when it is no io trace."""
+    lines = data.split(b"\n")
+    if b"io_trace" not in data[:200]:
+        return lines, []
+    return lines, [i for i, line in enumerate(lines)
+                   if line.count(b",") == 11 and line[:1].isdigit()]
+
+
+def speculative(data, rng):
+    """Some reads made speculative (spec=1): experts read only speculatively, whole tokens of
+    speculative reads."""
+    lines, body = io_rows(data)
+    for i in rng.sample(body, min(len(body), rng.randint(1, 40))):
+        fields = lines[i].split(b",")
+        fields[7] = b"1"
+        lines[i] = b",".join(fields)
+    return b"\n".join(lines)
+
+
+def huge(data, rng):
+    """Sizes and latencies at the largest value the reader takes, on several reads of one
+    token: their sums pass 2^64."""
+    lines, body = io_rows(data)
+    for i in body[:rng.randint(2, 12)]:
+        fields = lines[i].split(b",")
+        for column in rng.sample([8, 9, 10, 11], rng.randint(1, 4)):
+            fields[column] = str(2**64 - 1).encode()
+        lines[i] = b",".join(fields)
+    return b"\n".join(lines)
+
+
+MUTATIONS = [cut, flip, inject, bad_number, odd_csv, shuffle_lines, speculative, huge]
+SORTS = ["run", "tokens", "io_ms_per_token", "hit_share", "overlap", "model", "io_threads"]
 ODD_VALUES = [None, "x", -1, 0, 1e308, 1e400, 2**70, True, [], {}, [1, "a"], {"a": 1}, "\u202e"]
 
 
@@ -226,8 +260,12 @@ def runs(case, rng):
         arrangements = [[case.path] + [case.partner] * (len(command.inputs) - 1)]
         arrangements += [[case.partner] * i + [case.path] + [case.partner] * (
             len(command.inputs) - 1 - i) for i in range(1, len(command.inputs))]
-        if any(each.kind == "any" for each in command.inputs):
+        if any(each.kind in ("any", "run") for each in command.inputs):
             arrangements.append([case.saved] + [case.partner] * (len(command.inputs) - 1))
+        if any(each.kind == "run" for each in command.inputs):  # orders, pairs, CT+IO, --sort
+            arrangements += [[case.partner, case.path, case.saved],
+                             [f"{case.path}+{case.partner}", case.path],
+                             [f"{case.partner}+{case.path}", "--sort", rng.choice(SORTS)]]
         for i, inputs in enumerate(arrangements):
             yield [command.name, *map(str, inputs), *switches, *case.options,
                    *(pictures if i == 0 else [])]

@@ -105,7 +105,8 @@ def test_units_are_named_from_the_columns():
     assert units["throughput_mib_per_s", "max"] == "MiB/s"
     assert units["latency_us", "p99"] == "us"
     assert units["report", "waste_pct"] == "%"
-    assert units["report", "reads"] == ""
+    assert units["report", "reads"] == "reads"  # a count's unit is what it counts
+    assert units["by_lane", "lane"] == ""  # a column that names a row is no figure
 
 
 def test_a_formula_in_a_node_name_is_defused_and_quotes_are_doubled(write):

@@ -476,6 +476,32 @@ def scaled(value, scale):
     return None if value is None else value / scale
 
 
+# ── units: what a figure is counted in, from its name ──────────────────────────────────────
+# A figure's name states its unit: a measure first (`faulting_ms_per_token` is in ms, though it
+# names nodes), else what it counts (`reads_per_token`). CSV's unit column and diff's rows
+# take it from here; a name that states none (`layer`, `lane`, a setting's value) is no figure.
+MEASURE_WORDS = {"ms": "ms", "us": "us", "ns": "ns", "mib": "MiB", "kib": "KiB",
+                 "bytes": "bytes", "pct": "%", "share": "fraction", "fraction": "fraction",
+                 "ratio": "x", "factor": "x"}
+COUNT_WORDS = {"majflt": "faults", "faults": "faults", "reads": "reads", "rereads": "reads",
+               "runs": "runs", "tokens": "tokens", "experts": "experts",
+               "evictions": "experts", "lookups": "lookups", "nodes": "nodes",
+               "decodes": "decodes", "positions": "positions", "batches": "batches",
+               "lanes": "lanes", "rows": "rows", "segments": "segments"}
+
+
+def unit_named(name):
+    """The unit a figure's name (a JSON field, or a diff row's words) states, or ''."""
+    words = re.findall(r"[a-z0-9]+", name.lower().replace("_", " "))
+    if "mib/s" in name.lower() or "mib_per_s" in name.lower():
+        return "MiB/s"
+    for unit_words in (MEASURE_WORDS, COUNT_WORDS):
+        for word in words:
+            if word in unit_words:
+                return unit_words[word]
+    return ""
+
+
 # ── the JSON reports: every record, declared once ───────────────────────────────────────────
 # Each object a report holds is a Record: its fields in order, each with what it holds. The
 # report functions build every object through its Record, which refuses a field that is
@@ -825,6 +851,7 @@ PREAMBLE_CHANGE = Record("preamble change", "diff `preamble_changes` (a list per
 SERIES = Record("series", "diff `per_token.<part>`", (
     ("field", "`ms` (compute), `io_ms` (io: the I/O estimate; `mib` when an input is a saved "
               "report of schema 3 or older)"),
+    ("unit", "the series' unit: `ms` or `MiB`"),
     ("series", "each input's per-token values (what the SVG overlays)"),
     ("latency_hist", "io: each input's latency histogram, a list of {lo_us, hi_us, count} "
                      "(io `latency_hist`) per input; `[]` for compute")))
@@ -834,7 +861,10 @@ CHANGE = Record("change", "diff `sections[].rows[].changes` (one per NEW)", (
     ("significant", "p < alpha (null without a test)"),
     ("status", "`both`, `added`, `removed` or `n/a`")))
 DIFF_ROW = Record("diff row", "diff `sections[].rows`", (
-    ("name", "the figure, or the table's row name"), ("base", "BASE's figure"),
+    ("name", "the figure, or the table's row name"),
+    ("unit", "what the figure is counted in, as its name or its table's title states it "
+             "(`ms`, `MiB`, `reads`, ...)"),
+    ("base", "BASE's figure"),
     ("changes", "against each NEW", ListOf(CHANGE))))
 DIFF_SECTION = Record("diff section", "diff `sections`", (
     ("part", "`compute` or `io`"), ("title", "the headline, or a table's figure"),
@@ -3246,15 +3276,17 @@ def compared(base, new, alpha, base_samples=None, new_samples=None):
                   significant=None if p is None else p < alpha, status=status)
 
 
-def diff_rows(figures, alpha, samples=None):
+def diff_rows(figures, alpha, samples=None, unit=None):
     """One row per name, in the figures' order: figures {name: [value per input]}, base
-    first; samples {name: [list per input]} for the figures that carry a test."""
+    first; samples {name: [list per input]} for the figures that carry a test; unit: a
+    table's, else each figure's name states its own."""
     rows = []
     for name, (base, *news) in figures.items():
         base_samples, *new_samples = (samples or {}).get(name) or [None] * (len(news) + 1)
         changes = [compared(base, new, alpha, base_samples, sampled)
                    for new, sampled in zip(news, new_samples)]
-        rows.append(DIFF_ROW(name=name, base=base, changes=changes))
+        rows.append(DIFF_ROW(name=name, unit=unit_named(name) if unit is None else unit,
+                             base=base, changes=changes))
     return rows
 
 
@@ -3303,8 +3335,9 @@ def diff_part(part, views, alpha):
         if table.samples == "op" and all(half["op_samples"] for half in halves):
             samples = {key: [half["op_samples"].get(key) or [0] * half["tokens"]
                              for half in halves] for key in keys}
+        rows = diff_rows(figures, alpha, samples, unit_named(table.title))
         sections.append(DIFF_SECTION(part=part, title=table.title, key=table.key,
-                                     rows=ordered_rows(diff_rows(figures, alpha, samples))))
+                                     rows=ordered_rows(rows)))
     return sections
 
 
@@ -3352,7 +3385,8 @@ def overlaid(part, views):
     halves = [view.parts[part] for view in views]
     field = next(name for name in SERIES_FIELD[part]
                  if all(half["samples"][name] is not None for half in halves))
-    return SERIES(field=field, series=[half["samples"][field] for half in halves],
+    return SERIES(field=field, unit=unit_named(field),
+                  series=[half["samples"][field] for half in halves],
                   latency_hist=[half["latency_hist"] for half in halves] if part == "io"
                   else [])
 
@@ -4749,40 +4783,30 @@ def cut_details(part, excess):
 # so a folder of runs loads into one table (DuckDB: read_csv_auto('runs/*.csv')).
 CSV_HEADER = ("section", "row", "column", "value", "unit")
 ROW_NAMES = ("op", "name", "category", "layer", "lane", "kind", "label", "figure", "key")
-# A value's unit, by the first word that names one in its column's innermost name (past the
-# bounds of a figure: `figures.hit_share.point` is a hit_share's), then in its section's
-# innermost name (a bare `min` of `io_wall_ms_per_token`): `ms_per_token` ms, `hit_share`
-# fraction; the few whose name says none, by name. Columns that name a thing (layer, lane,
-# turn, a setting's value) are no figure and have none.
-UNIT_WORDS = {"ms": "ms", "us": "us", "ns": "ns", "mib": "MiB", "bytes": "bytes", "pct": "%",
-              "share": "fraction", "fraction": "fraction", "majflt": "faults", "kib": "KiB",
-              "reads": "reads", "rereads": "reads", "runs": "runs", "tokens": "tokens",
-              "experts": "experts", "evictions": "experts", "lookups": "lookups",
-              "nodes": "nodes", "decodes": "decodes", "positions": "positions",
-              "batches": "batches", "ratio": "x", "factor": "x", "lanes": "lanes",
-              "rows": "rows", "segments": "segments"}
+# A value's unit: its column's own (past the bounds of a figure and the part it is kept for:
+# `figures.hit_share.point` is a hit_share's, `tokens.io` a tokens'), else its section's
+# innermost name's (a bare `min` of `io_wall_ms_per_token`), else the unit the object above it
+# states (a diff row's, a diff series'); the few whose name says none, by name.
 NAMED_UNITS = {("by_op", "count"): "nodes", ("latency_hist", "count"): "reads",
                ("warmup", "first_mean"): "ms", ("warmup", "rest_mean"): "ms",
                ("tail_in_post", "others_per_token"): "segments"}
-BOUND_NAMES = {"point", "min", "max", "mean", "p50", "p90", "p99", "p999", "total"}
+QUALIFIERS = {"point", "min", "max", "mean", "p50", "p90", "p99", "p999", "total", "compute",
+              "io", "pair"}
+DIMENSIONLESS = {"p", "alpha", "significant"}  # a probability, a level, a yes or no
 SPREADSHEET_FORMULA = ("=", "+", "-", "@", "\t", "\r")  # a text cell a spreadsheet would run
 
 
-def unit_of(column, section):
+def unit_of(column, section, row_unit=""):
     table = section.rpartition(".")[2]
     if (table, column) in NAMED_UNITS:
         return NAMED_UNITS[table, column]
     outer = column.split(".")
     innermost = outer.pop()
-    while outer and innermost in BOUND_NAMES:
+    while outer and innermost in QUALIFIERS:
         innermost = outer.pop()
-    for name in (innermost, table):
-        if "mib_per_s" in name:
-            return "MiB/s"
-        for word in name.split("_"):
-            if word in UNIT_WORDS:
-                return UNIT_WORDS[word]
-    return ""
+    if innermost in DIMENSIONLESS:
+        return ""
+    return unit_named(innermost) or unit_named(table) or row_unit
 
 
 def csv_text(text):
@@ -4821,14 +4845,18 @@ def samples_by_key(value):
         for samples in value.values())
 
 
-def tidy_lines(value, section, rows=(), columns=()):
+def tidy_lines(value, section, rows=(), columns=(), row_unit=""):
     """(section, row, column, value, unit) of every value under `value`. The objects above
     every table name the section; in a table, each table crossed adds its row's name to the
     row (joined by /) and each object its key to the column (joined by .), so that a line is
-    found again by walking the report: at a table take a row, at an object a column."""
+    found again by walking the report: at a table take a row, at an object a column. A row
+    that states its unit (a diff row, a diff series) gives it to the figures below it whose
+    names state none."""
+    if isinstance(value, dict) and isinstance(value.get("unit"), str):
+        row_unit = value["unit"]
     if isinstance(value, list):
         for name, item in zip(row_names(value), value):
-            yield from tidy_lines(item, section, rows + (name,), columns)
+            yield from tidy_lines(item, section, rows + (name,), columns, row_unit)
     elif not rows and samples_by_key(value):  # {op: each token's µs}: rows tokens, columns ops
         for key, samples in value.items():
             for index, sample in enumerate(samples):
@@ -4837,16 +4865,18 @@ def tidy_lines(value, section, rows=(), columns=()):
     elif isinstance(value, dict):
         for key, item in value.items():
             if rows:
-                yield from tidy_lines(item, section, rows, columns + (str(key),))
+                yield from tidy_lines(item, section, rows, columns + (str(key),), row_unit)
             elif isinstance(item, (dict, list)):
                 name = csv_text(str(key))
-                yield from tidy_lines(item, f"{section}.{name}" if section else name)
+                yield from tidy_lines(item, f"{section}.{name}" if section else name,
+                                      row_unit=row_unit)
             else:
                 yield (section or "report", "", csv_text(str(key)), csv_cell(item),
                        unit_of(str(key), section))
     else:
         column = ".".join(columns)
-        yield section, "/".join(rows), csv_text(column), csv_cell(value), unit_of(column, section)
+        unit = "" if isinstance(value, (str, bool)) else unit_of(column, section, row_unit)
+        yield section, "/".join(rows), csv_text(column), csv_cell(value), unit
 
 
 def csv_of(report):

@@ -200,13 +200,18 @@ def test_text_heads_are_escaped_like_cells(tmp_path):
 
 # ── class 11, and every figure's unit ──
 IDENTIFIERS = {"layer", "lane", "expert", "turn", "step", "phase", "schema", "skip", "value",
-               "tool_version", "trace_id", "io_threads", "o_direct", "overlap"}  # no figures
+               "tool_version", "trace_id", "io_threads", "o_direct", "overlap",  # no figures
+               "p", "alpha"}  # a probability, a significance level
 
 
 @pytest.mark.parametrize("argv", [("io", SERIAL, "--what-if"),
                                   ("report", LAYERS, SERIAL),
                                   ("compute", REAL_TRACES["qwen3moe-l4-ct-node.csv"]),
-                                  ("summary", LAYERS, SERIAL)])
+                                  ("summary", LAYERS, SERIAL),
+                                  ("diff", SERIAL, OVERLAP),
+                                  ("diff", REAL_TRACES["qwen3moe-l4-ct-node.csv"], LAYERS),
+                                  ("timeline", ROOT / "tests" / "data" / "v2" / "ct.csv",
+                                   ROOT / "tests" / "data" / "v2" / "io.csv")])
 def test_every_figure_in_csv_has_its_unit(argv):
     out = run(*argv, "--format", "csv").out
     missing = set()
@@ -214,7 +219,8 @@ def test_every_figure_in_csv_has_its_unit(argv):
         if not number(value):
             continue  # text: no unit
         innermost = column.rpartition(".")[2]
-        named = section.rpartition(".")[2] in ("meta", "common", "settings", "selection") \
+        named = section.rpartition(".")[2] in ("meta", "common", "settings", "selection",
+                                               "preamble_changes") \
             or ".settings." in f".{column}." or innermost in IDENTIFIERS
         if not unit and not named:
             missing.add((section, column))

@@ -1,6 +1,9 @@
 """Real traces (../shared/traces, copied to tests/data): each analyses cleanly, the session
 pair equals an independent count with the csv module, and every figure the reference script
-prints equals ours at its precision."""
+prints equals ours at its precision. The reference's output on the generated parity traces is
+saved under tests/golden/reference/, so that a clone without ../shared runs the parity checks
+too; where the script is here, its live output must equal the saved one
+(python3 tests/test_real.py --update rewrites them)."""
 import csv
 import re
 import subprocess
@@ -13,8 +16,7 @@ import tracegen
 from helpers import REAL_TRACES, REFERENCE, ROOT, report, shared_trace
 
 
-needs_reference = pytest.mark.skipif(not REFERENCE.exists(),
-                                     reason="../shared/reference not here")
+REFERENCE_SAID = ROOT / "tests" / "golden" / "reference"  # its output, saved
 
 
 REAL = sorted(REAL_TRACES)
@@ -39,9 +41,16 @@ def independent(path):
     return per_token
 
 
-def reference(*argv):
+def reference(name, *argv):
+    """What the reference script prints for argv: run live where it is here (and then equal to
+    its saved output, tests/golden/reference/NAME.txt), else as saved."""
+    saved = REFERENCE_SAID / f"{name}.txt"
+    if not REFERENCE.exists():
+        return saved.read_text(encoding="utf-8")
     result = subprocess.run([sys.executable, str(REFERENCE), *map(str, argv)],
                             capture_output=True, text=True, check=True)
+    assert result.stdout == saved.read_text(encoding="utf-8"), \
+        f"the reference's output moved: python3 tests/test_real.py --update ({saved.name})"
     return result.stdout
 
 
@@ -130,9 +139,12 @@ def test_o_direct_waste_on_real_io():
     assert 5.0 < r["waste_pct"] < 5.9
 
 
-@needs_reference
+PARITY_RUNS = {"compute-node": ("compute", "--layers", "--top", "50"),
+               "compute-layers": ("compute",), "io": ("io",)}
+
+
 def test_compute_node_parity(node_trace):
-    text = reference("compute", node_trace, "--layers", "--top", "50")
+    text = reference("compute-node", "compute", node_trace, "--layers", "--top", "50")
     ours = report("compute", node_trace)
     header = re.search(r"decode steps=(\d+)\s+nodes/step=(\d+)\s+measured compute=\s*([\d.]+) "
                        r"ms/token\s+majflt=(\d+)/token", text)
@@ -167,9 +179,8 @@ def test_compute_node_parity(node_trace):
         same(layers[int(layer)]["ms_per_token"], ms, ".2f")
 
 
-@needs_reference
 def test_compute_layer_parity(layer_trace):
-    text = reference("compute", layer_trace)
+    text = reference("compute-layers", "compute", layer_trace)
     ours = report("compute", layer_trace)
     assert ours["granularity"] == "layer"
     header = re.search(r"decode steps=(\d+)\s+layer granularity\s+measured compute=\s*([\d.]+) "
@@ -185,9 +196,8 @@ def test_compute_layer_parity(layer_trace):
         same(segment["majflt_per_token"], majflt, ".1f")
 
 
-@needs_reference
 def test_io_parity(io_trace):
-    text = reference("io", io_trace)
+    text = reference("io", "io", io_trace)
     ours = report("io", io_trace)
     head = re.search(r"decode steps=(\d+)\s+reads=(\d+) \((\d+)/token\)\s+read=([\d.]+) MiB/token",
                      text)
@@ -222,3 +232,27 @@ def test_io_parity(io_trace):
     assert int(spec[1]) == ours["spec"]["reads"] > 0
     same(ours["spec"]["mib_per_token"], spec[2], ".1f")
     same(ours["spec"]["share_of_bytes"] * 100, spec[3], ".0f")
+
+
+def update(folder):
+    """Run the reference on the parity traces and save what it prints."""
+    traces = {"compute-node": tracegen.compute_lines(n_layer=6, decode_tokens=24, seed=5),
+              "compute-layers": tracegen.compute_lines(n_layer=6, decode_tokens=24, layers=True,
+                                                       seed=6),
+              "io": tracegen.io_lines(n_layer=6, decode_tokens=30, reads_per_token=60,
+                                      spec_share=0.2, seed=7)}
+    REFERENCE_SAID.mkdir(exist_ok=True)
+    for name, lines in traces.items():
+        path = tracegen.write(folder / f"{name}.csv", lines)
+        command, *options = PARITY_RUNS[name]
+        result = subprocess.run([sys.executable, str(REFERENCE), command, str(path), *options],
+                                capture_output=True, text=True, check=True)
+        (REFERENCE_SAID / f"{name}.txt").write_text(result.stdout, encoding="utf-8")
+        print(f"{REFERENCE_SAID / name}.txt")
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--update"]:
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as scratch:
+        update(Path(scratch))

@@ -5352,7 +5352,8 @@ class Panel:
                        f'<title>{xml(name)} {v:.4g}</title></circle>' for x, v in points]
 
     def text(self):
-        return "".join(self.parts) + "</g>"
+        """The panel's elements, one a line (a golden's diff can be read)."""
+        return "\n".join(self.parts) + "\n</g>"
 
 
 def binned(rows, limit=SVG_MAX_BARS):
@@ -5645,13 +5646,15 @@ def svg_of(report):
              ".turn{fill:#222}.warmup{fill:#edc948;fill-opacity:0.15}.note{font-size:10px;"
              "fill:#b00}" + "".join(f".c{i}{{fill:{colour}}}"
                                      for i, colour in enumerate(SVG_PALETTE)))
-    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<svg xmlns="http://www.w3.org/2000/svg" '
-            f'width="{SVG_WIDTH}" height="{height}" viewBox="0 0 {SVG_WIDTH} {height}">'
-            f'<title>decode-analyze {TOOL_VERSION} {kind}: {xml(source)}</title>'
-            f'<style>{style}</style><rect width="100%" height="100%" fill="#fff"/>'
-            + "".join(panel.text() for panel in panels)
-            + f'<text x="{SVG_LEFT}" y="{height - 6}" class="tick footer">{xml(footer)}'
-              f'</text></svg>\n')
+    return "\n".join([
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{SVG_WIDTH}" height="{height}" '
+        f'viewBox="0 0 {SVG_WIDTH} {height}">',
+        f'<title>decode-analyze {TOOL_VERSION} {kind}: {xml(source)}</title>',
+        f'<style>{style}</style>', '<rect width="100%" height="100%" fill="#fff"/>',
+        *(panel.text() for panel in panels),
+        f'<text x="{SVG_LEFT}" y="{height - 6}" class="tick footer">{xml(footer)}</text>',
+        "</svg>\n"])
 
 
 # ── command line: reading, summing up and judging a command's inputs ────────────────────────

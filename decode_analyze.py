@@ -3635,16 +3635,37 @@ _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
 def json_text(report, ascii_only=False):
-    """The report as JSON text. Trace strings are untrusted: besides what JSON escapes, every
-    character that is not printable (DEL, C1 controls, line and paragraph separators, bidi
-    overrides, zero-width marks) is written as a \\u escape; with ascii_only, every non-ASCII
-    character is."""
-    text = json.dumps(report, indent=1, ensure_ascii=ascii_only, allow_nan=False) + "\n"
+    """The report as JSON text, an object's fields a line each, a list of numbers (a per-token
+    series) or a table row of plain values on one line: a saved report, and its diff, are read
+    row by row. Trace strings are untrusted: besides what JSON escapes, every character that is
+    not printable (DEL, C1 controls, line and paragraph separators, bidi overrides, zero-width
+    marks) is written as a \\u escape; with ascii_only, every non-ASCII character is."""
+    dump = partial(json.dumps, ensure_ascii=ascii_only, allow_nan=False)
+    text = "".join(json_pieces(report, dump, "\n")) + "\n"
     text = text.replace("\x7f", "\\u007f")
     if text.isascii():
         return text
     return _NON_ASCII.sub(lambda match: match.group() if match.group().isprintable()
                           else json.dumps(match.group())[1:-1], text)
+
+
+def json_pieces(value, dump, newline, in_list=False):
+    """The pieces of `value` as JSON, indented one space a level (newline: the line break and
+    the indent of the value's own line)."""
+    plain = isinstance(value, (list, dict)) and not any(
+        isinstance(item, (list, dict)) for item in (value.values() if isinstance(value, dict)
+                                                    else value))
+    if not isinstance(value, (list, dict)) or not value or plain and (
+            in_list or isinstance(value, list)):
+        yield dump(value)
+        return
+    inner = newline + " "
+    items = value.items() if isinstance(value, dict) else ((None, item) for item in value)
+    yield "{" if isinstance(value, dict) else "["
+    for index, (key, item) in enumerate(items):
+        yield ("," if index else "") + inner + ("" if key is None else dump(str(key)) + ": ")
+        yield from json_pieces(item, dump, inner, in_list=key is None)
+    yield newline + ("}" if isinstance(value, dict) else "]")
 
 
 def wrap(text, indent="  "):

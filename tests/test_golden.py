@@ -50,12 +50,17 @@ COMMANDS = {
 FORMATS = {"text": "txt", "markdown": "md", "json": "json"}
 # One picture per command that draws one (they are large; their structure is tested elsewhere).
 PICTURES = ("compute-session", "io-session", "report-session", "diff-io")
+# Tidy CSV of one case per command (a line per JSON value: the rest would only repeat them).
+CSV_CASES = ("compute-faults", "io-qwen-what-if", "report-faults", "diff-io", "summary-sweep",
+             "timeline-pair")
 
 
 def cases():
     for name, argv in COMMANDS.items():
         for format_, ending in FORMATS.items():
             yield f"{name}.{ending}", argv + ["--format", format_], None
+    for name in CSV_CASES:
+        yield f"{name}.csv", COMMANDS[name] + ["--format", "csv"], None
     for name in PICTURES:
         yield f"{name}.svg", COMMANDS[name] + ["--format", "json"], "svg"
 
@@ -79,7 +84,7 @@ def at_root(monkeypatch):
 
 @pytest.mark.parametrize("name,argv,picture", list(cases()), ids=lambda v: str(v)[:40])
 def test_output_is_the_reviewed_one(name, argv, picture, at_root, tmp_path):
-    expected = (GOLDEN / name).read_text(encoding="utf-8")
+    expected = (GOLDEN / name).read_bytes().decode("utf-8")  # CSV's CRLF kept as written
     changed = difference(produce(argv, picture, tmp_path), expected)
     assert changed is None, \
         f"{name} changed ({changed}): if on purpose, python3 tests/test_golden.py --update"
@@ -92,7 +97,7 @@ def update():
     GOLDEN.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
         for name, argv, picture in cases():
-            (GOLDEN / name).write_text(produce(argv, picture, folder), encoding="utf-8")
+            (GOLDEN / name).write_bytes(produce(argv, picture, folder).encode("utf-8"))
     print(f"rewrote {len(list(cases()))} golden files in {GOLDEN}")
 
 

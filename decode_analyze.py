@@ -11,6 +11,7 @@ Standard library only.
   diff BASE NEW...   before and after: runs or saved reports compared per token, with p-values
   summary RUN...     many runs, one row each: a sweep of settings side by side
   timeline CT [IO]   v2 traces: each decode's wall, reads, waits and overlap, measured
+  schema             the JSON reports' every field and what it holds
 
 Tracing isolates every graph node behind a barrier (no operator fusion) and locks every read, so
 a traced token is slower than an untraced one: its proportions are what to trust.
@@ -506,7 +507,7 @@ def unit_named(name):
 # Each object a report holds is a Record: its fields in order, each with what it holds. The
 # report functions build every object through its Record, which refuses a field that is
 # missing or not declared; `--format json` writes them as they are (json_text); the README's
-# JSON reference is drawn from these declarations (json_reference), and a test walks real
+# JSON reference (the `schema` command) is drawn from these declarations, and a test walks real
 # reports against them. A field's shape, when it holds more than a value, is another Record,
 # ListOf(Record) or MapOf(Record): an object whose keys are data (ops, lanes, figures).
 ListOf = namedtuple("ListOf", "record")
@@ -560,7 +561,7 @@ LATER = ("verdicts", "warnings")
 REPORT_HEAD = (
     ("schema", f"the JSON schema, {SCHEMA} (2 lacked the `*_by_token` samples)"),
     ("tool_version", "the decode-analyze that wrote it"),
-    ("kind", "`compute`, `io`, `report`, `timeline`, `diff` or `summary`"))
+    ("kind", "`compute`, `io`, `report`, `timeline`, `diff`, `summary` or `schema`"))
 TRACE_HEAD = (
     ("path", "the trace as given (`<stdin>` for `-`)"),
     ("meta", "every preamble key=value of the trace", MapOf(VALUE)),
@@ -897,30 +898,56 @@ SUMMARY_REPORT = Record("summary report", "`summary`", (
     ("common", "{key: value} the runs share", MapOf(VALUE)),
     ("sort", "the column the rows are sorted by (null: as given)"),
     ("runs", "one row per run", ListOf(SUMMARY_ROW)), WARNINGS), later=("warnings",))
+SCHEMA_FIELD = Record("schema field", "schema `records[].fields`", (
+    ("name", "the key"), ("holds", "what it holds"),
+    ("shape", "the kind of object it holds: `[record]` a list of them, `{key: record}` a map "
+              "of them, `(record)` one; null for a value")))
+SCHEMA_RECORD = Record("schema record", "schema `records`", (
+    ("name", "the kind of object"), ("where", "where the reports hold it"),
+    ("fields", "its fields, in the order a report writes them", ListOf(SCHEMA_FIELD))))
+SCHEMA_REPORT = Record("schema report", "`schema`", (
+    *REPORT_HEAD, ("records", "every kind of object a report holds, the reports first",
+                   ListOf(SCHEMA_RECORD)), WARNINGS), later=("warnings",))
 REPORTS = {"compute": COMPUTE_REPORT, "io": IO_REPORT, "report": PAIR_REPORT,
-           "timeline": TIMELINE_REPORT, "diff": DIFF_REPORT, "summary": SUMMARY_REPORT}
+           "timeline": TIMELINE_REPORT, "diff": DIFF_REPORT, "summary": SUMMARY_REPORT,
+           "schema": SCHEMA_REPORT}
 
 
-def json_reference():
-    """The README's JSON reference, drawn from the Records: one table per kind of object,
-    reports first."""
-    lines, seen, queue = [], set(), list(REPORTS.values())
+def declared_records():
+    """Every Record a report holds, once each: the reports first, then each record in the
+    order the ones before it name it."""
+    records, queue = [], list(REPORTS.values())
     while queue:
         record = queue.pop(0)
-        if id(record) in seen:
-            continue
-        seen.add(id(record))
-        fields = record.fields
-        lines += ["", f"**{record.name}** ({record.where})", "", "| key | holds |", "|---|---|"]
-        for field in fields:
-            inner = getattr(field.shape, "record", field.shape)
-            shape = "" if inner is None else (
-                f" [{inner.name}]" if isinstance(field.shape, ListOf) else
-                f" {{key: {inner.name}}}" if isinstance(field.shape, MapOf) else f" ({inner.name})")
-            lines.append(f"| `{field.name}` | {field.doc}{shape} |")
-            if inner is not None:
-                queue.append(inner)
-    return "\n".join(lines[1:]) + "\n"
+        if record not in records:
+            records.append(record)
+            queue += [inner for inner in map(inner_record, record.fields) if inner is not None]
+    return records
+
+
+def inner_record(field):
+    """The Record a field holds (alone, in a list or in a map), or None for values."""
+    return getattr(field.shape, "record", field.shape)
+
+
+def shape_text(shape):
+    """How a field's shape is written: [record], {key: record}, (record), or None."""
+    inner = getattr(shape, "record", shape)
+    name = "value" if inner is None else inner.name
+    if isinstance(shape, ListOf):
+        return f"[{name}]"
+    if isinstance(shape, MapOf):
+        return f"{{key: {name}}}"
+    return None if shape is None else f"({name})"
+
+
+def schema_report():
+    """The `schema` command's report: every record and field, from their declarations."""
+    return SCHEMA_REPORT(
+        schema=SCHEMA, tool_version=TOOL_VERSION, kind="schema",
+        records=[SCHEMA_RECORD(name=record.name, where=record.where, fields=[
+            SCHEMA_FIELD(name=field.name, holds=field.doc, shape=shape_text(field.shape))
+            for field in record.fields]) for record in declared_records()])
 
 
 # ── compute: node classification (../shared/spec/node-names.md) ─────────────────────────────
@@ -4008,9 +4035,11 @@ def header_blocks(report, view):
         compute, io = report["compute"], report["io"]
         header = Header("report", [("compute", compute["path"], ""), ("io", io["path"], "")],
                         {**io["meta"], **compute["meta"]}, PAIR_KEYS)
-    else:
+    elif kind == "timeline":
         paths = [(label, path, "") for label, path in zip(("compute", "io"), report["paths"])]
         header = Header("timeline", paths, report["meta"], TIMELINE_KEYS)
+    else:
+        header = Header(kind, [], {}, ())
     return [Block(None, [header], gap=False)]
 
 
@@ -4576,6 +4605,13 @@ def summary_blocks(report, view):
     return [Block("runs", [Prose(names + [""], "      "), Grid(summary_table(report), rows)])]
 
 
+def schema_blocks(report, view):
+    """Each kind of object under its name and where reports hold it, a line per field."""
+    return [Block(f"{record['name']} ({record['where']})", [Bullets([
+        f"{field['name']}: {field['holds']}" + (f" {field['shape']}" if field["shape"] else "")
+        for field in record["fields"]])]) for record in report["records"]]
+
+
 # ── layouts: one per kind of report ──────────────────────────────────────────────────────────
 COMPUTE_SECTIONS = (
     Section("by segment", segment_blocks), Section("by op", op_blocks),
@@ -4611,8 +4647,10 @@ DIFF_LAYOUT = (
     Section(None, diff_header_blocks), Section(None, diff_preamble_blocks),
     Section(None, diff_section_blocks))
 SUMMARY_LAYOUT = (Section(None, summary_header_blocks), Section("runs", summary_blocks))
+SCHEMA_LAYOUT = (Section(None, header_blocks), Section("records", schema_blocks))
 LAYOUTS = {"compute": COMPUTE_LAYOUT, "io": IO_LAYOUT, "report": PAIR_LAYOUT,
-           "timeline": TIMELINE_LAYOUT, "diff": DIFF_LAYOUT, "summary": SUMMARY_LAYOUT}
+           "timeline": TIMELINE_LAYOUT, "diff": DIFF_LAYOUT, "summary": SUMMARY_LAYOUT,
+           "schema": SCHEMA_LAYOUT}
 
 
 def drawn_sections(report, view):
@@ -4699,7 +4737,8 @@ def md_block(block, fold):
 
 def md_header(header, heading, fold):
     names = " · ".join(md(os.path.basename(str(path))) for _, path, _ in header.paths)
-    pieces = [f"### decode-analyze {TOOL_VERSION} {md(header.command)}: {names}"]
+    pieces = [f"### decode-analyze {TOOL_VERSION} {md(header.command)}"
+              + (f": {names}" if names else "")]
     details = [f"{label}: {path}{detail}" for label, path, detail in header.paths if detail]
     if details:
         pieces.append(md_lines(details))
@@ -5999,7 +6038,7 @@ def option(*flags, **settings):
     return Option(flags, settings)
 
 
-COMMON_OPTIONS = (
+OUTPUT_FORMAT_OPTIONS = (
     option("--format", choices=("text", "json", "markdown", "csv"), default="text",
            help="text tables (default), the report as one JSON object, GitHub-flavoured "
                 "Markdown for an issue or a pull request, or tidy CSV (section,row,column,value,"
@@ -6007,7 +6046,8 @@ COMMON_OPTIONS = (
     option("--output", "-o", metavar="FILE",
            help="write the report to FILE instead of stdout: a regular file atomically (a "
                 "temporary file beside it, then renamed), a FIFO or device as it is; never over "
-                "an input trace"),
+                "an input trace"))
+READING_OPTIONS = (  # a command that reads traces
     option("--phase", choices=("decode", "prefill", "all"),
            help="rows to use (default: decode, or all rows when there are no decode rows)"),
     option("--turn", type=non_negative, action="append", metavar="N",
@@ -6037,7 +6077,8 @@ PICTURE_OPTIONS = {
 }
 # What a command that lacks an option reads in its place: the drawing's view, and no picture.
 ABSENT_OPTIONS = dict(top=View().top, layers=False, svg=None, perfetto=None,
-                      tokens=PERFETTO_TOKENS)
+                      tokens=PERFETTO_TOKENS, phase=None, turn=None, steps=None, skip=0,
+                      ascii=False, skip_bad_rows=False, jobs=1)
 
 
 def layers_option(what):
@@ -6158,6 +6199,13 @@ COMMANDS = {command.name: command for command in (
             (),
             lambda args, reading: analyze_timeline(args.compute_path, args.io_path, reading),
             ("perfetto",)),
+    Command("schema", "schema",
+            "the JSON reports' every field and what it holds",
+            "The JSON reference: every kind of object the reports hold (the reports first), "
+            "each field with what it holds and the kind of object it holds, in the order a "
+            "report writes them. Drawn from the same declarations that build the reports, so "
+            "that it is never out of date.",
+            (), (), lambda args, reading: schema_report(), ()),
 )}
 
 
@@ -6229,7 +6277,8 @@ def build_parser(wanted=None):
         for each in command.inputs:
             sub.add_argument(each.dest, nargs=each.nargs,
                              help=f"{each.help} ('-' for stdin; compression is detected)")
-        options = COMMON_OPTIONS + command.options + tuple(
+        options = OUTPUT_FORMAT_OPTIONS + (READING_OPTIONS if command.inputs else ()) \
+            + command.options + tuple(
             chain.from_iterable(PICTURE_OPTIONS[picture] for picture in command.pictures))
         given = {sub.add_argument(*each.flags, **each.settings).dest for each in options}
         sub.set_defaults(**{dest: value for dest, value in ABSENT_OPTIONS.items()

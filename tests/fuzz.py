@@ -252,6 +252,8 @@ def runs(case, rng):
     """The argv of every run of one case: each command with the mutated file as each of its
     inputs in turn, a real partner as the others (a saved report too, where any input is)."""
     for command in decode_analyze.COMMANDS.values():
+        if not command.inputs:
+            continue  # reads no trace (schema)
         switches = [flag for each in command.options
                     if each.settings.get("action") == "store_true" and rng.random() < 0.5
                     for flag in each.flags[:1]]

@@ -46,6 +46,7 @@ COMMANDS = {
     "summary-sweep": ["summary", DATA + "qwen3moe-l4-io-serial.csv",
                       DATA + "qwen3moe-l4-io-overlap.csv", DATA + "qwen3moe-l4-ct-node.csv",
                       *SESSION, "--sort", "overlap"],
+    "schema": ["schema"],
 }
 FORMATS = {"text": "txt", "markdown": "md", "json": "json"}
 # One picture per command that draws one (they are large; their structure is tested elsewhere).

@@ -1,8 +1,6 @@
 """Formats, JSON: every report is built from Records declared once (decode_analyze.REPORTS),
-real reports hold exactly the declared fields, and the README's JSON reference is the one
-drawn from the declarations.
-
-After changing a Record: python3 tests/test_json.py --update (rewrites the README's block)."""
+real reports hold exactly the declared fields, and the JSON reference (`schema`) is the one
+drawn from the declarations: every record and field, in order."""
 import json
 import sys
 from pathlib import Path
@@ -11,11 +9,9 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from helpers import ROOT  # noqa: E402  (puts the repository on the path)
+from helpers import ROOT, run  # noqa: E402  (puts the repository on the path)
 import decode_analyze as da  # noqa: E402
 
-README = ROOT / "README.md"
-BEGIN, END = "<!-- json reference: tests/test_json.py --update -->", "<!-- end of json reference -->"
 GOLDEN_JSON = sorted((HERE / "golden").glob("*.json"))
 
 
@@ -82,20 +78,24 @@ def test_a_record_refuses_a_missing_or_an_unknown_field():
     assert list(da.RANGE(estimate=2, max=2, min=1)) == ["min", "max", "estimate"]  # declared order
 
 
-def readme_block(text):
-    head, _, rest = text.partition(BEGIN + "\n")
-    block, _, tail = rest.partition(END)
-    return head, block, tail
-
-
-def test_the_readme_json_reference_is_drawn_from_the_records():
-    _, block, _ = readme_block(README.read_text(encoding="utf-8"))
-    assert block == da.json_reference(), "python3 tests/test_json.py --update"
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["--update"]:
-        sys.exit("usage: python3 tests/test_json.py --update")
-    head, _, tail = readme_block(README.read_text(encoding="utf-8"))
-    README.write_text(head + BEGIN + "\n" + da.json_reference() + END + tail, encoding="utf-8")
-    print("README.md: JSON reference rewritten")
+def test_the_schema_command_lists_every_record_and_field_as_declared():
+    declared, queue = [], list(da.REPORTS.values())  # walked here, apart from the tool's walk
+    while queue:
+        record = queue.pop(0)
+        if all(record is not other for other in declared):
+            declared.append(record)
+            queue += [getattr(f.shape, "record", f.shape) for f in record.fields
+                      if isinstance(getattr(f.shape, "record", f.shape), da.Record)]
+    result = run("schema", "--format", "json")
+    assert result.code == 0, result.err
+    records = result.json["records"]
+    assert [r["name"] for r in records] == [r.name for r in declared]
+    for shown, record in zip(records, declared):
+        assert [(f["name"], f["holds"]) for f in shown["fields"]] == \
+            [(f.name, f.doc) for f in record.fields]
+    text = run("schema").out
+    for record in declared:
+        assert f"\n{record.name} (" in text
+        for field in record.fields:
+            assert f"  {field.name}: " in text
+    assert "<!-- json reference" not in (ROOT / "README.md").read_text(encoding="utf-8")

@@ -179,8 +179,8 @@ def test_every_name_in_the_readme_layout_map_exists():
     import trace_io
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     layout = readme.partition("## Layout")[2].partition("\nA new command")[0]
-    rows = [line.split(" | ")[-1] for line in layout.splitlines() if line.startswith("| ")][2:]
-    names = {name for row in rows for name in re.findall(r"`([A-Za-z_][\w.]*)`", row)}
+    items = re.findall(r"^- .*(?:\n  .*)*", layout, re.M)  # a list item and its continuations
+    names = {name for item in items for name in re.findall(r"`([A-Za-z_][\w.]*)`", item)}
     assert len(names) > 40
     for name in names:
         first, *rest = name.split(".")
@@ -192,6 +192,28 @@ def test_every_name_in_the_readme_layout_map_exists():
         for part in rest:
             assert hasattr(target, part), name
             target = getattr(target, part)
+
+
+def test_the_readme_is_read_in_five_minutes():
+    """At most 450 lines, none over 100 columns; the first command and its output first."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 450
+    assert [line for line in lines if len(line) > 100] == []
+    assert any(line.startswith("python3 decode_analyze.py report") for line in lines[:10])
+    assert any("pip install" in line for line in lines[:30])
+
+
+def test_the_readme_excerpt_is_what_report_prints():
+    """The excerpt's lines are lines of the reviewed golden output, in its order."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    excerpt = readme.partition("```text\n")[2].partition("```")[0].splitlines()
+    golden = (ROOT / "tests" / "golden" / "report-session.txt").read_text(
+        encoding="utf-8").splitlines()
+    assert len(excerpt) >= 10
+    at = 0
+    for line in excerpt:
+        assert line in golden[at:], line
+        at = golden.index(line, at) + 1
 
 
 def test_numbers_on_the_command_line_are_plain_ascii_with_one_message(capsys):

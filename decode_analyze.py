@@ -20,6 +20,8 @@ Map of this file, in the order the data flows (trace_io.py reads the files, chec
 states the fold contract and splits a large file between processes); each section calls only
 the sections above it:
 
+  units         unit_named (what a figure is counted in, from its name), num
+  records       Record: every JSON object's fields, declared once (REPORTS; the schema command)
   tokens        Selection (which tokens a report covers), TokenBook, TokenFold (the fold base)
   statistics    SortedParts and percentile_index (the one percentile rule), PerToken, ratio,
                 mann_whitney_p
@@ -34,6 +36,7 @@ the sections above it:
   summary       summary_runs (runs found and paired), one row per run
   rendering     Column and table_lines (every text table); LAYOUTS (every report's sections,
                 drawn by text_of and markdown_of); json_text; csv_of (tidy CSV)
+  output files  write_output: whole or not at all, never over an input
   pictures      Perfetto (export_perfetto) and SVG (svg_of)
   command line  COMMANDS (the registry), build_parser, analyze_* (read, sum up, judge), main
 """
@@ -77,407 +80,7 @@ SLOWEST = 5  # tokens named as the slowest (compute) or heaviest (io)
 MAX_JOBS = 8
 
 
-# ── tokens: selection, the book of tokens, the fold base ────────────────────────────────────
-class Selection:
-    """Which tokens a report covers. phase None = decode, or all when there is no decode."""
-
-    def __init__(self, phase=None, turns=None, steps=(None, None), skip=0):
-        self.phase, self.turns, self.steps, self.skip = phase, turns, steps, skip
-
-    def admits(self, turn, phase, step, ordinal):
-        """ordinal: the token's index among its turn's tokens of the same phase."""
-        wanted = {"decode": DECODE, "prefill": PREFILL}.get(self.phase)
-        if wanted is not None and phase != wanted:
-            return False
-        if self.turns and turn not in self.turns:
-            return False
-        low, high = self.steps
-        if low is not None and step < low or high is not None and step > high:
-            return False
-        return ordinal >= self.skip
-
-    @property
-    def splittable(self):
-        """Whether a file may be read in parts: --skip needs every earlier token of a turn."""
-        return self.skip == 0
-
-    def as_dict(self):
-        low, high = self.steps
-        return SELECTION(phase=self.phase or "default", turns=sorted(self.turns or []),
-                         steps=[low, high], skip=self.skip)
-
-
-def describe_selection(selection):
-    """Words for a selection dict (Selection.as_dict), for headers and errors."""
-    words = []
-    if selection["turns"]:
-        words.append("turn " + ",".join(map(str, selection["turns"])))
-    low, high = selection["steps"]
-    if low is not None or high is not None:
-        words.append(f"steps {'' if low is None else low}:{'' if high is None else high}")
-    if selection["skip"]:
-        words.append(f"first {selection['skip']} token(s) of each turn skipped")
-    return words
-
-
-def summing_record(name, fields, doc, keys=()):
-    """A small record class with __slots__: `keys` are set by the constructor, in order, and
-    `fields` start at 0; add(*amounts) adds to the fields in order, merge(other) adds another
-    record's fields."""
-    def __init__(self, *key_values):
-        for key, value in zip(keys, key_values):
-            setattr(self, key, value)
-        for field in fields:
-            setattr(self, field, 0)
-
-    def add(self, *amounts):
-        for field, amount in zip(fields, amounts):
-            setattr(self, field, getattr(self, field) + amount)
-
-    def merge(self, other):
-        self.add(*(getattr(other, field) for field in fields))
-    # Pickled into and out of child processes: the class must be found by its name here.
-    return type(name, (), {"__slots__": keys + fields, "__doc__": doc, "__module__": __name__,
-                           "__init__": __init__, "add": add, "merge": merge})
-
-
-class Inventory:
-    """What the file holds of one (turn, phase): its tokens and their lowest and highest step,
-    for the message of an empty selection."""
-
-    __slots__ = ("tokens", "low", "high")
-
-    def __init__(self, tokens, low, high):
-        self.tokens, self.low, self.high = tokens, low, high
-
-
-class TokenBook:
-    """Every token seen (for the 'file contains' message) and the selected ones' records, in
-    trace order. A token is one (turn, phase, step); its rows may come in several runs.
-    `new_token(turn, phase, step)` makes a selected token's record, which has merge(other)."""
-
-    def __init__(self, selection, new_token):
-        self.selection, self.new_token = selection, new_token
-        self.by_text = {}  # (turn, phase, step) as written -> record, or False
-        self.by_value = {}  # (turn, phase, step) -> record, or False
-        self.ordinals = defaultdict(int)  # (turn, phase) -> tokens seen
-        self.inventory = {}  # (turn, phase) -> Inventory
-        self.steps = defaultdict(list)  # (turn, phase) -> every step seen, selected or not
-        self.selected = []  # records, in trace order
-
-    def lookup(self, run):
-        """The record of this run's token if it is selected, else None."""
-        text = (run.turn, run.phase, run.step)
-        record = self.by_text.get(text)
-        if record is None:  # the reader has checked the values: int() cannot fail
-            key = (int(run.turn), int(run.phase), int(run.step))
-            record = self.by_value.get(key)
-            if record is None:
-                record = self.by_value[key] = self._decide(*key)
-            self.by_text[text] = record
-        return record or None
-
-    def _decide(self, turn, phase, step):
-        ordinal = self.ordinals[turn, phase]
-        self.ordinals[turn, phase] = ordinal + 1
-        self._note(turn, phase, 1, step, step)
-        self.steps[turn, phase].append(step)
-        if not self.selection.admits(turn, phase, step, ordinal):
-            return False
-        record = self.new_token(turn, phase, step)
-        self.selected.append(record)
-        return record
-
-    def _note(self, turn, phase, tokens, low, high):
-        seen = self.inventory.get((turn, phase))
-        if seen is None:
-            seen = self.inventory[turn, phase] = Inventory(0, low, high)
-        seen.tokens += tokens
-        seen.low, seen.high = min(seen.low, low), max(seen.high, high)
-
-    def merge(self, later):
-        """Add the book of the rows that follow this one's in the file."""
-        for key, record in later.by_value.items():
-            mine = self.by_value.get(key)
-            if mine is None:
-                self.by_value[key] = record
-                if record:
-                    self.selected.append(record)
-            elif mine and record:
-                mine.merge(record)
-        for (turn, phase), seen in later.inventory.items():
-            self._note(turn, phase, seen.tokens, seen.low, seen.high)
-        for key, steps in later.steps.items():
-            self.steps[key].extend(steps)
-
-    def contents(self):
-        """What the file holds, for an empty-selection error."""
-        parts = []
-        for (turn, phase), seen in sorted(self.inventory.items()):
-            parts.append(f"turn {turn} {PHASE_NAMES[phase]}: {seen.tokens} token(s), steps "
-                         f"{seen.low}-{seen.high}")
-        return "; ".join(parts) or "no rows"
-
-
-class TokenFold:
-    """The base of both folds (the fold contract is in trace_io's docstring): each batch's
-    token runs are looked up in the book of tokens and folded by the subclass's _fold();
-    _finished() closes the sums."""
-
-    def __init__(self, selection, new_token):
-        self.book = TokenBook(selection, new_token)
-
-    def feed(self, batch):
-        self._fold(batch, batch.runs)
-
-    def finish(self):
-        self._finished()
-
-    def detach(self):
-        pass
-
-    def _fold(self, batch, runs):
-        raise NotImplementedError
-
-    def _finished(self):
-        raise NotImplementedError
-
-
-def chosen_phases(selection, phases_present):
-    """Phases a report covers, and its label: the default is decode, else everything."""
-    if selection.phase == "decode":
-        return {DECODE}, "decode"
-    if selection.phase == "prefill":
-        return {PREFILL}, "prefill"
-    if selection.phase is None and DECODE in phases_present:
-        return {DECODE}, "decode"
-    return set(phases_present), "all"
-
-
-def selected_tokens(trace, book, selection, phases_present):
-    """(phases, label, token records) of the selection; an empty one is an error."""
-    phases, label = chosen_phases(selection, phases_present)
-    tokens = [token for token in book.selected if token.phase in phases]
-    if not tokens:
-        what = ", ".join([f"phase {selection.phase or 'decode'}"]
-                         + describe_selection(selection.as_dict()))
-        raise TraceError(trace.name, 0, f"no tokens match the selection ({what}); "
-                                         f"the file has: {book.contents()}")
-    return phases, label, tokens
-
-
-# ── statistics ───────────────────────────────────────────────────────────────────────────────
-# Percentiles are exact: the value at index min(n-1, floor(n*q)) of the sorted values (0-based).
-PERCENTILES = {"p50": (1, 2), "p90": (9, 10), "p99": (99, 100), "p999": (999, 1000)}
-WALL_32 = next(code for code in "IL" if array(code).itemsize == 4)
-
-
-def extend_wide(values, more):
-    """`values`, an array of unsigned ints 4 bytes wide (WALL_32) until one needs 8 ("Q"), and
-    a list past that (a sum of a token's reads can pass 2^64 when each is legal), extended by
-    `more` (a list or an array): returns the sequence that holds them all, exactly."""
-    if isinstance(more, array) and (not isinstance(values, array)
-                                    or more.typecode != values.typecode):
-        more = more.tolist()
-    kept = len(values)
-    try:
-        values.extend(more)
-    except OverflowError:  # what went in before the value that did not fit is taken back
-        values = array("Q", values[:kept]) if values.typecode != "Q" else values[:kept].tolist()
-        return extend_wide(values, more)
-    return values
-
-
-def percentile_index(n, num, den):
-    """The 0-based index, among n sorted values, of percentile num/den."""
-    return min(n - 1, n * num // den)
-
-
-class SortedParts:
-    """Several sorted arrays read as one sorted sequence, never merged: each process and
-    phase sorts its own values, and ranks are found by bisecting every part."""
-
-    def __init__(self, parts=()):
-        self.parts = [part for part in parts if len(part)]
-
-    def __len__(self):
-        return sum(map(len, self.parts))
-
-    def __add__(self, other):
-        return SortedParts(self.parts + other.parts)
-
-    def count_below(self, value):
-        """How many values are < value."""
-        return sum(bisect_left(part, value) for part in self.parts)
-
-    def kth(self, k):
-        """The k-th smallest value (0-based): the least v with more than k values <= v."""
-        if len(self.parts) == 1:
-            return self.parts[0][k]
-        low = min(part[0] for part in self.parts)
-        high = max(part[-1] for part in self.parts)
-        while low < high:
-            middle = (low + high) // 2
-            if sum(bisect_right(part, middle) for part in self.parts) > k:
-                high = middle
-            else:
-                low = middle + 1
-        return low
-
-    def percentile(self, name):
-        """The percentile `name` (a key of PERCENTILES), or None when there are no values."""
-        n = len(self)
-        return self.kth(percentile_index(n, *PERCENTILES[name])) if n else None
-
-    def minimum(self):
-        return min((part[0] for part in self.parts), default=None)
-
-    def maximum(self):
-        return max((part[-1] for part in self.parts), default=None)
-
-    def total(self):
-        return sum(map(sum, self.parts))
-
-
-SORT_CHUNK = 1 << 16  # values sorted at once: until stored, each is a ~36-byte int object
-
-
-def sorted_parts(values):
-    """values (all below 2^64) as SortedParts: sorted SORT_CHUNK at a time into the most
-    compact arrays that hold them, so that a million walls never stand as int objects at
-    once. An array is emptied from its end as its parts are made, so that the values are
-    never held twice."""
-    if isinstance(values, array):
-        chunks = taken_from_the_end(values)
-    else:
-        iterator = iter(values)
-        chunks = iter(lambda: list(islice(iterator, SORT_CHUNK)), [])
-    parts = []
-    for chunk in chunks:
-        ordered = sorted(chunk)
-        parts.append(array(WALL_32 if ordered[-1] < 1 << 32 else "Q", ordered))
-    return SortedParts(parts)
-
-
-def taken_from_the_end(values):
-    """SORT_CHUNK values at a time from the end of an array, each removed as it is handed
-    out (a large array gives its memory back as it shrinks)."""
-    while values:
-        chunk = values[-SORT_CHUNK:]
-        del values[-SORT_CHUNK:]
-        yield chunk
-
-
-def percentile_summary(values):
-    """{p50, p90, p99, max} of a list of numbers; None each when there are none."""
-    ordered = SortedParts([sorted(values)])
-    return TOKEN_SPREAD(p50=ordered.percentile("p50"), p90=ordered.percentile("p90"),
-                        p99=ordered.percentile("p99"), max=ordered.maximum())
-
-
-def weighted_percentile(counts, name):
-    """Percentile `name` of values given as {value: count}; None when there are none."""
-    total = sum(counts.values())
-    if not total:
-        return None
-    rank = percentile_index(total, *PERCENTILES[name])
-    for value in sorted(counts):
-        rank -= counts[value]
-        if rank < 0:
-            return value
-    return None
-
-
-class PerToken:
-    """Totals turned into per-token figures for one report."""
-
-    def __init__(self, tokens, total_ns):
-        self.tokens, self.total_ns = tokens, total_ns
-
-    def count(self, value):
-        return value / self.tokens
-
-    def ms(self, wall_ns):
-        return wall_ns / NS_PER_MS / self.tokens
-
-    def share(self, wall_ns):
-        return ratio(wall_ns, self.total_ns)
-
-
-# Both samples at most this many pairs (n1 * n2) and no ties: the exact distribution of U.
-EXACT_PAIRS = 2500
-
-
-def mann_whitney_p(base, new):
-    """Two-sided p-value of the Mann-Whitney U test that `base` and `new` (lists of numbers)
-    come from one distribution; None when a side is empty. Exact when there are no ties and
-    n1 * n2 <= EXACT_PAIRS; otherwise the normal approximation with the tie correction and a
-    0.5 continuity correction (the defaults of scipy.stats.mannwhitneyu)."""
-    n1, n2 = len(base), len(new)
-    if not n1 or not n2:
-        return None
-    ranks, tie_term = midranks(list(base) + list(new))
-    u_base = sum(ranks[:n1]) - n1 * (n1 + 1) / 2
-    u = max(u_base, n1 * n2 - u_base)
-    if not tie_term and n1 * n2 <= EXACT_PAIRS:
-        return min(1.0, 2 * exact_u_tail(round(u), n1, n2))
-    n = n1 + n2
-    variance = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1)))
-    if variance <= 0:  # every value equal
-        return 1.0
-    z = (u - n1 * n2 / 2 - 0.5) / sqrt(variance)
-    return min(1.0, erfc(z / sqrt(2)))
-
-
-def midranks(values):
-    """(1-based ranks, ties sharing their mean rank; the sum of t^3 - t over tie groups)."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    tie_term = 0
-    start = 0
-    while start < len(order):
-        end = start + 1
-        while end < len(order) and values[order[end]] == values[order[start]]:
-            end += 1
-        for i in order[start:end]:
-            ranks[i] = (start + end + 1) / 2
-        tied = end - start
-        tie_term += tied ** 3 - tied
-        start = end
-    return ranks, tie_term
-
-
-def exact_u_tail(u, n1, n2):
-    """P(U >= u) when every ordering of n1 + n2 distinct values is equally likely. The counts
-    of U are the coefficients of the Gaussian binomial [n1+n2 choose n1] in q, the product
-    of (1 - q^(n2+i)) / (1 - q^i) for i = 1..n1, built here one factor at a time."""
-    top = n1 * n2
-    counts = [1] + [0] * top
-    for i in range(1, n1 + 1):
-        shift = n2 + i
-        for k in range(top, shift - 1, -1):  # times (1 - q^shift)
-            counts[k] -= counts[k - shift]
-        for k in range(i, top + 1):  # divided by (1 - q^i): exact, the result is a polynomial
-            counts[k] += counts[k - i]
-    return sum(counts[u:]) / sum(counts)
-
-
-def ratio(numerator, denominator):
-    """numerator/denominator, or None (printed n/a, JSON null) when undefined."""
-    return numerator / denominator if denominator else None
-
-
-def add_sums(sums, more):
-    """Add the dict of sums `more` into the dict `sums`, key by key (two processes' parts)."""
-    for key, value in more.items():
-        sums[key] = sums.get(key, 0) + value
-
-
-def scaled(value, scale):
-    return None if value is None else value / scale
-
-
-# ── units: what a figure is counted in, from its name ──────────────────────────────────────
+# ── units: what a figure is counted in, from its name ────────────────────────────────────────────
 # A figure's name states its unit: a measure first (`faulting_ms_per_token` is in ms, though it
 # names nodes), else what it counts (`reads_per_token`). CSV's unit column and diff's rows
 # take it from here; a name that states none (`layer`, `lane`, a setting's value) is no figure.
@@ -503,7 +106,12 @@ def unit_named(name):
     return ""
 
 
-# ── the JSON reports: every record, declared once ───────────────────────────────────────────
+def num(value, spec, missing="n/a"):
+    """format(value, spec), or 'n/a' for an undefined figure."""
+    return missing if value is None else format(value, spec)
+
+
+# ── records: every JSON object a report holds, declared once ─────────────────────────────────────
 # Each object a report holds is a Record: its fields in order, each with what it holds. The
 # report functions build every object through its Record, which refuses a field that is
 # missing or not declared; `--format json` writes them as they are (json_text); the README's
@@ -950,7 +558,407 @@ def schema_report():
             for field in record.fields]) for record in declared_records()])
 
 
-# ── compute: node classification (../shared/spec/node-names.md) ─────────────────────────────
+# ── tokens: selection, the book of tokens, the fold base ─────────────────────────────────────────
+class Selection:
+    """Which tokens a report covers. phase None = decode, or all when there is no decode."""
+
+    def __init__(self, phase=None, turns=None, steps=(None, None), skip=0):
+        self.phase, self.turns, self.steps, self.skip = phase, turns, steps, skip
+
+    def admits(self, turn, phase, step, ordinal):
+        """ordinal: the token's index among its turn's tokens of the same phase."""
+        wanted = {"decode": DECODE, "prefill": PREFILL}.get(self.phase)
+        if wanted is not None and phase != wanted:
+            return False
+        if self.turns and turn not in self.turns:
+            return False
+        low, high = self.steps
+        if low is not None and step < low or high is not None and step > high:
+            return False
+        return ordinal >= self.skip
+
+    @property
+    def splittable(self):
+        """Whether a file may be read in parts: --skip needs every earlier token of a turn."""
+        return self.skip == 0
+
+    def as_dict(self):
+        low, high = self.steps
+        return SELECTION(phase=self.phase or "default", turns=sorted(self.turns or []),
+                         steps=[low, high], skip=self.skip)
+
+
+def describe_selection(selection):
+    """Words for a selection dict (Selection.as_dict), for headers and errors."""
+    words = []
+    if selection["turns"]:
+        words.append("turn " + ",".join(map(str, selection["turns"])))
+    low, high = selection["steps"]
+    if low is not None or high is not None:
+        words.append(f"steps {'' if low is None else low}:{'' if high is None else high}")
+    if selection["skip"]:
+        words.append(f"first {selection['skip']} token(s) of each turn skipped")
+    return words
+
+
+def summing_record(name, fields, doc, keys=()):
+    """A small record class with __slots__: `keys` are set by the constructor, in order, and
+    `fields` start at 0; add(*amounts) adds to the fields in order, merge(other) adds another
+    record's fields."""
+    def __init__(self, *key_values):
+        for key, value in zip(keys, key_values):
+            setattr(self, key, value)
+        for field in fields:
+            setattr(self, field, 0)
+
+    def add(self, *amounts):
+        for field, amount in zip(fields, amounts):
+            setattr(self, field, getattr(self, field) + amount)
+
+    def merge(self, other):
+        self.add(*(getattr(other, field) for field in fields))
+    # Pickled into and out of child processes: the class must be found by its name here.
+    return type(name, (), {"__slots__": keys + fields, "__doc__": doc, "__module__": __name__,
+                           "__init__": __init__, "add": add, "merge": merge})
+
+
+class Inventory:
+    """What the file holds of one (turn, phase): its tokens and their lowest and highest step,
+    for the message of an empty selection."""
+
+    __slots__ = ("tokens", "low", "high")
+
+    def __init__(self, tokens, low, high):
+        self.tokens, self.low, self.high = tokens, low, high
+
+
+class TokenBook:
+    """Every token seen (for the 'file contains' message) and the selected ones' records, in
+    trace order. A token is one (turn, phase, step); its rows may come in several runs.
+    `new_token(turn, phase, step)` makes a selected token's record, which has merge(other)."""
+
+    def __init__(self, selection, new_token):
+        self.selection, self.new_token = selection, new_token
+        self.by_text = {}  # (turn, phase, step) as written -> record, or False
+        self.by_value = {}  # (turn, phase, step) -> record, or False
+        self.ordinals = defaultdict(int)  # (turn, phase) -> tokens seen
+        self.inventory = {}  # (turn, phase) -> Inventory
+        self.steps = defaultdict(list)  # (turn, phase) -> every step seen, selected or not
+        self.selected = []  # records, in trace order
+
+    def lookup(self, run):
+        """The record of this run's token if it is selected, else None."""
+        text = (run.turn, run.phase, run.step)
+        record = self.by_text.get(text)
+        if record is None:  # the reader has checked the values: int() cannot fail
+            key = (int(run.turn), int(run.phase), int(run.step))
+            record = self.by_value.get(key)
+            if record is None:
+                record = self.by_value[key] = self._decide(*key)
+            self.by_text[text] = record
+        return record or None
+
+    def _decide(self, turn, phase, step):
+        ordinal = self.ordinals[turn, phase]
+        self.ordinals[turn, phase] = ordinal + 1
+        self._note(turn, phase, 1, step, step)
+        self.steps[turn, phase].append(step)
+        if not self.selection.admits(turn, phase, step, ordinal):
+            return False
+        record = self.new_token(turn, phase, step)
+        self.selected.append(record)
+        return record
+
+    def _note(self, turn, phase, tokens, low, high):
+        seen = self.inventory.get((turn, phase))
+        if seen is None:
+            seen = self.inventory[turn, phase] = Inventory(0, low, high)
+        seen.tokens += tokens
+        seen.low, seen.high = min(seen.low, low), max(seen.high, high)
+
+    def merge(self, later):
+        """Add the book of the rows that follow this one's in the file."""
+        for key, record in later.by_value.items():
+            mine = self.by_value.get(key)
+            if mine is None:
+                self.by_value[key] = record
+                if record:
+                    self.selected.append(record)
+            elif mine and record:
+                mine.merge(record)
+        for (turn, phase), seen in later.inventory.items():
+            self._note(turn, phase, seen.tokens, seen.low, seen.high)
+        for key, steps in later.steps.items():
+            self.steps[key].extend(steps)
+
+    def contents(self):
+        """What the file holds, for an empty-selection error."""
+        parts = []
+        for (turn, phase), seen in sorted(self.inventory.items()):
+            parts.append(f"turn {turn} {PHASE_NAMES[phase]}: {seen.tokens} token(s), steps "
+                         f"{seen.low}-{seen.high}")
+        return "; ".join(parts) or "no rows"
+
+
+class TokenFold:
+    """The base of both folds (the fold contract is in trace_io's docstring): each batch's
+    token runs are looked up in the book of tokens and folded by the subclass's _fold();
+    _finished() closes the sums."""
+
+    def __init__(self, selection, new_token):
+        self.book = TokenBook(selection, new_token)
+
+    def feed(self, batch):
+        self._fold(batch, batch.runs)
+
+    def finish(self):
+        self._finished()
+
+    def detach(self):
+        pass
+
+    def _fold(self, batch, runs):
+        raise NotImplementedError
+
+    def _finished(self):
+        raise NotImplementedError
+
+
+def chosen_phases(selection, phases_present):
+    """Phases a report covers, and its label: the default is decode, else everything."""
+    if selection.phase == "decode":
+        return {DECODE}, "decode"
+    if selection.phase == "prefill":
+        return {PREFILL}, "prefill"
+    if selection.phase is None and DECODE in phases_present:
+        return {DECODE}, "decode"
+    return set(phases_present), "all"
+
+
+def selected_tokens(trace, book, selection, phases_present):
+    """(phases, label, token records) of the selection; an empty one is an error."""
+    phases, label = chosen_phases(selection, phases_present)
+    tokens = [token for token in book.selected if token.phase in phases]
+    if not tokens:
+        what = ", ".join([f"phase {selection.phase or 'decode'}"]
+                         + describe_selection(selection.as_dict()))
+        raise TraceError(trace.name, 0, f"no tokens match the selection ({what}); "
+                                         f"the file has: {book.contents()}")
+    return phases, label, tokens
+
+
+# ── statistics ───────────────────────────────────────────────────────────────────────────────────
+# Percentiles are exact: the value at index min(n-1, floor(n*q)) of the sorted values (0-based).
+PERCENTILES = {"p50": (1, 2), "p90": (9, 10), "p99": (99, 100), "p999": (999, 1000)}
+WALL_32 = next(code for code in "IL" if array(code).itemsize == 4)
+
+
+def extend_wide(values, more):
+    """`values`, an array of unsigned ints 4 bytes wide (WALL_32) until one needs 8 ("Q"), and
+    a list past that (a sum of a token's reads can pass 2^64 when each is legal), extended by
+    `more` (a list or an array): returns the sequence that holds them all, exactly."""
+    if isinstance(more, array) and (not isinstance(values, array)
+                                    or more.typecode != values.typecode):
+        more = more.tolist()
+    kept = len(values)
+    try:
+        values.extend(more)
+    except OverflowError:  # what went in before the value that did not fit is taken back
+        values = array("Q", values[:kept]) if values.typecode != "Q" else values[:kept].tolist()
+        return extend_wide(values, more)
+    return values
+
+
+def percentile_index(n, num, den):
+    """The 0-based index, among n sorted values, of percentile num/den."""
+    return min(n - 1, n * num // den)
+
+
+class SortedParts:
+    """Several sorted arrays read as one sorted sequence, never merged: each process and
+    phase sorts its own values, and ranks are found by bisecting every part."""
+
+    def __init__(self, parts=()):
+        self.parts = [part for part in parts if len(part)]
+
+    def __len__(self):
+        return sum(map(len, self.parts))
+
+    def __add__(self, other):
+        return SortedParts(self.parts + other.parts)
+
+    def count_below(self, value):
+        """How many values are < value."""
+        return sum(bisect_left(part, value) for part in self.parts)
+
+    def kth(self, k):
+        """The k-th smallest value (0-based): the least v with more than k values <= v."""
+        if len(self.parts) == 1:
+            return self.parts[0][k]
+        low = min(part[0] for part in self.parts)
+        high = max(part[-1] for part in self.parts)
+        while low < high:
+            middle = (low + high) // 2
+            if sum(bisect_right(part, middle) for part in self.parts) > k:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+    def percentile(self, name):
+        """The percentile `name` (a key of PERCENTILES), or None when there are no values."""
+        n = len(self)
+        return self.kth(percentile_index(n, *PERCENTILES[name])) if n else None
+
+    def minimum(self):
+        return min((part[0] for part in self.parts), default=None)
+
+    def maximum(self):
+        return max((part[-1] for part in self.parts), default=None)
+
+    def total(self):
+        return sum(map(sum, self.parts))
+
+
+SORT_CHUNK = 1 << 16  # values sorted at once: until stored, each is a ~36-byte int object
+
+
+def sorted_parts(values):
+    """values (all below 2^64) as SortedParts: sorted SORT_CHUNK at a time into the most
+    compact arrays that hold them, so that a million walls never stand as int objects at
+    once. An array is emptied from its end as its parts are made, so that the values are
+    never held twice."""
+    if isinstance(values, array):
+        chunks = taken_from_the_end(values)
+    else:
+        iterator = iter(values)
+        chunks = iter(lambda: list(islice(iterator, SORT_CHUNK)), [])
+    parts = []
+    for chunk in chunks:
+        ordered = sorted(chunk)
+        parts.append(array(WALL_32 if ordered[-1] < 1 << 32 else "Q", ordered))
+    return SortedParts(parts)
+
+
+def taken_from_the_end(values):
+    """SORT_CHUNK values at a time from the end of an array, each removed as it is handed
+    out (a large array gives its memory back as it shrinks)."""
+    while values:
+        chunk = values[-SORT_CHUNK:]
+        del values[-SORT_CHUNK:]
+        yield chunk
+
+
+def percentile_summary(values):
+    """{p50, p90, p99, max} of a list of numbers; None each when there are none."""
+    ordered = SortedParts([sorted(values)])
+    return TOKEN_SPREAD(p50=ordered.percentile("p50"), p90=ordered.percentile("p90"),
+                        p99=ordered.percentile("p99"), max=ordered.maximum())
+
+
+def weighted_percentile(counts, name):
+    """Percentile `name` of values given as {value: count}; None when there are none."""
+    total = sum(counts.values())
+    if not total:
+        return None
+    rank = percentile_index(total, *PERCENTILES[name])
+    for value in sorted(counts):
+        rank -= counts[value]
+        if rank < 0:
+            return value
+    return None
+
+
+class PerToken:
+    """Totals turned into per-token figures for one report."""
+
+    def __init__(self, tokens, total_ns):
+        self.tokens, self.total_ns = tokens, total_ns
+
+    def count(self, value):
+        return value / self.tokens
+
+    def ms(self, wall_ns):
+        return wall_ns / NS_PER_MS / self.tokens
+
+    def share(self, wall_ns):
+        return ratio(wall_ns, self.total_ns)
+
+
+# Both samples at most this many pairs (n1 * n2) and no ties: the exact distribution of U.
+EXACT_PAIRS = 2500
+
+
+def mann_whitney_p(base, new):
+    """Two-sided p-value of the Mann-Whitney U test that `base` and `new` (lists of numbers)
+    come from one distribution; None when a side is empty. Exact when there are no ties and
+    n1 * n2 <= EXACT_PAIRS; otherwise the normal approximation with the tie correction and a
+    0.5 continuity correction (the defaults of scipy.stats.mannwhitneyu)."""
+    n1, n2 = len(base), len(new)
+    if not n1 or not n2:
+        return None
+    ranks, tie_term = midranks(list(base) + list(new))
+    u_base = sum(ranks[:n1]) - n1 * (n1 + 1) / 2
+    u = max(u_base, n1 * n2 - u_base)
+    if not tie_term and n1 * n2 <= EXACT_PAIRS:
+        return min(1.0, 2 * exact_u_tail(round(u), n1, n2))
+    n = n1 + n2
+    variance = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1)))
+    if variance <= 0:  # every value equal
+        return 1.0
+    z = (u - n1 * n2 / 2 - 0.5) / sqrt(variance)
+    return min(1.0, erfc(z / sqrt(2)))
+
+
+def midranks(values):
+    """(1-based ranks, ties sharing their mean rank; the sum of t^3 - t over tie groups)."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    tie_term = 0
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and values[order[end]] == values[order[start]]:
+            end += 1
+        for i in order[start:end]:
+            ranks[i] = (start + end + 1) / 2
+        tied = end - start
+        tie_term += tied ** 3 - tied
+        start = end
+    return ranks, tie_term
+
+
+def exact_u_tail(u, n1, n2):
+    """P(U >= u) when every ordering of n1 + n2 distinct values is equally likely. The counts
+    of U are the coefficients of the Gaussian binomial [n1+n2 choose n1] in q, the product
+    of (1 - q^(n2+i)) / (1 - q^i) for i = 1..n1, built here one factor at a time."""
+    top = n1 * n2
+    counts = [1] + [0] * top
+    for i in range(1, n1 + 1):
+        shift = n2 + i
+        for k in range(top, shift - 1, -1):  # times (1 - q^shift)
+            counts[k] -= counts[k - shift]
+        for k in range(i, top + 1):  # divided by (1 - q^i): exact, the result is a polynomial
+            counts[k] += counts[k - i]
+    return sum(counts[u:]) / sum(counts)
+
+
+def ratio(numerator, denominator):
+    """numerator/denominator, or None (printed n/a, JSON null) when undefined."""
+    return numerator / denominator if denominator else None
+
+
+def add_sums(sums, more):
+    """Add the dict of sums `more` into the dict `sums`, key by key (two processes' parts)."""
+    for key, value in more.items():
+        sums[key] = sums.get(key, 0) + value
+
+
+def scaled(value, scale):
+    return None if value is None else value / scale
+
+
+# ── compute: node classification (../shared/spec/node-names.md) ──────────────────────────────────
 # Base names, matched exactly after decorations and the -<il> suffix are stripped; a trailing
 # '*' matches by prefix (the spec's own wildcards only). One edit here covers a new architecture.
 CATEGORY_NAMES = {
@@ -1077,7 +1085,7 @@ def segment_order(name):
     return (2, 0, "") if name == "post" else (3, 0, name)
 
 
-# ── compute: the fold ────────────────────────────────────────────────────────────────────────
+# ── compute: the fold ────────────────────────────────────────────────────────────────────────────
 COMPUTE_COLUMNS = ("turn", "phase", "step", "layer", "op", "name", "wall_ns", "majflt")
 SYNTHETIC_OPS = {"BMOE_DECODE", "BMOE_CALLBACK"}  # v2 rows that are not graph nodes
 
@@ -1356,7 +1364,7 @@ def read_compute(path, reading):
                      in_parts_if_it_may(reading))
 
 
-# ── compute: the report ──────────────────────────────────────────────────────────────────────
+# ── compute: the report ──────────────────────────────────────────────────────────────────────────
 NodeSums = summing_record("NodeSums", ("wall_ns", "majflt", "nodes"),
                           doc="Wall time, major faults and node count of a group of nodes.")
 
@@ -1568,9 +1576,15 @@ def decode_positions(tokens, book, value):
                    ms_per_position=ratio(total, positions))
 
 
-# ── io: the fold ─────────────────────────────────────────────────────────────────────────────
+# ── io: the fold ─────────────────────────────────────────────────────────────────────────────────
 IO_COLUMNS = ("turn", "phase", "step", "layer", "expert", "lane", "spec", "offset", "req_bytes",
               "read_bytes", "latency_ns")
+
+
+def meta_int(meta, key):
+    """A small whole number from the preamble (io_threads, cache_mb), else 0."""
+    value = meta.get(key, "")
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 4 else 0
 
 
 class IoToken:
@@ -1879,7 +1893,7 @@ def read_io(path, reading, adjacent=False, lookups=False):
                      in_parts_if_it_may(reading))
 
 
-# ── io: the expert cache what-if ─────────────────────────────────────────────────────────────
+# ── io: the expert cache what-if ─────────────────────────────────────────────────────────────────
 CACHE_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1)  # the --cache curve: of the distinct experts
 
 
@@ -1960,7 +1974,7 @@ def cache_curve(cache, lookups):
                  reread_mib=(sum(lookups.read_bytes) - footprint) / MIB, lru=curve)
 
 
-# ── io: what each engine setting would buy ───────────────────────────────────────────────────
+# ── io: what each engine setting would buy ───────────────────────────────────────────────────────
 # What real runs of the engine support (../shared/traces/README.md and the issue that asked for
 # this): the bounds below are theirs, not a model's.
 LANE_BOUND = 0.25  # io_threads 1 or 8: the I/O time within this share of now either way
@@ -2140,7 +2154,7 @@ def speculative_use(lookups):
     return len(lookups.speculative), used
 
 
-# ── io: the report ───────────────────────────────────────────────────────────────────────────
+# ── io: the report ───────────────────────────────────────────────────────────────────────────────
 HOT_EXPERTS = 10
 READ_KINDS = ("demand", "speculative")  # by the spec column, 0 and 1
 
@@ -2186,11 +2200,6 @@ def read_tables(chosen):
                                                 key_values(reads.by_expert)):
             experts[layer, expert].add(count, count * size, 0)
     return tables, read_sizes, experts
-
-
-def meta_int(meta, key):
-    value = meta.get(key, "")
-    return int(value) if value.isascii() and value.isdigit() and len(value) < 4 else 0
 
 
 def latency_summary(latencies):
@@ -2368,7 +2377,7 @@ def io_token_dict(token):
                     latency_mean_us=ratio(token.busy_ns / 1e3, token.reads), latency_p99_us=p99)
 
 
-# ── pair: the two traces of one run ──────────────────────────────────────────────────────────
+# ── pair: the two traces of one run ──────────────────────────────────────────────────────────────
 PAIR_META = ("model", "arch", "n_layer")
 
 
@@ -2560,7 +2569,10 @@ def trace_id_warning(compute, io):
             f"be from two runs")
 
 
-# ── timeline: v2 traces, measured on one clock ───────────────────────────────────────────────
+READ_SPLIT_RATIO = 2.0  # compute ms of tokens that read over that of tokens that did not
+
+
+# ── timeline: v2 traces, measured on one clock ───────────────────────────────────────────────────
 # A v2 trace stamps every row with start_ns/end_ns on the steady clock, the same clock in both
 # files of a run: a decode's I/O time is then a measurement, not a range. Reads and waits are
 # given to decodes by time (clipped to the decode's span), not by the token they were stamped
@@ -2838,7 +2850,7 @@ def timeline_summary(decodes):
     return summary
 
 
-# ── verdicts ─────────────────────────────────────────────────────────────────────────────────
+# ── verdicts ─────────────────────────────────────────────────────────────────────────────────────
 # One line each, with the figures it rests on. flagged: True (said in capitals), False (the calm
 # statement, with its threshold) or None (undetermined: the data cannot decide, and says why).
 FAULT_BOUND_SHARE = 0.30  # faulting nodes' share of compute
@@ -2846,7 +2858,6 @@ ROUTER_SHARE = 0.20  # router category's share of compute (a pair: its read wait
 ROUTER_EXPLAINED = 0.5  # a pair: the share of the router's time the reads can account for
 OUTLIER_FACTOR = 10  # a token this many times the median token ...
 OUTLIER_SHARE = 0.10  # ... is an outlier; flagged when the outliers hold this share of the time
-READ_SPLIT_RATIO = 2.0  # compute ms of tokens that read over that of tokens that did not
 READS_EXPLAIN = 0.5  # ... and the reads' own time must cover this share of the difference
 MATERIAL = 0.05  # a pair: an I/O verdict is flagged when it could save this share of the decode
 WARMUP_RATIO = 1.5  # first WARMUP_TOKENS decode tokens' mean over the rest's
@@ -3100,7 +3111,18 @@ def stretch_text(stretch):
             f"nothing: something else slowed that stretch")
 
 
-# ── diff: runs compared ──────────────────────────────────────────────────────────────────────
+def all_verdicts(report):
+    """The verdicts a report shows: a pair's router verdict is its own (it has the reads),
+    not the compute trace's."""
+    if report["kind"] != "report":
+        return report["verdicts"]
+    compute, io, pair = report["compute"], report["io"], report["pair"]
+    own = {v["id"] for v in pair["verdicts"]}  # what the pair judged again
+    return ([v for v in compute["verdicts"] if v["id"] != "router_wait"]
+            + [v for v in io["verdicts"] if v["id"] not in own] + pair["verdicts"])
+
+
+# ── diff: runs compared ──────────────────────────────────────────────────────────────────────────
 # What `diff` compares, per kind of report. A headline figure is (label, path in the report,
 # the per_token field that samples it or None); a table is rows of one figure keyed by a
 # column. Every figure is per token, so runs of different lengths compare.
@@ -3462,7 +3484,24 @@ def selection_warnings(part, views):
     return warnings
 
 
-# ── summary: many runs in one table ──────────────────────────────────────────────────────────
+def shortest_names(paths):
+    """Each path's shortest ending (whole components) that no other path ends with."""
+    parts = [path_parts(path) for path in paths]
+    names = []
+    for mine in parts:
+        for depth in range(1, len(mine) + 1):
+            ending = mine[-depth:]
+            if sum(other[-depth:] == ending for other in set(parts)) == 1 or depth == len(mine):
+                names.append("/".join(ending))
+                break
+    return names
+
+
+def path_parts(path):
+    return tuple(part for part in str(path).replace(os.sep, "/").split("/") if part) or ("",)
+
+
+# ── summary: many runs in one table ──────────────────────────────────────────────────────────────
 # One row per run, as llama-bench prints one per configuration. A run is a trace, a saved
 # report, CT+IO (the two traces of one run), or a compute and an io trace of the inputs whose
 # names pair (ct -> io in the name, or -io before the ending). Each run is read, reduced to its
@@ -3552,23 +3591,6 @@ def name_pairs(arguments, kinds):
     return pairs
 
 
-def shortest_names(paths):
-    """Each path's shortest ending (whole components) that no other path ends with."""
-    parts = [path_parts(path) for path in paths]
-    names = []
-    for mine in parts:
-        for depth in range(1, len(mine) + 1):
-            ending = mine[-depth:]
-            if sum(other[-depth:] == ending for other in set(parts)) == 1 or depth == len(mine):
-                names.append("/".join(ending))
-                break
-    return names
-
-
-def path_parts(path):
-    return tuple(part for part in str(path).replace(os.sep, "/").split("/") if part) or ("",)
-
-
 def checked_row(row, limit):
     """A row whose every figure is a number (a saved report may hold anything)."""
     for field in SUMMARY_SORTS[1:]:
@@ -3634,7 +3656,7 @@ def sorted_rows(rows, sort):
     return sorted(rows, key=key)
 
 
-# ── rendering ────────────────────────────────────────────────────────────────────────────────
+# ── rendering ────────────────────────────────────────────────────────────────────────────────────
 TEXT_WIDTH = 100  # every line of the text output fits a terminal and a bug report
 BAR_WIDTH = 20
 OP_BAR_WIDTH = 10  # the by-op table is wide already
@@ -3742,11 +3764,6 @@ def fit(text, width=TEXT_WIDTH):
         return text
     half = (width - 1) // 2
     return text[:half] + "…" + text[-(width - 1 - half):]
-
-
-def num(value, spec, missing="n/a"):
-    """format(value, spec), or 'n/a' for an undefined figure."""
-    return missing if value is None else format(value, spec)
 
 
 def pct(fraction, spec=".1f"):
@@ -3956,7 +3973,7 @@ def selection_text(report):
     return ", ".join([f"phase {report['phase']}"] + describe_selection(report["selection"]))
 
 
-# ── layouts: every report's sections, declared once ─────────────────────────────────────────
+# ── rendering: layouts, every report's sections declared once ────────────────────────────────────
 # A layout is the ordered sections of one kind of report. A section has a title (the words that
 # every format shows it under), whether Markdown folds its table away, and a function that draws
 # it from the report and the view: a list of Blocks, empty when this report has nothing for it.
@@ -4012,18 +4029,7 @@ def io_of(report):
     return io
 
 
-def all_verdicts(report):
-    """The verdicts a report shows: a pair's router verdict is its own (it has the reads),
-    not the compute trace's."""
-    if report["kind"] != "report":
-        return report["verdicts"]
-    compute, io, pair = report["compute"], report["io"], report["pair"]
-    own = {v["id"] for v in pair["verdicts"]}  # what the pair judged again
-    return ([v for v in compute["verdicts"] if v["id"] != "router_wait"]
-            + [v for v in io["verdicts"] if v["id"] not in own] + pair["verdicts"])
-
-
-# ── layouts: the sections every command shares ──────────────────────────────────────────────
+# ── rendering: the sections every command shares ─────────────────────────────────────────────────
 def header_blocks(report, view):
     """What produced the report, from which files, the run's preamble."""
     kind = report["kind"]
@@ -4054,7 +4060,7 @@ def caveat_blocks(report, view):
     return [Block(None, [Prose([LAYER_CAVEAT if layered else NODE_CAVEAT], "    ")])]
 
 
-# ── layouts: compute sections ────────────────────────────────────────────────────────────────
+# ── rendering: compute sections ──────────────────────────────────────────────────────────────────
 def compute_headline(report):
     """What a token costs, framed for the run: per decode and per generated position when a
     decode covers several positions, per batch and per prompt token for prefill."""
@@ -4188,7 +4194,7 @@ def compute_token_blocks(report, view):
     return [token_block(compute_part(report), "ms", "ms")]
 
 
-# ── layouts: io sections ─────────────────────────────────────────────────────────────────────
+# ── rendering: io sections ───────────────────────────────────────────────────────────────────────
 def io_range_text(figures, per):
     """A token's I/O time: the busiest-lane estimate, within the range a v1 trace allows, and
     the throughput; under overlap=1 the reads ran beside compute: read time, not a wait."""
@@ -4339,7 +4345,7 @@ def io_token_blocks(report, view):
     return [token_block(report, "mib", "MiB")]
 
 
-# ── layouts: pair, timeline and diff sections ────────────────────────────────────────────────
+# ── rendering: pair, timeline and diff sections ──────────────────────────────────────────────────
 def pair_headline_blocks(report, view):
     compute, pair = report["compute"], report["pair"]
     lines = [f"tokens={pair['tokens']} (from the compute trace; {selection_text(compute)}), "
@@ -4612,7 +4618,7 @@ def schema_blocks(report, view):
         for field in record["fields"]])]) for record in report["records"]]
 
 
-# ── layouts: one per kind of report ──────────────────────────────────────────────────────────
+# ── rendering: one layout per kind of report ─────────────────────────────────────────────────────
 COMPUTE_SECTIONS = (
     Section("by segment", segment_blocks), Section("by op", op_blocks),
     Section("fault attribution", fault_blocks), Section("by node category", category_blocks))
@@ -4659,7 +4665,7 @@ def drawn_sections(report, view):
         yield section, section.draw(report, view)
 
 
-# ── rendering: text ──────────────────────────────────────────────────────────────────────────
+# ── rendering: text ──────────────────────────────────────────────────────────────────────────────
 def text_of(report, view):
     """The report as text: every line at most TEXT_WIDTH columns, trace strings escaped."""
     lines, divided = [], False
@@ -4704,7 +4710,7 @@ TEXT_PARTS = {
 }
 
 
-# ── rendering: Markdown ─────────────────────────────────────────────────────────────────────
+# ── rendering: Markdown ──────────────────────────────────────────────────────────────────────────
 # GitHub-flavoured Markdown for an issue or a pull request, from the same layout as the text:
 # the same sections and tables; a long table shows its first rows and folds the rest into a
 # <details> block; bars are code spans; every string escaped.
@@ -4835,7 +4841,7 @@ def cut_details(part, excess):
     return head + "<details>" + "\n".join(kept).rstrip("\n") + "\n" + note + "\n</details>" + tail
 
 
-# ── rendering: tidy CSV ──────────────────────────────────────────────────────────────────────
+# ── rendering: tidy CSV ──────────────────────────────────────────────────────────────────────────
 # --format csv: the JSON report in long form, one line per value: (section, row, column, value,
 # unit). A section is the path of objects down to a table or a value (`by_op`,
 # `io_wall_ms_per_token`, `pair.by_lane`); a row is a table row's name when its naming field is
@@ -4947,7 +4953,62 @@ def csv_of(report):
     return out.getvalue()
 
 
-# ── Perfetto: a Chrome Trace Event Format file ───────────────────────────────────────────────
+# ── output files: written whole or not at all ────────────────────────────────────────────────────
+class OutputError(Exception):
+    """The report could not be written (a full disk, a closed stdout)."""
+
+
+def write_output(path, text):
+    """text (a string, or string pieces as they are made) to `path`: a regular file (or a new
+    path) is replaced atomically, the target of a symlink being the file replaced; a FIFO, a
+    device or /dev/stdout is written to as it is, never replaced by a file."""
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        regular = True
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    if regular:
+        return write_atomically(os.path.realpath(path), text, path)
+    try:
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.writelines([text] if isinstance(text, str) else text)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def write_atomically(path, text, named=None):
+    """text (a string, or string pieces as they are made) into the regular file at `path`,
+    whole or not at all: a reader never sees half a report. named: the path as given."""
+    named = named or path
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        handle, temporary = tempfile.mkstemp(dir=folder, prefix=".decode-analyze-",
+                                             suffix=".tmp")
+    except OSError as exc:
+        raise OutputError(f"{named}: cannot write: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
+            f.writelines([text] if isinstance(text, str) else text)
+        os.chmod(temporary, 0o666 & ~current_umask())  # mkstemp's 0600 is not what > gives
+        os.replace(temporary, path)
+    except BaseException as exc:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        if not isinstance(exc, OSError):
+            raise  # a bad trace met while writing: its error, with no file left behind
+        raise OutputError(f"{named}: cannot write: {exc.strerror or exc}") from None
+
+
+def current_umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# ── pictures: Perfetto, a Chrome Trace Event Format file ─────────────────────────────────────────
 # Opens in ui.perfetto.dev and chrome://tracing. Timestamps are µs. A v1 trace has no clock:
 # its nodes are laid end to end in file (seq) order with their wall_ns, which is real because
 # tracing runs one node at a time behind a barrier (the gaps between nodes are not recorded),
@@ -5236,7 +5297,7 @@ def json_event(record):
     return json.dumps(record, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
 
 
-# ── SVG: the report's pictures ───────────────────────────────────────────────────────────────
+# ── pictures: SVG, the report's panels ───────────────────────────────────────────────────────────
 # One self-contained SVG (no script, no external font or link), drawn from the report dict.
 # Panels stack vertically, each with a title, axes with units and a legend. Past SVG_MAX_BARS
 # tokens, each bar is a group of consecutive tokens: its mean, with a tick at the group's
@@ -5717,7 +5778,11 @@ def svg_of(report):
         "</svg>\n"])
 
 
-# ── command line: reading, summing up and judging a command's inputs ────────────────────────
+# ── command line: reading, summing up and judging a command's inputs ─────────────────────────────
+class UsageError(Exception):
+    """The command line asks for what cannot be done (exit status 2)."""
+
+
 def analyze_compute(path, reading):
     """Read, sum up and judge a compute trace: its report dict."""
     trace, fold = read_compute(path, reading)
@@ -5961,7 +6026,7 @@ def _reports(outcomes, warn):
     return reports
 
 
-# ── command line: options ────────────────────────────────────────────────────────────────────
+# ── command line: options ────────────────────────────────────────────────────────────────────────
 def ascii_whole(text):
     """A whole number of plain ASCII digits, as trace values are (int() also takes '٣', signs
     and spaces)."""
@@ -6102,7 +6167,7 @@ FULL_LAYERS = f"the full by-layer table (past {COMPACT_LAYERS} layers the defaul
               f"layers that stand out)"
 
 
-# ── command line: the commands, declared once ───────────────────────────────────────────────
+# ── command line: the commands, declared once ────────────────────────────────────────────────────
 # A command: its name, its synopsis and one-line summary (the help's command list and the
 # module docstring's, checked by a test), the description of its --help, its inputs, its own
 # options, how it analyses its inputs into a report (analyze(args, reading)) and the pictures
@@ -6286,7 +6351,7 @@ def build_parser(wanted=None):
     return parser
 
 
-# ── command line: running ────────────────────────────────────────────────────────────────────
+# ── command line: running ────────────────────────────────────────────────────────────────────────
 def say(stream, message):
     """A line on stderr, if there is one to write to: a closed or broken stderr loses the
     message, never the run."""
@@ -6308,14 +6373,6 @@ class Warnings:
         if message not in self.said:
             self.said.append(message)
             say(self.stream, f"warning: {message}")
-
-
-class OutputError(Exception):
-    """The report could not be written (a full disk, a closed stdout)."""
-
-
-class UsageError(Exception):
-    """The command line asks for what cannot be done (exit status 2)."""
 
 
 def output_identity(path):
@@ -6435,56 +6492,6 @@ def refuse_to_overwrite_an_input(paths, target):
     for _, path in paths:
         if path != trace_io.STDIN and output_identity(path) == output_identity(target):
             raise OutputError(f"{target}: is the input {path}: not writing over it")
-
-
-def write_output(path, text):
-    """text (a string, or string pieces as they are made) to `path`: a regular file (or a new
-    path) is replaced atomically, the target of a symlink being the file replaced; a FIFO, a
-    device or /dev/stdout is written to as it is, never replaced by a file."""
-    try:
-        regular = stat.S_ISREG(os.stat(path).st_mode)
-    except FileNotFoundError:
-        regular = True
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    if regular:
-        return write_atomically(os.path.realpath(path), text, path)
-    try:
-        with open(path, "w", encoding="utf-8", newline="") as f:
-            f.writelines([text] if isinstance(text, str) else text)
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
-
-
-def write_atomically(path, text, named=None):
-    """text (a string, or string pieces as they are made) into the regular file at `path`,
-    whole or not at all: a reader never sees half a report. named: the path as given."""
-    named = named or path
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        handle, temporary = tempfile.mkstemp(dir=folder, prefix=".decode-analyze-",
-                                             suffix=".tmp")
-    except OSError as exc:
-        raise OutputError(f"{named}: cannot write: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
-            f.writelines([text] if isinstance(text, str) else text)
-        os.chmod(temporary, 0o666 & ~current_umask())  # mkstemp's 0600 is not what > gives
-        os.replace(temporary, path)
-    except BaseException as exc:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        if not isinstance(exc, OSError):
-            raise  # a bad trace met while writing: its error, with no file left behind
-        raise OutputError(f"{named}: cannot write: {exc.strerror or exc}") from None
-
-
-def current_umask():
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def main(argv=None, out=None, err=None):

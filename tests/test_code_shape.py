@@ -1,7 +1,9 @@
 """The code's shape, as the project keeps it: small functions with few parameters, and record
 fields by name, not by position (an integer subscript is an end of a sorted array, a first
-member, never a field)."""
+member, never a field); the module read top to bottom: each section uses only names of the
+sections above it (or its own), and the docstring's map names every section in order."""
 import ast
+import re
 
 import pytest
 
@@ -47,3 +49,68 @@ def test_few_integer_subscripts():
                 if isinstance(index, ast.Constant) and type(index.value) is int:
                     found.append(f"{module}:{node.lineno}")
     assert len(found) <= MOST_INTEGER_SUBSCRIPTS, found
+
+
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def bound_in(function):
+    """Names a function binds: its parameters and every name stored in its body (comprehension
+    variables included), not those of the functions nested in it."""
+    args = function.args
+    names = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+    names |= {a.arg for a in (args.vararg, args.kwarg) if a}
+    stack = list(function.body) if isinstance(function.body, list) else [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+        if not isinstance(node, SCOPES):
+            stack.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def section_starts(text):
+    return [number for number, line in enumerate(text.splitlines(), 1)
+            if line.startswith("# ── ")]
+
+
+def test_no_name_is_used_in_a_section_above_its_own():
+    text = (ROOT / "decode_analyze.py").read_text(encoding="utf-8")
+    starts = section_starts(text)
+
+    def section(line):
+        return sum(start <= line for start in starts)
+    tree = ast.parse(text)
+    defined = {}
+    for node in tree.body:
+        names = [node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else [
+            target.id for target in getattr(node, "targets", []) if isinstance(target, ast.Name)]
+        for name in names:
+            defined.setdefault(name, node.lineno)
+    above = []
+
+    def visit(node, bound):
+        for child in ast.iter_child_nodes(node):
+            if (isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load)
+                    and child.id in defined and child.id not in bound
+                    and section(child.lineno) < section(defined[child.id])):
+                above.append(f"{child.id} (line {child.lineno})")
+            visit(child, bound | bound_in(child) if isinstance(child, SCOPES) else bound)
+    visit(tree, frozenset())
+    assert above == []
+
+
+def test_the_map_names_every_section_in_order():
+    import decode_analyze
+    text = (ROOT / "decode_analyze.py").read_text(encoding="utf-8")
+    heads = [re.match(r"# ── ([^:─]+)", line).group(1).strip()
+             for line in text.splitlines() if line.startswith("# ── ")]
+    in_order = list(dict.fromkeys(heads))
+    mapped = re.findall(r"^  (\w[\w ]*?)  +\S", decode_analyze.__doc__.partition("Map of")[2],
+                        re.M)
+    assert mapped == in_order

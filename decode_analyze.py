@@ -96,9 +96,10 @@ COUNT_WORDS = {"majflt": "faults", "faults": "faults", "reads": "reads", "reread
 
 def unit_named(name):
     """The unit a figure's name (a JSON field, or a diff row's words) states, or ''."""
-    words = re.findall(r"[a-z0-9]+", name.lower().replace("_", " "))
-    if "mib/s" in name.lower() or "mib_per_s" in name.lower():
+    lowered = name.lower()
+    if "mib/s" in lowered or "mib_per_s" in lowered:
         return "MiB/s"
+    words = re.findall(r"[a-z0-9]+", lowered.replace("_", " "))
     for unit_words in (MEASURE_WORDS, COUNT_WORDS):
         for word in words:
             if word in unit_words:
@@ -538,15 +539,15 @@ def inner_record(field):
     return getattr(field.shape, "record", field.shape)
 
 
-def shape_text(shape):
+def shape_text(field):
     """How a field's shape is written: [record], {key: record}, (record), or None."""
-    inner = getattr(shape, "record", shape)
+    inner = inner_record(field)
     name = "value" if inner is None else inner.name
-    if isinstance(shape, ListOf):
+    if isinstance(field.shape, ListOf):
         return f"[{name}]"
-    if isinstance(shape, MapOf):
+    if isinstance(field.shape, MapOf):
         return f"{{key: {name}}}"
-    return None if shape is None else f"({name})"
+    return None if field.shape is None else f"({name})"
 
 
 def schema_report():
@@ -554,7 +555,7 @@ def schema_report():
     return SCHEMA_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="schema",
         records=[SCHEMA_RECORD(name=record.name, where=record.where, fields=[
-            SCHEMA_FIELD(name=field.name, holds=field.doc, shape=shape_text(field.shape))
+            SCHEMA_FIELD(name=field.name, holds=field.doc, shape=shape_text(field))
             for field in record.fields]) for record in declared_records()])
 
 
@@ -3701,20 +3702,22 @@ def json_text(report, ascii_only=False):
 def json_pieces(value, dump, newline, in_list=False):
     """The pieces of `value` as JSON, indented one space a level (newline: the line break and
     the indent of the value's own line)."""
-    plain = isinstance(value, (list, dict)) and not any(
-        isinstance(item, (list, dict)) for item in (value.values() if isinstance(value, dict)
-                                                    else value))
-    if not isinstance(value, (list, dict)) or not value or plain and (
-            in_list or isinstance(value, list)):
+    if not isinstance(value, (list, dict)):
+        yield dump(value)
+        return
+    is_object = isinstance(value, dict)
+    members = list(value.values()) if is_object else value
+    flat = not any(isinstance(member, (list, dict)) for member in members)
+    if not value or flat and (in_list or not is_object):  # empty, a series, a table row
         yield dump(value)
         return
     inner = newline + " "
-    items = value.items() if isinstance(value, dict) else ((None, item) for item in value)
-    yield "{" if isinstance(value, dict) else "["
-    for index, (key, item) in enumerate(items):
+    items = value.items() if is_object else ((None, member) for member in value)
+    yield "{" if is_object else "["
+    for index, (key, member) in enumerate(items):
         yield ("," if index else "") + inner + ("" if key is None else dump(str(key)) + ": ")
-        yield from json_pieces(item, dump, inner, in_list=key is None)
-    yield newline + ("}" if isinstance(value, dict) else "]")
+        yield from json_pieces(member, dump, inner, in_list=not is_object)
+    yield newline + ("}" if is_object else "]")
 
 
 def wrap(text, indent="  "):

@@ -6326,8 +6326,9 @@ def exit_status_text():
 
 def build_parser(wanted=None):
     """The command line's parser. wanted: the command the arguments name, the only one built
-    (building every command's parser and options took most of a small run's time); None
-    builds them all (the help's list, or a word that is no command)."""
+    (building all seven commands' parsers cost 6-9% of `report` on the real long pair:
+    tests/ab_versions.py); None builds them all (the help's list, or a word that is no
+    command)."""
     epilog = EPILOG.format(exit_status="\n".join(textwrap.wrap(exit_status_text(), 84)))
     parser = argparse.ArgumentParser(
         prog="decode-analyze", description=DESCRIPTION, epilog=epilog,
@@ -6497,6 +6498,15 @@ def refuse_to_overwrite_an_input(paths, target):
             raise OutputError(f"{target}: is the input {path}: not writing over it")
 
 
+def silence_stdout():
+    """The reader (head, less) went away: stop quietly, and keep Python from complaining about
+    the unflushable stdout at exit."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def main(argv=None, out=None, err=None):
     """Run the CLI; returns the exit status (EXIT_STATUS)."""
     out = out or sys.stdout
@@ -6520,12 +6530,7 @@ def main(argv=None, out=None, err=None):
         say(err, str(problem))
         return 2
     except BrokenPipeError:
-        # The reader (head, less) went away: stop quietly, and keep Python from complaining
-        # about the unflushable stdout at exit.
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
+        silence_stdout()
         return 141
     except KeyboardInterrupt:
         return 130
@@ -6541,10 +6546,7 @@ def terminate(signum, frame):
 
 
 def run_and_exit():
-    """The command line's entry point: main(), then exit without tearing down the heap.
-
-    Freeing every graph, array and dict one by one at interpreter exit is time the user
-    waits for and nothing needs; the output is flushed first."""
+    """The command line's entry point: main(), its output flushed, its status the exit's."""
     signal.signal(signal.SIGTERM, terminate)
     try:
         status = main()
@@ -6555,47 +6557,12 @@ def run_and_exit():
             if stream is not None:
                 stream.flush()
         except BrokenPipeError:
+            silence_stdout()
             status = 141
         except (OSError, ValueError):
             status = status or 1
-    os._exit(status)
-
-
-# Of input files: past this a run takes seconds, so that re-entering's fixed cost (up to 0.2 s)
-# is a few percent of it, and its memory is large enough for the syntax tree's 9 MB to count.
-REENTER_MIN_BYTES = 128 << 20
-
-
-def file_size(argument):
-    """The size of the regular file an argument names, else 0."""
-    try:
-        return os.stat(argument).st_size if os.path.isfile(argument) else 0
-    except (OSError, ValueError):
-        return 0
-
-
-def reenter_as_module():
-    """Run as `python3 decode_analyze.py`, Python keeps the whole file's syntax tree alive
-    until the script ends (about 9 MB here). Next to a large input, on POSIX, the process
-    replaces itself with one that imports this file as a module instead: one more interpreter
-    start-up and, where bytecode is not cached, one more compile (0.06-0.2 s), which a small
-    run would notice and a large one does not."""
-    if os.name != "posix" or os.environ.get("DECODE_ANALYZE_REENTERED"):
-        return
-    if sum(map(file_size, sys.argv[1:])) < REENTER_MIN_BYTES:
-        return
-    here = os.path.dirname(os.path.abspath(__file__))
-    # The script's folder takes the place of -c's current directory on sys.path, as it has
-    # for a script: a csv.py where the user stands must not shadow the standard library.
-    code = ("import sys; sys.path[0] = sys.argv.pop(1); import decode_analyze; "
-            "decode_analyze.run_and_exit()")
-    try:
-        os.environ["DECODE_ANALYZE_REENTERED"] = "1"
-        os.execv(sys.executable, [sys.executable, "-c", code, here] + sys.argv[1:])
-    except OSError:
-        pass  # carry on in this process: the same run, with the tree kept
+    sys.exit(status)
 
 
 if __name__ == "__main__":
-    reenter_as_module()
     run_and_exit()

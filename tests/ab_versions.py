@@ -6,7 +6,8 @@ that a noisy machine slows both alike: single-process folds, CPU time, min and m
   git worktree add /tmp/old 7f7b15e
   python3 tests/bench.py --quick --dir /tmp/bench          # makes the traces
   python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench  # new/old per case
-  python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench --processes  # whole processes
+  python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench --processes --rounds 6  # whole
+  # processes, the 3M-row traces and the real long pair (../shared/traces) among them
 
 The last case runs a different command line on each side: the new checkout's `io --what-if`
 against the old one's `io --adjacent --cache` (what the what-if may cost: at most 1.3x).
@@ -63,6 +64,16 @@ def as_processes(roots, argvs):
     return spent
 
 
+# The real long pair: a session of the real engine (../shared/traces beside the repository).
+REAL_PAIR = [str(Path(__file__).resolve().parents[2] / "shared" / "traces" / name)
+             for name in ("qwen3moe-l4-session-ct-node.csv", "qwen3moe-l4-session-ct-node-io.csv")]
+
+
+def in_dir(folder, word):
+    """A benchmark trace's name as its path in the traces' folder; any other word as it is."""
+    return str(folder / word) if word.endswith(".csv") and (folder / word).exists() else word
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("old", type=Path)
@@ -78,7 +89,9 @@ def main():
     what_if = ["io", "io500k.csv", "--what-if"]  # new's, against old's --adjacent --cache
     if args.processes:
         cases[0].append("--layers")
-        cases += [["--version", ""]]
+        cases += [["compute", "ct3m.csv"], ["io", "io3m.csv", "--what-if"],
+                  ["report", REAL_PAIR[0], REAL_PAIR[1]],
+                  ["report", REAL_PAIR[0], REAL_PAIR[1], "--format", "json"], ["--version"]]
         roots = {"old": args.old, "new": args.new}
         timed = lambda argv: as_processes(roots, argv)  # noqa: E731
     else:
@@ -87,17 +100,17 @@ def main():
     runs = [(case, case) for case in cases] + [(cases[3], what_if)]
     runs = [run for run in runs if not args.only or args.only in " ".join(run[1])]
     for old_case, new_case in runs:
-        argvs = {tag: [command, str(args.dir / name), *options] if name else [command]
-                 for tag, (command, name, *options) in (("old", old_case), ("new", new_case))}
+        argvs = {tag: [in_dir(args.dir, word) for word in case]
+                 for tag, case in (("old", old_case), ("new", new_case))}
         times = {"old": [], "new": []}
         for _ in range(args.rounds):
             for tag, seconds in timed(argvs).items():
                 times[tag].append(seconds)
         old, new = times["old"], times["new"]
-        label = " ".join(new_case[2:]) + (f" vs old {' '.join(old_case[2:])}"
-                                          if old_case != new_case else "")
-        print(f"{new_case[0]} {new_case[1]} {label:40s} new/old: min "
-              f"{min(new) / min(old):.3f}, median "
+        label = " ".join(Path(word).name for word in new_case[:2])
+        options = " ".join(new_case[2:]) + (f" (old: {' '.join(old_case[2:])})"
+                                            if old_case != new_case else "")
+        print(f"{label:48s} {options:38s} new/old: min {min(new) / min(old):.3f}, median "
               f"{statistics.median(new) / statistics.median(old):.3f} "
               f"(old min {min(old):.2f} s)", flush=True)
 

@@ -25,33 +25,6 @@ def run_process(*argv, timeout=60):
     return status, err, peak
 
 
-
-
-def reentry_of(tmp_path, monkeypatch):
-    """The argv the re-entry would exec for a large input, after checking when it happens:
-    next to a large file (the syntax tree's 9 MB then matter), not next to small files, not
-    twice."""
-    import os
-    import sys
-    import decode_analyze
-    big = tmp_path / "big.csv"
-    with open(big, "wb") as f:
-        f.truncate(200 << 20)  # sparse: a size, no data
-    calls = []
-    monkeypatch.setattr(os, "execv", lambda path, argv: calls.append(argv))
-    monkeypatch.setenv("DECODE_ANALYZE_REENTERED", "")  # restored after the test
-    for argv in (["x", "compute", str(REAL_TRACES["qwen3moe-l4-ct-layers.csv"])],
-                 ["x", "compute", str(big)]):
-        monkeypatch.setattr(sys, "argv", argv)
-        decode_analyze.reenter_as_module()
-    assert len(calls) == 1 and calls[0][0] == sys.executable and calls[0][1] == "-c"
-    assert calls[0][4:] == ["compute", str(big)] and calls[0][3] == str(ROOT)
-    assert os.environ["DECODE_ANALYZE_REENTERED"] == "1"
-    decode_analyze.reenter_as_module()  # the re-entered process: in place
-    assert len(calls) == 1
-    return calls[0]
-
-
 @pytest.mark.parametrize("part", range(PARTS))
 def test_fuzz_finds_no_traceback_no_hang_and_stays_small(part, tmp_path):
     cases = CASES // PARTS
@@ -101,26 +74,3 @@ def test_one_token_spanning_many_batches_is_linear_and_bounded(one_token):
                                     timeout=120)
     assert status == 0, err
     assert peak < MEMORY_LIMIT_MIB
-
-
-def test_a_large_run_reenters_as_a_module(tmp_path, monkeypatch):
-    reentry_of(tmp_path, monkeypatch)
-
-
-def test_the_reentered_process_is_the_same_run_and_not_shadowed(tmp_path, monkeypatch):
-    """What the re-entry runs, from a folder holding a csv.py: the standard library's csv is
-    still the one imported, and the output is the in-place run's."""
-    import os
-    import subprocess
-    import sys
-    argv = reentry_of(tmp_path, monkeypatch)
-    (tmp_path / "csv.py").write_text("raise SystemExit('shadowed')\n")
-    trace = str(REAL_TRACES["qwen3moe-l4-ct-layers.csv"])
-    env = {key: value for key, value in os.environ.items() if key != "DECODE_ANALYZE_REENTERED"}
-    reentered = subprocess.run(argv[:4] + ["compute", trace, "--format", "json"],
-                               cwd=tmp_path, capture_output=True, text=True,
-                               env={**env, "DECODE_ANALYZE_REENTERED": "1"})
-    in_place = subprocess.run([sys.executable, str(ROOT / "decode_analyze.py"), "compute", trace,
-                               "--format", "json"], cwd=tmp_path, capture_output=True, text=True)
-    assert reentered.returncode == 0 and reentered.stderr == "", reentered.stderr
-    assert reentered.stdout == in_place.stdout and '"kind": "compute"' in in_place.stdout

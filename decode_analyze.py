@@ -121,18 +121,38 @@ def num(value, spec, missing="n/a"):
 # ListOf(Record) or MapOf(Record): an object whose keys are data (ops, lanes, figures).
 ListOf = namedtuple("ListOf", "record")
 MapOf = namedtuple("MapOf", "record")
-Field = namedtuple("Field", "name doc shape")
+# A figure, declared once where its Record declares its field: Shown says how it shows in a
+# table (its column head and its format: digits, "%" a share, "text" an untrusted name, None
+# as it is) and by what words `diff` compares it ("ms per token"; of a field that holds a
+# record, {its field: words}); samples: what diff tests it on (a per_token field, or "op": the
+# per-op samples). per: its denominator, TOTAL when it is a count over the whole selection (diff
+# divides it by the tokens) and PER_TOKEN when it is per token of its own trace (a pair
+# rescales it to per decoded token). Its unit is the one its name states (unit_named).
+Shown = namedtuple("Shown", "header format diff samples", defaults=(None, None, None, None))
+PER_TOKEN, TOTAL = "token", "total"
+Field = namedtuple("Field", "name doc shape shown per")
+COMPARED = "compared"  # of a list field: diff compares its rows by their key (Record.key)
+
+
+def field_of(name, doc, *parts):
+    """A Field from its declaration: (name, doc) then, in any order, its shape (a Record,
+    ListOf or MapOf), how it is Shown, and its denominator or COMPARED."""
+    shape = next((part for part in parts if isinstance(part, (Record, ListOf, MapOf))), None)
+    shown = next((part for part in parts if isinstance(part, Shown)), None)
+    per = next((part for part in parts if isinstance(part, str)), None)
+    return Field(name, doc, shape, shown, per)
 
 
 class Record:
     """One kind of JSON object. Calling it with every field as a keyword builds the object (a
     dict, in the declared order). `later` fields may be left out, to be added after the object
-    is built: the verdicts, judged from the finished report, and a written report's warnings."""
+    is built: the verdicts, judged from the finished report, and a written report's warnings.
+    A table's row names its row by `key` (a field), and says in `by` what its rows are, for
+    diff's titles ("by op")."""
 
-    def __init__(self, name, where, fields, later=()):
-        self.name, self.where, self.later = name, where, later
-        self.fields = [Field(*field) if len(field) == 3 else Field(*field, None)
-                       for field in fields]
+    def __init__(self, name, where, fields, later=(), key=None, by=None):
+        self.name, self.where, self.later, self.key, self.by = name, where, later, key, by
+        self.fields = [field_of(*field) for field in fields]
         self.names = [field.name for field in self.fields]
         self._built = [name for name in self.names if name not in later]
 
@@ -145,6 +165,17 @@ class Record:
 
     def __repr__(self):
         return f"Record({self.name})"
+
+    def field(self, name):
+        return self.fields[self.names.index(name)]
+
+    def shown(self):
+        """The fields a table shows, in their order."""
+        return [field for field in self.fields if field.shown and field.shown.header is not None]
+
+    def per_token(self):
+        """The names of the fields that are per token of their trace."""
+        return {field.name for field in self.fields if field.per == PER_TOKEN}
 
 
 VALUE = None  # a field that holds a number, a string, a list of them, or null
@@ -178,33 +209,47 @@ TRACE_HEAD = (
     ("phase", "the rows used: `decode`, `prefill` or `all`"),
     ("selection", "what was asked for", SELECTION))
 
+MS_PER_TOKEN = ("ms_per_token", "its wall_ns / tokens / 10^6",
+                Shown("ms/token", 2, "ms per token"), PER_TOKEN)
+SHARE = ("share", "its share of all wall_ns", Shown("share", "%"))
+MAJFLT_PER_TOKEN = ("majflt_per_token", "its major faults / tokens",
+                    Shown("majflt/tok", 1), PER_TOKEN)
+NODES_PER_TOKEN = ("nodes_per_token", "its nodes / tokens", Shown("nodes/tok", 1), PER_TOKEN)
 OP_ROW = Record("op row", "compute `by_op`", (
-    ("op", "the ggml op"), ("count", "its nodes in the selection"),
-    ("ms_per_token", "its wall_ns / tokens / 10^6"), ("share", "its share of all wall_ns"),
-    ("majflt_per_token", "its major faults / tokens"), ("nodes_per_token", "its nodes / tokens"),
-    ("avg_us", "one node's mean wall time"), ("p50_us", "one node's median wall time"),
-    ("p99_us", "one node's p99 wall time"), ("max_us", "one node's longest wall time")))
+    ("op", "the ggml op", Shown("op", "text")), ("count", "its nodes in the selection", TOTAL),
+    ("ms_per_token", "its wall_ns / tokens / 10^6",
+     Shown("ms/token", 2, "ms per token", samples="op"), PER_TOKEN), SHARE,
+    MAJFLT_PER_TOKEN[:2] + (Shown("majflt/tok", 1, "major faults per token"), PER_TOKEN),
+    NODES_PER_TOKEN, ("avg_us", "one node's mean wall time", Shown("avg us", 1)),
+    ("p50_us", "one node's median wall time", Shown("p50 us", 1)),
+    ("p99_us", "one node's p99 wall time", Shown("p99 us", 1)),
+    ("max_us", "one node's longest wall time", Shown("max us", 1))), key="op", by="by op")
 FAULT_ROW = Record("fault row", "compute `faults.by_op`", (
-    ("op", "the ggml op"), ("majflt_per_token", "faults of its faulting nodes / tokens"),
-    ("ms_per_token", "wall_ns of its faulting nodes / tokens / 10^6"),
-    ("share", "that wall time's share of all wall_ns")))
+    ("op", "the ggml op", Shown("op", "text")),
+    ("majflt_per_token", "faults of its faulting nodes / tokens", Shown("majflt/tok", 1),
+     PER_TOKEN),
+    ("ms_per_token", "wall_ns of its faulting nodes / tokens / 10^6", Shown("ms/tok", 2),
+     PER_TOKEN),
+    ("share", "that wall time's share of all wall_ns", Shown("of compute", "%"))))
 FAULTS = Record("faults", "compute `faults`", (
-    ("majflt_per_token", "major faults / tokens"),
-    ("ms_per_token", "wall_ns of every node that faulted / tokens / 10^6"),
+    ("majflt_per_token", "major faults / tokens", PER_TOKEN),
+    ("ms_per_token", "wall_ns of every node that faulted / tokens / 10^6",
+     Shown(diff="faulting nodes' ms per token"), PER_TOKEN),
     ("share", "that wall time's share of all wall_ns"),
     ("by_op", "per op, most faults first", ListOf(FAULT_ROW))))
-GROUP_FIGURES = (("ms_per_token", "its wall_ns / tokens"),
-                 ("majflt_per_token", "its major faults / tokens"),
-                 ("share", "its share of all wall_ns"))
+GROUP_FIGURES = (MS_PER_TOKEN, SHARE, MAJFLT_PER_TOKEN)
 LAYER_ROW = Record("layer row", "compute `by_layer` (inferred layers), `by_layer_column` (as "
                                 "written)",
-                   (("layer", "the layer (-1: outside every layer)"), *GROUP_FIGURES))
+                   (("layer", "the layer (-1: outside every layer)", Shown("layer")),
+                    *GROUP_FIGURES), key="layer", by="by layer")
 SEGMENT_ROW = Record("segment row", "compute `segments` (layer granularity; `[]` for a node "
-                                    "trace)", (("name", "`pre`, `blk.N` or `post`"), *GROUP_FIGURES))
+                                    "trace)",
+                     (("name", "`pre`, `blk.N` or `post`", Shown("segment", "text")),
+                      *GROUP_FIGURES), key="name", by="by segment")
 CATEGORY_ROW = Record("category row", "compute `by_category` (`[]` for a layer trace)", (
-    ("category", "the node category (the README's categories)"),
-    ("ms_per_token", "its wall_ns / tokens"), ("share", "its share of all wall_ns"),
-    ("majflt_per_token", "its major faults / tokens"), ("nodes_per_token", "its nodes / tokens")))
+    ("category", "the node category (the README's categories)", Shown("category", "text")),
+    MS_PER_TOKEN, SHARE, MAJFLT_PER_TOKEN, NODES_PER_TOKEN), key="category",
+    by="by node category")
 UNCLASSIFIED_ROW = Record("unclassified row", "compute `unclassified`", (
     ("name", "a base name that landed in `other`"), ("ms_per_token", "its wall_ns / tokens")))
 COMPUTE_TOKEN = Record("compute token", "compute `slowest`, `per_token`", (
@@ -237,19 +282,23 @@ COMPUTE_REPORT = Record("compute report", "`compute`; a pair's `compute`", (
     *REPORT_HEAD, *TRACE_HEAD,
     ("tokens", "distinct (turn, phase, step) selected"),
     ("granularity", "`layer` when every selected row is a LAYER row, else `node`"),
-    ("rows", "selected rows"), ("nodes_per_token", "rows / tokens"),
-    ("ms_per_token", "sum of wall_ns / tokens / 10^6: the decode's wall time, waits included"),
-    ("majflt_per_token", "sum of majflt / tokens"),
-    ("by_op", "every op, slowest first", ListOf(OP_ROW)),
+    ("rows", "selected rows", TOTAL),
+    ("nodes_per_token", "rows / tokens", Shown(diff="nodes per token"), PER_TOKEN),
+    ("ms_per_token", "sum of wall_ns / tokens / 10^6: the decode's wall time, waits included",
+     Shown(diff="ms per token", samples="ms"), PER_TOKEN),
+    ("majflt_per_token", "sum of majflt / tokens",
+     Shown(diff="major faults per token", samples="majflt"), PER_TOKEN),
+    ("by_op", "every op, slowest first", ListOf(OP_ROW), COMPARED),
     ("faults", "the nodes that took major faults", FAULTS),
-    ("by_layer", "per inferred layer", ListOf(LAYER_ROW)),
+    ("by_layer", "per inferred layer", ListOf(LAYER_ROW), COMPARED),
     ("by_layer_column", "per layer as the trace wrote it", ListOf(LAYER_ROW)),
     ("reattributed_ms_per_token", "wall_ns of layer -1 nodes counted in a layer / tokens"),
-    ("segments", "per segment, in layer order", ListOf(SEGMENT_ROW)),
+    ("segments", "per segment, in layer order", ListOf(SEGMENT_ROW), COMPARED),
     ("tail_in_post", "the last layer's MoE tail written into post", TAIL_IN_POST),
-    ("by_category", "per node category, slowest first", ListOf(CATEGORY_ROW)),
+    ("by_category", "per node category, slowest first", ListOf(CATEGORY_ROW), COMPARED),
     ("unclassified", "base names in `other`, slowest first", ListOf(UNCLASSIFIED_ROW)),
-    ("token_ms", "each token's ms", TOKEN_SPREAD),
+    ("token_ms", "each token's ms", TOKEN_SPREAD,
+     Shown(diff={"p50": "token ms p50", "p99": "token ms p99"})),
     ("slowest", "the five slowest tokens", ListOf(COMPUTE_TOKEN)),
     ("per_token", "every token, in trace order", ListOf(COMPUTE_TOKEN)),
     ("decodes", "decodes and the positions they generate", DECODES),
@@ -262,45 +311,64 @@ COMPUTE_REPORT = Record("compute report", "`compute`; a pair's `compute`", (
     ("verdicts", "the compute verdicts", ListOf(VERDICT)), WARNINGS), later=LATER)
 
 LATENCY = Record("latency", "io `latency_us`", (
-    ("min", "shortest read (µs)"), ("mean", "mean read"), ("p50", "median read"),
-    ("p90", "90th percentile"), ("p99", "99th percentile"), ("p999", "99.9th percentile"),
-    ("max", "longest read")))
+    ("min", "shortest read (µs)", Shown("min", 1)),
+    ("mean", "mean read", Shown("mean", 1, "read latency us, mean", "latency_mean_us")),
+    ("p50", "median read", Shown("p50", 1, "read latency us, p50")),
+    ("p90", "90th percentile", Shown("p90", 1)),
+    ("p99", "99th percentile", Shown("p99", 1, "read latency us, p99", "latency_p99_us")),
+    ("p999", "99.9th percentile", Shown("p99.9", 1)), ("max", "longest read", Shown("max", 1))))
 HISTOGRAM_ROW = Record("histogram row", "io `latency_hist` (non-empty buckets, in order)", (
     ("lo_us", "the bucket's lower bound, µs"), ("hi_us", "its upper bound (excluded)"),
     ("count", "reads in it")))
 SIZE_ROW = Record("size row", "io `by_size`", (
     ("kib", "the bucket: the largest power of two <= KiB read (0 under 1 KiB)"),
-    ("label", "its range, e.g. `64-127 KiB`"), ("reads", "reads in it"),
-    ("mib", "MiB they read"), ("mib_per_s", "those MiB over their summed latency"),
-    ("us_per_read", "their mean latency, µs")))
+    ("label", "its range, e.g. `64-127 KiB`", Shown("size", "text")),
+    ("reads", "reads in it", Shown("reads", None, "reads per token"), TOTAL),
+    ("mib", "MiB they read", Shown("MiB", 1, "MiB per token"), TOTAL),
+    ("mib_per_s", "those MiB over their summed latency", Shown("MiB/s", 0)),
+    ("us_per_read", "their mean latency, µs", Shown("us/read", 1, "us per read"))),
+    key="label", by="by read size")
+MIB_PER_TOKEN = ("mib_per_token", "its MiB / tokens", Shown("MiB/tok", 2, "MiB per token"),
+                 PER_TOKEN)
 LANE_ROW = Record("lane row", "io `by_lane`; a pair's `by_lane` (per decoded token)", (
-    ("lane", "the read lane"), ("reads_per_token", "its reads / tokens"),
-    ("mib_per_token", "its MiB / tokens"), ("busy_ms_per_token", "its summed latency / tokens"),
-    ("mib_per_s", "its MiB over its summed latency")))
+    ("lane", "the read lane", Shown("lane")),
+    ("reads_per_token", "its reads / tokens", Shown("reads/tok", 1), PER_TOKEN), MIB_PER_TOKEN,
+    ("busy_ms_per_token", "its summed latency / tokens",
+     Shown("busy ms/tok", 2, "lane-busy ms per token"), PER_TOKEN),
+    ("mib_per_s", "its MiB over its summed latency", Shown("MiB/s", 0))), key="lane",
+    by="by lane")
 SPEC = Record("spec", "io `spec`", (
-    ("reads", "speculative reads (spec = 1)"), ("mib_per_token", "their MiB / tokens"),
+    ("reads", "speculative reads (spec = 1)", TOTAL),
+    ("mib_per_token", "their MiB / tokens", Shown(diff="speculative MiB per token"), PER_TOKEN),
     ("share_of_bytes", "their share of all bytes read")))
 KIND_ROW = Record("read kind row", "io `demand_vs_spec`; a pair's (per decoded token)", (
-    ("kind", "`demand` or `speculative`"), ("reads", "its reads"),
-    ("mib_per_token", "its MiB / tokens"), ("share_of_bytes", "its share of bytes read"),
-    ("p50_us", "its median latency"), ("p99_us", "its p99 latency")))
+    ("kind", "`demand` or `speculative`", Shown("", "text")),
+    ("reads", "its reads", Shown("reads"), TOTAL), MIB_PER_TOKEN,
+    ("share_of_bytes", "its share of bytes read", Shown("share", "%")),
+    ("p50_us", "its median latency", Shown("p50 us", 1)),
+    ("p99_us", "its p99 latency", Shown("p99 us", 1))), key="kind",
+    by=", demand and speculative")
 IO_LAYER_ROW = Record("io layer row", "io `by_layer`", (
-    ("layer", "the layer"), ("reads_per_token", "its reads / tokens"),
-    ("mib_per_token", "its MiB / tokens"), ("mean_latency_us", "its mean read latency")))
+    ("layer", "the layer", Shown("layer")),
+    ("reads_per_token", "its reads / tokens", Shown("reads/tok", 1, "reads per token"),
+     PER_TOKEN), MIB_PER_TOKEN,
+    ("mean_latency_us", "its mean read latency", Shown("mean us", 1))), key="layer",
+    by="by layer")
 EXPERT_ROW = Record("expert row", "io `hot_experts` (the ten with the most bytes)", (
     ("layer", "the layer"), ("expert", "the expert"), ("reads", "its reads"),
     ("mib", "the MiB read of it")))
 ADJACENCY = Record("adjacency", "io `adjacency`; a pair's (per decoded token)", (
-    ("reads_per_token", "reads / tokens"),
+    ("reads_per_token", "reads / tokens", PER_TOKEN),
     ("runs_per_token", "contiguous runs of requested extents / tokens (null without "
-                       "--adjacent)"),
+                       "--adjacent)", PER_TOKEN),
     ("coalesce_factor", "reads / runs: how many times fewer requests perfect merging would "
-                        "issue (null without --adjacent)")))
+                        "issue (null without --adjacent)", Shown(diff="reads per contiguous run"))))
 LRU_POINT = Record("LRU point", "io `reuse.lru`", (
     ("fraction", "the cache's size as a fraction of the distinct experts"),
-    ("experts", "the whole experts it holds (at least 1)"),
-    ("cache_mib", "its size: experts x expert bytes, MiB"),
-    ("hit_share", "the share of expert lookups it would have served")))
+    ("experts", "the whole experts it holds (at least 1)", Shown("experts")),
+    ("cache_mib", "its size: experts x expert bytes, MiB", Shown("MiB", 1)),
+    ("hit_share", "the share of expert lookups it would have served",
+     Shown("would have served", "%"))))
 REUSE = Record("reuse", "io `reuse` (null without --cache or --what-if)", (
     ("lookups", "expert lookups: (token, layer, expert) demanded, prefill included"),
     ("experts", "distinct (layer, expert) looked up"),
@@ -339,24 +407,32 @@ IO_REPORT = Record("io report", "`io`; a pair's `io` (its own per-read-token fig
     *REPORT_HEAD, *TRACE_HEAD,
     ("tokens", "read-tokens: distinct (turn, phase, step) among the selected reads"),
     ("reads", "selected reads"), ("read_bytes", "bytes they read"),
-    ("req_bytes", "bytes they asked for"), ("reads_per_token", "reads / tokens"),
-    ("mib_per_token", "MiB / tokens"),
+    ("req_bytes", "bytes they asked for"),
+    ("reads_per_token", "reads / tokens", Shown(diff="reads per token", samples="reads"),
+     PER_TOKEN),
+    ("mib_per_token", "MiB / tokens", Shown(diff="MiB per token", samples="mib"), PER_TOKEN),
     ("lanes", "`io_threads` of the preamble, or the lanes seen"),
     ("io_wall_ms_per_token", "a token's I/O wall time: the estimate, within [lane-busy / "
-                             "lanes, lane-busy]", RANGE),
+                             "lanes, lane-busy]", RANGE, Shown(diff={
+                                 "estimate": ("I/O wall ms per token, estimated", "io_ms"),
+                                 "min": "I/O wall ms per token, all lanes at once",
+                                 "max": "I/O wall ms per token, one read at a time"}), PER_TOKEN),
     ("throughput_mib_per_s", "MiB per token over each of them", RANGE),
-    ("busy_ms_per_token", "summed latency / tokens: lanes busy, summed over lanes"),
-    ("busy_mib_per_s", "MiB over summed latency: one lane's rate"),
+    ("busy_ms_per_token", "summed latency / tokens: lanes busy, summed over lanes",
+     Shown(diff="lanes busy ms per token (summed over lanes)", samples="busy_ms"), PER_TOKEN),
+    ("busy_mib_per_s", "MiB over summed latency: one lane's rate",
+     Shown(diff="lane-busy MiB/s")),
     ("waste_pct", "(read_bytes - req_bytes) / read_bytes x 100"),
-    ("waste_mib_per_token", "(read_bytes - req_bytes) / 2^20 / tokens"),
+    ("waste_mib_per_token", "(read_bytes - req_bytes) / 2^20 / tokens",
+     Shown(diff="alignment waste MiB per token"), PER_TOKEN),
     ("median_read_bytes", "the median read's read_bytes"),
     ("latency_us", "per-read latency", LATENCY),
     ("latency_hist", "reads per log2 bucket of µs", ListOf(HISTOGRAM_ROW)),
-    ("by_size", "per read-size bucket", ListOf(SIZE_ROW)),
-    ("by_lane", "per lane (every lane of io_threads)", ListOf(LANE_ROW)),
+    ("by_size", "per read-size bucket", ListOf(SIZE_ROW), COMPARED),
+    ("by_lane", "per lane (every lane of io_threads)", ListOf(LANE_ROW), COMPARED),
     ("spec", "the speculative reads", SPEC),
-    ("demand_vs_spec", "demand and speculative reads", ListOf(KIND_ROW)),
-    ("by_layer", "per layer", ListOf(IO_LAYER_ROW)),
+    ("demand_vs_spec", "demand and speculative reads", ListOf(KIND_ROW), COMPARED),
+    ("by_layer", "per layer", ListOf(IO_LAYER_ROW), COMPARED),
     ("hot_experts", "the (layer, expert) pairs read most", ListOf(EXPERT_ROW)),
     ("adjacency", "the coalescing ceiling", ADJACENCY),
     ("reuse", "re-reads and the cache curve", REUSE),
@@ -383,31 +459,41 @@ READ_SPLIT = Record("read split", "a pair's `read_split`", (
     ("slow_stretch", "the longest run of consecutive slow tokens, when it holds at least half "
                      "of them (else null)", SLOW_STRETCH)))
 PAIR_LAYER_ROW = Record("pair layer row", "a pair's `by_layer`", (
-    ("layer", "the layer (compute: inferred)"), ("compute_ms_per_token", "its compute ms"),
-    ("majflt_per_token", "its major faults"), ("reads_per_token", "its reads per decoded token"),
-    ("mib_per_token", "its MiB per decoded token")))
+    ("layer", "the layer (compute: inferred)", Shown("layer")),
+    ("compute_ms_per_token", "its compute ms", Shown("compute ms", 2)),
+    ("majflt_per_token", "its major faults", Shown("majflt", 1)),
+    ("reads_per_token", "its reads per decoded token", Shown("reads", 1)),
+    ("mib_per_token", "its MiB per decoded token", Shown("MiB", 2))), key="layer")
 PER_POSITION = Record("per position", "report `pair.per_position` (null unless a decode covers "
                                       "several positions: speculative decoding)", (
     ("positions", "generated positions the decodes cover (compute `decodes.positions`)"),
-    ("decode_ms", "the decodes' wall time / positions"),
-    ("compute_ms", "decode - I/O estimate, / positions (null with overlap=1)"),
-    ("io_ms", "the I/O estimate / positions"), ("mib", "MiB read / positions")))
+    ("decode_ms", "the decodes' wall time / positions",
+     Shown(diff="decode ms per generated position")),
+    ("compute_ms", "decode - I/O estimate, / positions (null with overlap=1)",
+     Shown(diff="compute ms per generated position")),
+    ("io_ms", "the I/O estimate / positions"),
+    ("mib", "MiB read / positions", Shown(diff="MiB per generated position"))))
 PAIR = Record("pair", "report `pair`: per decoded token", (
     ("tokens", "decoded tokens (the compute trace's)"),
     ("tokens_without_reads", "of them, those with no read"),
     ("per_position", "the headline per generated position", PER_POSITION),
     ("decode_ms_per_token", "the compute trace's ms per token: the decode's wall time, every "
-                            "node's time, waits for reads included"),
+                            "node's time, waits for reads included",
+     Shown(diff="decode ms per decoded token", samples="ms")),
     ("compute_ms_per_token", "decode - the I/O estimate, as the engine splits it (null with "
-                             "overlap=1: reads ran beside compute)"),
-    ("faulting_ms_per_token", "of the decode, the faulting nodes'"),
+                             "overlap=1: reads ran beside compute)",
+     Shown(diff="compute ms (decode - I/O estimate)")),
+    ("faulting_ms_per_token", "of the decode, the faulting nodes'",
+     Shown(diff="faulting nodes' ms per decoded token")),
     ("experts_ms_per_token", "of the decode, the `experts` category's (null for a layer "
                              "trace)"),
     ("router_ms_per_token", "of the decode, the `router` category's (null for a layer trace)"),
-    ("io_reads_per_token", "reads / decoded tokens"), ("io_mib_per_token", "MiB / decoded tokens"),
+    ("io_reads_per_token", "reads / decoded tokens"),
+    ("io_mib_per_token", "MiB / decoded tokens", Shown(diff="MiB per decoded token")),
     ("io_wall_ms_per_token", "the I/O wall time per decoded token: the estimate, within "
                              "[lane-busy / lanes, lane-busy], the upper bound no more than each "
-                             "token's decode wall", RANGE),
+                             "token's decode wall", RANGE,
+     Shown(diff={"estimate": "I/O estimate ms per decoded token"})),
     ("throughput_mib_per_s", "MiB per decoded token over each of them", RANGE),
     ("io_busy_ms_per_token", "summed latency / decoded tokens"),
     ("waste_mib_per_token", "alignment waste / decoded tokens"),
@@ -426,18 +512,22 @@ PAIR_REPORT = Record("pair report", "`report`", (
 
 TIMELINE_STATS = Record("timeline figure", "timeline `summary.<figure>` (null when no decode "
                                            "has it)", (
-    ("p50", "median over the decodes"), ("p99", "99th percentile"),
-    ("total", "sum over the decodes (read_share: all read busy / all decode time)")))
+    ("p50", "median over the decodes", Shown("p50")), ("p99", "99th percentile", Shown("p99")),
+    ("total", "sum over the decodes (read_share: all read busy / all decode time)",
+     Shown("total"))))
 OUTSIDE = Record("outside decodes", "timeline `outside_decodes` (null without an io trace)", (
     ("read_busy_ms", "read busy time outside every selected decode's span"),))
 TIMELINE_DECODE = Record("timeline decode", "timeline `decodes`", (
-    ("turn", "session turn"), ("phase", "1 decode, 0 prefill"), ("step", "the decode's step"),
+    ("turn", "session turn", Shown("turn")), ("phase", "1 decode, 0 prefill"),
+    ("step", "the decode's step", Shown("step")),
     ("span_from", "`BMOE_DECODE`, `graph` or `callbacks`: what its span is"),
-    ("decode_ms", "its span"), ("graph_ms", "its graph nodes' span"),
-    ("callback_ms", "the union of its callbacks"),
-    ("read_busy_ms", "the union of reads inside its span (null without io)"),
-    ("read_share", "read_busy_ms / decode_ms"), ("wait_ms", "the union of waits inside it"),
-    ("overlap_ms", "read time inside it while compute was not waiting")))
+    ("decode_ms", "its span", Shown("decode ms", 3)),
+    ("graph_ms", "its graph nodes' span", Shown("graph ms", 3)),
+    ("read_busy_ms", "the union of reads inside its span (null without io)",
+     Shown("read busy", 3)), ("read_share", "read_busy_ms / decode_ms", Shown("share", "%")),
+    ("wait_ms", "the union of waits inside it", Shown("wait ms", 3)),
+    ("overlap_ms", "read time inside it while compute was not waiting", Shown("overlap ms", 3)),
+    ("callback_ms", "the union of its callbacks", Shown("callback ms", 3))))
 TIMELINE_REPORT = Record("timeline report", "`timeline`", (
     *REPORT_HEAD, ("paths", "the compute trace, and the io trace when given"),
     ("meta", "both preambles (the compute trace's keys win)", MapOf(VALUE)),
@@ -3131,56 +3221,65 @@ READ_SCHEMAS = (2, 3, 4, 5)  # saved reports diff can read (2 lacks the per-op s
 # the I/O estimate, 4 the what-ifs)
 DEFAULT_ALPHA = 0.05
 FIGURE_LIMIT = 1e15  # no figure of a real run comes near; past it, a saved report was edited
-DiffTable = namedtuple("DiffTable", "title table key figure per_token samples",
-                       defaults=(False, None))
+# The headline figures of each part, in the order diff gives them; what each is called, and
+# what it is tested on, its declaration says (Shown.diff, Shown.samples). The tables are every
+# list field a report marks COMPARED, one per figure of its rows that has diff's words.
 DIFF_HEADLINES = {
-    "compute": (("ms per token", ("ms_per_token",), "ms"),
-                ("major faults per token", ("majflt_per_token",), "majflt"),
-                ("nodes per token", ("nodes_per_token",), None),
-                ("token ms p50", ("token_ms", "p50"), None),
-                ("token ms p99", ("token_ms", "p99"), None),
-                ("faulting nodes' ms per token", ("faults", "ms_per_token"), None)),
-    "io": (("reads per token", ("reads_per_token",), "reads"),
-           ("MiB per token", ("mib_per_token",), "mib"),
-           ("I/O wall ms per token, estimated", ("io_wall_ms_per_token", "estimate"), "io_ms"),
-           ("lanes busy ms per token (summed over lanes)", ("busy_ms_per_token",), "busy_ms"),
-           ("I/O wall ms per token, all lanes at once", ("io_wall_ms_per_token", "min"), None),
-           ("I/O wall ms per token, one read at a time", ("io_wall_ms_per_token", "max"), None),
-           ("lane-busy MiB/s", ("busy_mib_per_s",), None),
-           ("alignment waste MiB per token", ("waste_mib_per_token",), None),
-           ("read latency us, mean", ("latency_us", "mean"), "latency_mean_us"),
-           ("read latency us, p50", ("latency_us", "p50"), None),
-           ("read latency us, p99", ("latency_us", "p99"), "latency_p99_us"),
-           ("speculative MiB per token", ("spec", "mib_per_token"), None),
-           ("reads per contiguous run", ("adjacency", "coalesce_factor"), None)),
+    "compute": ("ms_per_token", "majflt_per_token", "nodes_per_token", "token_ms.p50",
+                "token_ms.p99", "faults.ms_per_token"),
+    "io": ("reads_per_token", "mib_per_token", "io_wall_ms_per_token.estimate",
+           "busy_ms_per_token", "io_wall_ms_per_token.min", "io_wall_ms_per_token.max",
+           "busy_mib_per_s", "waste_mib_per_token", "latency_us.mean", "latency_us.p50",
+           "latency_us.p99", "spec.mib_per_token", "adjacency.coalesce_factor"),
     # the engine's split, per decoded token, and per generated position when speculative
-    "pair": (("decode ms per decoded token", ("decode_ms_per_token",), "ms"),
-             ("compute ms (decode - I/O estimate)", ("compute_ms_per_token",), None),
-             ("I/O estimate ms per decoded token", ("io_wall_ms_per_token", "estimate"), None),
-             ("MiB per decoded token", ("io_mib_per_token",), None),
-             ("faulting nodes' ms per decoded token", ("faulting_ms_per_token",), None),
-             ("decode ms per generated position", ("per_position", "decode_ms"), None),
-             ("compute ms per generated position", ("per_position", "compute_ms"), None),
-             ("MiB per generated position", ("per_position", "mib"), None)),
+    "pair": ("decode_ms_per_token", "compute_ms_per_token", "io_wall_ms_per_token.estimate",
+             "io_mib_per_token", "faulting_ms_per_token", "per_position.decode_ms",
+             "per_position.compute_ms", "per_position.mib"),
 }
-DIFF_TABLES = {
-    "compute": (DiffTable("ms per token by op", "by_op", "op", "ms_per_token", samples="op"),
-                DiffTable("major faults per token by op", "by_op", "op", "majflt_per_token"),
-                DiffTable("ms per token by node category", "by_category", "category",
-                          "ms_per_token"),
-                DiffTable("ms per token by layer", "by_layer", "layer", "ms_per_token"),
-                DiffTable("ms per token by segment", "segments", "name", "ms_per_token")),
-    "io": (DiffTable("MiB per token by lane", "by_lane", "lane", "mib_per_token"),
-           DiffTable("lane-busy ms per token by lane", "by_lane", "lane", "busy_ms_per_token"),
-           DiffTable("reads per token by read size", "by_size", "size", "reads", True),
-           DiffTable("MiB per token by read size", "by_size", "size", "mib", True),
-           DiffTable("us per read by read size", "by_size", "size", "us_per_read"),
-           DiffTable("MiB per token by layer", "by_layer", "layer", "mib_per_token"),
-           DiffTable("reads per token by layer", "by_layer", "layer", "reads_per_token"),
-           DiffTable("MiB per token, demand and speculative", "demand_vs_spec", "kind",
-                     "mib_per_token")),
-    "pair": (),
-}
+PART_RECORDS = {"compute": COMPUTE_REPORT, "io": IO_REPORT, "pair": PAIR}
+Headline = namedtuple("Headline", "label path samples")
+# title: the figure's words and its rows' (`by op`); table: the report's list; key: the rows'
+# name in diff's output, row_key the field that holds it; per_token: divide by the tokens
+DiffTable = namedtuple("DiffTable", "title table key row_key figure per_token samples")
+
+
+def headline_of(record, dotted):
+    """The Headline of the figure at `dotted` (`token_ms.p50`) of a part's record: its words
+    and samples as the field declares them, or as the record holding it declares them for
+    it (the same percentiles are a token's ms in one place and its MiB in another)."""
+    path = tuple(dotted.split("."))
+    field = record.field(path[0])
+    if len(path) == 1:
+        return Headline(field.shown.diff, path, field.shown.samples)
+    words = ((field.shown.diff if field.shown else None) or {}).get(path[1])
+    if words is None:
+        inner = inner_record(field).field(path[1]).shown
+        return Headline(inner.diff, path, inner.samples)
+    label, samples = (words, None) if isinstance(words, str) else words
+    return Headline(label, path, samples)
+
+
+def diff_tables(record):
+    """A DiffTable per figure with diff's words of each list the record marks COMPARED."""
+    tables = []
+    for field in record.fields:
+        rows = inner_record(field) if field.per == COMPARED else None
+        for figure in rows.fields if rows else ():
+            if figure.shown is None or not isinstance(figure.shown.diff, str):
+                continue
+            joint = "" if rows.by.startswith(",") else " "
+            key = rows.field(rows.key).shown.header or rows.key
+            tables.append(DiffTable(figure.shown.diff + joint + rows.by, field.name, key,
+                                    rows.key, figure.name, figure.per == TOTAL,
+                                    figure.shown.samples))
+    return tuple(tables)
+
+
+HEADLINES = {part: tuple(headline_of(PART_RECORDS[part], dotted) for dotted in picked)
+             for part, picked in DIFF_HEADLINES.items()}
+DIFF_TABLES = {part: diff_tables(record) for part, record in PART_RECORDS.items()}
+SAMPLE_FIELDS = {part: tuple(figure.samples for figure in figures if figure.samples)
+                 for part, figures in HEADLINES.items()}
 # A per-node trace against a per-layer one: what both have (by layer; the headline, untested).
 NODE_ONLY_FIGURES = ("nodes per token",)
 SHARED_ACROSS_GRANULARITIES = ("ms per token by layer",)
@@ -3188,10 +3287,6 @@ LATER_FIGURES = {  # a figure -> the schema that added it
     ("io_wall_ms_per_token", "estimate"): 4, ("decode_ms_per_token",): 4,
     ("compute_ms_per_token",): 4, ("faulting_ms_per_token",): 4, ("per_position", "decode_ms"): 4,
     ("per_position", "compute_ms"): 4, ("per_position", "mib"): 4}
-DIFF_ROW_KEYS = {"size": "label"}  # a table's row name where the report calls it otherwise
-SAMPLE_FIELDS = {"compute": ("ms", "majflt"),
-                 "io": ("mib", "reads", "io_ms", "busy_ms", "latency_mean_us", "latency_p99_us"),
-                 "pair": ("ms",)}
 # per-token samples a saved report of an older schema lacks (4 added io_ms and busy_ms, 5 the
 # latencies): its figure is shown untested
 LATER_SAMPLES = ("io_ms", "busy_ms", "latency_mean_us", "latency_p99_us")
@@ -3230,13 +3325,13 @@ class DiffView:
         op_samples = {str(op): [sample_value(v, limit) for v in values]
                       for op, values in report.get("op_us_by_token", {}).items()}
         headline = {label: figure_value(dated(report, path, report.get("schema")), limit)
-                    for label, path, _ in DIFF_HEADLINES[part]}
+                    for label, path, _ in HEADLINES[part]}
         tables = {}
-        for table in DIFF_TABLES[part]:
+        for table in DIFF_TABLES[part]:  # a figure an older report lacks: shown as n/a
             scale = tokens if table.per_token else 1
-            key = DIFF_ROW_KEYS.get(table.key, table.key)
             tables[table.title] = {
-                row_key(row[key]): scaled(figure_value(row[table.figure], limit), scale)
+                row_key(row[table.row_key]): scaled(figure_value(row.get(table.figure), limit),
+                                                    scale)
                 for row in report.get(table.table) or ()}
         meta = {str(k): str(v) for k, v in report["meta"].items()}
         return {"tokens": tokens, "samples": samples, "op_samples": op_samples,
@@ -3361,11 +3456,11 @@ def diff_part(part, views, alpha):
     halves = [view.parts[part] for view in views]
     mixed = len({half["granularity"] for half in halves}) > 1  # node against layer traces
     headline = {label: [half["headline"][label] for half in halves]
-                for label, _, _ in DIFF_HEADLINES[part]
+                for label, _, _ in HEADLINES[part]
                 if not mixed or label not in NODE_ONLY_FIGURES}
     # across granularities the absolutes differ by the per-node barriers: shown, not tested
     samples = {} if mixed else {label: [half["samples"][field] for half in halves]
-                                for label, _, field in DIFF_HEADLINES[part] if field}
+                                for label, _, field in HEADLINES[part] if field}
     headline = {label: values for label, values in headline.items() if any(values)}
     sections = [DIFF_SECTION(part=part, title=f"{part} headline", key="figure",
                              rows=diff_rows(headline, alpha, samples))]
@@ -3848,59 +3943,31 @@ def share_of_peak(rows):
     return lambda row: row["ms_per_token"] / peak
 
 
-OP_TABLE = (
-    text_column("op", "op"), column("ms/token", "ms_per_token", fixed(2)),
-    column("share", "share", percent), column("majflt/tok", "majflt_per_token", fixed(1)),
-    column("nodes/tok", "nodes_per_token", fixed(1)), column("avg us", "avg_us", fixed(1)),
-    column("p50 us", "p50_us", fixed(1)), column("p99 us", "p99_us", fixed(1)),
-    column("max us", "max_us", fixed(1)), bar_column("share", OP_BAR_WIDTH))
-FAULT_TABLE = (
-    text_column("op", "op"), column("majflt/tok", "majflt_per_token", fixed(1)),
-    column("ms/tok", "ms_per_token", fixed(2)), column("of compute", "share", percent))
-CATEGORY_TABLE = (
-    text_column("category", "category"), column("ms/token", "ms_per_token", fixed(2)),
-    column("share", "share", percent), column("majflt/tok", "majflt_per_token", fixed(1)),
-    column("nodes/tok", "nodes_per_token", fixed(1)), bar_column("share"))
+def shown_column(field):
+    """A figure's column, as its declaration shows it (Shown: its head and its format)."""
+    header, form = field.shown.header, field.shown.format
+    if form == "text":
+        return text_column(header, field.name)
+    if form == "%":
+        return column(header, field.name, percent)
+    return column(header, field.name, str if form is None else fixed(form))
+
+
+def table_of(record, *then):
+    """The columns of a table of `record`s: each shown field in its order, then `then`."""
+    return tuple(map(shown_column, record.shown())) + then
 
 
 def layer_table(rows):
-    return (column("layer", "layer"), column("ms/token", "ms_per_token", fixed(2)),
-            column("share", "share", percent),
-            column("majflt/tok", "majflt_per_token", fixed(1)), bar_column(share_of_peak(rows)))
+    return table_of(LAYER_ROW, bar_column(share_of_peak(rows)))
 
 
 def segment_table(rows):
-    return (text_column("segment", "name"), column("ms/token", "ms_per_token", fixed(2)),
-            column("share", "share", percent),
-            column("majflt/tok", "majflt_per_token", fixed(1)), bar_column(share_of_peak(rows)))
+    return table_of(SEGMENT_ROW, bar_column(share_of_peak(rows)))
 
 
-LATENCY_TABLE = tuple(column(header, key, fixed(1)) for header, key in (
-    ("min", "min"), ("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"),
-    ("p99.9", "p999"), ("max", "max")))
-SIZE_TABLE = (
-    text_column("size", "label"), column("reads", "reads"), column("MiB", "mib", fixed(1)),
-    column("MiB/s", "mib_per_s", fixed(0)), column("us/read", "us_per_read", fixed(1)))
-LANE_TABLE = (
-    column("lane", "lane"), column("reads/tok", "reads_per_token", fixed(1)),
-    column("MiB/tok", "mib_per_token", fixed(2)),
-    column("busy ms/tok", "busy_ms_per_token", fixed(2)), column("MiB/s", "mib_per_s", fixed(0)))
-SPEC_TABLE = (
-    text_column("", "kind"), column("reads", "reads"), column("MiB/tok", "mib_per_token", fixed(2)),
-    column("share", "share_of_bytes", percent), column("p50 us", "p50_us", fixed(1)),
-    column("p99 us", "p99_us", fixed(1)))
-IO_LAYER_TABLE = (
-    column("layer", "layer"), column("reads/tok", "reads_per_token", fixed(1)),
-    column("MiB/tok", "mib_per_token", fixed(2)), column("mean us", "mean_latency_us", fixed(1)))
-PAIR_LAYER_TABLE = (
-    column("layer", "layer"), column("compute ms", "compute_ms_per_token", fixed(2)),
-    column("majflt", "majflt_per_token", fixed(1)), column("reads", "reads_per_token", fixed(1)),
-    column("MiB", "mib_per_token", fixed(2)))
-CACHE_TABLE = (
-    column("expert cache", lambda point: "all experts" if point["fraction"] == 1 else
-           f"1/{round(1 / point['fraction'])} of them"),
-    column("experts", "experts"), column("MiB", "cache_mib", fixed(1)),
-    column("would have served", "hit_share", percent))
+CACHE_TABLE = (column("expert cache", lambda point: "all experts" if point["fraction"] == 1 else
+                      f"1/{round(1 / point['fraction'])} of them"), *table_of(LRU_POINT))
 
 
 def histogram_table(rows):
@@ -4120,7 +4187,7 @@ def op_blocks(report, view):
         return []
     ops = compute["by_op"]
     return [Block(f"by op ({len(ops[:view.top])} of {len(ops)}, slowest first; us = one node's "
-                  f"wall time)", [Grid(OP_TABLE, ops, indent="", shown=view.top)])]
+                  f"wall time)", [Grid(table_of(OP_ROW, bar_column("share", OP_BAR_WIDTH)), ops, indent="", shown=view.top)])]
 
 
 def fault_blocks(report, view):
@@ -4130,7 +4197,7 @@ def fault_blocks(report, view):
         return []
     rows = faults["by_op"][:FAULT_OPS_SHOWN] + [{"op": "TOTAL", **faults}]
     return [Block("fault attribution: nodes that took major page faults (flash reads billed as "
-                  "compute)", [Grid(FAULT_TABLE, rows), Prose([
+                  "compute)", [Grid(table_of(FAULT_ROW), rows), Prose([
                       "  ^ the time of faulting nodes is mostly flash wait, not arithmetic: take "
                       "it out before calling the model compute-bound."])])]
 
@@ -4140,7 +4207,7 @@ def category_blocks(report, view):
     rows = compute["by_category"]
     if not rows:
         return []
-    parts = [Grid(CATEGORY_TABLE, rows)]
+    parts = [Grid(table_of(CATEGORY_ROW, bar_column("share")), rows)]
     if compute["unclassified"]:
         parts.append(Items("  unclassified base names, ms/token (extend CATEGORY_NAMES):",
                            [f"{safe(u['name']) or '(empty)'} {u['ms_per_token']:.2f}"
@@ -4230,18 +4297,18 @@ def io_headline_blocks(report, view):
 def latency_blocks(report, view):
     io = io_of(report)
     hist = io["latency_hist"]
-    return [Block("per-read latency (us)", [Grid(LATENCY_TABLE, [io["latency_us"]]),
+    return [Block("per-read latency (us)", [Grid(table_of(LATENCY), [io["latency_us"]]),
                                             Grid(histogram_table(hist), hist)])]
 
 
 def size_blocks(report, view):
     return [Block("by read size (bucket: largest power of two <= KiB read)",
-                  [Grid(SIZE_TABLE, io_of(report)["by_size"])])]
+                  [Grid(table_of(SIZE_ROW), io_of(report)["by_size"])])]
 
 
 def lane_blocks(report, view):
     return [Block("by lane (a lane busy far less than the others is waiting for work: the drive "
-                  "is not the limit there)", [Grid(LANE_TABLE, io_of(report)["by_lane"])])]
+                  "is not the limit there)", [Grid(table_of(LANE_ROW), io_of(report)["by_lane"])])]
 
 
 def spec_blocks(report, view):
@@ -4250,11 +4317,11 @@ def spec_blocks(report, view):
     if not spec["reads"]:
         return []
     return [Block(f"speculative: {spec['reads']} reads ({pct(spec['share_of_bytes'])} of bytes "
-                  f"read); MiB/tok is {per}", [Grid(SPEC_TABLE, io["demand_vs_spec"])])]
+                  f"read); MiB/tok is {per}", [Grid(table_of(KIND_ROW), io["demand_vs_spec"])])]
 
 
 def io_layer_blocks(report, view):
-    parts = [Grid(IO_LAYER_TABLE, report["by_layer"], compact=True)]
+    parts = [Grid(table_of(IO_LAYER_ROW), report["by_layer"], compact=True)]
     if report["hot_experts"]:
         parts.append(Items("  hottest (layer, expert) by bytes read:",
                            [f"({row['layer']}, {row['expert']}) {row['mib']:.1f} MiB"
@@ -4390,7 +4457,7 @@ def per_decoded_blocks(report, view):
 
 def pair_layer_blocks(report, view):
     return [Block("by layer (compute by inferred layer)",
-                  [Grid(PAIR_LAYER_TABLE, report["pair"]["by_layer"], compact=True),
+                  [Grid(table_of(PAIR_LAYER_ROW), report["pair"]["by_layer"], compact=True),
                    *tail_note(report["compute"])])]
 
 
@@ -4399,15 +4466,8 @@ def divider(title):
     return Section(title, lambda report, view: [Block(title)])
 
 
-TIMELINE_SUMMARY_TABLE = (text_column("per decode", "label"), column("p50", "p50"),
-                          column("p99", "p99"), column("total", "total"))
 TIMELINE_SHOWN = 20  # decodes listed; the slowest when there are more
-TIMELINE_DECODE_TABLE = (
-    column("turn", "turn"), column("step", "step"),
-    column("decode ms", "decode_ms", fixed(3)), column("graph ms", "graph_ms", fixed(3)),
-    column("read busy", "read_busy_ms", fixed(3)), column("share", "read_share", percent),
-    column("wait ms", "wait_ms", fixed(3)), column("overlap ms", "overlap_ms", fixed(3)),
-    column("callback ms", "callback_ms", fixed(3)))
+TIMELINE_DECODE_TABLE = table_of(TIMELINE_DECODE)
 
 
 def timeline_headline_blocks(report, view):
@@ -4432,7 +4492,8 @@ def timeline_summary_blocks(report, view):
         rows.append({"label": label, **{stat: write(figure.get(stat))
                                         for stat in ("p50", "p99", "total")}})
     return [Block("summary over the decodes (ms; read share in %)",
-                  [Grid(TIMELINE_SUMMARY_TABLE, rows)])]
+                  [Grid((text_column("per decode", "label"), *table_of(TIMELINE_STATS)),
+                        rows)])]
 
 
 def timeline_decode_blocks(report, view):

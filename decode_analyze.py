@@ -377,8 +377,9 @@ REUSE = Record("reuse", "io `reuse` (null without --cache or --what-if)", (
     ("reread_mib", "MiB read by the other lookups"),
     ("lru", "the engine's cache (README: what would it buy)", ListOf(LRU_POINT))))
 FIGURE = Record("what-if figure", "`what_if.settings[].figures.*`, `ms_per_token_saved`", (
-    ("point", "the figure (null where only a bound is honest)"), ("min", "its lower bound"),
-    ("max", "its upper bound (null: none known)")))
+    ("point", "the figure (null where only a bound is honest)", PER_TOKEN),
+    ("min", "its lower bound", PER_TOKEN), ("max", "its upper bound (null: none known)",
+                                            PER_TOKEN)))
 WHAT_IF_BASELINE = Record("what-if baseline", "`what_if.baseline`: the run as traced", (
     ("tokens", "the tokens figures are per (a pair's: decoded)"),
     ("mib_per_token", "MiB read per token"), ("io_threads", "its lanes (null: not named)"),
@@ -2069,7 +2070,6 @@ def cache_curve(cache, lookups):
 # What real runs of the engine support (../shared/traces/README.md and the issue that asked for
 # this): the bounds below are theirs, not a model's.
 LANE_BOUND = 0.25  # io_threads 1 or 8: the I/O time within this share of now either way
-WHAT_IF_SETTINGS = ("cache_mb", "o_direct", "io_threads", "overlap", "coalesce", "prefetch")
 
 
 CACHE_METHOD = (
@@ -2114,6 +2114,11 @@ class WhatIf:
         return WHAT_IF_SETTING(setting=name, value=value, figures=figures,
                                ms_per_token_saved=saved, method=method)
 
+    def cache_settings(self, cache_sizes):
+        """One per size asked for (--cache-mb), when an expert's size is known."""
+        return [self.cache_setting(mib) for mib in cache_sizes] if self.cache.expert_bytes \
+            else []
+
     def cache_setting(self, mib):
         cache = self.cache
         capacity = cache.capacity(mib)
@@ -2137,13 +2142,21 @@ class WhatIf:
             figure(None, 0.0, saved_max),
             CACHE_METHOD)
 
-    def o_direct_setting(self):
-        return self.setting("o_direct", 0, {
+    def o_direct_settings(self, cache_sizes):
+        """Buffered reads, for a run that read with O_DIRECT."""
+        if self.report["meta"].get("o_direct") != "1":
+            return []
+        return [self.setting("o_direct", 0, {
             "mib_per_token": figure(self.per_token_mib(self.report["req_bytes"]))},
             figure(None, None, self.estimate),
             "bytes exact: req_bytes, the alignment waste gone. Time depends on the page "
             "cache: a real run without O_DIRECT was served from it, 12x faster than any bound; "
-            "cold, buffered reads may be no faster, so no lower bound")
+            "cold, buffered reads may be no faster, so no lower bound")]
+
+    def lanes_settings(self, cache_sizes):
+        """1 and 8 lanes, each that is not the run's own."""
+        own_lanes = meta_int(self.report["meta"], "io_threads")
+        return [self.lanes_setting(lanes) for lanes in (1, 8) if lanes != own_lanes]
 
     def lanes_setting(self, lanes):
         estimate = self.estimate
@@ -2156,18 +2169,23 @@ class WhatIf:
             f"bound: +-{LANE_BOUND:.0%} of the I/O estimate (same latency with fewer lanes is "
             f"187% off)")
 
-    def overlap_setting(self):
+    def overlap_settings(self, cache_sizes):
+        """Reads beside compute, for a run that read in series."""
+        if self.report["meta"].get("overlap") == "1":
+            return []
         threads = meta_int(self.report["meta"], "n_threads")
         cores = f" ({threads} compute threads here)" if threads else ""
-        return self.setting("overlap", 1, {}, figure(None, 0.0, self.estimate),
+        return [self.setting("overlap", 1, {}, figure(None, 0.0, self.estimate),
             f"reads beside compute: at most the whole I/O estimate hidden (after a cache, "
             f"what it leaves); real runs hid 20-60% of it, and on 2 cores one got slower, its "
-            f"readers competing with compute{cores}")
+            f"readers competing with compute{cores}")]
+
+    def coalesce_settings(self, cache_sizes):
+        """Touching requests merged, when --adjacent found the runs."""
+        return [] if self.runs is None else [self.coalesce_setting()]
 
     def coalesce_setting(self):
         runs = self.runs
-        if runs is None:
-            return None
         direct = self.report["meta"].get("o_direct") == "1"
         merged = runs.aligned_bytes if direct else runs.bytes
         return self.setting("coalesce", 1, {
@@ -2178,6 +2196,9 @@ class WhatIf:
             f"{f' ({O_DIRECT_ALIGNMENT}-byte O_DIRECT windows)' if direct else ''}: fewer reads "
             f"and less alignment waste; ms not predicted (a v1 trace has no cost per request "
             f"to go by)")
+
+    def prefetch_settings(self, cache_sizes):
+        return [self.prefetch_setting()]
 
     def prefetch_setting(self):
         spec = self.report["spec"]
@@ -2194,17 +2215,10 @@ class WhatIf:
             f"{routed} of them routed at that token or the next; ms not predicted")
 
     def settings(self, cache_sizes):
-        meta = self.report["meta"]
-        chosen = [self.cache_setting(mib) for mib in cache_sizes] \
-            if self.cache.expert_bytes else []
-        if meta.get("o_direct") == "1":
-            chosen.append(self.o_direct_setting())
-        own_lanes = meta_int(meta, "io_threads")
-        chosen += [self.lanes_setting(lanes) for lanes in (1, 8) if lanes != own_lanes]
-        if meta.get("overlap") != "1":
-            chosen.append(self.overlap_setting())
-        chosen += [self.coalesce_setting(), self.prefetch_setting()]
-        return sorted(filter(None, chosen), key=setting_rank)
+        """Every registered setting the run can be asked about, largest saving first."""
+        chosen = [setting for offered in WHAT_IF_SETTINGS.values()
+                  for setting in offered(self, cache_sizes)]
+        return sorted(chosen, key=setting_rank)
 
     def report_of(self, cache_sizes):
         meta = self.report["meta"]
@@ -2214,6 +2228,14 @@ class WhatIf:
             o_direct=meta_flag(meta, "o_direct"), overlap=meta_flag(meta, "overlap"),
             expert_bytes=self.cache.expert_bytes, io_wall_ms_per_token=self.estimate),
             settings=self.settings(cache_sizes))
+
+
+# The registry of what-if settings, as COMMANDS is of commands: the engine setting, and the
+# WhatIf method that offers its alternatives to the run (none, when the run has it already).
+# A new setting is an entry here and its method.
+WHAT_IF_SETTINGS = {"cache_mb": WhatIf.cache_settings, "o_direct": WhatIf.o_direct_settings,
+                    "io_threads": WhatIf.lanes_settings, "overlap": WhatIf.overlap_settings,
+                    "coalesce": WhatIf.coalesce_settings, "prefetch": WhatIf.prefetch_settings}
 
 
 def meta_flag(meta, key):
@@ -2497,10 +2519,9 @@ def pair_report(compute, io):
         **io_ranges(wall, io["read_bytes"] / MIB / n, io["lanes"]),
         io_busy_ms_per_token=io["busy_ms_per_token"] * per_decoded,
         waste_mib_per_token=io["waste_mib_per_token"] * per_decoded,
-        by_lane=[rescaled(row, per_decoded, PER_READ_TOKEN["by_lane"]) for row in io["by_lane"]],
-        demand_vs_spec=[rescaled(row, per_decoded, PER_READ_TOKEN["demand_vs_spec"])
-                        for row in io["demand_vs_spec"]],
-        adjacency=rescaled(io["adjacency"], per_decoded, PER_READ_TOKEN["adjacency"]),
+        by_lane=[rescaled(row, per_decoded, LANE_ROW) for row in io["by_lane"]],
+        demand_vs_spec=[rescaled(row, per_decoded, KIND_ROW) for row in io["demand_vs_spec"]],
+        adjacency=rescaled(io["adjacency"], per_decoded, ADJACENCY),
         read_split=read_split(compute["per_token"], io["per_token"]),
         by_layer=pair_layers(compute, io, per_decoded),
         warnings=pair_warnings(compute, io, tokens, readers))
@@ -2517,11 +2538,11 @@ def decoded_what_if(what_if, decoded):
 
     def per_token(figures):  # a figure {point, min, max}, or a plain number
         return {name: value if not name.endswith("_per_token") or value is None else
-                rescaled(value, factor, FIGURE.names) if isinstance(value, dict) else
+                rescaled(value, factor, FIGURE) if isinstance(value, dict) else
                 value * factor for name, value in figures.items()}
     settings = [{**setting, "figures": per_token(setting["figures"]),
                  "ms_per_token_saved": rescaled(setting["ms_per_token_saved"], factor,
-                                                FIGURE.names)}
+                                                FIGURE)}
                 for setting in what_if["settings"]]
     return {**what_if, "baseline": {**per_token(what_if["baseline"]), "tokens": decoded},
             "settings": settings}
@@ -2561,15 +2582,11 @@ def row_token(row):
     return (row["turn"], row["phase"], row["step"])
 
 
-# The per-read-token figures of the io report's parts that the pair gives per decoded token;
-# names, totals, shares, rates and latencies have no denominator to change.
-PER_READ_TOKEN = {"by_lane": ("reads_per_token", "mib_per_token", "busy_ms_per_token"),
-                  "demand_vs_spec": ("mib_per_token",),
-                  "adjacency": ("reads_per_token", "runs_per_token")}
-
-
-def rescaled(row, factor, fields):
-    """A row with its `fields` (those not None) times `factor`."""
+def rescaled(row, factor, record):
+    """A row of `record` with its figures per token (those not None) times `factor`: an io
+    figure per read-token made per decoded token. Names, totals, shares, rates and latencies
+    have no denominator to change."""
+    fields = record.per_token()
     return {key: value * factor if key in fields and value is not None else value
             for key, value in row.items()}
 
@@ -2616,7 +2633,8 @@ def slow_stretch(per_token, io_ms, idle_median):
 
 
 def pair_layers(compute, io, per_decoded):
-    io_layers = {row["layer"]: row for row in io["by_layer"]}
+    io_layers = {row["layer"]: rescaled(row, per_decoded, IO_LAYER_ROW)
+                 for row in io["by_layer"]}
     compute_layers = {row["layer"]: row for row in compute["by_layer"]}
     rows = []
     for layer in sorted(set(compute_layers) | set(io_layers)):
@@ -2624,8 +2642,8 @@ def pair_layers(compute, io, per_decoded):
         rows.append(PAIR_LAYER_ROW(
             layer=layer, compute_ms_per_token=computed.get("ms_per_token", 0.0),
             majflt_per_token=computed.get("majflt_per_token", 0.0),
-            reads_per_token=read.get("reads_per_token", 0.0) * per_decoded,
-            mib_per_token=read.get("mib_per_token", 0.0) * per_decoded))
+            reads_per_token=read.get("reads_per_token", 0.0),
+            mib_per_token=read.get("mib_per_token", 0.0)))
     return rows
 
 

@@ -583,15 +583,20 @@ SUMMARY_ROW = Record("summary row", "summary `runs` (one per run)", (
     ("kind", "what it was read as: `compute`, `io` or `report` (a pair)"),
     ("settings", "{key: value} of the preamble keys that differ between the runs",
      MapOf(VALUE)),
-    ("tokens", "its tokens (a pair's and a compute trace's: decoded; io: read-tokens)"),
-    ("decode_ms_per_token", "the decode wall per token (compute `ms_per_token`)"),
-    ("decode_ms_p50", "the median token's ms"), ("decode_ms_p99", "the 99th percentile's"),
-    ("compute_ms_per_token", "the engine's split: decode - I/O estimate (a serial pair only)"),
-    ("io_ms_per_token", "the I/O estimate per token (io: per read-token)"),
-    ("mib_per_token", "MiB read per token"),
+    ("tokens", "its tokens (a pair's and a compute trace's: decoded; io: read-tokens)",
+     Shown("tokens"), TOTAL),
+    ("decode_ms_per_token", "the decode wall per token (compute `ms_per_token`)",
+     Shown("decode ms", 2), PER_TOKEN),
+    ("decode_ms_p50", "the median token's ms", Shown("p50", 2)),
+    ("decode_ms_p99", "the 99th percentile's", Shown("p99", 2)),
+    ("compute_ms_per_token", "the engine's split: decode - I/O estimate (a serial pair only)",
+     Shown("compute", 2), PER_TOKEN),
+    ("io_ms_per_token", "the I/O estimate per token (io: per read-token)",
+     Shown("I/O est", 2), PER_TOKEN),
+    ("mib_per_token", "MiB read per token", Shown("MiB", 2), PER_TOKEN),
     ("hit_share", "the expert cache's hit share at the run's own cache_mb (when its preamble "
-                  "names one)"),
-    ("majflt_per_token", "major faults per token"),
+                  "names one)", Shown("hit", "%")),
+    ("majflt_per_token", "major faults per token", Shown("majflt", 1), PER_TOKEN),
     ("flagged", "the ids of its flagged verdicts")))
 SUMMARY_REPORT = Record("summary report", "`summary`", (
     *REPORT_HEAD, ("keys", "the preamble keys that differ between the runs, in order"),
@@ -3626,9 +3631,8 @@ class Run(namedtuple("Run", "path io_path", defaults=(None,))):
     @property
     def paths(self):
         return (self.path,) if self.io_path is None else (self.path, self.io_path)
-SUMMARY_SORTS = ("run", "tokens", "decode_ms_per_token", "decode_ms_p50", "decode_ms_p99",
-                 "compute_ms_per_token", "io_ms_per_token", "mib_per_token", "hit_share",
-                 "majflt_per_token")
+SUMMARY_FIGURES = tuple(field.name for field in SUMMARY_ROW.shown())  # its table's numbers
+SUMMARY_SORTS = ("run",) + SUMMARY_FIGURES
 
 
 COMPRESSED_ENDINGS = (".gz", ".bz2", ".xz", ".lzma", ".zip")  # what a trace's name may end in
@@ -3707,7 +3711,7 @@ def name_pairs(arguments, kinds):
 
 def checked_row(row, limit):
     """A row whose every figure is a number (a saved report may hold anything)."""
-    for field in SUMMARY_SORTS[1:]:
+    for field in SUMMARY_FIGURES:
         row[field] = figure_value(row[field], limit)
     if type(row["tokens"]) is not int:
         raise ValueError("tokens is not a whole number")
@@ -4664,22 +4668,15 @@ def summary_table(report):
     keys = [text_column(key, lambda row, key=key: setting_text(row, key))
             for key in report["keys"]
             if all(len(setting_text(row, key)) <= SHORT_SETTING for row in rows)]
-    figures = [column(header, key, fixed(digits) if digits is not None else percent)
-               for header, key, digits in SUMMARY_FIGURES
-               if any(row[key] is not None for row in rows)]
+    figures = [shown_column(field) for field in SUMMARY_ROW.shown()
+               if any(row[field.name] is not None for row in rows)]
     numbers = {id(row): place for place, row in enumerate(rows, start=1)}  # equal rows too
     number = column("#", lambda row: numbers[id(row)])
     while True:  # the keys' columns that fit beside the figures (the list above has them all)
-        columns = (number, *keys, column("tokens", "tokens"), *figures)
+        columns = (number, *keys, *figures)
         if not keys or max(map(len, table_lines(columns, rows))) <= TEXT_WIDTH:
             return columns
         keys.pop()
-
-
-SUMMARY_FIGURES = (("decode ms", "decode_ms_per_token", 2), ("p50", "decode_ms_p50", 2),
-                   ("p99", "decode_ms_p99", 2), ("compute", "compute_ms_per_token", 2),
-                   ("I/O est", "io_ms_per_token", 2), ("MiB", "mib_per_token", 2),
-                   ("hit", "hit_share", None), ("majflt", "majflt_per_token", 1))
 
 
 def summary_blocks(report, view):

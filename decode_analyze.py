@@ -4066,13 +4066,13 @@ def selection_text(report):
 
 
 # ── rendering: layouts, every report's sections declared once ────────────────────────────────────
-# A layout is the ordered sections of one kind of report. A section has a title (the words that
-# every format shows it under), whether Markdown folds its table away, and a function that draws
-# it from the report and the view: a list of Blocks, empty when this report has nothing for it.
-# A Block is an optional heading and its parts. The text and Markdown renderers walk the same
+# A layout is the ordered sections of one kind of report. A section is a function that draws
+# it from the report and the view, a list of Blocks (empty when this report has nothing for
+# it), and whether Markdown folds its table away. A Block is an optional heading (the one place
+# a section's title is written) and its parts. The text and Markdown renderers walk the same
 # layout and differ only in how they draw each kind of part, so that a section added here
 # appears in both.
-Section = namedtuple("Section", "title draw fold", defaults=(False,))
+Section = namedtuple("Section", "draw fold", defaults=(False,))
 # gap: a blank line before it in text (the header and the lines right under it have none).
 # A block with a heading and no parts is a divider: the block after it follows without a gap.
 Block = namedtuple("Block", "heading parts gap", defaults=((), True))
@@ -4485,7 +4485,13 @@ def pair_layer_blocks(report, view):
 
 def divider(title):
     """A section that is only a heading over the sections after it."""
-    return Section(title, lambda report, view: [Block(title)])
+    return lambda report, view: [Block(title)]
+
+
+def layout(*sections):
+    """The Sections of a layout: each a draw function, or a Section (one that folds)."""
+    return tuple(section if isinstance(section, Section) else Section(section)
+                 for section in sections)
 
 
 TIMELINE_SHOWN = 20  # decodes listed; the slowest when there are more
@@ -4698,41 +4704,23 @@ def schema_blocks(report, view):
 
 
 # ── rendering: one layout per kind of report ─────────────────────────────────────────────────────
-COMPUTE_SECTIONS = (
-    Section("by segment", segment_blocks), Section("by op", op_blocks),
-    Section("fault attribution", fault_blocks), Section("by node category", category_blocks))
-IO_READ_SECTIONS = (
-    Section("per-read latency (us)", latency_blocks),
-    Section("by read size", size_blocks), Section("by lane", lane_blocks),
-    Section("speculative", spec_blocks))
-COMPUTE_LAYOUT = (
-    Section(None, header_blocks), Section(None, compute_headline_blocks),
-    Section("verdicts", verdict_blocks), Section("note:", caveat_blocks), *COMPUTE_SECTIONS,
-    Section("by layer", compute_layer_blocks, fold=True),
-    Section("per token", compute_token_blocks))
-IO_LAYOUT = (
-    Section(None, header_blocks), Section(None, io_headline_blocks),
-    Section("verdicts", verdict_blocks), *IO_READ_SECTIONS,
-    Section("by layer", io_layer_blocks), Section("adjacency", adjacency_blocks),
-    Section("re-reads", cache_blocks), Section("what would it buy", what_if_blocks),
-    Section("per token", io_token_blocks))
-PAIR_LAYOUT = (
-    Section(None, header_blocks), Section(None, pair_headline_blocks),
-    Section("verdicts", verdict_blocks), Section("note:", caveat_blocks),
-    Section("per decoded token", per_decoded_blocks),
-    Section("by layer", pair_layer_blocks), *COMPUTE_SECTIONS,
-    Section("per token", compute_token_blocks), divider("flash reads"), *IO_READ_SECTIONS,
-    Section("adjacency", adjacency_blocks), Section("re-reads", cache_blocks),
-    Section("what would it buy", what_if_blocks))
-TIMELINE_LAYOUT = (
-    Section(None, header_blocks), Section(None, timeline_headline_blocks),
-    Section("summary over the decodes", timeline_summary_blocks),
-    Section("decodes", timeline_decode_blocks))
-DIFF_LAYOUT = (
-    Section(None, diff_header_blocks), Section(None, diff_preamble_blocks),
-    Section(None, diff_section_blocks))
-SUMMARY_LAYOUT = (Section(None, summary_header_blocks), Section("runs", summary_blocks))
-SCHEMA_LAYOUT = (Section(None, header_blocks), Section("records", schema_blocks))
+COMPUTE_SECTIONS = (segment_blocks, op_blocks, fault_blocks, category_blocks)
+IO_READ_SECTIONS = (latency_blocks, size_blocks, lane_blocks, spec_blocks)
+COMPUTE_LAYOUT = layout(
+    header_blocks, compute_headline_blocks, verdict_blocks, caveat_blocks, *COMPUTE_SECTIONS,
+    Section(compute_layer_blocks, fold=True), compute_token_blocks)
+IO_LAYOUT = layout(
+    header_blocks, io_headline_blocks, verdict_blocks, *IO_READ_SECTIONS, io_layer_blocks,
+    adjacency_blocks, cache_blocks, what_if_blocks, io_token_blocks)
+PAIR_LAYOUT = layout(
+    header_blocks, pair_headline_blocks, verdict_blocks, caveat_blocks, per_decoded_blocks,
+    pair_layer_blocks, *COMPUTE_SECTIONS, compute_token_blocks, divider("flash reads"),
+    *IO_READ_SECTIONS, adjacency_blocks, cache_blocks, what_if_blocks)
+TIMELINE_LAYOUT = layout(
+    header_blocks, timeline_headline_blocks, timeline_summary_blocks, timeline_decode_blocks)
+DIFF_LAYOUT = layout(diff_header_blocks, diff_preamble_blocks, diff_section_blocks)
+SUMMARY_LAYOUT = layout(summary_header_blocks, summary_blocks)
+SCHEMA_LAYOUT = layout(header_blocks, schema_blocks)
 LAYOUTS = {"compute": COMPUTE_LAYOUT, "io": IO_LAYOUT, "report": PAIR_LAYOUT,
            "timeline": TIMELINE_LAYOUT, "diff": DIFF_LAYOUT, "summary": SUMMARY_LAYOUT,
            "schema": SCHEMA_LAYOUT}

@@ -4099,26 +4099,19 @@ LAYER_CAVEAT = ("note: one barrier per layer, so these absolutes sit close to an
                 "there is no per-op detail inside a segment.")
 
 
-def compute_part(report):
-    """The compute report a section draws: the report itself, or a pair's compute half."""
-    return report["compute"] if report["kind"] == "report" else report
-
-
 def io_part(report):
-    """(the io report a section draws, what its per-token figures are per): an io report's
-    are per read-token; a pair's lanes, demand/speculative and adjacency are per decoded
-    token, as the pair computed them."""
+    """The io report a section draws: an io report's figures are per read-token; a pair's
+    lanes, demand/speculative and adjacency are per decoded token, as the pair computed them."""
     if report["kind"] != "report":
-        return report, "per read-token"
+        return report
     pair = report["pair"]
     return {**report["io"], "by_lane": pair["by_lane"], "demand_vs_spec": pair["demand_vs_spec"],
-            "adjacency": pair["adjacency"]}, "per decoded token"
+            "adjacency": pair["adjacency"]}
 
 
-def io_of(report):
-    """The io report a section draws (io_part's, without what its figures are per)."""
-    io, _ = io_part(report)
-    return io
+def per_words(report):
+    """What io_part's per-token figures are per."""
+    return "per decoded token" if report["kind"] == "report" else "per read-token"
 
 
 # ── rendering: the sections every command shares ─────────────────────────────────────────────────
@@ -4148,7 +4141,7 @@ def verdict_blocks(report, view):
 
 def caveat_blocks(report, view):
     """How far the compute trace's absolutes can be trusted, by its granularity."""
-    layered = compute_part(report)["granularity"] == "layer"
+    layered = report_halves(report)["compute"]["granularity"] == "layer"
     return [Block(None, [Prose([LAYER_CAVEAT if layered else NODE_CAVEAT], "    ")])]
 
 
@@ -4183,7 +4176,7 @@ def compute_headline_blocks(report, view):
 
 
 def segment_blocks(report, view):
-    compute = compute_part(report)
+    compute = report_halves(report)["compute"]
     if compute["granularity"] != "layer":
         return []
     rows = compute["segments"]
@@ -4204,7 +4197,7 @@ def tail_note(compute):
 
 
 def op_blocks(report, view):
-    compute = compute_part(report)
+    compute = report_halves(report)["compute"]
     if compute["granularity"] == "layer":
         return []
     ops = compute["by_op"]
@@ -4213,7 +4206,7 @@ def op_blocks(report, view):
 
 
 def fault_blocks(report, view):
-    compute = compute_part(report)
+    compute = report_halves(report)["compute"]
     faults = compute["faults"]
     if compute["granularity"] == "layer" or not faults["by_op"]:
         return []
@@ -4225,7 +4218,7 @@ def fault_blocks(report, view):
 
 
 def category_blocks(report, view):
-    compute = compute_part(report)
+    compute = report_halves(report)["compute"]
     rows = compute["by_category"]
     if not rows:
         return []
@@ -4283,7 +4276,7 @@ def token_block(report, value, unit):
 
 
 def compute_token_blocks(report, view):
-    return [token_block(compute_part(report), "ms", "ms")]
+    return [token_block(report_halves(report)["compute"], "ms", "ms")]
 
 
 # ── rendering: io sections ───────────────────────────────────────────────────────────────────────
@@ -4317,7 +4310,7 @@ def io_headline_blocks(report, view):
 
 
 def latency_blocks(report, view):
-    io = io_of(report)
+    io = io_part(report)
     hist = io["latency_hist"]
     return [Block("per-read latency (us)", [Grid(table_of(LATENCY), [io["latency_us"]]),
                                             Grid(histogram_table(hist), hist)])]
@@ -4325,16 +4318,17 @@ def latency_blocks(report, view):
 
 def size_blocks(report, view):
     return [Block("by read size (bucket: largest power of two <= KiB read)",
-                  [Grid(table_of(SIZE_ROW), io_of(report)["by_size"])])]
+                  [Grid(table_of(SIZE_ROW), io_part(report)["by_size"])])]
 
 
 def lane_blocks(report, view):
     return [Block("by lane (a lane busy far less than the others is waiting for work: the drive "
-                  "is not the limit there)", [Grid(table_of(LANE_ROW), io_of(report)["by_lane"])])]
+                  "is not the limit there)",
+                  [Grid(table_of(LANE_ROW), io_part(report)["by_lane"])])]
 
 
 def spec_blocks(report, view):
-    io, per = io_part(report)
+    io, per = io_part(report), per_words(report)
     spec = io["spec"]
     if not spec["reads"]:
         return []
@@ -4352,7 +4346,7 @@ def io_layer_blocks(report, view):
 
 
 def adjacency_blocks(report, view):
-    io, per = io_part(report)
+    io, per = io_part(report), per_words(report)
     figures = io["adjacency"]
     if figures["runs_per_token"] is None:
         return []
@@ -4364,7 +4358,7 @@ def adjacency_blocks(report, view):
 
 
 def cache_blocks(report, view):
-    reuse = io_of(report)["reuse"]
+    reuse = io_part(report)["reuse"]
     if reuse is None:
         return []
     return [Block(f"re-reads: {reuse['lookups']} expert lookups of {reuse['experts']} experts "
@@ -4413,7 +4407,7 @@ def what_if_blocks(report, view):
     if what_if is None:
         return []
     baseline = what_if["baseline"]
-    per = "per decoded token" if report["kind"] == "report" else "per read-token"
+    per = per_words(report)
     lines = []
     for setting in what_if["settings"]:
         figures = [what_if_figure(name, value) for name, value in setting["figures"].items()

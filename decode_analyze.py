@@ -3906,10 +3906,6 @@ def fixed(digits):
     return lambda value: num(value, f".{digits}f")
 
 
-def percent(value):
-    return pct(value)
-
-
 def column(header, key, format=str, align=">"):
     return Column(header, key, format, align)
 
@@ -3971,7 +3967,7 @@ def shown_column(field):
     if form == "text":
         return text_column(header, field.name)
     if form == "%":
-        return column(header, field.name, percent)
+        return column(header, field.name, pct)
     return column(header, field.name, str if form is None else fixed(form))
 
 
@@ -4378,8 +4374,7 @@ WHAT_IF_FIGURES = {
 
 
 def what_if_value(value, spec):
-    return "n/a" if value is None else format(value * 100, ".1f") + "%" if spec == "%" \
-        else format(value, spec)
+    return pct(value) if spec == "%" else num(value, spec)
 
 
 def what_if_figure(name, value):
@@ -4510,7 +4505,7 @@ def timeline_summary_blocks(report, view):
     rows = []
     for key, label in TIMELINE_FIGURES:
         figure = report["summary"][key] or {}
-        write = percent if key == "read_share" else lambda ms: num(ms, ".3f")
+        write = pct if key == "read_share" else lambda ms: num(ms, ".3f")
         rows.append({"label": label, **{stat: write(figure.get(stat))
                                         for stat in ("p50", "p99", "total")}})
     return [Block("summary over the decodes (ms; read share in %)",

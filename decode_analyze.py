@@ -2387,16 +2387,21 @@ def io_report(trace, fold, selection, cache_sizes=None):
         **read_groups(tables, latency, read_bytes, per),
         hot_experts=hottest_experts(experts),
         adjacency=adjacency(fold, chosen, reads, per),
-        reuse=None, what_if=None,
-        token_mib=percentile_summary([token.read_bytes / MIB for token in tokens]),
-        token_reads=percentile_summary([token.reads for token in tokens]),
-        heaviest=[io_token_dict(token)
-                  for token in sorted(tokens, key=lambda t: -t.read_bytes)[:SLOWEST]],
-        per_token=[io_token_dict(token) for token in tokens],
-        lane_bytes_by_token=lane_bytes_by_token(tokens) if fold.per_lane else None)
+        reuse=None, what_if=None, **io_token_parts(tokens, fold.per_lane))
     if fold.lookups is not None:
         add_cache_what_ifs(report, fold, chosen, phases, cache_sizes)
     return report
+
+
+def io_token_parts(tokens, per_lane):
+    """The io report's parts token by token: spreads, the heaviest, every token, and with
+    per_lane (--svg) each lane's bytes."""
+    return {"token_mib": percentile_summary([token.read_bytes / MIB for token in tokens]),
+            "token_reads": percentile_summary([token.reads for token in tokens]),
+            "heaviest": [io_token_dict(token)
+                         for token in sorted(tokens, key=lambda t: -t.read_bytes)[:SLOWEST]],
+            "per_token": [io_token_dict(token) for token in tokens],
+            "lane_bytes_by_token": lane_bytes_by_token(tokens) if per_lane else None}
 
 
 def add_cache_what_ifs(report, fold, chosen, phases, cache_sizes):
@@ -4198,7 +4203,8 @@ def op_blocks(report, view):
         return []
     ops = compute["by_op"]
     return [Block(f"by op ({len(ops[:view.top])} of {len(ops)}, slowest first; us = one node's "
-                  f"wall time)", [Grid(table_of(OP_ROW, bar_column("share", OP_BAR_WIDTH)), ops, indent="", shown=view.top)])]
+                  f"wall time)", [Grid(table_of(OP_ROW, bar_column("share", OP_BAR_WIDTH)), ops,
+                                       indent="", shown=view.top)])]
 
 
 def fault_blocks(report, view):
@@ -4282,7 +4288,8 @@ def io_range_text(figures, per):
     wall, rate = figures["io_wall_ms_per_token"], figures["throughput_mib_per_s"]
     what = "read time" if figures["meta"].get("overlap") == "1" else "I/O"
     estimate = num(wall.get("estimate"), ".2f")
-    head = f"{what}{' ' + per if per else ''}: {estimate} ms estimated (per layer, its busiest lane)"
+    head = (f"{what}{' ' + per if per else ''}: {estimate} ms estimated (per layer, its "
+            f"busiest lane)")
     if figures["lanes"] == 1:
         return f"{head}; one lane, so reads one at a time; {num(rate['estimate'], '.0f')} MiB/s"
     return (f"{head}, within {wall['min']:.2f} ({figures['lanes']} lanes at once) and "

@@ -555,20 +555,7 @@ class Trace:
         batch shows where it ends, unless it is over HOLD_ROWS rows already (then it comes in
         pieces, each a run of the same token).
         """
-        index = {c: i for i, c in enumerate(self.columns)}
-        ints, keys, strings, drop = columns.ints, columns.keys, columns.strings, columns.drop
-        # v1 writers have no synthetic rows: checking for them would cost a pass per batch.
-        if self.version == "v1":
-            drop = None
-        self._drop_by = drop if drop and drop.column in index else None
-        wanted = [c for c in (*ints, *TOKEN_COLUMNS, *keys, *strings) if c in index]
-        wanted = list(dict.fromkeys(wanted))
-        if self._drop_by and self._drop_by.column not in wanted:
-            wanted.append(self._drop_by.column)
-        self._shape = (index, wanted, set(ints), set(ints) | set(keys) | set(TOKEN_COLUMNS))
-        # Token columns are checked once per run of rows (_token_runs); the rest per batch.
-        self._valid_keys = {column: set() for column in keys if column not in TOKEN_COLUMNS}
-        self._valid_tokens = set()
+        self._prepare(columns)
         held = None
         for batch in self._row_batches():
             if held is not None:
@@ -584,6 +571,24 @@ class Trace:
                 yield batch
         if held is not None:
             yield held
+
+    def _prepare(self, columns):
+        """What batches() reads of each row: the columns wanted, which are checked as
+        integers, and the rows it drops."""
+        index = {c: i for i, c in enumerate(self.columns)}
+        ints, keys, strings, drop = columns.ints, columns.keys, columns.strings, columns.drop
+        # v1 writers have no synthetic rows: checking for them would cost a pass per batch.
+        if self.version == "v1":
+            drop = None
+        self._drop_by = drop if drop and drop.column in index else None
+        wanted = [c for c in (*ints, *TOKEN_COLUMNS, *keys, *strings) if c in index]
+        wanted = list(dict.fromkeys(wanted))
+        if self._drop_by and self._drop_by.column not in wanted:
+            wanted.append(self._drop_by.column)
+        self._shape = (index, wanted, set(ints), set(ints) | set(keys) | set(TOKEN_COLUMNS))
+        # Token columns are checked once per run of rows (_token_runs); the rest per batch.
+        self._valid_keys = {column: set() for column in keys if column not in TOKEN_COLUMNS}
+        self._valid_tokens = set()
 
     def _row_batches(self):
         """Batch by batch of whole lines, their surviving rows."""

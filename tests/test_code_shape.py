@@ -10,7 +10,7 @@ import pytest
 from helpers import ROOT
 
 MODULES = ("decode_analyze.py", "trace_io.py")
-MOST_LINES, MOST_PARAMETERS, MOST_INTEGER_SUBSCRIPTS = 60, 6, 35
+MOST_LINES, MOST_PARAMETERS, MOST_INTEGER_SUBSCRIPTS = 40, 6, 35
 
 
 def functions():
@@ -114,3 +114,9 @@ def test_the_map_names_every_section_in_order():
     mapped = re.findall(r"^  (\w[\w ]*?)  +\S", decode_analyze.__doc__.partition("Map of")[2],
                         re.M)
     assert mapped == in_order
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_no_line_of_the_tool_is_over_100_columns(module):
+    lines = (ROOT / module).read_text(encoding="utf-8").splitlines()
+    assert [number for number, line in enumerate(lines, start=1) if len(line) > 100] == []

@@ -352,8 +352,9 @@ IO_LAYER_ROW = Record("io layer row", "io `by_layer`", (
     ("layer", "the layer", Shown("layer")),
     ("reads_per_token", "its reads / tokens", Shown("reads/tok", 1, "reads per token"),
      PER_TOKEN), MIB_PER_TOKEN,
-    ("mean_latency_us", "its mean read latency", Shown("mean us", 1))), key="layer",
-    by="by layer")
+    ("mean_latency_us", "its mean read latency", Shown("mean us", 1)),
+    ("busy_ms_per_token", "its summed latency / tokens",
+     Shown("busy ms/tok", 2, "lane-busy ms per token"), PER_TOKEN)), key="layer", by="by layer")
 EXPERT_ROW = Record("expert row", "io `hot_experts` (the ten with the most bytes)", (
     ("layer", "the layer"), ("expert", "the expert"), ("reads", "its reads"),
     ("mib", "the MiB read of it")))
@@ -2479,7 +2480,8 @@ def read_groups(tables, latency, read_bytes, per):
             for flag, kind in enumerate(READ_KINDS)],
         "by_layer": [IO_LAYER_ROW(layer=layer, reads_per_token=per.count(sums.reads),
                                   mib_per_token=per.count(sums.read_bytes / MIB),
-                                  mean_latency_us=sums.latency_ns / sums.reads / 1e3)
+                                  mean_latency_us=sums.latency_ns / sums.reads / 1e3,
+                                  busy_ms_per_token=per.count(sums.latency_ns / NS_PER_MS))
                      for layer, sums in sorted(tables["layer"].items())],
     }
 

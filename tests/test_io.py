@@ -183,6 +183,10 @@ def test_io_layers_and_hot_experts(reads):
     layers = {row["layer"]: row for row in r["by_layer"]}
     assert layers[1]["reads_per_token"] == 1.5
     assert layers[1]["mean_latency_us"] == pytest.approx(2003000 / 3 / 1e3)
+    # its lanes' summed latency (2003000 ns over its 3 reads), per token of the 2
+    assert layers[1]["busy_ms_per_token"] == pytest.approx(2003000 / 2 / 1e6)
+    assert sum(row["busy_ms_per_token"] for row in r["by_layer"]) == \
+        pytest.approx(r["busy_ms_per_token"])
     assert r["hot_experts"][0] == {"layer": 2, "expert": 7, "reads": 1, "mib": 1.0}
     assert r["hot_experts"][1] == {"layer": 1, "expert": 1, "reads": 3, "mib": 0.1875}
 

@@ -381,17 +381,38 @@ FIGURE = Record("what-if figure", "`what_if.settings[].figures.*`, `ms_per_token
     ("point", "the figure (null where only a bound is honest)", PER_TOKEN),
     ("min", "its lower bound", PER_TOKEN), ("max", "its upper bound (null: none known)",
                                             PER_TOKEN)))
+# What a what-if setting changes: each setting holds the figures it changes (so every field may
+# be absent); a figure's head is the words around its value in the text ("hit {}").
+WHAT_IF_FIGURES = Record("what-if figures", "`what_if.settings[].figures`", (
+    ("experts", "whole experts the cache holds", FIGURE),
+    ("hit_share", "the share of expert lookups it serves", FIGURE, Shown("hit {}", "%")),
+    ("reads_per_token", "reads per token", FIGURE, Shown("{} reads/tok", 1), PER_TOKEN),
+    ("mib_per_token", "MiB read per token", FIGURE, Shown("{} MiB/tok", 2), PER_TOKEN),
+    ("evictions", "experts the cache evicts", FIGURE, Shown("{} evictions", "d")),
+    ("rereads", "lookups that read an expert again", FIGURE, Shown("{} re-reads", "d")),
+    ("resident_mib", "MiB the cache holds at the end (a plain number)",
+     Shown("resident {} MiB", 1)),
+    ("io_wall_ms_per_token", "the I/O estimate per token", FIGURE, Shown("I/O {} ms", 2),
+     PER_TOKEN),
+    ("speculative_mib_per_token", "MiB read speculatively per token", FIGURE,
+     Shown("{} MiB/tok speculative", 2), PER_TOKEN),
+    ("useful_share", "the share of speculatively read experts routed at that token or the "
+                     "next", FIGURE, Shown("{} routed then or next", "%"))),
+    later=("experts", "hit_share", "reads_per_token", "mib_per_token", "evictions", "rereads",
+           "resident_mib", "io_wall_ms_per_token", "speculative_mib_per_token",
+           "useful_share"))
 WHAT_IF_BASELINE = Record("what-if baseline", "`what_if.baseline`: the run as traced", (
     ("tokens", "the tokens figures are per (a pair's: decoded)"),
-    ("mib_per_token", "MiB read per token"), ("io_threads", "its lanes (null: not named)"),
+    ("mib_per_token", "MiB read per token", PER_TOKEN),
+    ("io_threads", "its lanes (null: not named)"),
     ("o_direct", "0/1 (null: not named)"), ("overlap", "0/1 (null: not named)"),
     ("expert_bytes", "an expert's bytes, as the cache counts them"),
-    ("io_wall_ms_per_token", "the I/O estimate per token")))
+    ("io_wall_ms_per_token", "the I/O estimate per token", PER_TOKEN)))
 WHAT_IF_SETTING = Record("what-if setting", "`what_if.settings[]`, largest saving first", (
     ("setting", "the engine setting: cache_mb, o_direct, io_threads, overlap, coalesce, "
                 "prefetch"),
     ("value", "its value in the engine's own unit"),
-    ("figures", "{name: figure}: what changes (resident_mib a plain number)", MapOf(VALUE)),
+    ("figures", "the figures it changes, and only those", WHAT_IF_FIGURES),
     ("ms_per_token_saved", "the decode time it would save per token", FIGURE),
     ("method", "how the figures were got, and what they assume")))
 WHAT_IF = Record("what if", "`what_if` (io: with --what-if; report: always)", (
@@ -2542,21 +2563,22 @@ def pair_report(compute, io):
 
 
 def decoded_what_if(what_if, decoded):
-    """The io report's what-if per decoded token (its figures are per read-token): every
-    figure named *_per_token scales, shares and sizes do not."""
+    """The io report's what-if per decoded token (its figures are per read-token): the figures
+    their Records declare per token scale; shares, counts and sizes do not."""
     if what_if is None:
         return None
     factor = what_if["baseline"]["tokens"] / decoded
+    scaling = WHAT_IF_FIGURES.per_token()
 
-    def per_token(figures):  # a figure {point, min, max}, or a plain number
-        return {name: value if not name.endswith("_per_token") or value is None else
-                rescaled(value, factor, FIGURE) if isinstance(value, dict) else
-                value * factor for name, value in figures.items()}
-    settings = [{**setting, "figures": per_token(setting["figures"]),
+    def figures(held):  # each a FIGURE {point, min, max}
+        return {name: rescaled(value, factor, FIGURE) if name in scaling else value
+                for name, value in held.items()}
+    settings = [{**setting, "figures": figures(setting["figures"]),
                  "ms_per_token_saved": rescaled(setting["ms_per_token_saved"], factor,
                                                 FIGURE)}
                 for setting in what_if["settings"]]
-    return {**what_if, "baseline": {**per_token(what_if["baseline"]), "tokens": decoded},
+    return {**what_if, "baseline": {**rescaled(what_if["baseline"], factor, WHAT_IF_BASELINE),
+                                    "tokens": decoded},
             "settings": settings}
 
 
@@ -4373,26 +4395,21 @@ def cache_blocks(report, view):
 
 
 # How each what-if figure reads in a line: (label before, format, label after); shares in %.
-WHAT_IF_FIGURES = {
-    "hit_share": ("hit ", "%", ""), "mib_per_token": ("", ".2f", " MiB/tok"),
-    "resident_mib": ("resident ", ".1f", " MiB"), "evictions": ("", "d", " evictions"),
-    "rereads": ("", "d", " re-reads"), "io_wall_ms_per_token": ("I/O ", ".2f", " ms"),
-    "reads_per_token": ("", ".1f", " reads/tok"),
-    "speculative_mib_per_token": ("", ".2f", " MiB/tok speculative"),
-    "useful_share": ("", "%", " routed then or next")}
-
-
 def what_if_value(value, spec):
-    return pct(value) if spec == "%" else num(value, spec)
+    if spec == "%":
+        return pct(value)
+    return num(value, f".{spec}f" if isinstance(spec, int) else spec)
 
 
 def what_if_figure(name, value):
-    """'hit 29.7% (26.1%-31.0%)': a figure, and its band where the bounds differ."""
-    before, spec, after = WHAT_IF_FIGURES.get(name, (name + " ", ".2f", ""))
+    """'hit 29.7% (26.1%-31.0%)': a figure in the words its Record shows it with, and its band
+    where the bounds differ."""
+    shown = WHAT_IF_FIGURES.field(name).shown
     if not isinstance(value, dict):
-        return f"{before}{what_if_value(value, spec)}{after}"
-    point, low, high = (what_if_value(value[bound], spec) for bound in ("point", "min", "max"))
-    return f"{before}{point}{after}" + (f" ({low}-{high})" if low != high else "")
+        return shown.header.format(what_if_value(value, shown.format))
+    point, low, high = (what_if_value(value[bound], shown.format)
+                        for bound in ("point", "min", "max"))
+    return shown.header.format(point) + (f" ({low}-{high})" if low != high else "")
 
 
 def saving_text(saved):

@@ -4929,7 +4929,9 @@ def cut_details(part, excess):
 # `io_wall_ms_per_token`, `pair.by_lane`); a row is a table row's name when its naming field is
 # unique in the table (`MUL_MAT`, `3`), else its index; every value of the report is one line,
 # so a folder of runs loads into one table (DuckDB: read_csv_auto('runs/*.csv')).
-CSV_HEADER = ("section", "row", "column", "value", "unit")
+# No SQL keyword among the names (`column` was one): a folder of these loads into SQLite or
+# DuckDB as it is, with numbers in a column of their own and text in another.
+CSV_HEADER = ("section", "row", "field", "number", "text", "unit")
 ROW_NAMES = ("op", "name", "category", "layer", "lane", "kind", "label", "figure", "key")
 # A value's unit: its column's own (past the bounds of a figure and the part it is kept for:
 # `figures.hit_share.point` is a hit_share's, `tokens.io` a tokens'), else its section's
@@ -4975,6 +4977,13 @@ def csv_cell(value):
     return repr(value) if isinstance(value, float) else str(value)
 
 
+def value_cells(value):
+    """(number, text): a number in the first, text and true/false in the second, null in
+    neither."""
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return (csv_cell(value), "") if is_number else ("", csv_cell(value))
+
+
 def row_names(rows):
     """Each row's name: its naming field's value when that is unique in the table and holds
     no / (which joins the rows of nested tables), else its index."""
@@ -4994,10 +5003,10 @@ def samples_by_key(value):
 
 
 def tidy_lines(value, section, rows=(), columns=(), row_unit=""):
-    """(section, row, column, value, unit) of every value under `value`. The objects above
+    """(section, row, field, value, unit) of every value under `value`. The objects above
     every table name the section; in a table, each table crossed adds its row's name to the
-    row (joined by /) and each object its key to the column (joined by .), so that a line is
-    found again by walking the report: at a table take a row, at an object a column. A row
+    row (joined by /) and each object its key to the field (joined by .), so that a line is
+    found again by walking the report: at a table take a row, at an object a field. A row
     that states its unit (a diff row, a diff series) gives it to the figures below it whose
     names state none."""
     if isinstance(value, dict) and isinstance(value.get("unit"), str):
@@ -5008,8 +5017,7 @@ def tidy_lines(value, section, rows=(), columns=(), row_unit=""):
     elif not rows and samples_by_key(value):  # {op: each token's µs}: rows tokens, columns ops
         for key, samples in value.items():
             for index, sample in enumerate(samples):
-                yield section, str(index), csv_text(str(key)), csv_cell(sample), \
-                    unit_of("", section)
+                yield section, str(index), csv_text(str(key)), sample, unit_of("", section)
     elif isinstance(value, dict):
         for key, item in value.items():
             if rows:
@@ -5019,19 +5027,20 @@ def tidy_lines(value, section, rows=(), columns=(), row_unit=""):
                 yield from tidy_lines(item, f"{section}.{name}" if section else name,
                                       row_unit=row_unit)
             else:
-                yield (section or "report", "", csv_text(str(key)), csv_cell(item),
+                yield (section or "report", "", csv_text(str(key)), item,
                        unit_of(str(key), section))
     else:
         column = ".".join(columns)
         unit = "" if isinstance(value, (str, bool)) else unit_of(column, section, row_unit)
-        yield section, "/".join(rows), csv_text(column), csv_cell(value), unit
+        yield section, "/".join(rows), csv_text(column), value, unit
 
 
 def csv_of(report):
     out = StringIO()
     writer = csv.writer(out, lineterminator="\r\n")  # RFC 4180
     writer.writerow(CSV_HEADER)
-    writer.writerows(tidy_lines(report, ""))
+    writer.writerows((section, row, field, *value_cells(value), unit)
+                     for section, row, field, value, unit in tidy_lines(report, ""))
     return out.getvalue()
 
 
@@ -6403,11 +6412,8 @@ def exit_status_text():
     return ", ".join(f"{status} {meaning}" for status, meaning in EXIT_STATUS.items())
 
 
-def build_parser(wanted=None):
-    """The command line's parser. wanted: the command the arguments name, the only one built
-    (building all seven commands' parsers cost 6-9% of `report` on the real long pair:
-    tests/ab_versions.py); None builds them all (the help's list, or a word that is no
-    command)."""
+def build_parser():
+    """The command line's parser: every command, its inputs and options."""
     epilog = EPILOG.format(exit_status="\n".join(textwrap.wrap(exit_status_text(), 84)))
     parser = argparse.ArgumentParser(
         prog="decode-analyze", description=DESCRIPTION, epilog=epilog,
@@ -6417,8 +6423,6 @@ def build_parser(wanted=None):
     subparsers = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}",
                                        required=True)
     for command in COMMANDS.values():
-        if wanted is not None and command.name != wanted:
-            continue
         sub = subparsers.add_parser(command.name, help=command.summary, epilog=epilog,
                                     description=command.description,
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -6591,7 +6595,7 @@ def main(argv=None, out=None, err=None):
     out = out or sys.stdout
     err = err or sys.stderr
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(next((word for word in argv[:1] if word in COMMANDS), None))
+    parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
@@ -6625,7 +6629,11 @@ def terminate(signum, frame):
 
 
 def run_and_exit():
-    """The command line's entry point: main(), its output flushed, its status the exit's."""
+    """The command line's entry point: main(), then exit without tearing down the heap.
+
+    Freeing every module, graph and dict one by one at interpreter exit is time the user
+    waits for and nothing needs (8-10% of `report` on the real long pair: ab_versions.py);
+    the output is flushed first."""
     signal.signal(signal.SIGTERM, terminate)
     try:
         status = main()
@@ -6640,7 +6648,7 @@ def run_and_exit():
             status = 141
         except (OSError, ValueError):
             status = status or 1
-    sys.exit(status)
+    os._exit(status)
 
 
 if __name__ == "__main__":

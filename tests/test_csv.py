@@ -1,7 +1,9 @@
 """--format csv: read back with the csv module, every line is one value of the JSON report of the
-same run, found again by its section, row and column, and every value of the JSON has its line."""
+same run, found again by its section, row and field, and every value of the JSON has its line;
+the README's queries run on it in SQLite (and DuckDB where it is installed)."""
 import csv
 import io
+import re
 
 import pytest
 
@@ -85,9 +87,12 @@ def test_every_line_is_a_value_of_the_json(case):
     assert "\r\n" in written  # RFC 4180 line ends
     lines = list(csv.reader(io.StringIO(written, newline="")))
     header, *rows = lines
-    assert header == ["section", "row", "column", "value", "unit"]
-    for section, row, column, value, unit in rows:
-        assert value == text_of(value_at(data, section, row, column)), (section, row, column)
+    assert header == ["section", "row", "field", "number", "text", "unit"]
+    for section, row, field, number, text, unit in rows:
+        value = value_at(data, section, row, field)
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        assert (number if is_number else text) == text_of(value), (section, row, field)
+        assert "" == (text if is_number else number)  # the other cell is empty
     assert len(rows) == leaves(data)
 
 
@@ -99,7 +104,7 @@ def test_the_command_lines_csv_is_drawn_from_its_json():
 
 def test_units_are_named_from_the_columns():
     data = run(*RUNS["io"], "--format", "csv").out
-    units = {(s, c): u for s, _, c, _, u in csv.reader(io.StringIO(data, newline=""))}
+    units = {(s, f): u for s, _, f, _, _, u in csv.reader(io.StringIO(data, newline=""))}
     assert units["report", "mib_per_token"] == "MiB"
     assert units["io_wall_ms_per_token", "min"] == "ms"
     assert units["throughput_mib_per_s", "max"] == "MiB/s"
@@ -115,9 +120,58 @@ def test_a_formula_in_a_node_name_is_defused_and_quotes_are_doubled(write):
             for step in (1, 2)]
     out = run("compute", write(ct_text(rows)), "--format", "csv").out
     assert '"\'=HYPERLINK(""http://x""),""a"' in out
-    names = [value for section, row, column, value, _ in csv.reader(io.StringIO(out, newline=""))
-             if section == "by_op" and column == "op"]
+    lines = list(csv.reader(io.StringIO(out, newline="")))
+    names = [text for section, _, field, _, text, _ in lines
+             if section == "by_op" and field == "op"]
     assert names == ["MUL_MAT"]
-    cells = [value for section, _, column, value, _ in csv.reader(io.StringIO(out, newline=""))
-             if column == "name"]
+    cells = [text for _, _, field, _, text, _ in lines if field == "name"]
     assert cells and all(cell == "'" + hostile for cell in cells)
+
+
+def load_into_sqlite(paths):
+    """The CSV files as a user loads them: one table `report`, its number column REAL (an
+    empty cell NULL), and the file each line came from."""
+    import sqlite3
+    database = sqlite3.connect(":memory:")
+    database.execute("CREATE TABLE report (file TEXT, section TEXT, row TEXT, field TEXT, "
+                     "number REAL, text TEXT, unit TEXT)")
+    for path in paths:
+        with open(path, newline="", encoding="utf-8") as f:
+            header, *lines = csv.reader(f)
+            assert header == list(decode_analyze.CSV_HEADER)
+            database.executemany("INSERT INTO report VALUES (?, ?, ?, ?, NULLIF(?, ''), ?, ?)",
+                                 [(str(path), *line) for line in lines])
+    return database
+
+
+def readme_query(engine):
+    """The README's example query for `engine` (sqlite or duckdb), as it is written there."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return re.search(rf"\n-- {engine}\n(.*?)(?=\n-- |```)", text, re.S).group(1)
+
+
+def test_the_readmes_query_runs_in_sqlite_on_two_runs(tmp_path):
+    paths = []
+    for name in ("base", "new"):
+        path = tmp_path / f"{name}.csv"
+        assert run(*RUNS["compute"], "--format", "csv", "-o", str(path)).code == 0
+        paths.append(path)
+    found = load_into_sqlite(paths).execute(readme_query("sqlite")).fetchall()
+    ops = sorted(report_with_warnings(*RUNS["compute"])["by_op"],
+                 key=lambda op: -op["ms_per_token"])
+    # each run's ops, slowest first, as numbers (REAL): base's, then new's, the same
+    expected = [(op["op"], pytest.approx(op["ms_per_token"])) for op in ops]
+    assert [(row, number) for _, row, number in found] == expected * 2
+    assert [file for file, _, _ in found] == [str(paths[0])] * len(ops) + [str(paths[1])] * len(ops)
+    assert all(isinstance(number, float) for _, _, number in found)
+
+
+def test_the_readmes_query_runs_in_duckdb_where_it_is_installed(tmp_path):
+    duckdb = pytest.importorskip("duckdb")
+    path = tmp_path / "run.csv"
+    assert run(*RUNS["compute"], "--format", "csv", "-o", str(path)).code == 0
+    query = readme_query("duckdb").replace("runs/*.csv", str(tmp_path / "*.csv"))
+    found = duckdb.sql(query).fetchall()
+    slowest = max(report_with_warnings(*RUNS["compute"])["by_op"],
+                  key=lambda op: op["ms_per_token"])
+    assert found[0][1:] == (slowest["op"], pytest.approx(slowest["ms_per_token"]))

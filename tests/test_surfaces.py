@@ -215,9 +215,9 @@ IDENTIFIERS = {"layer", "lane", "expert", "turn", "step", "phase", "schema", "sk
 def test_every_figure_in_csv_has_its_unit(argv):
     out = run(*argv, "--format", "csv").out
     missing = set()
-    for section, _, column, value, unit in list(csv.reader(io.StringIO(out, newline="")))[1:]:
-        if not number(value):
-            continue  # text: no unit
+    for section, _, column, value, _, unit in list(csv.reader(io.StringIO(out, newline="")))[1:]:
+        if not value:
+            continue  # text or null: no unit
         innermost = column.rpartition(".")[2]
         named = section.rpartition(".")[2] in ("meta", "common", "settings", "selection",
                                                "preamble_changes") \
@@ -229,7 +229,7 @@ def test_every_figure_in_csv_has_its_unit(argv):
 
 def test_what_if_figures_have_units():
     out = run("io", SERIAL, "--what-if", "--format", "csv").out
-    units = {(column, unit) for section, _, column, _, unit
+    units = {(column, unit) for section, _, column, _, _, unit
              in csv.reader(io.StringIO(out, newline="")) if section == "what_if.settings"}
     assert ("ms_per_token_saved.point", "ms") in units
     assert ("figures.hit_share.point", "fraction") in units

@@ -34,6 +34,7 @@ the sections above it:
   verdicts      the one-line conclusions and their thresholds (and what is at stake)
   diff          DiffView (one input, checked), diff_report (every NEW against BASE)
   summary       summary_runs (runs found and paired), one row per run
+  engine        the engine's own end-of-run lines (NAME.log) beside the tool's figures
   rendering     Column and table_lines (every text table); LAYOUTS (every report's sections,
                 drawn by text_of and markdown_of); json_text; csv_of (tidy CSV)
   output files  write_output: whole or not at all, never over an input
@@ -197,7 +198,8 @@ RANGE = Record("range", "a figure a v1 trace bounds but cannot measure", (
 # A report's verdicts are judged from it once it is built; a command's report ends with the
 # warnings the run said on stderr (a pair's halves have none of their own).
 WARNINGS = ("warnings", "every warning the run said on stderr (a command's report only)")
-LATER = ("verdicts", "warnings")
+# The engine's log is the run's, so a command's report holds it, never a pair's halves.
+LATER = ("engine", "verdicts", "warnings")
 REPORT_HEAD = (
     ("schema", f"the JSON schema, {SCHEMA} (2 lacked the `*_by_token` samples)"),
     ("tool_version", "the decode-analyze that wrote it"),
@@ -215,6 +217,25 @@ SHARE = ("share", "its share of all wall_ns", Shown("share", "%"))
 MAJFLT_PER_TOKEN = ("majflt_per_token", "its major faults / tokens",
                     Shown("majflt/tok", 1), PER_TOKEN)
 NODES_PER_TOKEN = ("nodes_per_token", "its nodes / tokens", Shown("nodes/tok", 1), PER_TOKEN)
+ENGINE_FIGURE = Record("engine figure", "`engine.figures.<figure>`", (
+    ("engine", "the engine's own figure, from its end-of-run lines", Shown("engine", 3)),
+    ("tool", "the tool's figure for the same thing (null: the traces do not show it)",
+     Shown("tool", 3)),
+    ("ratio", "tool / engine (null when either is missing or the engine's is 0)",
+     Shown("ratio", 3)),
+    ("agrees", "whether they are within the README's tolerance (null: not compared)",
+     Shown("agrees"))))
+ENGINE_TURN = Record("engine turn", "`engine.turns` (a session's `turn id=N:` lines)", (
+    ("turn", "the turn's id"), ("generated", "tokens it generated"),
+    ("cache_hit_pct", "the engine's cache hit %"), ("read_mib", "MiB it read"),
+    ("tool_read_mib", "MiB the io trace's decode reads of that turn hold (null: no io trace)")))
+ENGINE = Record("engine", "a run's `engine` (null without the engine's log)", (
+    ("log", "the log read (NAME.log beside a trace, or --engine-log)"),
+    ("figures", "{figure: engine figure}, every figure the log states", MapOf(ENGINE_FIGURE)),
+    ("turns", "the session's turns, in order", ListOf(ENGINE_TURN))))
+ENGINE_FIELD = ("engine", "the engine's own figures beside the tool's (null without its log)",
+                ENGINE)
+
 OP_ROW = Record("op row", "compute `by_op`", (
     ("op", "the ggml op", Shown("op", "text")), ("count", "its nodes in the selection", TOTAL),
     ("ms_per_token", "its wall_ns / tokens / 10^6",
@@ -308,7 +329,8 @@ COMPUTE_REPORT = Record("compute report", "`compute`; a pair's `compute`", (
                        "the samples diff tests an op with", MapOf(VALUE)),
     ("category_us_by_token", "the same per node category (`{}` for a layer trace): what the "
                              "SVG stacks", MapOf(VALUE)),
-    ("verdicts", "the compute verdicts", ListOf(VERDICT)), WARNINGS), later=LATER)
+    ENGINE_FIELD, ("verdicts", "the compute verdicts", ListOf(VERDICT)), WARNINGS),
+    later=LATER)
 
 LATENCY = Record("latency", "io `latency_us`", (
     ("min", "shortest read (µs)", Shown("min", 1)),
@@ -466,7 +488,7 @@ IO_REPORT = Record("io report", "`io`; a pair's `io` (its own per-read-token fig
     ("per_token", "every read-token, in trace order", ListOf(IO_TOKEN)),
     ("lane_bytes_by_token", "{lane: bytes each token read on it, in per_token's order} (with "
                             "--svg, which draws it; null otherwise)", MapOf(VALUE)),
-    ("verdicts", "the io verdicts", ListOf(VERDICT)), WARNINGS), later=LATER)
+    ENGINE_FIELD, ("verdicts", "the io verdicts", ListOf(VERDICT)), WARNINGS), later=LATER)
 
 READ_GROUP = Record("read group", "a pair's `read_split.read`, `read_split.no_read`", (
     ("tokens", "decoded tokens that read (that read nothing)"),
@@ -531,7 +553,7 @@ PAIR_REPORT = Record("pair report", "`report`", (
     *REPORT_HEAD, ("compute", "the compute report", COMPUTE_REPORT),
     ("io", "the io report", IO_REPORT), ("pair", "what only the pair can tell", PAIR),
     ("what_if", "what each engine setting would buy, per decoded token", WHAT_IF),
-    WARNINGS), later=LATER)
+    ENGINE_FIELD, WARNINGS), later=LATER)
 
 TIMELINE_STATS = Record("timeline figure", "timeline `summary.<figure>` (null when no decode "
                                            "has it)", (
@@ -3664,7 +3686,6 @@ SUMMARY_FIGURES = tuple(field.name for field in SUMMARY_ROW.shown())  # its tabl
 SUMMARY_SORTS = ("run",) + SUMMARY_FIGURES
 
 
-COMPRESSED_ENDINGS = (".gz", ".bz2", ".xz", ".lzma", ".zip")  # what a trace's name may end in
 
 
 def run_parts(argument):
@@ -3674,6 +3695,9 @@ def run_parts(argument):
         return (argument,)
     compute, _, io_path = argument.partition("+")
     return (compute, io_path)
+
+
+COMPRESSED_ENDINGS = (".gz", ".bz2", ".xz", ".lzma", ".zip")  # what a trace's name may end in
 
 
 def matched_name(path):
@@ -3801,6 +3825,157 @@ def sorted_rows(rows, sort):
             return (0, float(value), "") if PLAIN_NUMBER.fullmatch(value) else (1, 0.0, value)
         return (0, float(value), "")
     return sorted(rows, key=key)
+
+
+# ── engine: the engine's own end-of-run lines ───────────────────────────────────────────────────
+# NAME.log beside a trace holds the lines the engine printed at the end of the run (their
+# grammar: ../shared/traces/README.md). Each kind of line has its pattern, found anywhere in the
+# file; every other line is ignored. A figure keeps how finely the engine printed it: it agrees
+# with the tool's when they differ by at most ENGINE_TOLERANCE of it, or by the engine's rounding.
+ENGINE_TOLERANCE = 0.10
+NUMBER = r"(\d+(?:\.\d+)?)"
+ENGINE_LINES = tuple((re.compile(pattern.replace("N", NUMBER)), names) for pattern, names in (
+    (r"generation: N tokens, N s/token", ("tokens", "generation_ms_per_token")),
+    (r"compute: .*, N major faults/token", ("majflt_per_token",)),
+    (r"moe-stream: read N MiB \(N MiB/token\), decode N s/token \(compute N \+ cache mgmt N "
+     r"\+ flash I/O N s/token, N MiB/s\)",
+     ("read_mib", "mib_per_token", "decode_ms_per_token", "compute_ms_per_token",
+      "cache_mgmt_ms_per_token", "flash_io_ms_per_token", "mib_per_s")),
+    (r"moe-cache: N% hit, resident N MiB", ("hit_pct", "resident_mib")),
+    (r"moe-cache: N evictions, N re-reads", ("evictions", "rereads")),
+    (r"moe-overlap: stall N s/token", ("stall_ms_per_token",)),
+    (r"moe-prefetch: N MiB speculative, N/N experts useful",
+     ("speculative_mib", "useful_experts", "speculative_experts")),
+    (r"ngram: .* N tokens per verify decode", ("positions_per_decode",))))
+TURN_LINE = re.compile(r"turn id=(\d+): generated=(\d+) .*cache_hit=([\d.]+)% read_mib=([\d.]+)")
+LOG_MOST_BYTES = 64 << 20  # a log is a terminal's text: past this, it is not one
+EngineValue = namedtuple("EngineValue", "value rounding")
+
+
+def engine_value(name, text):
+    """A figure as the engine printed it, in the tool's units (s/token -> ms), with half of
+    its last printed digit."""
+    scale = 1000 if name.endswith("_ms_per_token") else 1
+    _, _, decimals = text.partition(".")
+    return EngineValue(float(text) * scale, 0.5 * 10 ** -len(decimals) * scale)
+
+
+def read_engine_log(path):
+    """(figures {name: EngineValue}, turns [(id, generated, hit %, MiB)]) of a log."""
+    figures, turns = {}, []
+    try:
+        with open(path, "rb") as f:
+            text = f.read(LOG_MOST_BYTES + 1)
+    except OSError as exc:
+        raise TraceError(path, 0, f"cannot read the engine's log: {exc.strerror or exc}")
+    if len(text) > LOG_MOST_BYTES:
+        raise TraceError(path, 0, f"over {LOG_MOST_BYTES >> 20} MiB: not an engine's log")
+    for line in text.decode("utf-8", "replace").splitlines():
+        for pattern, names in ENGINE_LINES:
+            found = pattern.search(line)
+            if found:  # a figure past any float (a mangled log) is no figure
+                figures.update((name, engine_value(name, value))
+                               for name, value in zip(names, found.groups())
+                               if math.isfinite(float(value)))
+        turn = TURN_LINE.search(line)
+        if turn:
+            number, generated, hit, mib = turn.groups()
+            turns.append((int(number), int(generated), float(hit), float(mib)))
+    return finer_flash_io(figures), turns
+
+
+def finer_flash_io(figures):
+    """The engine's flash I/O per token from its read MiB, MiB/s and tokens, finer than the
+    ms it prints (4.63 against 5 on the serial run)."""
+    read, rate, tokens = (figures.get(name) for name in ("read_mib", "mib_per_s", "tokens"))
+    if read and rate and tokens and read.value and rate.value and tokens.value:
+        flash = read.value / rate.value / tokens.value * 1000
+        # as fine as the MiB/s it rests on (printed whole)
+        figures["flash_io_ms_per_token"] = EngineValue(flash, flash * rate.rounding / rate.value)
+    return figures
+
+
+def stripped_name(path):
+    """A trace's path without its compression ending and .csv: NAME of NAME.log."""
+    name = path
+    for ending in (*COMPRESSED_ENDINGS, ".csv"):
+        if name.endswith(ending):
+            name = name[:-len(ending)]
+    return name
+
+
+def log_beside(paths):
+    """NAME.log beside the first trace that has one, or for a pair their shared NAME's
+    (session-ct.csv and session-io.csv: session.log); None."""
+    names = [stripped_name(path) for path in paths if path != trace_io.STDIN]
+    shared = os.path.commonprefix(names).rstrip("-_.") if len(names) > 1 else ""
+    for name in names + ([shared] if shared and os.path.basename(shared) else []):
+        if os.path.isfile(name + ".log"):
+            return name + ".log"
+    return None
+
+
+def tool_figures(report):
+    """The tool's figure for each engine figure the traces show, from a report of the whole
+    decode (a selection of some tokens is not the run the engine summed)."""
+    halves = report_halves(report)
+    compute, io, pair = halves.get("compute"), halves.get("io"), report.get("pair")
+    figures = {}
+    if compute and whole_decode(compute):
+        figures.update(decode_ms_per_token=compute["ms_per_token"],
+                       generation_ms_per_token=compute["ms_per_token"],
+                       majflt_per_token=compute["majflt_per_token"])
+        decodes = compute["decodes"]
+        if decodes["speculative"]:
+            figures["positions_per_decode"] = decodes["positions"] / decodes["decodes"]
+    if io and whole_decode(io):
+        overlapped = io["meta"].get("overlap") == "1"
+        # not speculative MiB: the prefetch run's spec=1 reads hold 0.2 MiB where its log
+        # says 0.0, so the two count different things
+        figures.update(read_mib=io["read_bytes"] / MIB, mib_per_token=io["mib_per_token"],
+                       flash_io_ms_per_token=io["busy_ms_per_token"] if overlapped
+                       else io["io_wall_ms_per_token"]["estimate"])
+    if pair and "read_mib" in figures and "decode_ms_per_token" in figures:
+        figures.update(mib_per_token=pair["io_mib_per_token"],
+                       compute_ms_per_token=pair["compute_ms_per_token"])
+        if pair["compute_ms_per_token"] is not None:
+            figures["flash_io_ms_per_token"] = pair["io_wall_ms_per_token"]["estimate"]
+    return figures
+
+
+def whole_decode(report):
+    selection = report["selection"]
+    return report["phase"] == "decode" and not selection["turns"] and \
+        selection["steps"] == [None, None] and not selection["skip"]
+
+
+def engine_report(log, report):
+    """The report's `engine`: each figure of the log beside the tool's, and the turns."""
+    figures, turns = read_engine_log(log)
+    ours = tool_figures(report)
+    compared = {}
+    for name, engine in figures.items():
+        tool = ours.get(name)
+        agrees = None if tool is None else \
+            abs(tool - engine.value) <= max(ENGINE_TOLERANCE * abs(engine.value), engine.rounding)
+        compared[name] = ENGINE_FIGURE(engine=engine.value, tool=tool,
+                                       ratio=ratio(tool, engine.value) if tool is not None
+                                       else None, agrees=agrees)
+    return ENGINE(log=log, figures=compared, turns=turn_rows(turns, report))
+
+
+def turn_rows(turns, report):
+    """The session's turn lines, each with the MiB the io trace's decode reads of its turn
+    hold: turns matched in order (the engine counts them from 1, the trace as it numbers
+    them)."""
+    io = report_halves(report).get("io")
+    read = {}
+    for token in io["per_token"] if io and io["phase"] == "decode" else ():
+        read[token["turn"]] = read.get(token["turn"], 0.0) + token["mib"]
+    traced = list(read.values()) if len(read) == len(turns) else [None] * len(turns)
+    return [ENGINE_TURN(turn=turn, generated=generated, cache_hit_pct=hit, read_mib=mib,
+                        tool_read_mib=tool)
+            for (turn, generated, hit, mib), tool in zip(turns, traced)]
 
 
 # ── rendering ────────────────────────────────────────────────────────────────────────────────────
@@ -4156,7 +4331,30 @@ def header_blocks(report, view):
         header = Header("timeline", paths, report["meta"], TIMELINE_KEYS)
     else:
         header = Header(kind, [], {}, ())
+    engine = report.get("engine")
+    if engine:
+        header = header._replace(paths=header.paths + [("engine log", engine["log"], "")])
     return [Block(None, [header], gap=False)]
+
+
+AGREEMENT = {True: "yes", False: "NO", None: "-"}
+
+
+def engine_blocks(report, view):
+    """The engine's own figures beside the tool's, and a session's turns."""
+    engine = report.get("engine")
+    if not engine:
+        return []
+    rows = [{"figure": name, **figure, "agrees": AGREEMENT[figure["agrees"]]}
+            for name, figure in engine["figures"].items()]
+    parts = [Grid((text_column("figure", "figure"), *table_of(ENGINE_FIGURE)), rows)] \
+        if rows else []
+    turns = [f"  turn {turn['turn']}: {turn['generated']} generated, cache hit "
+             f"{turn['cache_hit_pct']}%, read {turn['read_mib']} MiB (the io trace: "
+             f"{num(turn['tool_read_mib'], '.1f')})" for turn in engine["turns"]]
+    return [Block(f"the engine's own figures (ms, MiB, % as named; agrees: within "
+                  f"{ENGINE_TOLERANCE:.0%} or the engine's rounding)",
+                  parts + ([Prose(turns)] if turns else []))]
 
 
 def verdict_blocks(report, view):
@@ -4722,13 +4920,16 @@ def schema_blocks(report, view):
 COMPUTE_SECTIONS = (segment_blocks, op_blocks, fault_blocks, category_blocks)
 IO_READ_SECTIONS = (latency_blocks, size_blocks, lane_blocks, spec_blocks)
 COMPUTE_LAYOUT = layout(
-    header_blocks, compute_headline_blocks, verdict_blocks, caveat_blocks, *COMPUTE_SECTIONS,
+    header_blocks, compute_headline_blocks, verdict_blocks, engine_blocks, caveat_blocks,
+    *COMPUTE_SECTIONS,
     Section(compute_layer_blocks, fold=True), compute_token_blocks)
 IO_LAYOUT = layout(
-    header_blocks, io_headline_blocks, verdict_blocks, *IO_READ_SECTIONS, io_layer_blocks,
+    header_blocks, io_headline_blocks, verdict_blocks, engine_blocks, *IO_READ_SECTIONS,
+    io_layer_blocks,
     adjacency_blocks, cache_blocks, what_if_blocks, io_token_blocks)
 PAIR_LAYOUT = layout(
-    header_blocks, pair_headline_blocks, verdict_blocks, caveat_blocks, per_decoded_blocks,
+    header_blocks, pair_headline_blocks, verdict_blocks, engine_blocks, caveat_blocks,
+    per_decoded_blocks,
     pair_layer_blocks, *COMPUTE_SECTIONS, compute_token_blocks, divider("flash reads"),
     *IO_READ_SECTIONS, adjacency_blocks, cache_blocks, what_if_blocks)
 TIMELINE_LAYOUT = layout(
@@ -6234,7 +6435,16 @@ PICTURE_OPTIONS = {
 # What a command that lacks an option reads in its place: the drawing's view, and no picture.
 ABSENT_OPTIONS = dict(top=View().top, layers=False, svg=None, perfetto=None,
                       tokens=PERFETTO_TOKENS, phase=None, turn=None, steps=None, skip=0,
-                      ascii=False, skip_bad_rows=False, jobs=1)
+                      ascii=False, skip_bad_rows=False, jobs=1, engine_log=None,
+                      no_engine_log=False)
+# The engine's log: read by itself when it lies beside a trace (NAME.log), or named.
+ENGINE_LOG_OPTIONS = (
+    option("--engine-log", metavar="FILE",
+           help="the engine's end-of-run lines for this run (default: NAME.log beside the "
+                "trace, NAME its file name without .csv); its figures are shown beside the "
+                "tool's"),
+    option("--no-engine-log", action="store_true",
+           help="ignore any engine log beside the traces"))
 
 
 def layers_option(what):
@@ -6295,7 +6505,7 @@ COMMANDS = {command.name: command for command in (
             "where compute goes: by op, node category, layer and token; page faults",
             "Where a token's compute time goes, from a compute trace (ct.csv).",
             (Input("path", "compute", "the compute trace (ct.csv)"),),
-            (top_option(12), layers_option("also the by-layer table")),
+            (top_option(12), layers_option("also the by-layer table"), *ENGINE_LOG_OPTIONS),
             lambda args, reading: analyze_compute(args.path, reading), ("svg", "perfetto")),
     Command("io", "io IO",
             "the flash reads: latency, sizes, alignment, lanes, layers, experts, speculation",
@@ -6307,7 +6517,7 @@ COMMANDS = {command.name: command for command in (
                     help="re-reads, and what the engine's expert cache would have served at "
                          "sizes up to the footprint"),
              *what_if_options("what each engine setting would buy (--cache-mb implies it)"),
-             layers_option(FULL_LAYERS)),
+             layers_option(FULL_LAYERS), *ENGINE_LOG_OPTIONS),
             lambda args, reading: analyze_io(args.path, reading, IoAsked.of(args)),
             ("svg", "perfetto")),
     Command("report", "report CT IO",
@@ -6319,7 +6529,7 @@ COMMANDS = {command.name: command for command in (
              Input("io_path", "io", "the io trace of the same run (io.csv)")),
             (top_option(8), *what_if_options("what each engine setting would buy (always "
                                              "in report: accepted for io's sake)"),
-             layers_option(FULL_LAYERS)),
+             layers_option(FULL_LAYERS), *ENGINE_LOG_OPTIONS),
             lambda args, reading: analyze_pair(args.compute_path, args.io_path, reading,
                                                args.cache_mb or ()),
             ("svg", "perfetto")),
@@ -6494,6 +6704,8 @@ def run(args, out, warn):
     check_outputs(args, paths)
     reading = reading_from(args, warn)
     report = command.analyze(args, reading)
+    if "engine" in REPORTS[report["kind"]].names:
+        report = with_engine_log(report, args, [path for _, path in paths], warn)
     report.setdefault("warnings", list(warn.said))
     write_pictures(args, report, paths, reading)
     view = View(args.top, args.layers, args.ascii)
@@ -6514,6 +6726,23 @@ def run(args, out, warn):
             text = text_of(report, view._replace(ascii=True))
             text = text.encode("ascii", "backslashreplace").decode("ascii")
         write_out(out, text)
+
+
+def with_engine_log(report, args, paths, warn):
+    """The report with its `engine`: the named log's, else the one beside its traces, else
+    null; every figure that disagrees beyond the tolerance is a warning."""
+    if args.engine_log is not None and args.no_engine_log:
+        raise UsageError("--engine-log and --no-engine-log: give one of them")
+    log = None if args.no_engine_log else args.engine_log or log_beside(paths)
+    engine = engine_report(log, report) if log else None
+    for name, figure in (engine["figures"] if engine else {}).items():
+        if figure["agrees"] is False:
+            warn(f"{log}: the engine's {name} is {figure['engine']:.4g}, the traces' "
+                 f"{figure['tool']:.4g} ({num(figure['ratio'], '.2f')}x, beyond "
+                 f"{ENGINE_TOLERANCE:.0%}): a log of another run, or a trace cut short?")
+    record = REPORTS[report["kind"]]
+    return {name: engine if name == "engine" else report[name] for name in record.names
+            if name in report or name == "engine"}
 
 
 OUTPUT_OPTIONS = ("output", "svg", "perfetto")

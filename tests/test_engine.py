@@ -1,0 +1,144 @@
+"""The engine's own end-of-run lines (NAME.log beside a trace, or --engine-log): read anywhere in
+the file, each figure beside the tool's with their ratio, within the README's tolerance on every
+real run, and a log of another run said as a warning."""
+import json
+
+import pytest
+
+import decode_analyze
+from helpers import REAL_TRACES, ROOT, run
+
+DATA = ROOT / "tests" / "data"
+LOGGED = sorted(path.stem for path in DATA.glob("*.log"))
+SESSION = [REAL_TRACES["qwen3moe-l4-session-ct-node.csv"],
+           REAL_TRACES["qwen3moe-l4-session-ct-node-io.csv"]]
+
+
+def engine_of(*argv):
+    result = run(*argv, "--format", "json")
+    assert result.code == 0, result.err
+    return json.loads(result.out)["engine"], result.err
+
+
+def command_of(name):
+    return "io" if "-io-" in name else "compute"
+
+
+def test_every_real_trace_has_its_log_here():
+    assert len(LOGGED) == 8 and all((DATA / f"{name}.csv").exists() for name in LOGGED)
+
+
+@pytest.mark.parametrize("name", LOGGED)
+def test_the_log_beside_a_trace_is_read_and_every_shared_figure_agrees(name):
+    engine, err = engine_of(command_of(name), DATA / f"{name}.csv")
+    assert engine["log"] == str(DATA / f"{name}.log")
+    compared = {figure: values for figure, values in engine["figures"].items()
+                if values["tool"] is not None}
+    assert compared and all(values["agrees"] for values in compared.values()), compared
+    for values in compared.values():
+        assert values["ratio"] is None or values["ratio"] == pytest.approx(
+            values["tool"] / values["engine"])
+    assert "warning" not in err
+
+
+def test_the_figures_are_the_logs_in_the_tools_units():
+    """The serial io run: `read 204.0 MiB (1.59 MiB/token), decode 0.039 s/token (compute
+    0.034 + cache mgmt 0.000 + flash I/O 0.005 s/token, 344 MiB/s)`, 128 tokens."""
+    engine, _ = engine_of("io", DATA / "qwen3moe-l4-io-serial.csv")
+    figures = engine["figures"]
+    assert figures["read_mib"]["engine"] == 204.0 and figures["mib_per_token"]["engine"] == 1.59
+    assert figures["decode_ms_per_token"]["engine"] == 39.0
+    assert figures["compute_ms_per_token"]["engine"] == 34.0
+    # the finer flash I/O: read MiB / MiB/s / tokens (the README's 4.63 ms)
+    assert figures["flash_io_ms_per_token"]["engine"] == pytest.approx(204.0 / 344 / 128 * 1000)
+    # the tool's: the trace's decode reads (203.96 MiB) and its I/O estimate
+    report = json.loads(run("io", DATA / "qwen3moe-l4-io-serial.csv", "--format", "json").out)
+    assert figures["read_mib"]["tool"] == report["read_bytes"] / (1 << 20)
+    assert figures["flash_io_ms_per_token"]["tool"] == \
+        report["io_wall_ms_per_token"]["estimate"]
+    assert figures["decode_ms_per_token"]["tool"] is None  # an io trace has no decode wall
+
+
+def test_a_session_pair_finds_its_shared_log_and_each_turns_reads_match():
+    engine, err = engine_of("report", *SESSION)
+    assert engine["log"].endswith("session.log") and "warning" not in err
+    turns = engine["turns"]
+    assert [turn["turn"] for turn in turns] == [1, 2, 3, 4]
+    assert [turn["generated"] for turn in turns] == [64, 48, 64, 32]
+    for turn in turns:  # the engine prints one decimal
+        assert turn["tool_read_mib"] == pytest.approx(turn["read_mib"], abs=0.05)
+
+
+def test_a_log_of_another_run_is_a_warning_naming_the_figure():
+    engine, err = engine_of("compute", DATA / "qwen3moe-l4-ct-layers.csv", "--engine-log",
+                            DATA / "gemma4-l4-ct-node.log")
+    assert engine["figures"]["decode_ms_per_token"]["agrees"] is False
+    assert "decode_ms_per_token" in err and "another run" in err
+
+
+def test_no_engine_log_ignores_it_and_both_options_are_refused():
+    engine, _ = engine_of("io", DATA / "qwen3moe-l4-io-serial.csv", "--no-engine-log")
+    assert engine is None
+    result = run("io", DATA / "qwen3moe-l4-io-serial.csv", "--no-engine-log", "--engine-log",
+                 DATA / "qwen3moe-l4-io-serial.log")
+    assert result.code == 2 and result.err.count("\n") == 1 and "--no-engine-log" in result.err
+
+
+def test_a_missing_log_is_a_one_line_error(tmp_path):
+    result = run("io", DATA / "qwen3moe-l4-io-serial.csv", "--engine-log", tmp_path / "none.log")
+    assert result.code == 1 and result.err.count("\n") == 1 and "none.log" in result.err
+    assert "Traceback" not in result.err
+
+
+def test_lines_are_found_anywhere_and_everything_else_is_ignored(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_bytes(b"llama_model_loader: junk\n\xff\xfe not text\n"
+                    b"[info] moe-stream: read 204.0 MiB (1.59 MiB/token), decode 0.039 s/token "
+                    b"(compute 0.034 + cache mgmt 0.000 + flash I/O 0.005 s/token, 344 MiB/s)\r\n"
+                    b"moe-cache: 13.0% hit, resident 1.9 MiB\n"
+                    b"generation: 128 tok")  # cut short: not a line of the grammar
+    figures, turns = decode_analyze.read_engine_log(str(log))
+    assert figures["read_mib"].value == 204.0 and figures["hit_pct"].value == 13.0
+    assert "tokens" not in figures and turns == []
+    # without the tokens, flash I/O is the engine's printed ms
+    assert figures["flash_io_ms_per_token"].value == 5.0
+
+
+def test_a_selection_of_some_tokens_is_not_compared():
+    engine, err = engine_of("compute", DATA / "qwen3moe-l4-ct-node.csv", "--skip", "8")
+    assert all(values["tool"] is None for values in engine["figures"].values())
+    assert "warning" not in err
+
+
+def test_the_text_shows_the_log_in_the_header_and_the_figures_beside_each_other():
+    out = run("io", DATA / "qwen3moe-l4-io-serial.csv").out
+    assert f"  engine log: {DATA / 'qwen3moe-l4-io-serial.log'}" in out
+    line = next(line for line in out.splitlines() if line.lstrip().startswith("read_mib"))
+    assert line.split() == ["read_mib", "204.000", "203.958", "1.000", "yes"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_mangled_log_never_raises_past_its_figures(tmp_path, seed):
+    """Bytes cut, flipped and injected into a real log: figures or none, never a traceback."""
+    import random
+    rng = random.Random(seed)
+    text = bytearray((DATA / "qwen3moe-l4-io-prefetch.log").read_bytes())
+    for _ in range(200):
+        mangled = bytearray(text)
+        for _ in range(rng.randint(1, 8)):
+            at = rng.randrange(len(mangled))
+            mangled[at:at + rng.randint(0, 3)] = bytes(rng.randrange(256)
+                                                        for _ in range(rng.randint(0, 3)))
+        log = tmp_path / "run.log"
+        log.write_bytes(bytes(mangled))
+        figures, _ = decode_analyze.read_engine_log(str(log))
+        assert all(value.value >= 0 and value.rounding > 0 for value in figures.values())
+    result = run("io", DATA / "qwen3moe-l4-io-prefetch.csv", "--engine-log", log)
+    assert result.code == 0 and "Traceback" not in result.err
+
+
+def test_a_figure_past_any_float_is_left_out(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text(f"moe-cache: {'9' * 400}% hit, resident 1.9 MiB\n")
+    figures, _ = decode_analyze.read_engine_log(str(log))
+    assert "hit_pct" not in figures and figures["resident_mib"].value == 1.9

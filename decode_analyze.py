@@ -6702,6 +6702,8 @@ def run(args, out, warn):
         raise TraceError(display_name(trace_io.STDIN), 0, "stdin can carry only one of the "
                                                           "inputs")
     check_outputs(args, paths)
+    if args.engine_log is not None and args.no_engine_log:  # before any trace is read
+        raise UsageError("--engine-log and --no-engine-log: give one of them")
     reading = reading_from(args, warn)
     report = command.analyze(args, reading)
     if "engine" in REPORTS[report["kind"]].names:
@@ -6731,8 +6733,6 @@ def run(args, out, warn):
 def with_engine_log(report, args, paths, warn):
     """The report with its `engine`: the named log's, else the one beside its traces, else
     null; every figure that disagrees beyond the tolerance is a warning."""
-    if args.engine_log is not None and args.no_engine_log:
-        raise UsageError("--engine-log and --no-engine-log: give one of them")
     log = None if args.no_engine_log else args.engine_log or log_beside(paths)
     engine = engine_report(log, report) if log else None
     for name, figure in (engine["figures"] if engine else {}).items():

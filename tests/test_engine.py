@@ -142,3 +142,12 @@ def test_a_figure_past_any_float_is_left_out(tmp_path):
     log.write_text(f"moe-cache: {'9' * 400}% hit, resident 1.9 MiB\n")
     figures, _ = decode_analyze.read_engine_log(str(log))
     assert "hit_pct" not in figures and figures["resident_mib"].value == 1.9
+
+
+def test_the_two_log_options_are_refused_before_any_trace_is_read(monkeypatch):
+    def read(*args, **kwargs):
+        raise AssertionError("a trace was read")
+    monkeypatch.setattr(decode_analyze, "read_io", read)
+    result = run("io", DATA / "qwen3moe-l4-io-serial.csv", "--no-engine-log", "--engine-log",
+                 DATA / "qwen3moe-l4-io-serial.log")
+    assert result.code == 2 and "--no-engine-log" in result.err

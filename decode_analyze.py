@@ -3888,26 +3888,19 @@ def finer_flash_io(figures):
     """The engine's flash I/O per token from its read MiB, MiB/s and tokens, finer than the
     ms it prints (4.63 against 5 on the serial run)."""
     read, rate, tokens = (figures.get(name) for name in ("read_mib", "mib_per_s", "tokens"))
-    if read and rate and tokens and read.value and rate.value and tokens.value:
+    if all(part and part.value for part in (read, rate, tokens)):
         flash = read.value / rate.value / tokens.value * 1000
         # as fine as the MiB/s it rests on (printed whole)
         figures["flash_io_ms_per_token"] = EngineValue(flash, flash * rate.rounding / rate.value)
     return figures
 
 
-def stripped_name(path):
-    """A trace's path without its compression ending and .csv: NAME of NAME.log."""
-    name = path
-    for ending in (*COMPRESSED_ENDINGS, ".csv"):
-        if name.endswith(ending):
-            name = name[:-len(ending)]
-    return name
-
-
 def log_beside(paths):
     """NAME.log beside the first trace that has one, or for a pair their shared NAME's
     (session-ct.csv and session-io.csv: session.log); None."""
-    names = [stripped_name(path) for path in paths if path != trace_io.STDIN]
+    # NAME: the trace's name as summary matches it (no compression ending), without .csv
+    names = [matched_name(path).removesuffix(".csv") for path in paths
+             if path != trace_io.STDIN]
     shared = os.path.commonprefix(names).rstrip("-_.") if len(names) > 1 else ""
     for name in names + ([shared] if shared and os.path.basename(shared) else []):
         if os.path.isfile(name + ".log"):

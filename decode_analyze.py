@@ -149,13 +149,15 @@ class Record:
     dict, in the declared order). `later` fields may be left out, to be added after the object
     is built: the verdicts, judged from the finished report, and a written report's warnings.
     A table's row names its row by `key` (a field), and says in `by` what its rows are, for
-    diff's titles ("by op")."""
+    diff's titles ("by op"). per_token: the names of the fields that are per token of their
+    trace (what a pair rescales)."""
 
     def __init__(self, name, where, fields, later=(), key=None, by=None):
         self.name, self.where, self.later, self.key, self.by = name, where, later, key, by
         self.fields = [field_of(*field) for field in fields]
         self.names = [field.name for field in self.fields]
         self._built = [name for name in self.names if name not in later]
+        self.per_token = {field.name for field in self.fields if field.per == PER_TOKEN}
 
     def __call__(self, **values):
         given = list(values)
@@ -173,10 +175,6 @@ class Record:
     def shown(self):
         """The fields a table shows, in their order."""
         return [field for field in self.fields if field.shown and field.shown.header is not None]
-
-    def per_token(self):
-        """The names of the fields that are per token of their trace."""
-        return {field.name for field in self.fields if field.per == PER_TOKEN}
 
 
 VALUE = None  # a field that holds a number, a string, a list of them, or null
@@ -405,7 +403,7 @@ FIGURE = Record("what-if figure", "`what_if.settings[].figures.*`, `ms_per_token
                                             PER_TOKEN)))
 # What a what-if setting changes: each setting holds the figures it changes (so every field may
 # be absent); a figure's head is the words around its value in the text ("hit {}").
-WHAT_IF_FIGURES = Record("what-if figures", "`what_if.settings[].figures`", (
+WHAT_IF_FIGURE_FIELDS = (
     ("experts", "whole experts the cache holds", FIGURE),
     ("hit_share", "the share of expert lookups it serves", FIGURE, Shown("hit {}", "%")),
     ("reads_per_token", "reads per token", FIGURE, Shown("{} reads/tok", 1), PER_TOKEN),
@@ -419,10 +417,10 @@ WHAT_IF_FIGURES = Record("what-if figures", "`what_if.settings[].figures`", (
     ("speculative_mib_per_token", "MiB read speculatively per token", FIGURE,
      Shown("{} MiB/tok speculative", 2), PER_TOKEN),
     ("useful_share", "the share of speculatively read experts routed at that token or the "
-                     "next", FIGURE, Shown("{} routed then or next", "%"))),
-    later=("experts", "hit_share", "reads_per_token", "mib_per_token", "evictions", "rereads",
-           "resident_mib", "io_wall_ms_per_token", "speculative_mib_per_token",
-           "useful_share"))
+                     "next", FIGURE, Shown("{} routed then or next", "%")))
+WHAT_IF_FIGURES = Record("what-if figures", "`what_if.settings[].figures`",
+                         WHAT_IF_FIGURE_FIELDS,
+                         later=tuple(name for name, *_ in WHAT_IF_FIGURE_FIELDS))
 WHAT_IF_BASELINE = Record("what-if baseline", "`what_if.baseline`: the run as traced", (
     ("tokens", "the tokens figures are per (a pair's: decoded)"),
     ("mib_per_token", "MiB read per token", PER_TOKEN),
@@ -2590,7 +2588,7 @@ def decoded_what_if(what_if, decoded):
     if what_if is None:
         return None
     factor = what_if["baseline"]["tokens"] / decoded
-    scaling = WHAT_IF_FIGURES.per_token()
+    scaling = WHAT_IF_FIGURES.per_token
 
     def figures(held):  # each a FIGURE {point, min, max}
         return {name: rescaled(value, factor, FIGURE) if name in scaling else value
@@ -2642,7 +2640,7 @@ def rescaled(row, factor, record):
     """A row of `record` with its figures per token (those not None) times `factor`: an io
     figure per read-token made per decoded token. Names, totals, shares, rates and latencies
     have no denominator to change."""
-    fields = record.per_token()
+    fields = record.per_token
     return {key: value * factor if key in fields and value is not None else value
             for key, value in row.items()}
 
@@ -4099,8 +4097,15 @@ def bar(fraction, width=BAR_WIDTH):
 Column = namedtuple("Column", "header key format align width", defaults=(">", None))
 
 
-def fixed(digits):
-    return lambda value: num(value, f".{digits}f")
+def formatter(form):
+    """How a value is written in a Shown format: digits (int), "%" a share, another format
+    spec ("d"), or None as it is."""
+    if form is None:
+        return str
+    if form == "%":
+        return pct
+    spec = f".{form}f" if isinstance(form, int) else form
+    return lambda value: num(value, spec)
 
 
 def column(header, key, format=str, align=">"):
@@ -4163,9 +4168,7 @@ def shown_column(field):
     header, form = field.shown.header, field.shown.format
     if form == "text":
         return text_column(header, field.name)
-    if form == "%":
-        return column(header, field.name, pct)
-    return column(header, field.name, str if form is None else fixed(form))
+    return column(header, field.name, formatter(form))
 
 
 def table_of(record, *then):
@@ -4586,20 +4589,14 @@ def cache_blocks(report, view):
 
 
 # How each what-if figure reads in a line: (label before, format, label after); shares in %.
-def what_if_value(value, spec):
-    if spec == "%":
-        return pct(value)
-    return num(value, f".{spec}f" if isinstance(spec, int) else spec)
-
-
 def what_if_figure(name, value):
     """'hit 29.7% (26.1%-31.0%)': a figure in the words its Record shows it with, and its band
     where the bounds differ."""
     shown = WHAT_IF_FIGURES.field(name).shown
+    write = formatter(shown.format)
     if not isinstance(value, dict):
-        return shown.header.format(what_if_value(value, shown.format))
-    point, low, high = (what_if_value(value[bound], shown.format)
-                        for bound in ("point", "min", "max"))
+        return shown.header.format(write(value))
+    point, low, high = (write(value[bound]) for bound in ("point", "min", "max"))
     return shown.header.format(point) + (f" ({low}-{high})" if low != high else "")
 
 

@@ -4,9 +4,9 @@ many; and the split's own rules (its cut points, the first error in file order, 
 import gzip
 import io
 import json
+import os
 import re
 import shutil
-import os
 import sys
 from pathlib import Path
 

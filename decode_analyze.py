@@ -35,6 +35,7 @@ the sections above it:
   diff          DiffView (one input, checked), diff_report (every NEW against BASE)
   summary       summary_runs (runs found and paired), one row per run
   engine        the engine's own end-of-run lines (NAME.log) beside the tool's figures
+  settings      settled: the settings a preamble lacks (--set, the log's, the trace's) joined
   rendering     Column and table_lines (every text table); LAYOUTS (every report's sections,
                 drawn by text_of and markdown_of); json_text; csv_of (tidy CSV)
   output files  write_output: whole or not at all, never over an input
@@ -68,10 +69,11 @@ import trace_io  # noqa: E402
 from trace_io import (HOLD_ROWS, Columns, Drop, Forked, Reading, Trace,  # noqa: E402
                       TraceError, display_name, fold_file, usable_cores)
 
-SCHEMA = 5  # of the JSON report: 2 added the I/O ranges, tool_version, undetermined verdicts;
+SCHEMA = 6  # of the JSON report: 2 added the I/O ranges, tool_version, undetermined verdicts;
 # 3 the per-token samples: op_us_by_token, category_us_by_token, lane_bytes_by_token; 4 the
 # engine's split: the busiest-lane I/O estimate, decode and compute per token in the pair;
-# 5 the what-ifs (`what_if`) and the --cache curve on whole experts
+# 5 the what-ifs (`what_if`) and the --cache curve on whole experts; 6 the engine's log
+# (`engine`), the settings the preamble lacks (`settings`) and the run's own cache (`run_cache`)
 TOOL_VERSION = "0.5.0"
 NS_PER_MS = 1e6
 MIB = 1 << 20
@@ -92,7 +94,8 @@ COUNT_WORDS = {"majflt": "faults", "faults": "faults", "reads": "reads", "reread
                "runs": "runs", "tokens": "tokens", "experts": "experts",
                "evictions": "experts", "lookups": "lookups", "nodes": "nodes",
                "decodes": "decodes", "positions": "positions", "batches": "batches",
-               "lanes": "lanes", "rows": "rows", "segments": "segments"}
+               "lanes": "lanes", "rows": "rows", "segments": "segments", "layers": "layers",
+               "k": "experts"}  # top_k: experts a token picks
 
 
 def unit_named(name):
@@ -202,9 +205,16 @@ REPORT_HEAD = (
     ("schema", f"the JSON schema, {SCHEMA} (2 lacked the `*_by_token` samples)"),
     ("tool_version", "the decode-analyze that wrote it"),
     ("kind", "`compute`, `io`, `report`, `timeline`, `diff`, `summary` or `schema`"))
+SETTING = Record("setting", "`settings.<key>`: a setting the preamble lacks (README: settings)", (
+    ("value", "its value, as `meta` holds it"),
+    ("source", "`declared` (--set), `log` (the engine's lines imply it) or `trace` (what the "
+               "trace shows)")))
 TRACE_HEAD = (
     ("path", "the trace as given (`<stdin>` for `-`)"),
-    ("meta", "every preamble key=value of the trace", MapOf(VALUE)),
+    ("meta", "every preamble key=value of the trace, and the settings joined to it",
+     MapOf(VALUE)),
+    ("settings", "{key: setting}: the settings of `meta` the preamble did not give",
+     MapOf(SETTING)),
     ("version", "the trace's format version (`v1`, `v2`)"),
     ("phase", "the rows used: `decode`, `prefill` or `all`"),
     ("selection", "what was asked for", SELECTION))
@@ -226,7 +236,9 @@ ENGINE_FIGURE = Record("engine figure", "`engine.figures.<figure>`", (
 ENGINE_TURN = Record("engine turn", "`engine.turns` (a session's `turn id=N:` lines)", (
     ("turn", "the turn's id"), ("generated", "tokens it generated"),
     ("cache_hit_pct", "the engine's cache hit %"), ("read_mib", "MiB it read"),
-    ("tool_read_mib", "MiB the io trace's decode reads of that turn hold (null: no io trace)")))
+    ("tool_read_mib", "MiB the io trace's decode reads of that turn hold (null: no io trace)"),
+    ("tool_cache_hit_pct", "the hit % the io trace shows for that turn (`run_cache.turns`; "
+                           "null: no cache seen)")))
 ENGINE = Record("engine", "a run's `engine` (null without the engine's log)", (
     ("log", "the log read (NAME.log beside a trace, or --engine-log)"),
     ("figures", "{figure: engine figure}, every figure the log states", MapOf(ENGINE_FIGURE)),
@@ -390,6 +402,21 @@ LRU_POINT = Record("LRU point", "io `reuse.lru`", (
     ("cache_mib", "its size: experts x expert bytes, MiB", Shown("MiB", 1)),
     ("hit_share", "the share of expert lookups it would have served",
      Shown("would have served", "%"))))
+RUN_CACHE_TURN = Record("run cache turn", "io `run_cache.turns`", (
+    ("turn", "the turn as the trace numbers it"),
+    ("decode_hit_share", "its decode lookups served (not traced) / its decode lookups"),
+    ("hit_share", "the same with its prefill lookups counted, as the engine counts")))
+RUN_CACHE = Record("run cache", "io `run_cache`: the run's own cache, as its trace shows it", (
+    ("detected", "whether the run had a cache: decode tokens (two at least) show fewer "
+                 "experts in a layer than top_k"),
+    ("top_k", "k: the most experts a decode (token, layer) demands"),
+    ("layers", "the layers whose experts decode reads demand"),
+    ("decode_lookups", "decode tokens (counted from each turn's steps: a token served "
+                       "entirely from cache has no rows) x layers x top_k"),
+    ("lookups", "decode_lookups + the prefill's demanded experts (a cold cache misses them)"),
+    ("decode_hit_share", "(decode_lookups - the demanded experts traced) / decode_lookups"),
+    ("hit_share", "the same hits / lookups: the engine's hit %"),
+    ("turns", "per turn of a session (one row for a single run)", ListOf(RUN_CACHE_TURN))))
 REUSE = Record("reuse", "io `reuse` (null without --cache or --what-if)", (
     ("lookups", "expert lookups: (token, layer, expert) demanded, prefill included"),
     ("experts", "distinct (layer, expert) looked up"),
@@ -405,6 +432,8 @@ FIGURE = Record("what-if figure", "`what_if.settings[].figures.*`, `ms_per_token
 # be absent); a figure's head is the words around its value in the text ("hit {}").
 WHAT_IF_FIGURE_FIELDS = (
     ("experts", "whole experts the cache holds", FIGURE),
+    ("experts_share", "of the experts the trace shows (the model's, over a long run), the "
+                      "share it holds (a plain number)", Shown("{} of the experts", "%")),
     ("hit_share", "the share of expert lookups it serves", FIGURE, Shown("hit {}", "%")),
     ("reads_per_token", "reads per token", FIGURE, Shown("{} reads/tok", 1), PER_TOKEN),
     ("mib_per_token", "MiB read per token", FIGURE, Shown("{} MiB/tok", 2), PER_TOKEN),
@@ -434,7 +463,9 @@ WHAT_IF_SETTING = Record("what-if setting", "`what_if.settings[]`, largest savin
     ("value", "its value in the engine's own unit"),
     ("figures", "the figures it changes, and only those", WHAT_IF_FIGURES),
     ("ms_per_token_saved", "the decode time it would save per token", FIGURE),
-    ("method", "how the figures were got, and what they assume")))
+    ("method", "how the figures were got, and what they assume"),
+    ("fits", "false when its MiB exceed a declared mem_limit_mb, else null (no limit known, "
+             "or not a size)")))
 WHAT_IF = Record("what if", "`what_if` (io: with --what-if; report: always)", (
     ("schema", "the JSON schema"), ("baseline", "the run as traced", WHAT_IF_BASELINE),
     ("settings", "one per setting, largest ms_per_token_saved first (README: rank)",
@@ -478,6 +509,8 @@ IO_REPORT = Record("io report", "`io`; a pair's `io` (its own per-read-token fig
     ("by_layer", "per layer", ListOf(IO_LAYER_ROW), COMPARED),
     ("hot_experts", "the (layer, expert) pairs read most", ListOf(EXPERT_ROW)),
     ("adjacency", "the coalescing ceiling", ADJACENCY),
+    ("run_cache", "what the trace shows of the run's own cache (null without --cache or "
+                  "--what-if)", RUN_CACHE),
     ("reuse", "re-reads and the cache curve", REUSE),
     ("what_if", "what each engine setting would buy (null without --what-if)", WHAT_IF),
     ("token_mib", "each token's MiB", TOKEN_SPREAD),
@@ -1593,9 +1626,9 @@ def tail_in_post(segments, tokens):
                         others_per_token=typical / tokens)
 
 
-def compute_report(trace, fold, selection):
+def compute_report(trace, fold, selection, settings):
     """The whole compute report as a plain dict (the JSON output; text is rendered from it),
-    without its verdicts."""
+    without its verdicts; `settings` the report's (the settings joined to the preamble)."""
     phases, label, tokens = selected_tokens(trace, fold.book, selection,
                                            set(fold.graphs) | set(fold.loose))
     total_ns = sum(token.wall_ns for token in tokens)
@@ -1612,8 +1645,8 @@ def compute_report(trace, fold, selection):
     segments = ordered_by(tables["segment"], lambda name, sums: segment_order(name))
     return COMPUTE_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="compute", path=trace.name,
-        meta=trace.meta, version=trace.version, phase=label, selection=selection.as_dict(),
-        tokens=len(tokens), granularity=granularity, rows=rows,
+        meta=trace.meta, settings=settings, version=trace.version, phase=label,
+        selection=selection.as_dict(), tokens=len(tokens), granularity=granularity, rows=rows,
         nodes_per_token=per.count(rows), ms_per_token=per.ms(total_ns),
         majflt_per_token=per.count(total_majflt),
         by_op=op_rows(tables["op"], [fold.op_walls.get(p, {}) for p in phases], per),
@@ -1861,6 +1894,7 @@ class ExpertLookups:
         self.req_bytes = array(WALL_32)  # ... and req_bytes
         self.token_starts = array(WALL_32)  # each token run's first lookup
         self.token_phases = []  # each token run's phase
+        self.token_keys = []  # ... and its (turn, step)
         self.speculative = []  # (token run, item) of each speculatively read expert
         self.token = None  # the token whose run is being added to, and its sums so far
         self.open_read, self.open_req, self.open_spec = {}, {}, {}
@@ -1889,6 +1923,7 @@ class ExpertLookups:
         run = len(self.token_phases)
         self.token_starts = extend_wide(self.token_starts, [len(self.items)])
         self.token_phases.append(self.token.phase)
+        self.token_keys.append((self.token.turn, self.token.step))
         self.items = extend_wide(self.items, self._numbered(list(self.open_read)))
         self.read_bytes = extend_wide(self.read_bytes, list(self.open_read.values()))
         self.req_bytes = extend_wide(self.req_bytes, list(self.open_req.values()))
@@ -1912,6 +1947,7 @@ class ExpertLookups:
         self.token_starts = extend_wide(self.token_starts,
                                         [start + lookups for start in later.token_starts])
         self.token_phases += later.token_phases
+        self.token_keys += later.token_keys
         self.items = extend_wide(self.items, list(map(renumbered.__getitem__, later.items)))
         self.read_bytes = extend_wide(self.read_bytes, later.read_bytes)
         self.req_bytes = extend_wide(self.req_bytes, later.req_bytes)
@@ -2096,14 +2132,15 @@ CacheOutcome = namedtuple("CacheOutcome",
                           "experts hit_share saved_bytes evictions rereads resident_bytes")
 
 
-def cache_curve(cache, lookups):
-    """The --cache table: re-reads, and the LRU at fractions of the distinct experts."""
+def cache_curve(cache, lookups, cached):
+    """The --cache table: re-reads, and the LRU at fractions of the distinct experts (none
+    for a run that had a cache: its trace holds the misses alone)."""
     firsts = {}
     for item, size in zip(lookups.items, lookups.read_bytes):
         firsts.setdefault(item, size)
     footprint = sum(firsts.values())
     curve = []
-    for fraction in CACHE_FRACTIONS:
+    for fraction in () if cached else CACHE_FRACTIONS:
         outcome = cache.at(max(1, round(cache.distinct * fraction)))
         curve.append(LRU_POINT(fraction=fraction, experts=outcome.experts,
                                cache_mib=outcome.experts * cache.expert_bytes / MIB,
@@ -2111,6 +2148,75 @@ def cache_curve(cache, lookups):
     return REUSE(lookups=cache.lookups, experts=cache.distinct,
                  expert_mib=cache.expert_bytes / MIB, unique_mib=footprint / MIB,
                  reread_mib=(sum(lookups.read_bytes) - footprint) / MIB, lru=curve)
+
+
+# ── io: what a cached run's own trace says of its cache ──────────────────────────────────────────
+# A run with a cache traces its misses alone: a decode token shows, in a layer, fewer experts
+# than the router picked (k), and a token served entirely from cache shows nothing. With k the
+# most any decode (token, layer) demands, a turn's decode lookups are its decode tokens (from
+# its steps: the first decode is the prefill's step + 1) x the layers x k; those not traced hit.
+CacheCounts = summing_record("CacheCounts", ("decode_lookups", "decode_misses", "prefill"),
+                             doc="A turn's decode lookups and misses, and its prefill lookups.")
+
+
+def own_cache(lookups):
+    """The io report's `run_cache`, from the demanded experts of every token (None when no
+    decode token demanded any)."""
+    demanded = defaultdict(set)  # (turn, phase, step) -> items
+    ends = chain(islice(lookups.token_starts, 1, None), [len(lookups.items)])
+    for start, end, phase, (turn, step) in zip(lookups.token_starts, ends, lookups.token_phases,
+                                               lookups.token_keys):
+        demanded[turn, phase, step].update(islice(lookups.items, start, end))
+    layer_of = {item: layer for (layer, _), item in lookups.item_of.items()}
+    per_layer = [Counter(map(layer_of.__getitem__, items))
+                 for (_, phase, _), items in demanded.items() if phase == DECODE]
+    layers = set().union(*per_layer)
+    if not layers:
+        return None
+    top_k = max(max(counts.values()) for counts in per_layer if counts)
+    short = sum(1 for counts in per_layer
+                if len(counts) < len(layers) or min(counts.values()) < top_k)
+    turns = turn_cache_counts(demanded, len(layers) * top_k)
+    whole = CacheCounts()
+    for counts in turns.values():
+        whole.merge(counts)
+    return RUN_CACHE(detected=short >= 2, top_k=top_k, layers=len(layers),
+                     decode_lookups=whole.decode_lookups,
+                     lookups=whole.decode_lookups + whole.prefill, **cache_shares(whole),
+                     turns=[RUN_CACHE_TURN(turn=turn, **cache_shares(counts))
+                            for turn, counts in turns.items()])
+
+
+def ran_cached(io):
+    """Whether an io report's run had a cache: its trace shows one, and no cache=0 was
+    declared (a router that picks fewer experts than k by design)."""
+    own = io.get("run_cache") if io else None
+    return bool(own and own["detected"]) and io["meta"].get("cache") != "0"
+
+
+def turn_cache_counts(demanded, per_token):
+    """{turn: CacheCounts}, a decode token's lookups being `per_token`."""
+    steps, counts = defaultdict(list), defaultdict(CacheCounts)
+    for (turn, phase, step), items in demanded.items():
+        steps[turn, phase].append(step)
+        if phase == DECODE:
+            counts[turn].add(0, len(items), 0)
+        else:
+            counts[turn].add(0, 0, len(items))
+    for turn, sums in counts.items():
+        decoded = steps.get((turn, DECODE))
+        if decoded:
+            prefilled = steps.get((turn, PREFILL))
+            first = max(prefilled) + 1 if prefilled and max(prefilled) < min(decoded) \
+                else min(decoded)
+            sums.add((max(decoded) - first + 1) * per_token, 0, 0)
+    return dict(sorted(counts.items()))
+
+
+def cache_shares(counts):
+    hits = counts.decode_lookups - counts.decode_misses
+    return {"decode_hit_share": ratio(hits, counts.decode_lookups),
+            "hit_share": ratio(hits, counts.decode_lookups + counts.prefill)}
 
 
 # ── io: what each engine setting would buy ───────────────────────────────────────────────────────
@@ -2127,19 +2233,40 @@ CACHE_METHOD = (
     "saved less (-0.4 to +0.1 ms where the bytes predicted 0.57)")
 
 
+CACHED_CACHE_METHOD = (
+    "this run had a cache, so its trace holds the misses alone: a simulation over them would "
+    "take misses for every lookup. At its own size, its own hit share (the lookups missing "
+    "from the trace); larger, at least that (a larger LRU serves every lookup a smaller one "
+    "does) and at most every expert kept once read; smaller, at most its own. A trace of a run "
+    "without a cache gives the curve")
+
+
+def meta_number(meta, key):
+    """A plain decimal number from the meta (cache_mb=1.9 from a log), else None."""
+    value = meta.get(key, "")
+    return float(value) if PLAIN_DECIMAL.fullmatch(value) else None
+
+
+PLAIN_DECIMAL = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?")
+
+
 def figure(point, low=None, high=None):
     """A what-if figure: its point (None where only a bound is honest) and bounds."""
     return FIGURE(point=point, min=point if low is None and high is None else low,
                   max=point if low is None and high is None else high)
 
 
-def default_cache_sizes(meta, cache):
-    """--cache-mb's default: the run's own size when the preamble names one, else a quarter,
-    a half and all of the distinct experts' footprint, in whole MiB (the engine's unit)."""
-    own = meta_int(meta, "cache_mb")
+def default_cache_sizes(meta, cache, cached):
+    """--cache-mb's default: the run's own size when its settings name one (and, for a run
+    that had a cache, twice that and every expert), else a quarter, a half and all of the
+    distinct experts' footprint, in whole MiB (the engine's unit)."""
+    own = meta_number(meta, "cache_mb")
+    footprint_mib = cache.distinct * cache.expert_bytes / MIB
+    if cached:
+        every = math.ceil(footprint_mib)
+        return sorted({own, own * 2, every} if own and own * 2 < every else {own or every, every})
     if own:
         return [own]
-    footprint_mib = cache.distinct * cache.expert_bytes / MIB
     return sorted({max(1, round(footprint_mib * share)) for share in (0.25, 0.5, 1)})
 
 
@@ -2158,13 +2285,54 @@ class WhatIf:
         return total_bytes / MIB / self.tokens
 
     def setting(self, name, value, figures, saved, method):
+        limit = meta_number(self.report["meta"], "mem_limit_mb") if name == "cache_mb" else None
         return WHAT_IF_SETTING(setting=name, value=value, figures=figures,
-                               ms_per_token_saved=saved, method=method)
+                               ms_per_token_saved=saved, method=method,
+                               fits=False if limit is not None and value > limit else None)
 
     def cache_settings(self, cache_sizes):
-        """One per size asked for (--cache-mb), when an expert's size is known."""
-        return [self.cache_setting(mib) for mib in cache_sizes] if self.cache.expert_bytes \
-            else []
+        """One per size asked for (--cache-mb), when an expert's size is known; for a run
+        that had a cache, what its trace of misses can honestly say."""
+        if not self.cache.expert_bytes:
+            return []
+        if ran_cached(self.report):
+            return [self.cached_setting(mib, self.report["run_cache"]) for mib in cache_sizes]
+        return [self.cache_setting(mib) for mib in cache_sizes]
+
+    def cached_setting(self, mib, own):
+        """A size for a run that had a cache: its own hit share at its own size (or bounds,
+        its size unknown); larger, at least that (LRU's inclusion property) and at most every
+        expert kept once read (only first lookups miss: exact once all of them fit); smaller,
+        at most its own."""
+        cache, capacity = self.cache, self.cache.capacity(mib)
+        own_mib = meta_number(self.report["meta"], "cache_mb")
+        own_capacity = cache.capacity(own_mib) if own_mib else None
+        ceiling = 1 - ratio(cache.distinct, own["lookups"]) if own["lookups"] else 0.0
+        hit = own["hit_share"] or 0.0
+        figures = {"experts": figure(capacity),
+                   "experts_share": ratio(capacity, cache.distinct)}
+        if capacity >= cache.distinct:
+            shares = figure(ceiling)
+        elif capacity == own_capacity:
+            shares = figure(hit)
+            figures.update(evictions=figure(cache.lookups - capacity),
+                           rereads=figure(cache.lookups - cache.distinct))
+        elif own_capacity is not None and capacity > own_capacity:
+            shares = figure(None, hit, ceiling)
+        else:
+            shares = figure(None, 0.0, hit if own_capacity is not None else ceiling)
+        now = self.report["mib_per_token"]
+
+        def mib_at(share):  # the bytes read go with the misses
+            return None if share is None else now * (1 - share) / (1 - hit) if hit < 1 else now
+        mibs = {bound: mib_at(share) for bound, share in shares.items()}
+        figures.update(hit_share=shares, mib_per_token=figure(
+            mibs["point"], mibs["max"], mibs["min"]))
+        saved = {bound: None if mib is None or not self.ms_per_mib else
+                 (now - mib) * self.ms_per_mib for bound, mib in mibs.items()}
+        return self.setting("cache_mb", mib, figures,
+                            figure(saved["point"], saved["min"], saved["max"]),
+                            CACHED_CACHE_METHOD)
 
     def cache_setting(self, mib):
         cache = self.cache
@@ -2182,6 +2350,7 @@ class WhatIf:
             return figure(middle, min(values), max(values))
         return self.setting("cache_mb", mib, {
             "experts": figure(point.experts, low.experts, high.experts),
+            "experts_share": ratio(point.experts, cache.distinct),
             "hit_share": figure(point.hit_share, low.hit_share, high.hit_share),
             "mib_per_token": figure(middle, fewest, most),
             "evictions": spread("evictions"), "rereads": spread("rereads"),
@@ -2245,21 +2414,23 @@ class WhatIf:
             f"to go by)")
 
     def prefetch_settings(self, cache_sizes):
-        return [self.prefetch_setting()]
-
-    def prefetch_setting(self):
+        """prefetch=1 to a run that did not prefetch; to one that did, prefetch=0: what its
+        own speculative reads cost and how many of them the router used."""
         spec = self.report["spec"]
-        if not spec["reads"]:
-            return self.setting("prefetch", 1, {}, figure(None, None, None),
+        if self.report["meta"].get("prefetch") != "1" and not spec["reads"]:
+            return [self.setting("prefetch", 1, {}, figure(None, None, None),
                 "this run read nothing speculatively: only a prefetch run's own trace shows "
-                "what prefetching fetches and how much of it the router then uses")
+                "what prefetching fetches and how much of it the router then uses")]
         experts, routed = self.speculative
-        return self.setting("prefetch", 1, {
+        saved_max = spec["mib_per_token"] * self.ms_per_mib if self.ms_per_mib else None
+        return [self.setting("prefetch", 0, {
+            "mib_per_token": figure(self.report["mib_per_token"] - spec["mib_per_token"]),
             "speculative_mib_per_token": figure(spec["mib_per_token"]),
             "useful_share": figure(ratio(routed, experts))},
-            figure(None, None, None),
-            f"what this prefetch run's trace shows: {experts} speculatively read experts, "
-            f"{routed} of them routed at that token or the next; ms not predicted")
+            figure(None, None, saved_max),
+            f"this run prefetched: off, its speculative reads go ({experts} experts, {routed} of "
+            f"them routed at that token or the next, which would then be read on demand): at "
+            f"most their MiB at this run's I/O ms per MiB saved, no lower bound")]
 
     def settings(self, cache_sizes):
         """Every registered setting the run can be asked about, largest saving first."""
@@ -2395,7 +2566,7 @@ def mib_per_s(read_bytes, latency_ns):
     return throughput(read_bytes / MIB, latency_ns / 1e9)
 
 
-def io_report(trace, fold, selection, cache_sizes=None):
+def io_report(trace, fold, selection, settings, cache_sizes=None):
     """The whole io report as a plain dict (the JSON output; text is rendered from it),
     without its verdicts. cache_sizes: the what-if's --cache-mb (() for its default), None
     for no what-if."""
@@ -2415,6 +2586,7 @@ def io_report(trace, fold, selection, cache_sizes=None):
     busy_ms = per.count(busy_ns / NS_PER_MS)
     report = IO_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="io", path=trace.name, meta=trace.meta,
+        settings=settings,
         version=trace.version, phase=label, selection=selection.as_dict(), tokens=len(tokens),
         reads=reads, read_bytes=read_bytes, req_bytes=req_bytes,
         reads_per_token=per.count(reads), mib_per_token=per.count(read_bytes / MIB), lanes=lanes,
@@ -2429,7 +2601,7 @@ def io_report(trace, fold, selection, cache_sizes=None):
         **read_groups(tables, latency, read_bytes, per),
         hot_experts=hottest_experts(experts),
         adjacency=adjacency(fold, chosen, reads, per),
-        reuse=None, what_if=None, **io_token_parts(tokens, fold.per_lane))
+        run_cache=None, reuse=None, what_if=None, **io_token_parts(tokens, fold.per_lane))
     if fold.lookups is not None:
         add_cache_what_ifs(report, fold, chosen, phases, cache_sizes)
     return report
@@ -2450,14 +2622,16 @@ def add_cache_what_ifs(report, fold, chosen, phases, cache_sizes):
     """The report's `reuse` (the --cache curve) and, when asked for, its `what_if`: both
     from the one expert cache model."""
     cache = ExpertCache(fold.lookups, phases)
-    report["reuse"] = cache_curve(cache, fold.lookups)
+    report["run_cache"] = own_cache(fold.lookups)
+    cached = ran_cached(report)
+    report["reuse"] = cache_curve(cache, fold.lookups, cached)
     if cache_sizes is None:
         return
     runs = Coalesced(*map(sum, zip(*(phase_reads.runs for phase_reads in chosen)))) \
         if fold.adjacent and chosen else None
     what_if = WhatIf(report, cache, runs, speculative_use(fold.lookups))
     report["what_if"] = what_if.report_of(
-        list(cache_sizes) or default_cache_sizes(report["meta"], cache))
+        list(cache_sizes) or default_cache_sizes(report["meta"], cache, cached))
 
 
 def hottest_experts(experts):
@@ -3120,7 +3294,13 @@ def io_verdicts(report):
             f"{'coalescing WORTHWHILE' if flagged else 'coalescing not worthwhile'}: perfect "
             f"merging would issue {factor:.2f}x fewer requests ({compare(flagged)} "
             f"{COALESCE_WORTH}x)"))
-    if report["reuse"] is not None:
+    own = report.get("run_cache")
+    if ran_cached(report):
+        verdicts.append(verdict("cache", None,
+            f"cache: this run had one, its trace shows it served {own['hit_share']:.1%} of the "
+            f"expert lookups ({own['decode_hit_share']:.1%} of the decode's); whether a larger "
+            f"one would be worthwhile, a trace of a run without a cache tells"))
+    elif report["reuse"] is not None:
         half = half_the_experts(report["reuse"])
         if half["hit_share"] is not None:
             flagged = half["hit_share"] > CACHE_WORTH
@@ -3289,8 +3469,8 @@ def all_verdicts(report):
 # What `diff` compares, per kind of report. A headline figure is (label, path in the report,
 # the per_token field that samples it or None); a table is rows of one figure keyed by a
 # column. Every figure is per token, so runs of different lengths compare.
-READ_SCHEMAS = (2, 3, 4, 5)  # saved reports diff can read (2 lacks the per-op samples, 3
-# the I/O estimate, 4 the what-ifs)
+READ_SCHEMAS = (2, 3, 4, 5, 6)  # saved reports diff can read (2 lacks the per-op samples, 3
+# the I/O estimate, 4 the what-ifs, 5 the settings)
 DEFAULT_ALPHA = 0.05
 FIGURE_LIMIT = 1e15  # no figure of a real run comes near; past it, a saved report was edited
 # The headline figures of each part, in the order diff gives them; what each is called, and
@@ -3776,9 +3956,7 @@ def summary_figures(name, run, report):
     halves = report_halves(report)
     compute, io, pair = halves.get("compute"), halves.get("io"), report.get("pair")
     what_if = report.get("what_if")
-    own = meta_int((io or compute)["meta"], "cache_mb")
-    hit = next((s["figures"]["hit_share"]["point"] for s in (what_if or {}).get("settings", ())
-                if s["setting"] == "cache_mb" and s["value"] == own), None) if own else None
+    hit = own_hit_share(io, what_if) if io else None
     verdicts = all_verdicts(report)
     schema = report.get("schema")
     return {**SUMMARY_ROW(
@@ -3795,6 +3973,16 @@ def summary_figures(name, run, report):
         majflt_per_token=compute["majflt_per_token"] if compute else None,
         flagged=[v["id"] for v in verdicts if v["flagged"]]),
         "meta": {**(compute or {}).get("meta", {}), **(io or {}).get("meta", {})}}
+
+
+def own_hit_share(io, what_if):
+    """The run's own cache's hit share: inferred from its trace when it had one, else the
+    what-if's at the cache_mb its settings name (None without either)."""
+    if ran_cached(io):
+        return io["run_cache"]["hit_share"]
+    size = meta_number(io["meta"], "cache_mb")
+    return next((s["figures"]["hit_share"]["point"] for s in (what_if or {}).get("settings", ())
+                 if s["setting"] == "cache_mb" and s["value"] == size), None) if size else None
 
 
 def differing_keys(metas, rows):
@@ -3858,8 +4046,12 @@ def engine_value(name, text):
     return EngineValue(float(text) * scale, 0.5 * 10 ** -len(decimals) * scale)
 
 
+# A log read: its figures {name: EngineValue} and its turns [(id, generated, hit %, MiB)].
+EngineLog = namedtuple("EngineLog", "path figures turns")
+
+
 def read_engine_log(path):
-    """(figures {name: EngineValue}, turns [(id, generated, hit %, MiB)]) of a log."""
+    """The EngineLog of the file at `path`."""
     figures, turns = {}, []
     try:
         with open(path, "rb") as f:
@@ -3879,7 +4071,7 @@ def read_engine_log(path):
         if turn:
             number, generated, hit, mib = turn.groups()
             turns.append((int(number), int(generated), float(hit), float(mib)))
-    return finer_flash_io(figures), turns
+    return EngineLog(path, finer_flash_io(figures), turns)
 
 
 def finer_flash_io(figures):
@@ -3926,11 +4118,26 @@ def tool_figures(report):
         figures.update(read_mib=io["read_bytes"] / MIB, mib_per_token=io["mib_per_token"],
                        flash_io_ms_per_token=io["busy_ms_per_token"] if overlapped
                        else io["io_wall_ms_per_token"]["estimate"])
+        figures.update(own_cache_figures(io))
     if pair and "read_mib" in figures and "decode_ms_per_token" in figures:
         figures.update(mib_per_token=pair["io_mib_per_token"],
                        compute_ms_per_token=pair["compute_ms_per_token"])
         if pair["compute_ms_per_token"] is not None:
             figures["flash_io_ms_per_token"] = pair["io_wall_ms_per_token"]["estimate"]
+    return figures
+
+
+def own_cache_figures(io):
+    """The engine's cache figures, as the trace of a run that had a cache shows them: its hit
+    %, its re-reads (lookups traced again after the first) and evictions (lookups traced, less
+    the experts its cache_mb holds)."""
+    own, reuse = io.get("run_cache"), io.get("reuse")
+    if not (ran_cached(io) and reuse):
+        return {}
+    figures = {"hit_pct": own["hit_share"] * 100, "rereads": reuse["lookups"] - reuse["experts"]}
+    size = meta_number(io["meta"], "cache_mb")
+    if size and reuse["expert_mib"]:
+        figures["evictions"] = reuse["lookups"] - int(size / reuse["expert_mib"])
     return figures
 
 
@@ -3941,18 +4148,17 @@ def whole_decode(report):
 
 
 def engine_report(log, report):
-    """The report's `engine`: each figure of the log beside the tool's, and the turns."""
-    figures, turns = read_engine_log(log)
+    """The report's `engine`: each figure of the EngineLog beside the tool's, and the turns."""
     ours = tool_figures(report)
     compared = {}
-    for name, engine in figures.items():
+    for name, engine in log.figures.items():
         tool = ours.get(name)
         agrees = None if tool is None else \
             abs(tool - engine.value) <= max(ENGINE_TOLERANCE * abs(engine.value), engine.rounding)
         compared[name] = ENGINE_FIGURE(engine=engine.value, tool=tool,
                                        ratio=ratio(tool, engine.value) if tool is not None
                                        else None, agrees=agrees)
-    return ENGINE(log=log, figures=compared, turns=turn_rows(turns, report))
+    return ENGINE(log=log.path, figures=compared, turns=turn_rows(log.turns, report))
 
 
 def turn_rows(turns, report):
@@ -3964,9 +4170,72 @@ def turn_rows(turns, report):
     for token in io["per_token"] if io and io["phase"] == "decode" else ():
         read[token["turn"]] = read.get(token["turn"], 0.0) + token["mib"]
     traced = list(read.values()) if len(read) == len(turns) else [None] * len(turns)
+    own = io.get("run_cache") if io else None
+    hits = [row["hit_share"] * 100 for row in own["turns"]] \
+        if ran_cached(io) and len(own["turns"]) == len(turns) else [None] * len(turns)
     return [ENGINE_TURN(turn=turn, generated=generated, cache_hit_pct=hit, read_mib=mib,
-                        tool_read_mib=tool)
-            for (turn, generated, hit, mib), tool in zip(turns, traced)]
+                        tool_read_mib=tool, tool_cache_hit_pct=tool_hit)
+            for (turn, generated, hit, mib), tool, tool_hit in zip(turns, traced, hits)]
+
+
+# ── settings: what the run's preamble does not say ───────────────────────────────────────────────
+# The preamble names a few of the engine's settings (io_threads, o_direct, overlap). The others
+# come from the command line (--set KEY=VALUE: `declared`), from the engine's log, whose lines
+# imply them (`log`), or from what the trace itself shows (`trace`: a cached run's missing
+# lookups, speculative reads). Each joins the report's `meta`, so whatever reads a setting
+# reads it there (the what-if, summary's columns, diff's preamble); `settings` says where each
+# came from. A declared value replaces the preamble's; the log's and the trace's fill gaps.
+SETTING_SOURCES = ("declared", "log", "trace")
+SETTING_KEY = re.compile(r"[a-z_][a-z0-9_]{0,40}")
+SETTING_VALUE = re.compile(r"[A-Za-z0-9_.+-]{1,40}")
+Setting = namedtuple("Setting", "key value source")
+
+
+def log_settings(log):
+    """The settings the engine's log implies: a cache of its resident MiB, prefetch, overlap,
+    n-gram drafting (speculative decoding)."""
+    figures = log.figures
+    implied = [("cache_mb", f"{figures['resident_mib'].value:g}")] \
+        if "resident_mib" in figures else []
+    if "hit_pct" in figures or any(hit for _, _, hit, _ in log.turns):
+        implied.append(("cache", "1"))
+    implied += [(key, "1") for key, shown_by in (
+        ("prefetch", "speculative_mib"), ("overlap", "stall_ms_per_token"),
+        ("ngram", "positions_per_decode")) if shown_by in figures]
+    return [Setting(key, value, "log") for key, value in implied]
+
+
+def trace_settings(report):
+    """The settings an io report's trace shows: whether the run had a cache (with --cache or
+    --what-if), and prefetch, when it read speculatively."""
+    shown = [Setting("prefetch", "1", "trace")] if report["spec"]["reads"] else []
+    if report["run_cache"] is not None:
+        shown.append(Setting("cache", "1" if report["run_cache"]["detected"] else "0", "trace"))
+    return shown
+
+
+def settle(trace, reading):
+    """Join the reading's settings to the trace's preamble: its `settings`."""
+    trace.meta, settings = settled(trace.meta, reading.settings, reading.warn, trace.name)
+    return settings
+
+
+def settled(meta, given, warn, name):
+    """The preamble with the given Settings joined, and the report's `settings`: a declared
+    value wins over the preamble's (a source said first wins over a later one); a log's that
+    contradicts the preamble is left out, with a warning."""
+    meta, settings = dict(meta), {}
+    for key, value, source in given:
+        if key in settings:
+            continue
+        if source != "declared" and key in meta:
+            if meta[key] != value and source != "trace":  # what a trace shows yields
+                warn(f"{name}: the {source} says {key}={value}, the preamble {key}={meta[key]}: "
+                     f"the preamble's kept")
+            continue
+        meta[key] = value
+        settings[key] = SETTING(value=value, source=source)
+    return meta, settings
 
 
 # ── rendering ────────────────────────────────────────────────────────────────────────────────────
@@ -4330,7 +4599,18 @@ def header_blocks(report, view):
     engine = report.get("engine")
     if engine:
         header = header._replace(paths=header.paths + [("engine log", engine["log"], "")])
-    return [Block(None, [header], gap=False)]
+    return [Block(None, [with_settings(header, report)], gap=False)]
+
+
+def with_settings(header, report):
+    """The header with the settings the preamble lacked, each with where it came from."""
+    settings = {}
+    for half in report_halves(report).values():
+        settings.update(half.get("settings") or {})
+    shown = {key: f"{setting['value']} ({setting['source']})"
+             for key, setting in settings.items()}
+    return header._replace(meta={**header.meta, **shown},
+                           keys=header.keys + tuple(key for key in shown if key not in header.keys))
 
 
 AGREEMENT = {True: "yes", False: "NO", None: "-"}
@@ -4346,8 +4626,9 @@ def engine_blocks(report, view):
     parts = [Grid((text_column("figure", "figure"), *table_of(ENGINE_FIGURE)), rows)] \
         if rows else []
     turns = [f"  turn {turn['turn']}: {turn['generated']} generated, cache hit "
-             f"{turn['cache_hit_pct']}%, read {turn['read_mib']} MiB (the io trace: "
-             f"{num(turn['tool_read_mib'], '.1f')})" for turn in engine["turns"]]
+             f"{turn['cache_hit_pct']}% (the io trace: {num(turn['tool_cache_hit_pct'], '.1f')}), "
+             f"read {turn['read_mib']} MiB (the io trace: {num(turn['tool_read_mib'], '.1f')})"
+             for turn in engine["turns"]]
     return [Block(f"the engine's own figures (ms, MiB, % as named; agrees: within "
                   f"{ENGINE_TOLERANCE:.0%} or the engine's rounding)",
                   parts + ([Prose(turns)] if turns else []))]
@@ -4585,7 +4866,9 @@ def cache_blocks(report, view):
     return [Block(f"re-reads: {reuse['lookups']} expert lookups of {reuse['experts']} experts "
                   f"({reuse['expert_mib'] * 1024:.0f} KiB each); footprint "
                   f"{reuse['unique_mib']:.1f} MiB, {reuse['reread_mib']:.1f} MiB read again",
-                  [Grid(CACHE_TABLE, reuse["lru"])])]
+                  [Grid(CACHE_TABLE, reuse["lru"])] if reuse["lru"] else [Prose([
+                      "  (this run had a cache: its trace holds the misses alone, so no curve; "
+                      "a trace of a run without a cache gives it)"])])]
 
 
 # How each what-if figure reads in a line: (label before, format, label after); shares in %.
@@ -4597,6 +4880,8 @@ def what_if_figure(name, value):
     if not isinstance(value, dict):
         return shown.header.format(write(value))
     point, low, high = (write(value[bound]) for bound in ("point", "min", "max"))
+    if value["point"] is None:  # only bounds are honest
+        return shown.header.format(f"{low}-{high}")
     return shown.header.format(point) + (f" ({low}-{high})" if low != high else "")
 
 
@@ -5906,7 +6191,7 @@ def io_panels(report, start, tokens=None):
     for i, row in enumerate(hist):
         latency.x_label(latency.left + (i + 0.5) * bar_width, f"{row['lo_us']}")
     panels = [per_token, estimate, latency]
-    if report["reuse"]:
+    if report["reuse"] and report["reuse"]["lru"]:
         panels.append(cache_panel(start + 3, report["reuse"]["lru"], report["meta"]))
     return panels
 
@@ -5934,9 +6219,9 @@ def cache_panel(index, curve, meta):
     for row in curve:
         if row["cache_mib"] > 0:
             cache.x_label(x_of(row["cache_mib"]), f"{row['cache_mib']:.3g}")
-    own = meta_int(meta, "cache_mb")
+    own = meta_number(meta, "cache_mb")
     if own and min(sizes) <= own <= max(sizes):
-        cache.marker(x_of(own), x_of(own) + 1, "turn", f"--cache-mb {own}")
+        cache.marker(x_of(own), x_of(own) + 1, "turn", f"--cache-mb {own:g}")
     return cache
 
 
@@ -6068,7 +6353,7 @@ class UsageError(Exception):
 def analyze_compute(path, reading):
     """Read, sum up and judge a compute trace: its report dict."""
     trace, fold = read_compute(path, reading)
-    report = compute_report(trace, fold, reading.selection)
+    report = compute_report(trace, fold, reading.selection, settle(trace, reading))
     report["verdicts"] = compute_verdicts(report)
     return report
 
@@ -6087,7 +6372,10 @@ class IoAsked(namedtuple("IoAsked", "adjacent cache cache_sizes")):
 def analyze_io(path, reading, asked=IoAsked(True, True, None)):
     """Read, sum up and judge an io trace: its report dict."""
     trace, fold = read_io(path, reading, asked.adjacent, asked.cache)
-    report = io_report(trace, fold, reading.selection, asked.cache_sizes)
+    report = io_report(trace, fold, reading.selection, settle(trace, reading), asked.cache_sizes)
+    report["meta"], shown = settled(report["meta"], trace_settings(report), reading.warn,
+                                    trace.name)
+    report["settings"].update(shown)
     report["verdicts"] = io_verdicts(report)
     if report["req_bytes"] > report["read_bytes"]:
         reading.warn(f"{trace.name}: the reads asked for more bytes ({report['req_bytes']}) "
@@ -6376,6 +6664,16 @@ def token_window(text):
     return (low, high)
 
 
+def declared_setting(text):
+    """'KEY=VALUE': a Setting declared on the command line."""
+    key, sep, value = text.partition("=")
+    if not (sep and SETTING_KEY.fullmatch(key) and SETTING_VALUE.fullmatch(value)):
+        raise ValueError(text)
+    return Setting(key, value, "declared")
+
+
+setting_option = option_type(declared_setting, lambda setting: True,
+                             "KEY=VALUE (a lowercase key; a value of letters, digits, . + - _)")
 DESCRIPTION, _, _ = __doc__.partition("\nMap of this file")  # the help: the docstring's head
 # One argument of a command: add_argument(*flags, **settings).
 Option = namedtuple("Option", "flags settings")
@@ -6426,9 +6724,14 @@ PICTURE_OPTIONS = {
 ABSENT_OPTIONS = dict(top=View().top, layers=False, svg=None, perfetto=None,
                       tokens=PERFETTO_TOKENS, phase=None, turn=None, steps=None, skip=0,
                       ascii=False, skip_bad_rows=False, jobs=1, engine_log=None,
-                      no_engine_log=False)
+                      no_engine_log=False, declared=[])
 # The engine's log: read by itself when it lies beside a trace (NAME.log), or named.
+SET_OPTION = option("--set", type=setting_option, action="append", default=[], dest="declared",
+           metavar="KEY=VALUE",
+           help="a setting of the run its preamble lacks (cache_mb, prefetch, mem_limit_mb, "
+                "dense_weights, ...; repeatable): joined to the preamble, marked declared")
 ENGINE_LOG_OPTIONS = (
+    SET_OPTION,
     option("--engine-log", metavar="FILE",
            help="the engine's end-of-run lines for this run (default: NAME.log beside the "
                 "trace, NAME its file name without .csv); its figures are shown beside the "
@@ -6694,10 +6997,13 @@ def run(args, out, warn):
     check_outputs(args, paths)
     if args.engine_log is not None and args.no_engine_log:  # before any trace is read
         raise UsageError("--engine-log and --no-engine-log: give one of them")
-    reading = reading_from(args, warn)
+    log = engine_log_of(args, [path for _, path in paths]) \
+        if SET_OPTION in command.options else None  # summary, diff: per run
+    reading = reading_from(args, warn)._replace(settings=tuple(args.declared) + (
+        tuple(log_settings(log)) if log else ()))
     report = command.analyze(args, reading)
     if "engine" in REPORTS[report["kind"]].names:
-        report = with_engine_log(report, args, [path for _, path in paths], warn)
+        report = with_engine_log(report, log, warn)
     report.setdefault("warnings", list(warn.said))
     write_pictures(args, report, paths, reading)
     view = View(args.top, args.layers, args.ascii)
@@ -6720,14 +7026,21 @@ def run(args, out, warn):
         write_out(out, text)
 
 
-def with_engine_log(report, args, paths, warn):
-    """The report with its `engine`: the named log's, else the one beside its traces, else
-    null; every figure that disagrees beyond the tolerance is a warning."""
-    log = None if args.no_engine_log else args.engine_log or log_beside(paths)
+def engine_log_of(args, paths):
+    """The run's EngineLog: the named log, else the one beside its traces; None."""
+    if args.no_engine_log:
+        return None
+    path = args.engine_log or log_beside(paths)
+    return read_engine_log(path) if path else None
+
+
+def with_engine_log(report, log, warn):
+    """The report with its `engine` (null without a log); every figure that disagrees beyond
+    the tolerance is a warning."""
     engine = engine_report(log, report) if log else None
     for name, figure in (engine["figures"] if engine else {}).items():
         if figure["agrees"] is False:
-            warn(f"{log}: the engine's {name} is {figure['engine']:.4g}, the traces' "
+            warn(f"{log.path}: the engine's {name} is {figure['engine']:.4g}, the traces' "
                  f"{figure['tool']:.4g} ({num(figure['ratio'], '.2f')}x, beyond "
                  f"{ENGINE_TOLERANCE:.0%}): a log of another run, or a trace cut short?")
     record = REPORTS[report["kind"]]

@@ -156,9 +156,10 @@ Columns = namedtuple("Columns", "kind required ints keys strings drop",
 # How a command reads its traces, one record from the command line down to every fold: which
 # tokens (`selection`, decode_analyze.Selection: this module only passes it on), whether bad
 # rows are skipped, where warnings go (a callable), how many processes may read one file, and
-# what the pictures need (`per_lane`: each token's bytes by lane, counted only for --svg).
-Reading = namedtuple("Reading", "selection skip_bad_rows warn jobs per_lane",
-                     defaults=(False, None, 1, False))
+# what the pictures need (`per_lane`: each token's bytes by lane, counted only for --svg), and
+# the run's settings its preamble lacks (decode_analyze.Setting each: this module passes them on).
+Reading = namedtuple("Reading", "selection skip_bad_rows warn jobs per_lane settings",
+                     defaults=(False, None, 1, False, ()))
 STDIN = "-"
 
 

@@ -97,7 +97,7 @@ def test_lines_are_found_anywhere_and_everything_else_is_ignored(tmp_path):
                     b"(compute 0.034 + cache mgmt 0.000 + flash I/O 0.005 s/token, 344 MiB/s)\r\n"
                     b"moe-cache: 13.0% hit, resident 1.9 MiB\n"
                     b"generation: 128 tok")  # cut short: not a line of the grammar
-    figures, turns = decode_analyze.read_engine_log(str(log))
+    _, figures, turns = decode_analyze.read_engine_log(str(log))
     assert figures["read_mib"].value == 204.0 and figures["hit_pct"].value == 13.0
     assert "tokens" not in figures and turns == []
     # without the tokens, flash I/O is the engine's printed ms
@@ -131,7 +131,7 @@ def test_a_mangled_log_never_raises_past_its_figures(tmp_path, seed):
                                                         for _ in range(rng.randint(0, 3)))
         log = tmp_path / "run.log"
         log.write_bytes(bytes(mangled))
-        figures, _ = decode_analyze.read_engine_log(str(log))
+        _, figures, _ = decode_analyze.read_engine_log(str(log))
         assert all(value.value >= 0 and value.rounding > 0 for value in figures.values())
     result = run("io", DATA / "qwen3moe-l4-io-prefetch.csv", "--engine-log", log)
     assert result.code == 0 and "Traceback" not in result.err
@@ -140,7 +140,7 @@ def test_a_mangled_log_never_raises_past_its_figures(tmp_path, seed):
 def test_a_figure_past_any_float_is_left_out(tmp_path):
     log = tmp_path / "run.log"
     log.write_text(f"moe-cache: {'9' * 400}% hit, resident 1.9 MiB\n")
-    figures, _ = decode_analyze.read_engine_log(str(log))
+    _, figures, _ = decode_analyze.read_engine_log(str(log))
     assert "hit_pct" not in figures and figures["resident_mib"].value == 1.9
 
 

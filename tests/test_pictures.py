@@ -18,6 +18,7 @@ CT_NODE = REAL_TRACES["qwen3moe-l4-ct-node.csv"]
 
 
 IO_PREFETCH = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]
+IO_SERIAL = REAL_TRACES["qwen3moe-l4-io-serial.csv"]
 
 
 SESSION_CT = REAL_TRACES["qwen3moe-l4-session-ct-node.csv"]
@@ -128,8 +129,8 @@ def test_many_tokens_are_binned_with_their_mean_and_max(tmp_path):
 
 
 def test_io_lanes_histogram_and_cache_curve(tmp_path):
-    r = report("io", IO_PREFETCH, "--cache")
-    root, _ = svg_of(tmp_path, "io", IO_PREFETCH, "--cache")
+    r = report("io", IO_SERIAL, "--cache")
+    root, _ = svg_of(tmp_path, "io", IO_SERIAL, "--cache")
     found = panels(root)
     lanes = bars(found["MiB read per token, by lane"])
     assert len(lanes) == r["tokens"]

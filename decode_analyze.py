@@ -645,12 +645,26 @@ DIFF_ROW = Record("diff row", "diff `sections[].rows`", (
 DIFF_SECTION = Record("diff section", "diff `sections`", (
     ("part", "`compute` or `io`"), ("title", "the headline, or a table's figure"),
     ("key", "what a row names"), ("rows", "largest change first", ListOf(DIFF_ROW))))
+PREDICTION = Record("prediction", "diff `prediction_check[]`", (
+    ("new", "the NEW input's name (as `inputs[].name`)"),
+    ("setting", "the what-if setting NEW changed from BASE (its settings: the preamble, "
+                "declared, the log's, the trace's)", Shown("setting", "text")),
+    ("value", "NEW's value of it", Shown("value")),
+    ("figure", "hit_share, mib_per_token or io_wall_ms_per_token (the I/O estimate: BASE's "
+               "less the ms the what-if saves)", Shown("figure", "text")),
+    ("predicted", "BASE's what-if for that value", FIGURE),
+    ("measured", "NEW's own figure (per read-token, as the what-if's)", Shown("measured", 3)),
+    ("within", "whether measured lies in the predicted band, widened by the README's "
+               "tolerance (null: no band)", Shown("within")),
+    ("unit", "the figure's unit (`fraction`, `MiB`, `ms`)")))
 DIFF_REPORT = Record("diff report", "`diff`", (
     *REPORT_HEAD, ("compares", "`compute`, `io` or `report`"),
     ("alpha", "the significance level"), ("inputs", "BASE, then each NEW", ListOf(DIFF_INPUT)),
     ("preamble_changes", "the keys that differ, one list per NEW", ListOf(PREAMBLE_CHANGE)),
     ("per_token", "{part: each input's per-token series}", MapOf(SERIES)),
-    ("sections", "the headline and every table", ListOf(DIFF_SECTION)), WARNINGS))
+    ("sections", "the headline and every table", ListOf(DIFF_SECTION)),
+    ("prediction_check", "for each NEW that changed a setting BASE's what-if covers, its "
+                         "prediction beside what NEW measured", ListOf(PREDICTION)), WARNINGS))
 # What a command writes: its report, the last field the warnings it said on stderr.
 SUMMARY_ROW = Record("summary row", "summary `runs` (one per run)", (
     ("run", "the run's name: the shortest end of its path(s) that tells it from the others"),
@@ -672,6 +686,11 @@ SUMMARY_ROW = Record("summary row", "summary `runs` (one per run)", (
     ("hit_share", "the expert cache's hit share at the run's own cache_mb (when its preamble "
                   "names one)", Shown("hit", "%")),
     ("majflt_per_token", "major faults per token", Shown("majflt", 1), PER_TOKEN),
+    ("engine_ms_per_token", "the engine's own decode ms per token (its log beside the run; "
+                            "null without one)", Shown("eng ms", 2), PER_TOKEN),
+    ("engine_hit_share", "the engine's own cache hit share (its log's moe-cache line)",
+     Shown("eng hit", "%")),
+    ("engine_disagrees", "the engine figures the tool's disagree with beyond the tolerance"),
     ("flagged", "the ids of its flagged verdicts")))
 SUMMARY_REPORT = Record("summary report", "`summary`", (
     *REPORT_HEAD, ("keys", "the preamble keys that differ between the runs, in order"),
@@ -3586,7 +3605,8 @@ class DiffView:
                                                     scale)
                 for row in report.get(table.table) or ()}
         meta = {str(k): str(v) for k, v in report["meta"].items()}
-        return {"tokens": tokens, "samples": samples, "op_samples": op_samples,
+        return {**(predictions(report, meta, limit) if part == "io" else {}),
+                "tokens": tokens, "samples": samples, "op_samples": op_samples,
                 "headline": headline, "tables": tables, "meta": meta,
                 "selection": report.get("selection"), "granularity": report.get("granularity"),
                 "tail_in_post": checked_tail(report.get("tail_in_post")),
@@ -3594,6 +3614,25 @@ class DiffView:
                                                hi_us=figure_value(row["hi_us"], limit),
                                                count=figure_value(row["count"], limit))
                                  for row in report.get("latency_hist") or ()]}
+
+
+def predictions(report, meta, limit):
+    """What diff's prediction check takes of an io report, checked: its what-if's settings
+    (BASE's predictions) and its own figures (NEW's measurements)."""
+    def band(held):
+        return FIGURE(**{bound: figure_value(held[bound], limit) for bound in FIGURE.names})
+    offered = [{"setting": str(setting["setting"]), "value": figure_value(setting["value"], limit),
+                "figures": {name: band(held) for name, held in setting["figures"].items()
+                            if isinstance(held, dict)},
+                "ms_per_token_saved": band(setting["ms_per_token_saved"])}
+               for setting in (report.get("what_if") or {}).get("settings", ())]
+    own = report.get("run_cache")
+    hit = None if not own else own["hit_share"] if ran_cached(report) else 0.0
+    return {"what_if": offered, "measured": {
+        "hit_share": figure_value(hit, limit),
+        "mib_per_token": figure_value(report["mib_per_token"], limit),
+        "io_wall_ms_per_token": figure_value(dated(report, ("io_wall_ms_per_token", "estimate"),
+                                                   report.get("schema")), limit)}}
 
 
 def checked_tail(tail):
@@ -3764,16 +3803,82 @@ def diff_report(views, alpha):
     for part in parts:
         warnings += selection_warnings(part, views) if part != "pair" else []
     warnings += io_mode_warnings(views) if "io" in parts else []
+    names = shortest_names([view.path for view in views])
     return DIFF_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="diff", compares=COMPARES[tuple(parts)],
         alpha=alpha,
         inputs=[DIFF_INPUT(path=view.path, name=name, source=view.source, kind=view.kind,
                            tokens={part: view.parts[part]["tokens"] for part in parts})
-                for view, name in zip(views, shortest_names([view.path for view in views]))],
+                for view, name in zip(views, names)],
         preamble_changes=changes,
         per_token={part: overlaid(part, views) for part in parts if part != "pair"},
         sections=[section for part in parts for section in diff_part(part, views, alpha)],
+        prediction_check=[row for view, name in zip(news, names[1:]) if "io" in parts
+                          for row in prediction_check(base.parts["io"], view.parts["io"], name)],
         warnings=warnings)
+
+
+# A measured figure holds the prediction when it lies in the predicted band widened by this
+# share of the band's ends, and by half a point of a share at least: the engine's rounding.
+PREDICTION_TOLERANCE = 0.05
+PREDICTION_SLACK = 0.005
+# The settings a what-if changes, and what a run without them has: {setting: its value then}.
+PREDICTED_SETTINGS = {"cache_mb": 0.0, "prefetch": 0.0, "overlap": 0.0, "o_direct": 0.0,
+                      "io_threads": None}
+
+
+def setting_number(meta, key):
+    """A what-if setting's value in a run's meta, as the what-if writes it."""
+    value = meta_number(meta, key)
+    return PREDICTED_SETTINGS[key] if value is None else value
+
+
+def prediction_check(base, new, name):
+    """BASE's what-if for each what-if setting NEW changed, figure by figure, beside NEW's."""
+    rows = []
+    for key in PREDICTED_SETTINGS:
+        value = setting_number(new["meta"], key)
+        if value == setting_number(base["meta"], key):
+            continue
+        offered = next((setting for setting in base["what_if"]
+                        if setting["setting"] == key and setting["value"] == value), None)
+        for figure_name, predicted in predicted_figures(base, offered):
+            measured = new["measured"].get(figure_name)
+            rows.append(PREDICTION(new=name, setting=key, value=value, figure=figure_name,
+                                   predicted=predicted, measured=measured,
+                                   within=held(predicted, measured),
+                                   unit=unit_named(figure_name)))
+    return rows
+
+
+def predicted_figures(base, offered):
+    """(figure, its predicted FIGURE) of a what-if setting: its hit share and MiB, and the
+    I/O estimate it leaves."""
+    if offered is None:
+        return []
+    found = [(name, offered["figures"][name]) for name in ("hit_share", "mib_per_token")
+             if isinstance(offered["figures"].get(name), dict)]
+    saved, estimate = offered["ms_per_token_saved"], base["measured"]["io_wall_ms_per_token"]
+    if estimate is not None and (saved["min"] is not None or saved["max"] is not None):
+        def left(ms):
+            return None if ms is None else estimate - ms
+        found.append(("io_wall_ms_per_token", FIGURE(point=left(saved["point"]),
+                                                     min=left(saved["max"]),
+                                                     max=left(saved["min"]))))
+    return found
+
+
+def held(predicted, measured):
+    """Whether `measured` lies in the predicted band, widened; None without a band."""
+    low, high = predicted["min"], predicted["max"]
+    if measured is None or low is None and high is None:
+        return None
+    slack = PREDICTION_SLACK
+
+    def widened(end, sign):
+        return end + sign * max(abs(end) * PREDICTION_TOLERANCE, slack)
+    return (low is None or measured >= widened(low, -1)) and \
+        (high is None or measured <= widened(high, 1))
 
 
 def overlaid(part, views):
@@ -3971,8 +4076,19 @@ def summary_figures(name, run, report):
         mib_per_token=(pair["io_mib_per_token"] if pair else io["mib_per_token"]) if io else None,
         hit_share=hit,
         majflt_per_token=compute["majflt_per_token"] if compute else None,
+        **engine_columns(report.get("engine")),
         flagged=[v["id"] for v in verdicts if v["flagged"]]),
         "meta": {**(compute or {}).get("meta", {}), **(io or {}).get("meta", {})}}
+
+
+def engine_columns(engine):
+    """A row's engine figures, from the report's `engine` (null without a log)."""
+    figures = (engine or {}).get("figures", {})
+    decode, hit = figures.get("decode_ms_per_token"), figures.get("hit_pct")
+    return {"engine_ms_per_token": decode["engine"] if decode else None,
+            "engine_hit_share": hit["engine"] / 100 if hit else None,
+            "engine_disagrees": [name for name, figure in figures.items()
+                                 if figure["agrees"] is False]}
 
 
 def own_hit_share(io, what_if):
@@ -4176,6 +4292,20 @@ def turn_rows(turns, report):
     return [ENGINE_TURN(turn=turn, generated=generated, cache_hit_pct=hit, read_mib=mib,
                         tool_read_mib=tool, tool_cache_hit_pct=tool_hit)
             for (turn, generated, hit, mib), tool, tool_hit in zip(turns, traced, hits)]
+
+
+def with_engine_log(report, log, warn):
+    """The report with its `engine` (null without a log); every figure that disagrees beyond
+    the tolerance is a warning."""
+    engine = engine_report(log, report) if log else None
+    for name, figure in (engine["figures"] if engine else {}).items():
+        if figure["agrees"] is False:
+            warn(f"{log.path}: the engine's {name} is {figure['engine']:.4g}, the traces' "
+                 f"{figure['tool']:.4g} ({num(figure['ratio'], '.2f')}x, beyond "
+                 f"{ENGINE_TOLERANCE:.0%}): a log of another run, or a trace cut short?")
+    record = REPORTS[report["kind"]]
+    return {name: engine if name == "engine" else report[name] for name in record.names
+            if name in report or name == "engine"}
 
 
 # ── settings: what the run's preamble does not say ───────────────────────────────────────────────
@@ -5108,6 +5238,31 @@ def diff_preamble_blocks(report, view):
     return [Block(None, parts, gap=False)]
 
 
+def prediction_blocks(report, view):
+    """BASE's what-if for each setting a NEW changed, beside what the NEW measured."""
+    rows = report.get("prediction_check") or []
+    if not rows:
+        return []
+    several = len(report["inputs"]) > 2
+
+    def written(row, value):
+        return formatter(WHAT_IF_FIGURES.field(row["figure"]).shown.format)(value)
+
+    def band(row):
+        predicted = row["predicted"]
+        low, high = written(row, predicted["min"]), written(row, predicted["max"])
+        around = low if low == high else f"{low} to {high}"
+        return around if predicted["point"] is None or low == high else \
+            f"{written(row, predicted['point'])} ({around})"
+    columns = ((text_column("new", "new"),) if several else ()) \
+        + tuple(shown_column(PREDICTION.field(name)) for name in ("setting", "value", "figure")) \
+        + (column("predicted", band), column("measured", lambda row: written(row, row["measured"])),
+           column("within", lambda row: AGREEMENT[row["within"]]))
+    return [Block(f"did the prediction hold? the base's what-if beside what the new run measured "
+                  f"(per read-token; within: inside the band, widened by "
+                  f"{PREDICTION_TOLERANCE:.0%})", [Grid(columns, rows)])]
+
+
 def diff_section_blocks(report, view):
     """Each section as one table, or, with several NEWs, as tables of as many NEW column groups
     as fit TEXT_WIDTH side by side (the name and base columns repeated)."""
@@ -5209,7 +5364,8 @@ PAIR_LAYOUT = layout(
     *IO_READ_SECTIONS, adjacency_blocks, cache_blocks, what_if_blocks)
 TIMELINE_LAYOUT = layout(
     header_blocks, timeline_headline_blocks, timeline_summary_blocks, timeline_decode_blocks)
-DIFF_LAYOUT = layout(diff_header_blocks, diff_preamble_blocks, diff_section_blocks)
+DIFF_LAYOUT = layout(diff_header_blocks, diff_preamble_blocks, diff_section_blocks,
+                     prediction_blocks)
 SUMMARY_LAYOUT = layout(summary_header_blocks, summary_blocks)
 SCHEMA_LAYOUT = layout(header_blocks, schema_blocks)
 LAYOUTS = {"compute": COMPUTE_LAYOUT, "io": IO_LAYOUT, "report": PAIR_LAYOUT,
@@ -6413,10 +6569,15 @@ def analyze_pair(compute_path, io_path, reading, cache_sizes=()):
     return report
 
 
-def analyze_diff(paths, reading, alpha):
+def analyze_diff(paths, reading, alpha, logs=True):
     """Every input of `diff` read (traces analysed, saved reports loaded and checked), then
-    compared: the diff report dict."""
-    views = [diff_view(path, reading) for path in paths]
+    compared: the diff report dict. The NEWs are read first, so that BASE's what-if tries
+    the cache sizes they ran with (the prediction check)."""
+    base, *new_paths = paths
+    news = [diff_view(path, reading, logs, ()) for path in new_paths]
+    sizes = sorted({meta_number(view.parts["io"]["meta"], "cache_mb") for view in news
+                    if "io" in view.parts} - {None})
+    views = [diff_view(base, reading, logs, sizes)] + news
     kinds = [set(view.parts) for view in views]
     if not set.intersection(*kinds):
         described = ", ".join(f"{view.path} is {view.kind}" for view in views)
@@ -6428,13 +6589,17 @@ def analyze_diff(paths, reading, alpha):
     return report
 
 
-def diff_view(path, reading):
-    """One input of diff as a DiffView: a trace analysed (an io trace with --adjacent), or a
+def diff_view(path, reading, logs, cache_sizes):
+    """One input of diff as a DiffView: a trace analysed (an io trace as io --what-if, its
+    what-if trying cache_sizes too, with the settings of the engine's log beside it), or a
     saved report loaded and checked."""
     name = display_name(path)
     with reopenable(path) as readable:
         held = trace_io.sniff(readable)
-        report = analyze_input(readable, name, held, reading, IoAsked(True, False, None))
+        log = run_log([path], logs and held != "json")
+        if log:
+            reading = reading._replace(settings=tuple(log_settings(log)))
+        report = analyze_input(readable, name, held, reading, IoAsked(True, True, cache_sizes))
     try:
         return DiffView(name, "saved report" if held == "json" else "trace", report)
     except NOT_WRITTEN_HERE as exc:
@@ -6520,7 +6685,12 @@ def read_once(path):
         return False
 
 
-def analyze_summary(arguments, reading, sort):
+# summary's inputs: where each sniffed one can be read again (a copy, for stdin), what each
+# holds (trace_io.sniff), and whether the engine's logs beside them are read.
+Inputs = namedtuple("Inputs", "local kinds logs")
+
+
+def analyze_summary(arguments, reading, sort, logs=True):
     """Every run read and reduced to its row, one at a time; then the keys that tell the runs
     apart, and the order asked for."""
     with ExitStack() as copies:  # stdin and pipes, copied once: sniffed, then read
@@ -6529,7 +6699,8 @@ def analyze_summary(arguments, reading, sort):
         kinds = {path: trace_io.sniff(readable) for path, readable in local.items()}
         runs = summary_runs(arguments, kinds)
         names = shortest_names([display_name(run.path) for run in runs])
-        rows = [summary_row(name, run, local, kinds, reading) for name, run in zip(names, runs)]
+        inputs = Inputs(local, kinds, logs)
+        rows = [summary_row(name, run, inputs, reading) for name, run in zip(names, runs)]
     keys, common = differing_keys([row.pop("meta") for row in rows], rows)
     sortable = SUMMARY_SORTS + tuple(keys) + tuple(common)
     if sort is not None and sort not in sortable:
@@ -6540,21 +6711,33 @@ def analyze_summary(arguments, reading, sort):
                           common=common, sort=sort, runs=rows)
 
 
-def run_report(run, local, kinds, reading):
-    """The report of one run: a pair's, a trace's or a saved one. local: where each sniffed
-    input can be read again (a copy, for stdin)."""
+def run_report(run, inputs, reading):
+    """The report of one run: a pair's, a trace's or a saved one, with the engine's log beside
+    its traces."""
+    log = run_log(run.paths, inputs.logs and inputs.kinds.get(run.path) != "json")
+    if log:
+        reading = reading._replace(settings=tuple(log_settings(log)))
     if run.io_path is not None:
-        return analyze_pair(*(local.get(path, path) for path in run.paths), reading)
-    return analyze_input(local[run.path], display_name(run.path), kinds[run.path], reading,
-                         IoAsked(True, True, ()))  # an io trace alone: as io --what-if
+        report = analyze_pair(*(inputs.local.get(path, path) for path in run.paths), reading)
+    else:
+        report = analyze_input(inputs.local[run.path], display_name(run.path),
+                               inputs.kinds[run.path], reading,
+                               IoAsked(True, True, ()))  # alone: as io --what-if
+    return with_engine_log(report, log, reading.warn) if log else report
 
 
-def summary_row(name, run, local, kinds, reading):
+def run_log(paths, wanted):
+    """The EngineLog beside a run's traces, as a single run finds it, when `wanted`."""
+    path = log_beside(paths) if wanted else None
+    return read_engine_log(path) if path else None
+
+
+def summary_row(name, run, inputs, reading):
     """One run's row (its preamble under `meta`, until the keys that differ are known)."""
-    report = run_report(run, local, kinds, reading)
+    report = run_report(run, inputs, reading)
     try:
         return checked_row(summary_figures(name, run, report),
-                           FIGURE_LIMIT if kinds.get(run.path) == "json" else math.inf)
+                           FIGURE_LIMIT if inputs.kinds.get(run.path) == "json" else math.inf)
     except NOT_WRITTEN_HERE as exc:
         raise not_written_here(display_name(run.path), exc) from None
 
@@ -6730,14 +6913,15 @@ SET_OPTION = option("--set", type=setting_option, action="append", default=[], d
            metavar="KEY=VALUE",
            help="a setting of the run its preamble lacks (cache_mb, prefetch, mem_limit_mb, "
                 "dense_weights, ...; repeatable): joined to the preamble, marked declared")
+NO_ENGINE_LOG_OPTION = option("--no-engine-log", action="store_true",
+                              help="ignore any engine log beside the traces")
 ENGINE_LOG_OPTIONS = (
     SET_OPTION,
     option("--engine-log", metavar="FILE",
            help="the engine's end-of-run lines for this run (default: NAME.log beside the "
                 "trace, NAME its file name without .csv); its figures are shown beside the "
                 "tool's"),
-    option("--no-engine-log", action="store_true",
-           help="ignore any engine log beside the traces"))
+    NO_ENGINE_LOG_OPTION)
 
 
 def layers_option(what):
@@ -6833,8 +7017,9 @@ COMMANDS = {command.name: command for command in (
              Input("new", "any", "the runs to compare with the base, of its kind", "+")),
             (option("--alpha", type=probability, default=DEFAULT_ALPHA, metavar="P",
                     help=f"significance level: a tested change with p >= P is marked ~ "
-                         f"(default {DEFAULT_ALPHA})"),),
-            lambda args, reading: analyze_diff([args.base] + args.new, reading, args.alpha),
+                         f"(default {DEFAULT_ALPHA})"), NO_ENGINE_LOG_OPTION),
+            lambda args, reading: analyze_diff([args.base] + args.new, reading, args.alpha,
+                                                       not args.no_engine_log),
             ("svg",)),
     Command("summary", "summary RUN...",
             "many runs, one row each: a sweep of settings side by side",
@@ -6847,8 +7032,10 @@ COMMANDS = {command.name: command for command in (
             (Input("runs", "run", "the runs: traces, saved reports, or CT+IO", "+"),),
             (option("--sort", type=sort_column, metavar="COLUMN",
                     help=f"sort the rows by a column ({', '.join(SUMMARY_SORTS)}) or a "
-                         f"preamble key, ascending, missing values last (default: as given)"),),
-            lambda args, reading: analyze_summary(args.runs, reading, args.sort), ()),
+                         f"preamble key, ascending, missing values last (default: as given)"),
+             NO_ENGINE_LOG_OPTION),
+            lambda args, reading: analyze_summary(args.runs, reading, args.sort,
+                                                          not args.no_engine_log), ()),
     Command("timeline", "timeline CT [IO]",
             "v2 traces: each decode's wall, reads, waits and overlap, measured",
             TIMELINE_DESCRIPTION,
@@ -7032,20 +7219,6 @@ def engine_log_of(args, paths):
         return None
     path = args.engine_log or log_beside(paths)
     return read_engine_log(path) if path else None
-
-
-def with_engine_log(report, log, warn):
-    """The report with its `engine` (null without a log); every figure that disagrees beyond
-    the tolerance is a warning."""
-    engine = engine_report(log, report) if log else None
-    for name, figure in (engine["figures"] if engine else {}).items():
-        if figure["agrees"] is False:
-            warn(f"{log.path}: the engine's {name} is {figure['engine']:.4g}, the traces' "
-                 f"{figure['tool']:.4g} ({num(figure['ratio'], '.2f')}x, beyond "
-                 f"{ENGINE_TOLERANCE:.0%}): a log of another run, or a trace cut short?")
-    record = REPORTS[report["kind"]]
-    return {name: engine if name == "engine" else report[name] for name in record.names
-            if name in report or name == "engine"}
 
 
 OUTPUT_OPTIONS = ("output", "svg", "perfetto")

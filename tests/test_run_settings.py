@@ -1,0 +1,178 @@
+"""What a run is, beyond its preamble: the settings declared (--set), implied by the engine's log
+or shown by the trace; a cached run's own cache, from the misses its trace holds; the cache
+what-if that stays honest on such a trace; and diff's check of a prediction against the run that
+tried it. Each figure is checked against a count made here from the trace's rows."""
+import csv
+from collections import Counter, defaultdict
+
+import pytest
+
+import decode_analyze
+from helpers import REAL_TRACES, ROOT, report, report_with_warnings, run
+
+DATA = ROOT / "tests" / "data"
+PREFETCH = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]  # --cache-mb 2 --prefetch 1
+SERIAL = REAL_TRACES["qwen3moe-l4-io-serial.csv"]
+OVERLAP = REAL_TRACES["qwen3moe-l4-io-overlap.csv"]
+SESSION = [ROOT / "examples" / "session-ct.csv", ROOT / "examples" / "session-io.csv"]
+
+
+def demanded(path):
+    """{(turn, phase, step): {(layer, expert)}} of the demand reads, counted with csv."""
+    with open(path, newline="") as f:
+        rows = csv.DictReader(line for line in f if not line.startswith("#"))
+        found = defaultdict(set)
+        for row in rows:
+            if row["spec"] == "0":
+                found[row["turn"], row["phase"], int(row["step"])].add(
+                    (row["layer"], row["expert"]))
+    return found
+
+
+def by_hand(path):
+    """(short (token, layer) pairs, decode hits, decode lookups, prefill lookups): top-2 of 8
+    experts, 4 layers, and decode tokens from the prefill's step + 1 to the last step."""
+    tokens = demanded(path)
+    prefill = sum(len(experts) for (_, phase, _), experts in tokens.items() if phase == "0")
+    decode = {key: experts for key, experts in tokens.items() if key[1] == "1"}
+    first = max(step for (_, phase, step) in tokens if phase == "0") + 1
+    lookups = (max(step for (_, _, step) in decode) - first + 1) * 4 * 2
+    short = sum(1 for experts in decode.values() for layer, count in
+                Counter(layer for layer, _ in experts).items() if count < 2)
+    misses = sum(len(experts) for experts in decode.values())
+    return short, lookups - misses, lookups, prefill
+
+
+def test_a_cached_run_is_told_by_its_own_trace():
+    own = report("io", PREFETCH, "--cache")["run_cache"]
+    short, hits, lookups, prefill = by_hand(PREFETCH)
+    assert short == 136 and lookups == 1024  # the numbers ../shared/traces/README.md gives
+    assert own["detected"] and own["top_k"] == 2 and own["layers"] == 4
+    assert own["decode_lookups"] == lookups and own["lookups"] == lookups + prefill
+    assert own["decode_hit_share"] == hits / lookups == pytest.approx(0.133, abs=5e-4)
+    assert own["hit_share"] == hits / (lookups + prefill)
+    assert abs(own["hit_share"] * 100 - 13.0) < 0.1  # the engine's, prefill counted
+
+
+@pytest.mark.parametrize("path", [SERIAL, OVERLAP])
+def test_a_run_without_a_cache_shows_none(path):
+    r = report("io", path, "--cache")
+    assert not r["run_cache"]["detected"] and r["run_cache"]["decode_hit_share"] == 0
+    assert r["settings"]["cache"] == {"value": "0", "source": "trace"}
+
+
+def test_the_session_says_it_had_a_cache_and_its_hit_share_per_turn():
+    r = report("report", *SESSION)
+    engine_turns = r["engine"]["turns"]
+    assert r["io"]["settings"]["cache"]["value"] == "1"
+    assert len(engine_turns) == 4
+    for turn, own in zip(engine_turns, r["io"]["run_cache"]["turns"]):
+        assert abs(turn["tool_cache_hit_pct"] - turn["cache_hit_pct"]) < 1
+        assert turn["tool_cache_hit_pct"] == own["hit_share"] * 100
+    assert "cache: this run had one" in run("report", *SESSION).out
+
+
+def test_the_engines_cache_figures_agree_on_the_cached_run():
+    figures = report("io", PREFETCH, "--cache")["engine"]["figures"]
+    for name, engine in (("hit_pct", 13.0), ("evictions", 904), ("rereads", 884)):
+        assert figures[name]["engine"] == engine and figures[name]["agrees"], name
+    assert figures["evictions"]["tool"] == 904  # 914 lookups traced - 10 experts resident
+
+
+def test_a_cached_runs_what_if_never_simulates_its_misses():
+    r = report("io", PREFETCH, "--what-if")
+    assert r["reuse"]["lru"] == []
+    sizes = {s["value"]: s for s in r["what_if"]["settings"] if s["setting"] == "cache_mb"}
+    own, ceiling = r["run_cache"], 1 - r["reuse"]["experts"] / r["run_cache"]["lookups"]
+    assert sorted(sizes) == [1.9, 3.8, 6]  # its own (the log's resident MiB), twice, all 32
+    assert sizes[1.9]["figures"]["hit_share"] == {"point": own["hit_share"],
+                                                  "min": own["hit_share"],
+                                                  "max": own["hit_share"]}
+    assert sizes[3.8]["figures"]["hit_share"] == {"point": None, "min": own["hit_share"],
+                                                  "max": ceiling}
+    assert sizes[6]["figures"]["hit_share"]["point"] == ceiling
+    assert sizes[6]["figures"]["experts_share"] == 1.0
+    offered = {(s["setting"], s["value"]) for s in r["what_if"]["settings"]}
+    assert ("prefetch", 1) not in offered and ("prefetch", 0) in offered
+    verdict = next(v for v in r["verdicts"] if v["id"] == "cache")
+    assert verdict["flagged"] is None and "13.0%" in verdict["text"]
+
+
+def test_a_declared_setting_joins_the_preamble_and_marks_its_source():
+    r = report("io", SERIAL, "--what-if", "--set", "mem_limit_mb=3", "--set", "cache_mb=2",
+               "--no-engine-log")
+    assert r["meta"]["mem_limit_mb"] == "3" and r["meta"]["cache_mb"] == "2"
+    assert r["settings"]["mem_limit_mb"] == {"value": "3", "source": "declared"}
+    assert [s["fits"] for s in r["what_if"]["settings"] if s["setting"] == "cache_mb"] == [None]
+    bigger = report("io", SERIAL, "--cache-mb", "2,4", "--set", "mem_limit_mb=3")
+    fits = {s["value"]: s["fits"] for s in bigger["what_if"]["settings"]
+            if s["setting"] == "cache_mb"}
+    assert fits == {2: None, 4: False}
+    header = run("io", SERIAL, "--set", "mem_limit_mb=3").out.splitlines()[3]
+    assert "mem_limit_mb=3 (declared)" in header
+
+
+def test_cache_0_declared_overrides_what_the_trace_shows():
+    r = report("io", PREFETCH, "--cache", "--set", "cache=0")
+    assert r["run_cache"]["detected"] and r["settings"]["cache"]["source"] == "declared"
+    assert r["reuse"]["lru"]  # simulated, as the user said there was no cache
+
+
+@pytest.mark.parametrize("bad", ["cache_mb", "=2", "Cache=1", "cache=a b", "k=" + "9" * 41])
+def test_a_malformed_setting_is_a_usage_error(bad, capsys):
+    assert run("io", SERIAL, "--set", bad).code == 2  # argparse's own message, on stderr
+    assert "argument --set: expected KEY=VALUE" in capsys.readouterr().err
+
+
+def test_the_log_implies_settings_and_a_contradiction_is_a_warning(tmp_path):
+    log = decode_analyze.read_engine_log(str(DATA / "qwen3moe-l4-io-prefetch.log"))
+    assert [(s.key, s.value) for s in decode_analyze.log_settings(log)] == [
+        ("cache_mb", "1.9"), ("cache", "1"), ("prefetch", "1")]
+    overlapped = DATA / "qwen3moe-l4-io-overlap.log"
+    r = report_with_warnings("io", SERIAL, "--engine-log", overlapped)
+    assert r["meta"]["overlap"] == "0" and "overlap" not in r["settings"]
+    assert any("the log says overlap=1, the preamble overlap=0" in warning
+               for warning in r["warnings"])
+
+
+def test_summary_shows_the_settings_that_tell_the_runs_apart():
+    r = report("summary", SERIAL, PREFETCH, OVERLAP)
+    assert r["keys"] == ["overlap", "cache", "cache_mb", "prefetch"]
+    assert [row["settings"] for row in r["runs"]] == [
+        {"overlap": "0", "cache": "0", "cache_mb": None, "prefetch": None},
+        {"overlap": "0", "cache": "1", "cache_mb": "1.9", "prefetch": "1"},
+        {"overlap": "1", "cache": "0", "cache_mb": None, "prefetch": None}]
+    serial, prefetch, _ = r["runs"]
+    assert prefetch["hit_share"] == report("io", PREFETCH, "--cache")["run_cache"]["hit_share"]
+    assert prefetch["engine_hit_share"] == 0.13 and prefetch["engine_ms_per_token"] == 16.0
+    assert serial["engine_disagrees"] == []
+    without = report("summary", SERIAL, PREFETCH, "--no-engine-log")
+    assert without["runs"][1]["engine_ms_per_token"] is None
+    assert "cache_mb" not in without["keys"]
+
+
+def test_diff_checks_the_bases_prediction_against_the_run_that_tried_it():
+    r = report("diff", SERIAL, PREFETCH)
+    rows = {row["figure"]: row for row in r["prediction_check"]}
+    assert {row["setting"] for row in r["prediction_check"]} == {"cache_mb"}
+    hit, mib = rows["hit_share"], rows["mib_per_token"]
+    predicted = report("io", SERIAL, "--cache-mb", "2")["what_if"]["settings"]
+    at_two = next(s for s in predicted if s["setting"] == "cache_mb")["figures"]
+    assert hit["value"] == 1.9 and hit["predicted"] == at_two["hit_share"]  # 1.9 MiB: 10 too
+    assert round(hit["predicted"]["point"], 3) == 0.130 and hit["within"]
+    assert hit["measured"] == report("io", PREFETCH, "--cache")["run_cache"]["hit_share"]
+    assert round(mib["predicted"]["point"], 2) == 1.38 and mib["within"]
+    assert mib["measured"] == report("io", PREFETCH)["mib_per_token"]
+    assert rows["io_wall_ms_per_token"]["unit"] == "ms"
+    assert "did the prediction hold?" in run("diff", SERIAL, PREFETCH).out
+
+
+def test_no_prediction_without_a_changed_setting():
+    assert report("diff", SERIAL, SERIAL)["prediction_check"] == []
+
+
+@pytest.mark.parametrize("measured, expected", [(1.0, True), (1.05, True), (1.06, False),
+                                                 (0.5, True), (0.47, False), (None, None)])
+def test_within_is_the_band_widened_by_the_tolerance(measured, expected):
+    band = decode_analyze.FIGURE(point=None, min=0.5, max=1.0)
+    assert decode_analyze.held(band, measured) is expected

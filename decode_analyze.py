@@ -292,7 +292,8 @@ DECODES = Record("decodes", "compute `decodes`", (
     ("positions", "generated positions they cover (next step - step; a turn's last: 1)"),
     ("speculative", "whether any decode covers more than one position"),
     ("ms_per_decode", "decode wall time / decodes"),
-    ("ms_per_position", "decode wall time / positions")))
+    ("ms_per_position", "decode wall time / positions",
+     Shown(diff="ms per generated position"))))
 PREFILL_BATCHES = Record("prefill", "compute `prefill`", (
     ("batches", "prefill batches selected"), ("prompt_tokens", "step + 1 summed over them"),
     ("ms_per_batch", "their wall time / batches"),
@@ -686,8 +687,12 @@ SUMMARY_ROW = Record("summary row", "summary `runs` (one per run)", (
     ("hit_share", "the expert cache's hit share at the run's own cache_mb (when its preamble "
                   "names one)", Shown("hit", "%")),
     ("majflt_per_token", "major faults per token", Shown("majflt", 1), PER_TOKEN),
+    ("positions_per_decode", "generated positions per decode, when a decode covers several "
+                             "(speculative decoding): the per-token figures are then per "
+                             "generated position", Shown("pos/dec", 2)),
     ("engine_ms_per_token", "the engine's own decode ms per token (its log beside the run; "
-                            "null without one)", Shown("eng ms", 2), PER_TOKEN),
+                            "null without one; per generated token, as the engine counts)",
+     Shown("eng ms", 2)),
     ("engine_hit_share", "the engine's own cache hit share (its log's moe-cache line)",
      Shown("eng hit", "%")),
     ("engine_disagrees", "the engine figures the tool's disagree with beyond the tolerance"),
@@ -2771,8 +2776,10 @@ def pair_report(compute, io):
         read_split=read_split(compute["per_token"], io["per_token"]),
         by_layer=pair_layers(compute, io, per_decoded),
         warnings=pair_warnings(compute, io, tokens, readers))
+    decodes = compute["decodes"]  # the what-if per generated position when a decode covers more
+    units = decodes["positions"] if decodes["speculative"] and decodes["positions"] else n
     return PAIR_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="report", compute=compute,
-                       io=io, pair=pair, what_if=decoded_what_if(io["what_if"], n))
+                       io=io, pair=pair, what_if=decoded_what_if(io["what_if"], units))
 
 
 def decoded_what_if(what_if, decoded):
@@ -3381,6 +3388,15 @@ AT_STAKE = {
 }
 
 
+def per_position_words(pair, *ms):
+    """', per generated position A of B ms' when a decode covers several positions."""
+    position = pair["per_position"]
+    if not position:
+        return ""
+    per = position["positions"] / pair["tokens"]
+    return f" (per generated position {' of '.join(f'{value / per:.2f}' for value in ms)} ms)"
+
+
 def weighed_io_verdicts(io, pair):
     """The flagged io verdicts, weighed against the decode wall: flagged only when what they
     could save is at least MATERIAL of it; the pair's say replaces io's (all_verdicts)."""
@@ -3393,7 +3409,7 @@ def weighed_io_verdicts(io, pair):
         at_most = max(0.0, saving(io, wall))
         share = ratio(at_most, decode)
         stake = (f"{remedy} could save at most {at_most:.2f} ms of the {decode:.2f} ms decode "
-                 f"per token ({num(share, '.1%')}")
+                 f"per token{per_position_words(pair, at_most, decode)} ({num(share, '.1%')}")
         if share is None or share >= MATERIAL:
             weighed.append(verdict(judged["id"], True, f"{judged['text']}; {stake}, >= "
                                                        f"{MATERIAL:.0%})"))
@@ -3497,7 +3513,7 @@ FIGURE_LIMIT = 1e15  # no figure of a real run comes near; past it, a saved repo
 # list field a report marks COMPARED, one per figure of its rows that has diff's words.
 DIFF_HEADLINES = {
     "compute": ("ms_per_token", "majflt_per_token", "nodes_per_token", "token_ms.p50",
-                "token_ms.p99", "faults.ms_per_token"),
+                "token_ms.p99", "faults.ms_per_token", "decodes.ms_per_position"),
     "io": ("reads_per_token", "mib_per_token", "io_wall_ms_per_token.estimate",
            "busy_ms_per_token", "io_wall_ms_per_token.min", "io_wall_ms_per_token.max",
            "busy_mib_per_s", "waste_mib_per_token", "latency_us.mean", "latency_us.p50",
@@ -4064,7 +4080,10 @@ def summary_figures(name, run, report):
     hit = own_hit_share(io, what_if) if io else None
     verdicts = all_verdicts(report)
     schema = report.get("schema")
-    return {**SUMMARY_ROW(
+    decodes = (compute or {}).get("decodes") or {}
+    per_decode = decodes["positions"] / decodes["decodes"] \
+        if decodes.get("speculative") and decodes.get("decodes") else None
+    return {**per_position_row(SUMMARY_ROW(
         run=name, paths=[display_name(path) for path in run.paths], kind=kind, settings={},
         tokens=(compute or io)["tokens"],
         decode_ms_per_token=compute["ms_per_token"] if compute else None,
@@ -4076,9 +4095,16 @@ def summary_figures(name, run, report):
         mib_per_token=(pair["io_mib_per_token"] if pair else io["mib_per_token"]) if io else None,
         hit_share=hit,
         majflt_per_token=compute["majflt_per_token"] if compute else None,
-        **engine_columns(report.get("engine")),
-        flagged=[v["id"] for v in verdicts if v["flagged"]]),
+        positions_per_decode=per_decode, **engine_columns(report.get("engine")),
+        flagged=[v["id"] for v in verdicts if v["flagged"]])),
         "meta": {**(compute or {}).get("meta", {}), **(io or {}).get("meta", {})}}
+
+
+def per_position_row(row):
+    """A summary row per generated position when its decodes cover several (as the engine
+    counts a token): its per-token figures over the positions per decode."""
+    per_decode = row["positions_per_decode"]
+    return rescaled(row, 1 / per_decode, SUMMARY_ROW) if per_decode else row
 
 
 def engine_columns(engine):
@@ -5031,7 +5057,8 @@ def what_if_blocks(report, view):
     if what_if is None:
         return []
     baseline = what_if["baseline"]
-    per = per_words(report)
+    per = "per generated position" if (report.get("pair") or {}).get("per_position") \
+        else per_words(report)
     lines = []
     for setting in what_if["settings"]:
         figures = [what_if_figure(name, value) for name, value in setting["figures"].items()
@@ -5304,7 +5331,8 @@ def summary_header_blocks(report, view):
     common = report["common"]
     lines = [f"{len(report['runs'])} run(s)" + (f", sorted by {report['sort']}"
                                                 if report["sort"] else ", as given")
-             + "; figures per token (decoded, or read-tokens for an io trace alone)"]
+             + "; figures per token (decoded, or read-tokens for an io trace alone; per "
+               "generated position where pos/dec shows)"]
     if common:
         lines.append("shared: " + " ".join(f"{key}={value}" for key, value in common.items()))
     return [Block(f"decode-analyze {TOOL_VERSION} summary", [Prose(lines)], gap=False)]

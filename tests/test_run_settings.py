@@ -176,3 +176,43 @@ def test_no_prediction_without_a_changed_setting():
 def test_within_is_the_band_widened_by_the_tolerance(measured, expected):
     band = decode_analyze.FIGURE(point=None, min=0.5, max=1.0)
     assert decode_analyze.held(band, measured) is expected
+
+
+# ── speculative decoding: per generated position wherever the figures are per token ──
+SPECULATIVE = [DATA / "synthetic" / "speculative-ct.csv", DATA / "synthetic" / "speculative-io.csv"]
+
+
+def test_a_speculative_pairs_what_if_and_summary_are_per_generated_position():
+    pair = report("report", *SPECULATIVE)
+    decodes = pair["compute"]["decodes"]
+    per_decode = decodes["positions"] / decodes["decodes"]
+    assert per_decode == 2  # 7 decodes, 14 positions
+    alone = report("io", SPECULATIVE[1], "--what-if")["what_if"]["settings"]
+    for mine, theirs in zip(pair["what_if"]["settings"], alone):
+        assert mine["setting"] == theirs["setting"]
+        for bound in ("min", "max"):
+            theirs_ms = theirs["ms_per_token_saved"][bound]
+            assert mine["ms_per_token_saved"][bound] == (
+                None if theirs_ms is None else pytest.approx(
+                    theirs_ms * pair["io"]["tokens"] / decodes["positions"]))
+    assert "what would it buy (per generated position" in run("report", *SPECULATIVE).out
+    row = report("summary", "+".join(map(str, SPECULATIVE)))["runs"][0]
+    assert row["positions_per_decode"] == per_decode
+    assert row["decode_ms_per_token"] == pytest.approx(
+        pair["compute"]["ms_per_token"] / per_decode)
+    assert row["mib_per_token"] == pytest.approx(pair["pair"]["io_mib_per_token"] / per_decode)
+    assert row["decode_ms_p50"] == pair["compute"]["token_ms"]["p50"]  # a decode's spread
+
+
+def test_a_speculative_stake_gives_its_per_position_figures():
+    pair = report("report", *SPECULATIVE)
+    stake = next(v["text"] for v in pair["pair"]["verdicts"] if v["id"] == "cache")
+    decode = pair["pair"]["decode_ms_per_token"]
+    assert f"of {decode / 2:.2f} ms)" in stake and "per generated position" in stake
+
+
+def test_diff_compares_ms_per_generated_position():
+    r = report("diff", SPECULATIVE[0], SPECULATIVE[0])
+    rows = [row for section in r["sections"] for row in section["rows"]]
+    found = next(row for row in rows if row["name"] == "ms per generated position")
+    assert found["base"] == report("compute", SPECULATIVE[0])["decodes"]["ms_per_position"]

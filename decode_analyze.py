@@ -2190,7 +2190,7 @@ def own_cache(lookups):
     ends = chain(islice(lookups.token_starts, 1, None), [len(lookups.items)])
     for start, end, phase, (turn, step) in zip(lookups.token_starts, ends, lookups.token_phases,
                                                lookups.token_keys):
-        demanded[turn, phase, step].update(islice(lookups.items, start, end))
+        demanded[turn, phase, step].update(lookups.items[start:end])
     layer_of = {item: layer for (layer, _), item in lookups.item_of.items()}
     per_layer = [Counter(map(layer_of.__getitem__, items))
                  for (_, phase, _), items in demanded.items() if phase == DECODE]

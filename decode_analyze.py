@@ -3388,15 +3388,6 @@ AT_STAKE = {
 }
 
 
-def per_position_words(pair, *ms):
-    """', per generated position A of B ms' when a decode covers several positions."""
-    position = pair["per_position"]
-    if not position:
-        return ""
-    per = position["positions"] / pair["tokens"]
-    return f" (per generated position {' of '.join(f'{value / per:.2f}' for value in ms)} ms)"
-
-
 def weighed_io_verdicts(io, pair):
     """The flagged io verdicts, weighed against the decode wall: flagged only when what they
     could save is at least MATERIAL of it; the pair's say replaces io's (all_verdicts)."""
@@ -3420,6 +3411,15 @@ def weighed_io_verdicts(io, pair):
     return weighed
 
 
+def per_position_words(pair, *ms):
+    """', per generated position A of B ms' when a decode covers several positions."""
+    position = pair["per_position"]
+    if not position:
+        return ""
+    per = position["positions"] / pair["tokens"]
+    return f" (per generated position {' of '.join(f'{value / per:.2f}' for value in ms)} ms)"
+
+
 def router_pair_verdict(compute, pair):
     """Whether the routing nodes' time is the wait for expert reads, in ms: the reads can
     account for at most their estimated I/O time (each layer's busiest lane), so the router's
@@ -3430,8 +3430,9 @@ def router_pair_verdict(compute, pair):
     estimate = pair["io_wall_ms_per_token"]["estimate"]
     stake = pair["decode_ms_per_token"] - pair["faulting_ms_per_token"]
     wait = min(router_ms, estimate)
-    reads = (f"routing nodes take {router_ms:.2f} ms per decoded token; the reads, estimated at "
-             f"{estimate:.2f} ms (each layer's busiest lane), can account for {wait:.2f} of them")
+    reads = (f"routing nodes take {router_ms:.2f} ms per decoded token"
+             f"{per_position_words(pair, router_ms)}; the reads, estimated at {estimate:.2f} ms "
+             f"(each layer's busiest lane), can account for {wait:.2f} of them")
     overlap = "; overlap=1: only what the overlap did not hide lands there" \
         if compute["meta"].get("overlap") == "1" else ""
     if not stake or wait <= ROUTER_SHARE * stake:

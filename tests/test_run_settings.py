@@ -216,3 +216,9 @@ def test_diff_compares_ms_per_generated_position():
     rows = [row for section in r["sections"] for row in section["rows"]]
     found = next(row for row in rows if row["name"] == "ms per generated position")
     assert found["base"] == report("compute", SPECULATIVE[0])["decodes"]["ms_per_position"]
+
+
+def test_a_speculative_router_verdict_gives_its_per_position_ms():
+    pair = report("report", *SPECULATIVE)
+    router = next(v["text"] for v in pair["pair"]["verdicts"] if v["id"] == "router_wait")
+    assert f"(per generated position {pair['pair']['router_ms_per_token'] / 2:.2f} ms)" in router

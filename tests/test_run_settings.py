@@ -222,3 +222,21 @@ def test_a_speculative_router_verdict_gives_its_per_position_ms():
     pair = report("report", *SPECULATIVE)
     router = next(v["text"] for v in pair["pair"]["verdicts"] if v["id"] == "router_wait")
     assert f"(per generated position {pair['pair']['router_ms_per_token'] / 2:.2f} ms)" in router
+
+
+@pytest.mark.parametrize("compressed", ["compute", "io"])
+def test_summary_pairs_a_run_whatever_its_files_compression(tmp_path, compressed):
+    import gzip
+    sources = {"compute": REAL_TRACES["qwen3moe-l4-ct-node.csv"], "io": SERIAL}
+    paths = []
+    for kind, source in sources.items():
+        path = tmp_path / f"x-pair-{'ct' if kind == 'compute' else 'io'}.csv"
+        if kind == compressed:
+            path = path.with_name(path.name + ".gz")
+            path.write_bytes(gzip.compress(source.read_bytes()))
+        else:
+            path.write_bytes(source.read_bytes())
+        paths.append(path)
+    (row,) = report("summary", *reversed(paths))["runs"]
+    assert row["kind"] == "report" and row["mib_per_token"] == pytest.approx(
+        report("report", *sources.values())["pair"]["io_mib_per_token"])

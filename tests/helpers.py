@@ -103,6 +103,14 @@ def io_text(rows, preamble="# io_trace v1\n# model=m.gguf io_threads=2 o_direct=
     return preamble + header + "\n" + "".join(row + "\n" for row in rows)
 
 
+def trace_rows(path):
+    """A trace's rows as dicts, read by the csv module (no code of the tool): an independent
+    count for a test to check a figure against."""
+    import csv
+    with open(path, newline="") as f:
+        yield from csv.DictReader(line for line in f if not line.startswith("#"))
+
+
 def shared_trace(name):
     """A real engine trace by its name in ../shared/traces."""
     return REAL_TRACES[name]

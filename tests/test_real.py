@@ -4,7 +4,6 @@ prints equals ours at its precision. The reference's output on the generated par
 saved under tests/golden/reference/, so that a clone without ../shared runs the parity checks
 too; where the script is here, its live output must equal the saved one
 (python3 tests/test_real.py --update rewrites them)."""
-import csv
 import re
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from collections import defaultdict
 import pytest
 
 import tracegen
-from helpers import REAL_TRACES, REFERENCE, ROOT, report, shared_trace
+from helpers import REAL_TRACES, REFERENCE, ROOT, report, shared_trace, trace_rows
 
 
 REFERENCE_SAID = ROOT / "tests" / "golden" / "reference"  # its output, saved
@@ -31,13 +30,11 @@ def kind_of(name):
 
 def independent(path):
     """Decode tokens and their summed time by the csv module, with no code of the tool."""
-    with open(path, newline="") as f:
-        rows = csv.DictReader(line for line in f if not line.startswith("#"))
-        per_token = defaultdict(int)
-        for row in rows:
-            if row["phase"] == "1":
-                value = int(row.get("wall_ns") or row.get("read_bytes"))
-                per_token[int(row["turn"]), int(row["step"])] += value
+    per_token = defaultdict(int)
+    for row in trace_rows(path):
+        if row["phase"] == "1":
+            value = int(row.get("wall_ns") or row.get("read_bytes"))
+            per_token[int(row["turn"]), int(row["step"])] += value
     return per_token
 
 

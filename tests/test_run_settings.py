@@ -2,13 +2,12 @@
 or shown by the trace; a cached run's own cache, from the misses its trace holds; the cache
 what-if that stays honest on such a trace; and diff's check of a prediction against the run that
 tried it. Each figure is checked against a count made here from the trace's rows."""
-import csv
 from collections import Counter, defaultdict
 
 import pytest
 
 import decode_analyze
-from helpers import REAL_TRACES, ROOT, report, report_with_warnings, run
+from helpers import REAL_TRACES, ROOT, report, report_with_warnings, run, trace_rows
 
 DATA = ROOT / "tests" / "data"
 PREFETCH = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]  # --cache-mb 2 --prefetch 1
@@ -19,13 +18,10 @@ SESSION = [ROOT / "examples" / "session-ct.csv", ROOT / "examples" / "session-io
 
 def demanded(path):
     """{(turn, phase, step): {(layer, expert)}} of the demand reads, counted with csv."""
-    with open(path, newline="") as f:
-        rows = csv.DictReader(line for line in f if not line.startswith("#"))
-        found = defaultdict(set)
-        for row in rows:
-            if row["spec"] == "0":
-                found[row["turn"], row["phase"], int(row["step"])].add(
-                    (row["layer"], row["expert"]))
+    found = defaultdict(set)
+    for row in trace_rows(path):
+        if row["spec"] == "0":
+            found[row["turn"], row["phase"], int(row["step"])].add((row["layer"], row["expert"]))
     return found
 
 

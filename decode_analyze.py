@@ -4162,7 +4162,7 @@ def sorted_rows(rows, sort):
 # file; every other line is ignored. A figure keeps how finely the engine printed it: it agrees
 # with the tool's when they differ by at most ENGINE_TOLERANCE of it, or by the engine's rounding.
 ENGINE_TOLERANCE = 0.10
-NUMBER = r"(\d+(?:\.\d+)?)"
+NUMBER = r"(\d{1,15}(?:\.\d{1,9})?)"  # longer is no engine's figure (nor a float, nor an int)
 ENGINE_LINES = tuple((re.compile(pattern.replace("N", NUMBER)), names) for pattern, names in (
     (r"generation: N tokens, N s/token", ("tokens", "generation_ms_per_token")),
     (r"compute: .*, N major faults/token", ("majflt_per_token",)),
@@ -4176,7 +4176,8 @@ ENGINE_LINES = tuple((re.compile(pattern.replace("N", NUMBER)), names) for patte
     (r"moe-prefetch: N MiB speculative, N/N experts useful",
      ("speculative_mib", "useful_experts", "speculative_experts")),
     (r"ngram: .* N tokens per verify decode", ("positions_per_decode",))))
-TURN_LINE = re.compile(r"turn id=(\d+): generated=(\d+) .*cache_hit=([\d.]+)% read_mib=([\d.]+)")
+TURN_LINE = re.compile(r"turn id=(\d{1,9}): generated=(\d{1,12}) .*cache_hit=(\d{1,3}(?:\.\d{1,9})?)% "
+                       r"read_mib=(\d{1,15}(?:\.\d{1,9})?)\b")
 LOG_MOST_BYTES = 64 << 20  # a log is a terminal's text: past this, it is not one
 EngineValue = namedtuple("EngineValue", "value rounding")
 

@@ -4176,8 +4176,8 @@ ENGINE_LINES = tuple((re.compile(pattern.replace("N", NUMBER)), names) for patte
     (r"moe-prefetch: N MiB speculative, N/N experts useful",
      ("speculative_mib", "useful_experts", "speculative_experts")),
     (r"ngram: .* N tokens per verify decode", ("positions_per_decode",))))
-TURN_LINE = re.compile(r"turn id=(\d{1,9}): generated=(\d{1,12}) .*cache_hit=(\d{1,3}(?:\.\d{1,9})?)% "
-                       r"read_mib=(\d{1,15}(?:\.\d{1,9})?)\b")
+TURN_LINE = re.compile(r"turn id=(\d{1,9}): generated=(\d{1,12}) "
+                       r".*cache_hit=(\d{1,3}(?:\.\d{1,9})?)% read_mib=" + NUMBER + r"\b")
 LOG_MOST_BYTES = 64 << 20  # a log is a terminal's text: past this, it is not one
 EngineValue = namedtuple("EngineValue", "value rounding")
 

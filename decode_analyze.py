@@ -417,6 +417,10 @@ RUN_CACHE = Record("run cache", "io `run_cache`: the run's own cache, as its tra
     ("lookups", "decode_lookups + the prefill's demanded experts (a cold cache misses them)"),
     ("decode_hit_share", "(decode_lookups - the demanded experts traced) / decode_lookups"),
     ("hit_share", "the same hits / lookups: the engine's hit %"),
+    ("rereads", "lookups traced of an expert traced before: on a cached run, the engine's "
+                "re-reads"),
+    ("evictions", "lookups traced less the whole experts its cache_mb holds: on a cached run, "
+                  "the engine's evictions (null: its size unknown)"),
     ("turns", "per turn of a session (one row for a single run)", ListOf(RUN_CACHE_TURN))))
 REUSE = Record("reuse", "io `reuse` (null without --cache or --what-if)", (
     ("lookups", "expert lookups: (token, layer, expert) demanded, prefill included"),
@@ -2183,9 +2187,10 @@ CacheCounts = summing_record("CacheCounts", ("decode_lookups", "decode_misses", 
                              doc="A turn's decode lookups and misses, and its prefill lookups.")
 
 
-def own_cache(lookups):
+def own_cache(lookups, cache, own_mib):
     """The io report's `run_cache`, from the demanded experts of every token (None when no
-    decode token demanded any)."""
+    decode token demanded any); its re-reads and evictions from the ExpertCache of its
+    lookups traced, and the run's cache_mb (own_mib, None when unknown)."""
     demanded = defaultdict(set)  # (turn, phase, step) -> items
     ends = chain(islice(lookups.token_starts, 1, None), [len(lookups.items)])
     for start, end, phase, (turn, step) in zip(lookups.token_starts, ends, lookups.token_phases,
@@ -2207,6 +2212,8 @@ def own_cache(lookups):
     return RUN_CACHE(detected=short >= 2, top_k=top_k, layers=len(layers),
                      decode_lookups=whole.decode_lookups,
                      lookups=whole.decode_lookups + whole.prefill, **cache_shares(whole),
+                     rereads=cache.lookups - cache.distinct,
+                     evictions=cache.lookups - cache.capacity(own_mib) if own_mib else None,
                      turns=[RUN_CACHE_TURN(turn=turn, **cache_shares(counts))
                             for turn, counts in turns.items()])
 
@@ -2286,9 +2293,11 @@ def default_cache_sizes(meta, cache, cached):
     distinct experts' footprint, in whole MiB (the engine's unit)."""
     own = meta_number(meta, "cache_mb")
     footprint_mib = cache.distinct * cache.expert_bytes / MIB
-    if cached:
-        every = math.ceil(footprint_mib)
-        return sorted({own, own * 2, every} if own and own * 2 < every else {own or every, every})
+    if cached:  # what its trace can bound: its own size, twice that, and all of them
+        sizes = {math.ceil(footprint_mib)}
+        if own:
+            sizes |= {own, own * 2} if own * 2 < max(sizes) else {own}
+        return sorted(sizes)
     if own:
         return [own]
     return sorted({max(1, round(footprint_mib * share)) for share in (0.25, 0.5, 1)})
@@ -2308,11 +2317,14 @@ class WhatIf:
     def per_token_mib(self, total_bytes):
         return total_bytes / MIB / self.tokens
 
-    def setting(self, name, value, figures, saved, method):
-        limit = meta_number(self.report["meta"], "mem_limit_mb") if name == "cache_mb" else None
+    def setting(self, name, value, figures, saved, method, fits=None):
         return WHAT_IF_SETTING(setting=name, value=value, figures=figures,
-                               ms_per_token_saved=saved, method=method,
-                               fits=False if limit is not None and value > limit else None)
+                               ms_per_token_saved=saved, method=method, fits=fits)
+
+    def fits(self, mib):
+        """False when a cache of `mib` MiB exceeds a declared mem_limit_mb, else None."""
+        limit = meta_number(self.report["meta"], "mem_limit_mb")
+        return False if limit is not None and mib > limit else None
 
     def cache_settings(self, cache_sizes):
         """One per size asked for (--cache-mb), when an expert's size is known; for a run
@@ -2339,8 +2351,7 @@ class WhatIf:
             shares = figure(ceiling)
         elif capacity == own_capacity:
             shares = figure(hit)
-            figures.update(evictions=figure(cache.lookups - capacity),
-                           rereads=figure(cache.lookups - cache.distinct))
+            figures.update(evictions=figure(own["evictions"]), rereads=figure(own["rereads"]))
         elif own_capacity is not None and capacity > own_capacity:
             shares = figure(None, hit, ceiling)
         else:
@@ -2356,7 +2367,7 @@ class WhatIf:
                  (now - mib) * self.ms_per_mib for bound, mib in mibs.items()}
         return self.setting("cache_mb", mib, figures,
                             figure(saved["point"], saved["min"], saved["max"]),
-                            CACHED_CACHE_METHOD)
+                            CACHED_CACHE_METHOD, self.fits(mib))
 
     def cache_setting(self, mib):
         cache = self.cache
@@ -2380,7 +2391,7 @@ class WhatIf:
             "evictions": spread("evictions"), "rereads": spread("rereads"),
             "resident_mib": point.resident_bytes / MIB},
             figure(None, 0.0, saved_max),
-            CACHE_METHOD)
+            CACHE_METHOD, self.fits(mib))
 
     def o_direct_settings(self, cache_sizes):
         """Buffered reads, for a run that read with O_DIRECT."""
@@ -2646,7 +2657,7 @@ def add_cache_what_ifs(report, fold, chosen, phases, cache_sizes):
     """The report's `reuse` (the --cache curve) and, when asked for, its `what_if`: both
     from the one expert cache model."""
     cache = ExpertCache(fold.lookups, phases)
-    report["run_cache"] = own_cache(fold.lookups)
+    report["run_cache"] = own_cache(fold.lookups, cache, meta_number(report["meta"], "cache_mb"))
     cached = ran_cached(report)
     report["reuse"] = cache_curve(cache, fold.lookups, cached)
     if cache_sizes is None:
@@ -3622,7 +3633,7 @@ class DiffView:
                                                     scale)
                 for row in report.get(table.table) or ()}
         meta = {str(k): str(v) for k, v in report["meta"].items()}
-        return {**(predictions(report, meta, limit) if part == "io" else {}),
+        return {**(predictions(report, limit) if part == "io" else {}),
                 "tokens": tokens, "samples": samples, "op_samples": op_samples,
                 "headline": headline, "tables": tables, "meta": meta,
                 "selection": report.get("selection"), "granularity": report.get("granularity"),
@@ -3633,7 +3644,7 @@ class DiffView:
                                  for row in report.get("latency_hist") or ()]}
 
 
-def predictions(report, meta, limit):
+def predictions(report, limit):
     """What diff's prediction check takes of an io report, checked: its what-if's settings
     (BASE's predictions) and its own figures (NEW's measurements)."""
     def band(held):
@@ -3839,21 +3850,20 @@ def diff_report(views, alpha):
 # share of the band's ends, and by half a point of a share at least: the engine's rounding.
 PREDICTION_TOLERANCE = 0.05
 PREDICTION_SLACK = 0.005
-# The settings a what-if changes, and what a run without them has: {setting: its value then}.
-PREDICTED_SETTINGS = {"cache_mb": 0.0, "prefetch": 0.0, "overlap": 0.0, "o_direct": 0.0,
-                      "io_threads": None}
+# What a run whose settings lack a what-if setting has of it (the others: unknown, None).
+SETTINGS_OFF = {"cache_mb": 0.0, "prefetch": 0.0, "overlap": 0.0, "o_direct": 0.0}
 
 
 def setting_number(meta, key):
     """A what-if setting's value in a run's meta, as the what-if writes it."""
     value = meta_number(meta, key)
-    return PREDICTED_SETTINGS[key] if value is None else value
+    return SETTINGS_OFF.get(key) if value is None else value
 
 
 def prediction_check(base, new, name):
     """BASE's what-if for each what-if setting NEW changed, figure by figure, beside NEW's."""
     rows = []
-    for key in PREDICTED_SETTINGS:
+    for key in WHAT_IF_SETTINGS:  # one a run's meta never holds (coalesce) never differs
         value = setting_number(new["meta"], key)
         if value == setting_number(base["meta"], key):
             continue
@@ -4242,6 +4252,12 @@ def log_beside(paths):
     return None
 
 
+def engine_log(paths, named=None):
+    """A run's EngineLog: the one named, else NAME.log beside its traces; None."""
+    path = named or log_beside(paths)
+    return read_engine_log(path) if path else None
+
+
 def tool_figures(report):
     """The tool's figure for each engine figure the traces show, from a report of the whole
     decode (a selection of some tokens is not the run the engine summed)."""
@@ -4272,16 +4288,14 @@ def tool_figures(report):
 
 
 def own_cache_figures(io):
-    """The engine's cache figures, as the trace of a run that had a cache shows them: its hit
-    %, its re-reads (lookups traced again after the first) and evictions (lookups traced, less
-    the experts its cache_mb holds)."""
-    own, reuse = io.get("run_cache"), io.get("reuse")
-    if not (ran_cached(io) and reuse):
+    """The engine's cache figures, as the trace of a run that had a cache shows them
+    (`run_cache`): its hit %, re-reads and evictions."""
+    if not ran_cached(io):
         return {}
-    figures = {"hit_pct": own["hit_share"] * 100, "rereads": reuse["lookups"] - reuse["experts"]}
-    size = meta_number(io["meta"], "cache_mb")
-    if size and reuse["expert_mib"]:
-        figures["evictions"] = reuse["lookups"] - int(size / reuse["expert_mib"])
+    own = io["run_cache"]
+    figures = {"hit_pct": own["hit_share"] * 100, "rereads": own["rereads"]}
+    if own["evictions"] is not None:
+        figures["evictions"] = own["evictions"]
     return figures
 
 
@@ -4370,6 +4384,11 @@ def trace_settings(report):
     if report["run_cache"] is not None:
         shown.append(Setting("cache", "1" if report["run_cache"]["detected"] else "0", "trace"))
     return shown
+
+
+def logged(reading, log, declared=()):
+    """The reading with the run's settings: those declared, then those its log implies."""
+    return reading._replace(settings=tuple(declared) + (tuple(log_settings(log)) if log else ()))
 
 
 def settle(trace, reading):
@@ -6604,7 +6623,7 @@ def analyze_diff(paths, reading, alpha, logs=True):
     compared: the diff report dict. The NEWs are read first, so that BASE's what-if tries
     the cache sizes they ran with (the prediction check)."""
     base, *new_paths = paths
-    news = [diff_view(path, reading, logs, ()) for path in new_paths]
+    news = [diff_view(path, reading, logs, None) for path in new_paths]  # no what-if of theirs
     sizes = sorted({meta_number(view.parts["io"]["meta"], "cache_mb") for view in news
                     if "io" in view.parts} - {None})
     views = [diff_view(base, reading, logs, sizes)] + news
@@ -6620,16 +6639,15 @@ def analyze_diff(paths, reading, alpha, logs=True):
 
 
 def diff_view(path, reading, logs, cache_sizes):
-    """One input of diff as a DiffView: a trace analysed (an io trace as io --what-if, its
-    what-if trying cache_sizes too, with the settings of the engine's log beside it), or a
-    saved report loaded and checked."""
+    """One input of diff as a DiffView: a trace analysed (an io trace with its run_cache, and
+    its what-if at cache_sizes, () the default, None none; with the settings of the engine's
+    log beside it), or a saved report loaded and checked."""
     name = display_name(path)
     with reopenable(path) as readable:
         held = trace_io.sniff(readable)
-        log = run_log([path], logs and held != "json")
-        if log:
-            reading = reading._replace(settings=tuple(log_settings(log)))
-        report = analyze_input(readable, name, held, reading, IoAsked(True, True, cache_sizes))
+        log = engine_log([path]) if logs and held != "json" else None
+        report = analyze_input(readable, name, held, logged(reading, log),
+                               IoAsked(True, True, cache_sizes))
     try:
         return DiffView(name, "saved report" if held == "json" else "trace", report)
     except NOT_WRITTEN_HERE as exc:
@@ -6744,9 +6762,9 @@ def analyze_summary(arguments, reading, sort, logs=True):
 def run_report(run, inputs, reading):
     """The report of one run: a pair's, a trace's or a saved one, with the engine's log beside
     its traces."""
-    log = run_log(run.paths, inputs.logs and inputs.kinds.get(run.path) != "json")
-    if log:
-        reading = reading._replace(settings=tuple(log_settings(log)))
+    log = engine_log(run.paths) if inputs.logs and inputs.kinds.get(run.path) != "json" \
+        else None
+    reading = logged(reading, log)
     if run.io_path is not None:
         report = analyze_pair(*(inputs.local.get(path, path) for path in run.paths), reading)
     else:
@@ -6754,12 +6772,6 @@ def run_report(run, inputs, reading):
                                inputs.kinds[run.path], reading,
                                IoAsked(True, True, ()))  # alone: as io --what-if
     return with_engine_log(report, log, reading.warn) if log else report
-
-
-def run_log(paths, wanted):
-    """The EngineLog beside a run's traces, as a single run finds it, when `wanted`."""
-    path = log_beside(paths) if wanted else None
-    return read_engine_log(path) if path else None
 
 
 def summary_row(name, run, inputs, reading):
@@ -7214,10 +7226,10 @@ def run(args, out, warn):
     check_outputs(args, paths)
     if args.engine_log is not None and args.no_engine_log:  # before any trace is read
         raise UsageError("--engine-log and --no-engine-log: give one of them")
-    log = engine_log_of(args, [path for _, path in paths]) \
-        if SET_OPTION in command.options else None  # summary, diff: per run
-    reading = reading_from(args, warn)._replace(settings=tuple(args.declared) + (
-        tuple(log_settings(log)) if log else ()))
+    # one run's log; summary and diff find one per run
+    log = engine_log([path for _, path in paths], args.engine_log) \
+        if SET_OPTION in command.options and not args.no_engine_log else None
+    reading = logged(reading_from(args, warn), log, args.declared)
     report = command.analyze(args, reading)
     if "engine" in REPORTS[report["kind"]].names:
         report = with_engine_log(report, log, warn)
@@ -7241,14 +7253,6 @@ def run(args, out, warn):
             text = text_of(report, view._replace(ascii=True))
             text = text.encode("ascii", "backslashreplace").decode("ascii")
         write_out(out, text)
-
-
-def engine_log_of(args, paths):
-    """The run's EngineLog: the named log, else the one beside its traces; None."""
-    if args.no_engine_log:
-        return None
-    path = args.engine_log or log_beside(paths)
-    return read_engine_log(path) if path else None
 
 
 OUTPUT_OPTIONS = ("output", "svg", "perfetto")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+import markdown_it
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -27,9 +28,6 @@ def view_of(argv):
     top = int(argv[argv.index("--top") + 1]) if "--top" in argv else \
         8 if argv[0] == "report" else 12
     return da.View(top, "--layers" in argv, False)
-
-
-markdown_it = pytest.importorskip("markdown_it")
 
 
 def parse(text):

@@ -8,8 +8,8 @@ Standard library only.
   compute CT         where compute goes: by op, node category, layer and token; page faults
   io IO              the flash reads: latency, sizes, alignment, lanes, layers, experts, speculation
   report CT IO       both traces of one run on one screen, I/O per decoded token
-  diff BASE NEW...   before and after: runs or saved reports compared per token, with p-values
-  summary RUN...     many runs, one row each: a sweep of settings side by side
+  diff BASE NEW...   before and after: runs (A1 A2 vs B1 B2) compared, tested over runs
+  summary RUN...     a sweep of settings, one row a configuration (repeats: n, mean ±sd)
   timeline CT [IO]   v2 traces: each decode's wall, reads, waits and overlap, measured
   schema             the JSON reports' every field and what it holds
 
@@ -32,8 +32,9 @@ the sections above it:
   pair          pair_report: both traces of one run, per decoded token
   timeline      v2 traces on one clock: decode spans, unions of intervals
   verdicts      the one-line conclusions and their thresholds (and what is at stake)
-  diff          DiffView (one input, checked), diff_report (every NEW against BASE)
-  summary       summary_runs (runs found and paired), one row per run
+  diff          DiffView (one run, checked), Side (its runs), diff_report (every NEW side
+                against BASE's, tested over runs), the regression gate
+  summary       summary_runs (runs found and paired), one row per run, repeats grouped
   engine        the engine's own end-of-run lines (NAME.log) beside the tool's figures
   settings      settled: the settings a preamble lacks (--set, the log's, the trace's) joined
   rendering     Column and table_lines (every text table); LAYOUTS (every report's sections,
@@ -60,7 +61,7 @@ from collections import Counter, defaultdict, namedtuple
 from contextlib import ExitStack
 from functools import lru_cache, partial
 from io import StringIO
-from math import erfc, sqrt
+from math import comb, erfc, fsum, sqrt
 from itertools import accumulate, chain, compress, filterfalse, islice, repeat
 from operator import add, gt, itemgetter, mod, neg, not_, sub
 
@@ -69,11 +70,13 @@ import trace_io  # noqa: E402
 from trace_io import (HOLD_ROWS, Columns, Drop, Forked, Reading, Trace,  # noqa: E402
                       TraceError, display_name, fold_file, usable_cores)
 
-SCHEMA = 6  # of the JSON report: 2 added the I/O ranges, tool_version, undetermined verdicts;
+SCHEMA = 7  # of the JSON report: 2 added the I/O ranges, tool_version, undetermined verdicts;
 # 3 the per-token samples: op_us_by_token, category_us_by_token, lane_bytes_by_token; 4 the
 # engine's split: the busiest-lane I/O estimate, decode and compute per token in the pair;
 # 5 the what-ifs (`what_if`) and the --cache curve on whole experts; 6 the engine's log
-# (`engine`), the settings the preamble lacks (`settings`) and the run's own cache (`run_cache`)
+# (`engine`), the settings the preamble lacks (`settings`) and the run's own cache (`run_cache`);
+# 7 diff over runs: `sides`, each figure's runs and spread, its test's n and unit, the drift
+# check and the gate (its per-token series gone)
 TOOL_VERSION = "0.5.0"
 NS_PER_MS = 1e6
 MIB = 1 << 20
@@ -619,66 +622,100 @@ TIMELINE_REPORT = Record("timeline report", "`timeline`", (
     ("decodes", "every decode", ListOf(TIMELINE_DECODE)), WARNINGS), later=LATER)
 
 GROUP_NAME_WIDTH = 16  # an input's name heads its columns when no longer (else base, new #i)
-DIFF_INPUT = Record("diff input", "diff `inputs`", (
+DIFF_INPUT = Record("diff input", "diff `inputs` (one per run)", (
     ("path", "the input as given"),
-    ("name", f"the shortest end of its path that tells it from the other inputs: its columns' "
-             f"head (when at most {GROUP_NAME_WIDTH} characters; else base, new or new #i)"),
+    ("name", "the shortest end of its path that tells it from the other inputs"),
+    ("side", "the side it is a run of: 0 BASE, i the i-th NEW (`sides[i]`)"),
     ("source", "`trace` or `saved report`"),
     ("kind", "`compute`, `io` or `report`"),
     ("tokens", "{part: its tokens}", MapOf(VALUE))))
-PREAMBLE_CHANGE = Record("preamble change", "diff `preamble_changes` (a list per NEW)", (
-    ("key", "the preamble key"), ("base", "its value in BASE (null: absent)"),
-    ("new", "its value in the NEW (null: absent)")))
-SERIES = Record("series", "diff `per_token.<part>`", (
-    ("field", "`ms` (compute), `io_ms` (io: the I/O estimate; `mib` when an input is a saved "
-              "report of schema 3 or older)"),
-    ("unit", "the series' unit: `ms` or `MiB`"),
-    ("series", "each input's per-token values (what the SVG overlays)"),
-    ("latency_hist", "io: each input's latency histogram, a list of {lo_us, hi_us, count} "
-                     "(io `latency_hist`) per input; `[]` for compute")))
-CHANGE = Record("change", "diff `sections[].rows[].changes` (one per NEW)", (
-    ("new", "the NEW's figure"), ("delta", "new - base"), ("ratio", "new / base"),
-    ("p", "two-sided Mann-Whitney U p-value (null: no samples to test)"),
-    ("significant", "p < alpha (null without a test)"),
+DIFF_SIDE = Record("diff side", "diff `sides`: BASE, then each NEW", (
+    ("name", f"its run's name when it has one run, else `base`, `new` or `new #i`: its "
+             f"columns' head (when at most {GROUP_NAME_WIDTH} characters)"),
+    ("runs", "how many runs it holds (its `n`)")))
+PREAMBLE_CHANGE = Record("preamble change", "diff `preamble_changes` (a list per NEW side)", (
+    ("key", "the preamble key or setting"),
+    ("base", "its value in BASE's runs (null: absent; `a|b` when they differ)"),
+    ("new", "its value in the NEW's runs (likewise)")))
+SIDE_FIGURE = Record("side figure", "diff `rows[].base_side`, `changes[].new_side`", (
+    ("runs", "each run's figure, as given (a run without it left out)"),
+    ("spread", "the runs' standard deviation over their mean (null with one run)"),
+    ("within_run", "with one run, its tokens' standard deviation over their mean (figures "
+                   "sampled per token; null otherwise)")))
+CHANGE = Record("change", "diff `sections[].rows[].changes` (one per NEW side)", (
+    ("new", "the NEW's figure: the mean of its runs'"), ("new_side", "its runs", SIDE_FIGURE),
+    ("delta", "new - base"), ("ratio", "new / base"),
+    ("p", "two-sided Mann-Whitney U p-value over `test_unit` (null: not tested)"),
+    ("significant", "p < alpha (null without a test, as with one run a side)"),
+    ("n", "[BASE's, NEW's] samples of the test: runs (or tokens); null without a test"),
+    ("test_unit", "`runs` or `tokens` (--test tokens); null when not tested"),
     ("status", "`both`, `added`, `removed` or `n/a`")))
 DIFF_ROW = Record("diff row", "diff `sections[].rows`", (
     ("name", "the figure, or the table's row name"),
     ("unit", "what the figure is counted in, as its name or its table's title states it "
              "(`ms`, `MiB`, `reads`, ...)"),
-    ("base", "BASE's figure"),
+    ("base", "BASE's figure: the mean of its runs'"), ("base_side", "its runs", SIDE_FIGURE),
     ("changes", "against each NEW", ListOf(CHANGE))))
 DIFF_SECTION = Record("diff section", "diff `sections`", (
-    ("part", "`compute` or `io`"), ("title", "the headline, or a table's figure"),
+    ("part", "`compute`, `io` or `pair`"), ("title", "the headline, or a table's figure"),
     ("key", "what a row names"), ("rows", "largest change first", ListOf(DIFF_ROW))))
+DRIFT = Record("drift", "diff `drift[]`: each run's first half of tokens against its second", (
+    ("input", "the run (as `inputs[].name`)"), ("part", "`compute` or `io`"),
+    ("figure", "the figure its tokens sample (ms per token, the I/O estimate)"),
+    ("first_half_ms", "the mean of its first half of tokens"),
+    ("second_half_ms", "of its second half"), ("ratio", "second / first"),
+    ("p", "Mann-Whitney U p-value of the halves' tokens"),
+    ("unstable", "p < alpha and the halves differ by the README's drift share or more")))
+GATE = Record("gate", "diff `gate[]` (--fail-if-worse): each figure asked, against each NEW", (
+    ("new", "the NEW side's name"), ("figure", "the figure as asked (`ms_per_token`)"),
+    ("limit_share", "the share it may worsen by"),
+    ("worse_share", "how much worse NEW is, as a share of BASE (negative: better)"),
+    ("p", "the test over runs"), ("n", "[BASE's, NEW's] runs"),
+    ("failed", "worse by more than the limit and significant over runs: exit status 1"),
+    ("decided", "whether the runs can decide it (false: too few runs, or not tested)")))
 PREDICTION = Record("prediction", "diff `prediction_check[]`", (
-    ("new", "the NEW input's name (as `inputs[].name`)"),
+    ("new", "the NEW side's name (as `sides[].name`)"),
     ("setting", "the what-if setting NEW changed from BASE (its settings: the preamble, "
                 "declared, the log's, the trace's)", Shown("setting", "text")),
     ("value", "NEW's value of it", Shown("value")),
     ("figure", "hit_share, mib_per_token or io_wall_ms_per_token (the I/O estimate: BASE's "
                "less the ms the what-if saves)", Shown("figure", "text")),
-    ("predicted", "BASE's what-if for that value", FIGURE),
-    ("measured", "NEW's own figure (per read-token, as the what-if's)", Shown("measured", 3)),
+    ("predicted", "the what-if of BASE's first run for that value", FIGURE),
+    ("measured", "NEW's own figure (per read-token, as the what-if's; the mean of its runs')",
+     Shown("measured", 3)),
     ("within", "whether measured lies in the predicted band, widened by the README's "
                "tolerance (null: no band)", Shown("within")),
     ("unit", "the figure's unit (`fraction`, `MiB`, `ms`)")))
 DIFF_REPORT = Record("diff report", "`diff`", (
     *REPORT_HEAD, ("compares", "`compute`, `io` or `report`"),
-    ("alpha", "the significance level"), ("inputs", "BASE, then each NEW", ListOf(DIFF_INPUT)),
+    ("alpha", "the significance level"),
+    ("test", "what p is over: `runs` (the default) or `tokens` (--test tokens, one run a side)"),
+    ("runs_to_decide", "the fewest runs a side for which the test over runs can reach p < "
+                       "alpha"),
+    ("sides", "BASE, then each NEW", ListOf(DIFF_SIDE)),
+    ("inputs", "every run, side by side", ListOf(DIFF_INPUT)),
     ("preamble_changes", "the keys that differ, one list per NEW", ListOf(PREAMBLE_CHANGE)),
-    ("per_token", "{part: each input's per-token series}", MapOf(SERIES)),
+    ("latency_hist", "io: each side's read latency histogram (its runs' reads together), a "
+                     "list of {lo_us, hi_us, count} per side; `[]` without io", VALUE),
     ("sections", "the headline and every table", ListOf(DIFF_SECTION)),
+    ("drift", "each run's within-run drift check", ListOf(DRIFT)),
+    ("gate", "the regression gate's figures (`[]` without --fail-if-worse)", ListOf(GATE)),
     ("prediction_check", "for each NEW that changed a setting BASE's what-if covers, its "
                          "prediction beside what NEW measured", ListOf(PREDICTION)), WARNINGS))
 # What a command writes: its report, the last field the warnings it said on stderr.
-SUMMARY_ROW = Record("summary row", "summary `runs` (one per run)", (
-    ("run", "the run's name: the shortest end of its path(s) that tells it from the others"),
-    ("paths", "its inputs as given"),
+SUMMARY_ROW = Record("summary row", "summary `runs` (one per configuration, or run: --no-group)", (
+    ("run", "the run's name: the shortest end of its path(s) that tells it from the others; "
+            "of repeats, their names joined by `, `"),
+    ("paths", "its inputs as given (every repeat's)"),
     ("kind", "what it was read as: `compute`, `io` or `report` (a pair)"),
+    ("n", "its runs: repeats of one configuration (kind, granularity and every setting equal) "
+          "are one row, each figure the mean of theirs", Shown("n")),
+    ("spread", "{figure: the standard deviation of its runs' values} (null with one run), in "
+               "the figure's unit", MapOf(VALUE)),
     ("settings", "{key: value} of the preamble keys that differ between the runs",
      MapOf(VALUE)),
-    ("tokens", "its tokens (a pair's and a compute trace's: decoded; io: read-tokens)",
-     Shown("tokens"), TOTAL),
+    ("tokens", "its tokens (a pair's and a compute trace's: decoded; io: read-tokens; of "
+               "repeats, all of theirs)", Shown("tokens"), TOTAL),
     ("decode_ms_per_token", "the decode wall per token (compute `ms_per_token`)",
      Shown("decode ms", 2), PER_TOKEN),
     ("decode_ms_p50", "the median token's ms", Shown("p50", 2)),
@@ -699,8 +736,9 @@ SUMMARY_ROW = Record("summary row", "summary `runs` (one per run)", (
      Shown("eng ms", 2)),
     ("engine_hit_share", "the engine's own cache hit share (its log's moe-cache line)",
      Shown("eng hit", "%")),
-    ("engine_disagrees", "the engine figures the tool's disagree with beyond the tolerance"),
-    ("flagged", "the ids of its flagged verdicts")))
+    ("engine_disagrees", "the engine figures the tool's disagree with beyond the tolerance "
+                         "(in any of its runs)"),
+    ("flagged", "the ids of its flagged verdicts (in any of its runs)")))
 SUMMARY_REPORT = Record("summary report", "`summary`", (
     *REPORT_HEAD, ("keys", "the preamble keys that differ between the runs, in order"),
     ("common", "{key: value} the runs share", MapOf(VALUE)),
@@ -3516,7 +3554,7 @@ def all_verdicts(report):
 # What `diff` compares, per kind of report. A headline figure is (label, path in the report,
 # the per_token field that samples it or None); a table is rows of one figure keyed by a
 # column. Every figure is per token, so runs of different lengths compare.
-READ_SCHEMAS = (2, 3, 4, 5, 6)  # saved reports diff can read (2 lacks the per-op samples, 3
+READ_SCHEMAS = (2, 3, 4, 5, 6, 7)  # saved reports diff can read (2 lacks the per-op samples, 3
 # the I/O estimate, 4 the what-ifs, 5 the settings)
 DEFAULT_ALPHA = 0.05
 FIGURE_LIMIT = 1e15  # no figure of a real run comes near; past it, a saved report was edited
@@ -3589,8 +3627,6 @@ LATER_FIGURES = {  # a figure -> the schema that added it
 # per-token samples a saved report of an older schema lacks (4 added io_ms and busy_ms, 5 the
 # latencies): its figure is shown untested
 LATER_SAMPLES = ("io_ms", "busy_ms", "latency_mean_us", "latency_p99_us")
-SERIES_FIELD = {"compute": ("ms",), "io": ("io_ms", "mib")}  # what the SVG overlays: the first
-# that every input has
 DIFF_PARTS = ("compute", "io", "pair")  # a pair report's split: only against another pair
 COMPARES = {("compute",): "compute", ("io",): "io", ("compute", "io"): "report",
             ("compute", "io", "pair"): "report"}
@@ -3726,31 +3762,74 @@ def row_key(value):
     return value
 
 
-def compared(base, new, alpha, base_samples=None, new_samples=None):
-    """One figure of one NEW against BASE: {new, delta, ratio, p, significant, status}."""
-    if new is None and base is None:
-        return CHANGE(new=None, delta=None, ratio=None, p=None, significant=None, status="n/a")
-    status = "added" if base is None else "removed" if new is None else "both"
+# A run's figures: what one side of a diff holds of one figure. runs: each run's figure (a run
+# without it left out); tokens: with one run, its per-token samples of the figure (None without).
+Sampled = namedtuple("Sampled", "runs tokens")
+
+
+def mean_of(values):
+    return fsum(values) / len(values) if values else None
+
+
+def sd_of(values):
+    """The sample standard deviation (n - 1); None for fewer than two values."""
+    if len(values) < 2:
+        return None
+    mean = mean_of(values)
+    return sqrt(fsum((value - mean) ** 2 for value in values) / (len(values) - 1))
+
+
+def relative_sd(values):
+    """The sample standard deviation over the mean's size; None for fewer than two values
+    or a zero mean."""
+    mean = mean_of(values)
+    return None if len(values) < 2 or not mean else sd_of(values) / abs(mean)
+
+
+def side_figure(sampled):
+    one = len(sampled.runs) == 1 and sampled.tokens
+    return SIDE_FIGURE(runs=sampled.runs, spread=relative_sd(sampled.runs),
+                       within_run=relative_sd(sampled.tokens) if one else None)
+
+
+def tested(base, new, test):
+    """(p, n, unit) of one figure's change: over the runs (a side of one run against one
+    cannot be tested: n=1+1), over the tokens of one run each when asked (--test tokens), or
+    nothing (test None: node against layer traces)."""
+    if test == "tokens" and base.tokens and new.tokens:
+        return (mann_whitney_p(base.tokens, new.tokens), [len(base.tokens), len(new.tokens)],
+                "tokens")
+    if test != "runs":
+        return None, None, None
+    n = [len(base.runs), len(new.runs)]
+    return (mann_whitney_p(base.runs, new.runs) if max(n) > 1 else None), n, "runs"
+
+
+def compared(base, new, alpha, test):
+    """One figure of one NEW side against BASE (each a Sampled): the CHANGE of the means of
+    their runs, tested as `test` says."""
+    base_mean, new_mean = mean_of(base.runs), mean_of(new.runs)
+    if new_mean is None and base_mean is None:
+        return CHANGE(new=None, new_side=side_figure(new), delta=None, ratio=None, p=None,
+                      significant=None, n=None, test_unit=None, status="n/a")
+    status = "added" if base_mean is None else "removed" if new_mean is None else "both"
     both = status == "both"
-    p = None  # a figure on one side only has nothing to test against
-    if both and base_samples is not None and new_samples is not None:
-        p = mann_whitney_p(base_samples, new_samples)
-    return CHANGE(new=new, delta=new - base if both else None,
-                  ratio=ratio(new, base) if both else None, p=p,
-                  significant=None if p is None else p < alpha, status=status)
+    p, n, unit = tested(base, new, test) if both else (None, None, None)
+    return CHANGE(new=new_mean, new_side=side_figure(new),
+                  delta=new_mean - base_mean if both else None,
+                  ratio=ratio(new_mean, base_mean) if both else None, p=p,
+                  significant=None if p is None else p < alpha, n=n, test_unit=unit,
+                  status=status)
 
 
-def diff_rows(figures, alpha, samples=None, unit=None):
-    """One row per name, in the figures' order: figures {name: [value per input]}, base
-    first; samples {name: [list per input]} for the figures that carry a test; unit: a
-    table's, else each figure's name states its own."""
+def diff_rows(figures, alpha, test, unit=None):
+    """One row per name, in the figures' order: figures {name: [Sampled per side]}, BASE
+    first; unit: a table's, else each figure's name states its own."""
     rows = []
     for name, (base, *news) in figures.items():
-        base_samples, *new_samples = (samples or {}).get(name) or [None] * (len(news) + 1)
-        changes = [compared(base, new, alpha, base_samples, sampled)
-                   for new, sampled in zip(news, new_samples)]
         rows.append(DIFF_ROW(name=name, unit=unit_named(name) if unit is None else unit,
-                             base=base, changes=changes))
+                             base=mean_of(base.runs), base_side=side_figure(base),
+                             changes=[compared(base, new, alpha, test) for new in news]))
     return rows
 
 
@@ -3769,40 +3848,84 @@ def ordered_rows(rows):
                                          str(row["name"])))
 
 
-def diff_part(part, views, alpha):
-    """The sections of one part (compute or io) over every input: the headline figures in
+class Side:
+    """The runs of one configuration: one side of a diff (one run each, without `vs`)."""
+
+    def __init__(self, name, views):
+        self.name, self.views = name, views
+
+    def halves(self, part):
+        return [view.parts[part] for view in self.views]
+
+    @property
+    def said(self):
+        """How a warning names it: its run's path, or its name when it has several."""
+        first, *more = self.views
+        return self.name if more else first.path
+
+    def first(self, part):
+        """Its first run's part (the one whose what-if is computed)."""
+        first, *_ = self.halves(part)
+        return first
+
+    def sampled(self, part, value, tokens):
+        """A figure of every run as a Sampled: value(half) its figure, tokens(half) its
+        per-token samples (or None)."""
+        first, *more = halves = self.halves(part)
+        runs = [figure for figure in map(value, halves) if figure is not None]
+        return Sampled(runs, None if more else tokens(first))
+
+
+def diff_part(part, sides, alpha, test):
+    """The sections of one part (compute, io or pair) over every side: the headline figures in
     their own order, then each table's rows by the largest change."""
-    halves = [view.parts[part] for view in views]
-    mixed = len({half["granularity"] for half in halves}) > 1  # node against layer traces
-    headline = {label: [half["headline"][label] for half in halves]
-                for label, _, _ in HEADLINES[part]
+    mixed = len({half["granularity"] for side in sides for half in side.halves(part)}) > 1
+    test = None if mixed else test  # node against layer: absolutes differ by the barriers
+    headline = {label: [side.sampled(part, lambda half, label=label: half["headline"][label],
+                                     lambda half, field=field: half["samples"].get(field))
+                        for side in sides]
+                for label, _, field in HEADLINES[part]
                 if not mixed or label not in NODE_ONLY_FIGURES}
-    # across granularities the absolutes differ by the per-node barriers: shown, not tested
-    samples = {} if mixed else {label: [half["samples"][field] for half in halves]
-                                for label, _, field in HEADLINES[part] if field}
-    headline = {label: values for label, values in headline.items() if any(values)}
+    headline = {label: sampled for label, sampled in headline.items()
+                if any(run for side in sampled for run in side.runs)}
     sections = [DIFF_SECTION(part=part, title=f"{part} headline", key="figure",
-                             rows=diff_rows(headline, alpha, samples))]
+                             rows=diff_rows(headline, alpha, test))]
     for table in DIFF_TABLES[part]:
         if mixed and table.title not in SHARED_ACROSS_GRANULARITIES:
             continue
-        keys = []
-        for half in halves:
-            keys += [key for key in half["tables"][table.title] if key not in keys]
-        if not keys:
-            continue
-        figures = {key: [half["tables"][table.title].get(key) for half in halves]
-                   for key in keys}
-        if all(not value for values in figures.values() for value in values):
-            continue  # all zero (no faults, no speculative reads): nothing to compare
-        samples = None
-        if table.samples == "op" and all(half["op_samples"] for half in halves):
-            samples = {key: [half["op_samples"].get(key) or [0] * half["tokens"]
-                             for half in halves] for key in keys}
-        rows = diff_rows(figures, alpha, samples, unit_named(table.title))
+        figures = table_figures(part, sides, table)
+        if not any(run for sampled in figures.values() for side in sampled for run in side.runs):
+            continue  # none or all zero (no faults, no speculative reads): nothing to compare
+        rows = diff_rows(figures, alpha, test, unit_named(table.title))
         sections.append(DIFF_SECTION(part=part, title=table.title, key=table.key,
                                      rows=ordered_rows(rows)))
     return sections
+
+
+def table_figures(part, sides, table):
+    """{row name: [Sampled per side]} of one table, rows in the order the runs first name
+    them; tokens: an op's per-token samples (zero in a token without it)."""
+    keys = {}
+    for side in sides:
+        for half in side.halves(part):
+            keys.update(dict.fromkeys(half["tables"][table.title]))
+
+    def tokens(half, key):
+        if table.samples != "op" or not half["op_samples"]:
+            return None
+        return half["op_samples"].get(key) or [0] * half["tokens"]
+    return {key: [side.sampled(part, lambda half, key=key: half["tables"][table.title].get(key),
+                               lambda half, key=key: tokens(half, key)) for side in sides]
+            for key in keys}
+
+
+def side_meta(halves):
+    """{key: value} of a side's runs: the value they share, or their values joined by |."""
+    keys = dict.fromkeys(key for half in halves for key in half["meta"])
+    found = {}
+    for key in keys:
+        found[key] = "|".join(dict.fromkeys(half["meta"].get(key, "(none)") for half in halves))
+    return found
 
 
 def preamble_changes(base, new):
@@ -3812,38 +3935,129 @@ def preamble_changes(base, new):
             for key in keys if base.get(key) != new.get(key)]
 
 
-def diff_report(views, alpha):
-    """Every NEW against BASE (the first view), part by part: the JSON of `diff`."""
-    base, *news = views
-    parts = [part for part in DIFF_PARTS if all(part in v.parts for v in views)]
-    warnings = []
-    changes = []
-    for view in news:
-        found = []  # a key of both traces of a pair is said once
-        for part in parts:
-            for change in preamble_changes(base.parts[part]["meta"], view.parts[part]["meta"]):
-                if change not in found:
-                    found.append(change)
-        changes.append(found)
-        warnings += [f"{view.path}: {c['key']} {c['new'] or '(none)'} is not the base's "
-                     f"{c['base'] or '(none)'}: different models compare poorly" for c in found
-                     if c["key"] in IDENTITY_KEYS]
+# A gate figure (--fail-if-worse) whose larger value is better.
+BETTER_HIGHER = ("busy_mib_per_s",)
+
+
+def least_p(n):
+    """The smallest p the exact test reaches with n = [a, b] runs and no ties."""
+    base, new = n
+    return 2 / comb(base + new, base) if base and new else 1.0
+
+
+def gate_rows(gate, sections, sides, alpha):
+    """The GATE of one asked figure against each NEW side."""
+    section = next((s for s in sections if s["title"] == f"{gate.part} headline"), None)
+    row = next((r for r in section["rows"] if r["name"] == gate.label), None) if section \
+        else None
+    if row is None:
+        return []  # analyze_diff says so
+    sign = -1 if gate.figure.endswith(BETTER_HIGHER) else 1
+    rows = []
+    for side, change in zip(sides[1:], row["changes"]):
+        worse = None if change["ratio"] is None else sign * (change["ratio"] - 1)
+        decided = bool(change["significant"]) or change["p"] is not None and \
+            least_p(change["n"]) < alpha
+        rows.append(GATE(new=side.name, figure=gate.figure, limit_share=gate.limit,
+                         worse_share=worse,
+                         p=change["p"], n=change["n"],
+                         failed=bool(change["significant"]) and worse is not None
+                         and worse > gate.limit, decided=decided))
+    return rows
+
+
+def diff_report(sides, alpha, test, gates=()):
+    """Every NEW side against BASE (the first), part by part: the JSON of `diff`."""
+    base, *news = sides
+    runs = [view for side in sides for view in side.views]
+    parts = [part for part in DIFF_PARTS if all(part in view.parts for view in runs)]
+    changes = [side_changes(base, side, parts) for side in news]
+    warnings = [f"{side.said}: its runs differ in {c['key']} ({c['new']}): they are not "
+                f"repeats of one configuration" for side in sides for part in parts[:1]
+                for c in preamble_changes({}, side_meta(side.halves(part)))
+                if "|" in c["new"]]
+    warnings += [f"{side.said}: {c['key']} {c['new'] or '(none)'} is not the base's "
+                 f"{c['base'] or '(none)'}: different models compare poorly"
+                 for side, found in zip(news, changes) for c in found if c["key"] in IDENTITY_KEYS]
     for part in parts:
-        warnings += selection_warnings(part, views) if part != "pair" else []
-    warnings += io_mode_warnings(views) if "io" in parts else []
-    names = shortest_names([view.path for view in views])
+        warnings += selection_warnings(part, runs) if part != "pair" else []
+    warnings += io_mode_warnings(sides) if "io" in parts else []
+    names = shortest_names([view.path for view in runs])
+    sections = [section for part in parts for section in diff_part(part, sides, alpha, test)]
     return DIFF_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="diff", compares=COMPARES[tuple(parts)],
-        alpha=alpha,
-        inputs=[DIFF_INPUT(path=view.path, name=name, source=view.source, kind=view.kind,
+        alpha=alpha, test=test, runs_to_decide=runs_to_decide(alpha),
+        sides=[DIFF_SIDE(name=side.name, runs=len(side.views)) for side in sides],
+        inputs=[DIFF_INPUT(path=view.path, name=name, side=index, source=view.source,
+                           kind=view.kind,
                            tokens={part: view.parts[part]["tokens"] for part in parts})
-                for view, name in zip(views, names)],
+                for (index, view), name in zip(side_indexed(sides), names)],
         preamble_changes=changes,
-        per_token={part: overlaid(part, views) for part in parts if part != "pair"},
-        sections=[section for part in parts for section in diff_part(part, views, alpha)],
-        prediction_check=[row for view, name in zip(news, names[1:]) if "io" in parts
-                          for row in prediction_check(base.parts["io"], view.parts["io"], name)],
+        latency_hist=[side_histogram(side) for side in sides] if "io" in parts else [],
+        sections=sections,
+        drift=[found for view, name in zip(runs, names) for part in parts
+               for found in [drift_check(name, part, view.parts[part], alpha)] if found],
+        gate=[row for gate in gates for row in gate_rows(gate, sections, sides, alpha)],
+        prediction_check=[row for side in news if "io" in parts
+                          for row in prediction_check(base.first("io"),
+                                                      side_measured(side.halves("io")),
+                                                      side.name)],
         warnings=warnings)
+
+
+def side_changes(base, new, parts):
+    """The preamble keys and settings whose values differ between two sides; a key of both
+    traces of a pair said once."""
+    found = []
+    for part in parts:
+        for change in preamble_changes(side_meta(base.halves(part)), side_meta(new.halves(part))):
+            if change not in found:
+                found.append(change)
+    return found
+
+
+def side_indexed(sides):
+    return [(index, view) for index, side in enumerate(sides) for view in side.views]
+
+
+def runs_to_decide(alpha, most=100):
+    """The fewest runs a side (n+n) whose exact Mann-Whitney U test can give p < alpha: the
+    most extreme ordering has p = 2 / C(2n, n)."""
+    return next((n for n in range(1, most) if 2 / comb(2 * n, n) < alpha), None)
+
+
+def side_histogram(side):
+    """The read latency histogram of a side's runs together (their counts added)."""
+    counts = {}
+    for half in side.halves("io"):
+        for row in half["latency_hist"]:
+            key = (row["lo_us"], row["hi_us"])
+            counts[key] = counts.get(key, 0) + row["count"]
+    return [HISTOGRAM_ROW(lo_us=lo, hi_us=hi, count=count)
+            for (lo, hi), count in sorted(counts.items())]
+
+
+# The figure a run's drift check reads, per part: a token's wall (compute), its I/O estimate (io).
+DRIFT_FIGURES = {"compute": ("ms", "ms per token"),
+                 "io": ("io_ms", "I/O wall ms per token, estimated")}
+DRIFT_SHARE = 0.10  # halves further apart than this (and significant): the run was unstable
+DRIFT_TOKENS = 8  # fewer tokens than this: no halves to compare
+
+
+def drift_check(name, part, half, alpha):
+    """A run's first half of tokens against its second (the DRIFT), or None without enough
+    per-token samples."""
+    field, label = DRIFT_FIGURES.get(part, (None, None))
+    samples = half["samples"].get(field) if field else None
+    if not samples or len(samples) < DRIFT_TOKENS:
+        return None
+    middle = len(samples) // 2
+    first, second = mean_of(samples[:middle]), mean_of(samples[middle:])
+    p = mann_whitney_p(samples[:middle], samples[middle:])
+    moved = ratio(second, first)
+    return DRIFT(input=name, part=part, figure=label, first_half_ms=first,
+                 second_half_ms=second, ratio=moved, p=p,
+                 unstable=p < alpha and moved is not None and abs(moved - 1) >= DRIFT_SHARE)
 
 
 # A measured figure holds the prediction when it lies in the predicted band widened by this
@@ -3908,36 +4122,32 @@ def held(predicted, measured):
         (high is None or measured <= widened(high, 1))
 
 
-def overlaid(part, views):
-    """What the diff SVG overlays of a part: each input's per-token series of the first
-    SERIES_FIELD they all have, and (io) each one's latency histogram."""
-    halves = [view.parts[part] for view in views]
-    field = next(name for name in SERIES_FIELD[part]
-                 if all(half["samples"][name] is not None for half in halves))
-    return SERIES(field=field, unit=unit_named(field),
-                  series=[half["samples"][field] for half in halves],
-                  latency_hist=[half["latency_hist"] for half in halves] if part == "io"
-                  else [])
+def side_measured(halves):
+    """What the prediction check takes of a NEW side: its settings and the mean of its runs'
+    measured figures."""
+    names = dict.fromkeys(name for half in halves for name in half["measured"])
+    return {"meta": side_meta(halves), "measured": {
+        name: mean_of([half["measured"][name] for half in halves
+                       if half["measured"][name] is not None]) for name in names}}
 
 
-def io_mode_warnings(views):
+def io_mode_warnings(sides):
     """The engine's own flash I/O figure is not one measure across overlap modes: the I/O
     estimate (a token's wait) when serial, lanes busy (readers' time) when overlapped."""
-    base, *news = views
-    mode = base.parts["io"]["meta"].get("overlap")
+    base, *news = [side.first("io") for side in sides]
+    mode = base["meta"].get("overlap")
     warnings = []
-    for view in news:
-        theirs = view.parts["io"]["meta"].get("overlap")
+    for side, half in zip(sides[1:], news):
+        theirs = half["meta"].get("overlap")
         if {mode, theirs} == {"0", "1"}:
-            figures = [(view_.parts["io"]["headline"]["I/O wall ms per token, estimated"],
-                        view_.parts["io"]["headline"]["lanes busy ms per token (summed over "
-                                                      "lanes)"]) for view_ in (base, view)]
-            said = [num(busy if side == "1" else estimate, ".2f")
-                    for (estimate, busy), side in zip(figures, (mode, theirs))]
+            before, after = (num(them["headline"]["lanes busy ms per token (summed over lanes)"
+                                                  if overlap == "1" else
+                                                  "I/O wall ms per token, estimated"], ".2f")
+                             for them, overlap in ((base, mode), (half, theirs)))
             warnings.append(
-                f"{view.path}: overlap {mode} -> {theirs}: the engine's own flash I/O figure is "
-                f"the I/O estimate when serial and lanes busy when overlapped ({said[0]} -> "
-                f"{said[1]} ms here), not one measure; compare the estimate with the estimate "
+                f"{side.said}: overlap {mode} -> {theirs}: the engine's own flash I/O figure is "
+                f"the I/O estimate when serial and lanes busy when overlapped ({before} -> "
+                f"{after} ms here), not one measure; compare the estimate with the estimate "
                 f"and lanes busy with lanes busy")
     return warnings
 
@@ -3979,6 +4189,43 @@ def shortest_names(paths):
 
 def path_parts(path):
     return tuple(part for part in str(path).replace(os.sep, "/").split("/") if part) or ("",)
+
+
+# ── diff: the regression gate ───────────────────────────────────────────────────────────────────
+# --fail-if-worse FIGURE=SHARE names a headline figure by its field in the report (a part's
+# prefix, `pair.`, picks it where two parts have it); a larger value is worse but for
+# BETTER_HIGHER's.
+Gate = namedtuple("Gate", "figure part label limit")
+PART_PREFIXES = tuple(f"{part}." for part in DIFF_PARTS)
+
+
+def gate_figures():
+    """{name --fail-if-worse takes: (part, the figure's words)}."""
+    found = {}
+    for part, picked in DIFF_HEADLINES.items():
+        for dotted, headline in zip(picked, HEADLINES[part]):
+            found.setdefault(dotted, (part, headline.label))
+            found[f"{part}.{dotted}"] = (part, headline.label)
+    return found
+
+
+GATE_FIGURES = gate_figures()
+
+
+def gate_of(text):
+    """--fail-if-worse's FIGURE=SHARE (5%, or 0.05) as a Gate."""
+    figure, _, share = text.partition("=")
+    if figure not in GATE_FIGURES:
+        raise argparse.ArgumentTypeError(
+            f"{figure!r:.60} is not a headline figure: one of "
+            f"{', '.join(name for name in GATE_FIGURES if not name.startswith(PART_PREFIXES))}")
+    try:
+        limit = float(share[:-1]) / 100 if share.endswith("%") else float(share)
+    except ValueError:
+        limit = math.nan
+    if not 0 <= limit < 1e6:
+        raise argparse.ArgumentTypeError(f"{share!r:.30} is not a share (5% or 0.05)")
+    return Gate(figure, *GATE_FIGURES[figure], limit)
 
 
 # ── summary: many runs in one table ──────────────────────────────────────────────────────────────
@@ -4095,7 +4342,8 @@ def summary_figures(name, run, report):
     per_decode = decodes["positions"] / decodes["decodes"] \
         if decodes.get("speculative") and decodes.get("decodes") else None
     return {**per_position_row(SUMMARY_ROW(
-        run=name, paths=[display_name(path) for path in run.paths], kind=kind, settings={},
+        run=name, paths=[display_name(path) for path in run.paths], kind=kind, n=1, spread={},
+        settings={},
         tokens=(compute or io)["tokens"],
         decode_ms_per_token=compute["ms_per_token"] if compute else None,
         decode_ms_p50=compute["token_ms"]["p50"] if compute else None,
@@ -4108,7 +4356,8 @@ def summary_figures(name, run, report):
         majflt_per_token=compute["majflt_per_token"] if compute else None,
         positions_per_decode=per_decode, **engine_columns(report.get("engine")),
         flagged=[v["id"] for v in verdicts if v["flagged"]])),
-        "meta": {**(compute or {}).get("meta", {}), **(io or {}).get("meta", {})}}
+        "meta": {**(compute or {}).get("meta", {}), **(io or {}).get("meta", {})},
+        "granularity": (compute or {}).get("granularity")}
 
 
 def per_position_row(row):
@@ -4136,6 +4385,39 @@ def own_hit_share(io, what_if):
     size = meta_number(io["meta"], "cache_mb")
     return next((s["figures"]["hit_share"]["point"] for s in (what_if or {}).get("settings", ())
                  if s["setting"] == "cache_mb" and s["value"] == size), None) if size else None
+
+
+# A repeat's figures that add up (the rest are averaged) and lists that are joined.
+SUMMED, JOINED = ("tokens", "n"), ("paths", "engine_disagrees", "flagged")
+
+
+def grouped(rows, repeats=True):
+    """Repeats (runs of one kind, granularity and settings) as one row each, in the order
+    their first run was given; each run a row of its own unless `repeats`."""
+    groups = {}
+    for index, row in enumerate(rows):
+        key = (row["kind"], row.pop("granularity"), tuple(sorted(row["meta"].items())))
+        groups.setdefault(key if repeats else index, []).append(row)
+    return [merged(group) for group in groups.values()]
+
+
+def merged(group):
+    """One row of repeats: each figure the mean of its runs' (the ones that have it), its
+    standard deviation beside it; counts added, lists joined."""
+    first, *more = group
+    if not more:
+        return first
+    row = {**first, "run": ", ".join(row["run"] for row in group)}
+    for name in SUMMED:
+        row[name] = sum(each[name] for each in group)
+    for name in JOINED:
+        row[name] = list(dict.fromkeys(item for each in group for item in each[name]))
+    for name in SUMMARY_FIGURES:
+        values = [each[name] for each in group if each[name] is not None]
+        if name not in SUMMED:
+            row[name] = mean_of(values)
+            row["spread"][name] = sd_of(values)
+    return row
 
 
 def differing_keys(metas, rows):
@@ -5234,20 +5516,36 @@ def group_names(names):
             for i, name in enumerate(names)]
 
 
-def diff_columns(key, shown, names, tested):
-    """The name and base columns, then new, delta, ratio (and p, when the section has a test)
-    for each NEW of `shown` (indexes of NEWs; names: every input's column head): one group of
-    columns per NEW, as benchstat does with several files."""
+def diff_columns(key, shown, names, section):
+    """The name, base and its spread columns, then new, its spread, delta, ratio (and p, when
+    the section has a test) for each NEW of `shown` (indexes of NEWs; names: every side's
+    column head): one group of columns per NEW, as benchstat does with several files."""
     base, *news = names
     columns = [Column(key, "name", safe, "<"), column(base, "base", figure_text)]
+    if any(spread_text(row["base_side"]) for row in section["rows"]):
+        columns.append(column("±", lambda row: spread_text(row["base_side"]), str))
     for i in shown:
         pick = (lambda field, i=i: lambda row: row["changes"][i][field])
-        columns += [column(news[i], pick("new"), figure_text),
-                    column("delta", lambda row, i=i: row["changes"][i], delta_text),
+        columns.append(column(news[i], pick("new"), figure_text))
+        if any(spread_text(row["changes"][i]["new_side"]) for row in section["rows"]):
+            columns.append(column("±", lambda row, i=i: spread_text(row["changes"][i]["new_side"]),
+                                  str))
+        columns += [column("delta", lambda row, i=i: row["changes"][i], delta_text),
                     column("ratio", pick("ratio"), lambda r: "" if r is None else f"{r:.2f}x")]
-        if tested:
+        if section_tested(section):
             columns.append(Column("p", lambda row, i=i: row["changes"][i], p_text, "<"))
     return columns
+
+
+def spread_text(side):
+    """±: the runs' sd over their mean; in brackets, with one run, its tokens'."""
+    if side["spread"] is not None:
+        return f"±{share_text(side['spread'])}"
+    return "" if side["within_run"] is None else f"(±{share_text(side['within_run'])})"
+
+
+def share_text(share):
+    return f"{share:.1%}" if share < 0.1 else f"{share:.0%}"
 
 
 def section_tested(section):
@@ -5260,29 +5558,89 @@ def input_label(index, inputs):
 
 
 def diff_header_blocks(report, view):
-    paths = []
-    for i, source in enumerate(report["inputs"]):
+    sides, paths = report["sides"], []
+    for source in report["inputs"]:
         tokens = ", ".join(f"{n} {part} tokens" for part, n in source["tokens"].items())
         what = f"{source['kind']} trace" if source["source"] == "trace" else \
             f"saved JSON of decode-analyze {source['kind']}"
-        name = source.get("name") or source["path"]
-        head = input_label(i, len(report["inputs"]))
-        named = f"{head} = {name}" if name != source["path"] else head
+        head = input_label(source["side"], len(sides))
+        if sides[source["side"]]["runs"] > 1:
+            runs = [s for s in report["inputs"] if s["side"] == source["side"]]
+            named = f"{head} run {runs.index(source) + 1}" + (
+                f" = {source['name']}" if source["name"] != source["path"] else "")
+        else:
+            named = f"{head} = {source['name']}" if source["name"] != source["path"] else head
         paths.append((named, source["path"], f" ({what}, {tokens})"))
-    return [Block(None, [Header(f"diff ({report['compares']})", paths, {}, ())], gap=False)]
+    return [Block(None, [Header(f"diff ({report['compares']}, n={runs_text(report)})", paths,
+                                {}, ())], gap=False)]
+
+
+def runs_text(report):
+    """n as benchstat writes it: each side's runs, joined by +."""
+    return "+".join(str(side["runs"]) for side in report["sides"])
+
+
+def test_legend(report):
+    """What p (or its absence) means in this diff, in one line."""
+    alpha, n, least = report["alpha"], runs_text(report), report["runs_to_decide"]
+    if report["test"] == "tokens":
+        return (f"p: two-sided Mann-Whitney U over the tokens of one run each (--test tokens): "
+                f"it says these two runs differ, not that their settings do (tokens of one run "
+                f"share its machine state); ~ = p >= {alpha:g}; (±): a run's tokens' sd/mean")
+    if all(side["runs"] == 1 for side in report["sides"]):
+        return (f"n={n}: run-to-run variation unknown, so no change is tested (a run's tokens "
+                f"are not independent samples of its setting); to decide at alpha {alpha:g}, "
+                f"repeat each side {least} times at least (diff A1..A{least} vs B1..B{least}), "
+                f"more when runs vary as much as the change; (±): a run's tokens' sd/mean")
+    short = min(side["runs"] for side in report["sides"])
+    return (f"p: two-sided Mann-Whitney U over the runs' figures (n={n}); ~ = no significant "
+            f"change (p >= {alpha:g}); ±: the runs' sd/mean"
+            + (f"; with {short} run(s) a side p cannot go below {alpha:g}: {least} at least"
+               if least and short < least else ""))
+
+
+def drift_lines(report):
+    """The runs whose second half of tokens moved from their first, or that none did."""
+    unstable = [d for d in report["drift"] if d["unstable"]]
+    if not report["drift"]:
+        return []
+    if not unstable:
+        return [f"drift: no run's second half of tokens differs from its first by "
+                f"{DRIFT_SHARE:.0%} or more"]
+    return [f"drift: {safe(d['input'])}: {d['figure']} {figure_text(d['first_half_ms'])} in its "
+            f"first half of tokens, {figure_text(d['second_half_ms'])} in its second "
+            f"({d['ratio']:.2f}x, p{p_words(d['p'])}): the run itself was unstable"
+            for d in unstable]
+
+
+def p_words(p):
+    return "<0.001" if p < 0.001 else f"={p:.3f}"
+
+
+def gate_lines(report):
+    """The regression gate's answer, a line per figure and NEW."""
+    lines = []
+    for gate in report["gate"]:
+        worse = "n/a" if gate["worse_share"] is None else f"{gate['worse_share']:+.1%}"
+        test = "no test" if gate["p"] is None else \
+            f"p{p_words(gate['p'])} n={'+'.join(map(str, gate['n']))}"
+        verdict = "FAILED" if gate["failed"] else "passed" if gate["decided"] else \
+            "not decided (too few runs: nothing can fail it)"
+        lines.append(f"gate: {safe(gate['new'])} {gate['figure']} worse by {worse} (limit "
+                     f"{gate['limit_share']:.1%}), {test}: {verdict}")
+    return lines
 
 
 def diff_preamble_blocks(report, view):
     parts = []
+    names = [side["name"] for side in report["sides"]]
     for i, changes in enumerate(report["preamble_changes"]):
-        who = "" if len(report["preamble_changes"]) == 1 else f" (new #{i + 1})"
+        who = "" if len(report["preamble_changes"]) == 1 else f" ({safe(names[i + 1])})"
         parts.append(Items(f"preamble{who}:", [
             f"{safe(c['key'])} {safe(c['base'] or '(none)')} -> {safe(c['new'] or '(none)')}"
             for c in changes] or ["none differ"]))
     parts.append(Prose([f"warning: {message}" for message in report["warnings"]]
-                       + [f"p: two-sided Mann-Whitney U over per-token samples; ~ = no "
-                          f"significant change (p >= {report['alpha']:g}); a figure without p "
-                          f"has no samples to test"]))
+                       + [test_legend(report)] + drift_lines(report) + gate_lines(report)))
     return [Block(None, parts, gap=False)]
 
 
@@ -5314,21 +5672,18 @@ def prediction_blocks(report, view):
 def diff_section_blocks(report, view):
     """Each section as one table, or, with several NEWs, as tables of as many NEW column groups
     as fit TEXT_WIDTH side by side (the name and base columns repeated)."""
-    names = group_names([source["name"] for source in report["inputs"]])
-    blocks = []
-    for section in report["sections"]:
-        tested = section_tested(section)
-        blocks.append(Block(section["title"], [
-            Grid(diff_columns(section["key"], shown, names, tested), section["rows"])
-            for shown in new_groups(section, names, tested)]))
-    return blocks
+    names = group_names([side["name"] for side in report["sides"]])
+    return [Block(section["title"], [Grid(diff_columns(section["key"], shown, names, section),
+                                          section["rows"])
+                                     for shown in new_groups(section, names)])
+            for section in report["sections"]]
 
 
-def new_groups(section, names, tested):
+def new_groups(section, names):
     """The NEWs' indexes in runs that fit TEXT_WIDTH side by side (one NEW at least)."""
     runs, current = [], []
     for i in range(len(names) - 1):
-        columns = diff_columns(section["key"], current + [i], names, tested)
+        columns = diff_columns(section["key"], current + [i], names, section)
         cells = [[cell(col, row) for col in columns] for row in section["rows"]]
         width = 2 + sum(max([len(safe(col.header))] + [len(line[j]) for line in cells]) + 2
                         for j, col in enumerate(columns)) - 2
@@ -5350,8 +5705,10 @@ def setting_text(row, key):
 
 def summary_header_blocks(report, view):
     common = report["common"]
-    lines = [f"{len(report['runs'])} run(s)" + (f", sorted by {report['sort']}"
-                                                if report["sort"] else ", as given")
+    runs = sum(row["n"] for row in report["runs"])
+    lines = [f"{len(report['runs'])} row(s) of {runs} run(s) (repeats of one configuration: "
+             f"one row, n runs, mean ±sd)" + (f", sorted by {report['sort']}"
+                                              if report["sort"] else ", as given")
              + "; figures per token (decoded, or read-tokens for an io trace alone; per "
                "generated position where pos/dec shows)"]
     if common:
@@ -5366,7 +5723,7 @@ def summary_table(report):
     keys = [text_column(key, lambda row, key=key: setting_text(row, key))
             for key in report["keys"]
             if all(len(setting_text(row, key)) <= SHORT_SETTING for row in rows)]
-    figures = [shown_column(field) for field in SUMMARY_ROW.shown()
+    figures = [spread_column(field) for field in SUMMARY_ROW.shown()
                if any(row[field.name] is not None for row in rows)]
     numbers = {id(row): place for place, row in enumerate(rows, start=1)}  # equal rows too
     number = column("#", lambda row: numbers[id(row)])
@@ -5375,6 +5732,19 @@ def summary_table(report):
         if not keys or max(map(len, table_lines(columns, rows))) <= TEXT_WIDTH:
             return columns
         keys.pop()
+
+
+def spread_column(field):
+    """A figure's column, its runs' standard deviation after it (±) in a row of repeats."""
+    shown = shown_column(field)
+    if shown.align == "<":
+        return shown
+
+    def written(row):
+        sd = row["spread"].get(field.name)
+        value = shown.format(row[field.name])
+        return value if sd is None else f"{value} ±{shown.format(sd)}"
+    return Column(shown.header, lambda row: row, written, ">")
 
 
 def summary_blocks(report, view):
@@ -6231,6 +6601,12 @@ class Panel:
         self.parts.append(f'<text x="{x0:.1f}" y="{bottom - 2:.1f}" class="note" '
                           f'data-box="{" ".join(f"{v:.1f}" for v in box)}">{xml(text)}</text>')
 
+    def points(self, points, name, colour=0):
+        """(x, y-value) points, each a run: no line between them."""
+        self.parts += [f'<circle cx="{x:.1f}" cy="{self.y(v):.1f}" r="3" '
+                       f'class="c{colour % len(SVG_PALETTE)} run">'
+                       f'<title>{xml(name)} {v:.4g}</title></circle>' for x, v in points]
+
     def dots(self, points, name, colour=0):
         """A line through (x, y-value) points, each marked: values known only there."""
         if not points:
@@ -6436,32 +6812,49 @@ DIFF_SIDE_BY_SIDE = {"compute": ("ms per token by op", "ms per token"),
 
 
 def diff_panels(report, start):
-    """Per part: every input's per-token series overlaid (each run's tokens spread over the
-    whole width, so runs of different lengths overlay; binned to means past SVG_MAX_BARS
-    points), then the table rows with the largest change, base and new side by side."""
+    """Each part's headline as every side's runs in points, then (io) each side's read latency
+    histogram, then the table rows with the largest change, base and new side by side."""
     panels = []
-    inputs = group_names([source["name"] for source in report["inputs"]])
-    for part, per_token in report["per_token"].items():
-        what, unit = OVERLAID[per_token["field"]]
-        series = [mean_of_groups(values) for values in per_token["series"]]
-        overlay = Panel(start + len(panels), f"{part}: {what} per token, every input overlaid",
-                        unit, max((max(v, default=0) for v in series), default=0),
-                        "position in the run (each run spread over the width)")
-        for i, values in enumerate(series):
-            overlay.polyline(values, SVG_PALETTE[i % len(SVG_PALETTE)], inputs[i])
-        overlay.legend(inputs, GROUP_NAME_WIDTH)
-        panels.append(overlay)
-        if per_token["latency_hist"]:
-            panels.append(histograms_overlaid(start + len(panels), per_token["latency_hist"],
-                                              inputs))
-        title, unit = DIFF_SIDE_BY_SIDE[part]
+    sides = group_names([side["name"] for side in report["sides"]])
+    for section in report["sections"]:
+        if section["title"].endswith(" headline"):
+            panels.append(runs_panel(start + len(panels), section, sides))
+    if report["latency_hist"]:
+        panels.append(histograms_overlaid(start + len(panels), report["latency_hist"], sides))
+    for part, (title, unit) in DIFF_SIDE_BY_SIDE.items():
         section = next((s for s in report["sections"] if s["title"] == title), None)
         if section:
-            panels.append(side_by_side(start + len(panels), section, inputs, unit))
+            panels.append(side_by_side(start + len(panels), section, sides, unit))
     return panels
 
 
-OVERLAID = {"ms": ("ms", "ms"), "io_ms": ("I/O estimate ms", "ms"), "mib": ("MiB", "MiB")}
+RUN_FIGURES = 8  # a headline's figures drawn as runs, at most
+
+
+def runs_panel(index, section, sides):
+    """A headline's figures, each side's runs as points over the mean of BASE's runs (figures
+    of any unit share the axis), a tick at each side's mean: the runs' spread beside the
+    change."""
+    rows = [row for row in section["rows"] if row["base"]][:RUN_FIGURES]
+    figures = [[[run / row["base"] for run in side["runs"]]
+                for side in [row["base_side"]] + [c["new_side"] for c in row["changes"]]]
+               for row in rows]
+    top = max((value for figure in figures for runs in figure for value in runs), default=1)
+    panel = Panel(index, f"{section['part']}: each run's figure over the base's mean (points: "
+                         f"runs; bars: each side's mean)", "x base mean", top, "figure")
+    width = panel.width / max(1, len(rows))
+    for i, (row, figure) in enumerate(zip(rows, figures)):
+        step = width / len(figure)
+        for j, runs in enumerate(figure):
+            x = panel.left + i * width + (j + 0.5) * step
+            panel.points([(x, value) for value in runs], f"{row['name']}: {sides[j]}", j)
+            if runs:
+                y = panel.y(mean_of(runs))
+                panel.parts.append(f'<line x1="{x - 7:.1f}" y1="{y:.1f}" x2="{x + 7:.1f}" '
+                                   f'y2="{y:.1f}" class="max mean"/>')
+        panel.x_label(panel.left + (i + 0.5) * width, fit(row["name"], int(width / 6.5)))
+    panel.legend(sides, GROUP_NAME_WIDTH)
+    return panel
 
 
 def histograms_overlaid(index, histograms, inputs):
@@ -6618,24 +7011,72 @@ def analyze_pair(compute_path, io_path, reading, cache_sizes=()):
     return report
 
 
-def analyze_diff(paths, reading, alpha, logs=True):
-    """Every input of `diff` read (traces analysed, saved reports loaded and checked), then
-    compared: the diff report dict. The NEWs are read first, so that BASE's what-if tries
-    the cache sizes they ran with (the prediction check)."""
-    base, *new_paths = paths
-    news = [diff_view(path, reading, logs, None) for path in new_paths]  # no what-if of theirs
-    sizes = sorted({meta_number(view.parts["io"]["meta"], "cache_mb") for view in news
-                    if "io" in view.parts} - {None})
-    views = [diff_view(base, reading, logs, sizes)] + news
-    kinds = [set(view.parts) for view in views]
-    if not set.intersection(*kinds):
-        described = ", ".join(f"{view.path} is {view.kind}" for view in views)
-        raise TraceError(views[-1].path, 0, f"nothing to compare: {described} (diff compares "
-                                            f"compute with compute, io with io)")
-    report = diff_report(views, alpha)
+def analyze_diff(arguments, reading, asked, logs=True):
+    """Every run of `diff` read (traces analysed, saved reports loaded and checked), then its
+    sides compared: the diff report dict. The NEWs are read first, so that the what-if of
+    BASE's first run tries the cache sizes they ran with (the prediction check)."""
+    base_paths, *new_sides = diff_sides(arguments)
+    if asked.test == "tokens" and any(len(paths) > 1 for paths in [base_paths, *new_sides]):
+        raise UsageError("--test tokens compares the tokens of one run a side: give one run "
+                         "each, or leave the test over runs")
+    news = [[diff_view(path, reading, logs, None) for path in paths] for paths in new_sides]
+    sizes = sorted({meta_number(view.parts["io"]["meta"], "cache_mb") for views in news
+                    for view in views if "io" in view.parts} - {None})
+    base = [diff_view(path, reading, logs, sizes if not i else None)
+            for i, path in enumerate(base_paths)]
+    views = [base] + news
+    *_, last = runs = [view for side in views for view in side]
+    if not set.intersection(*(set(view.parts) for view in runs)):
+        described = ", ".join(f"{view.path} is {view.kind}" for view in runs)
+        raise TraceError(last.path, 0, f"nothing to compare: {described} (diff compares "
+                                       f"compute with compute, io with io)")
+    names = side_names(views)
+    report = diff_report([Side(name, side) for name, side in zip(names, views)], asked.alpha,
+                         asked.test, asked.gates)
+    for gate in asked.gates:
+        if not any(row["figure"] == gate.figure for row in report["gate"]):
+            raise UsageError(f"--fail-if-worse {gate.figure}: these inputs have no "
+                             f"{gate.label!r} to compare")
     for message in report["warnings"]:
         reading.warn(message)
     return report
+
+
+# Between the sides of a diff: `diff A1 A2 vs B1 B2`; without it each input is a side of its own.
+SIDE_SEPARATOR = "vs"
+DiffAsked = namedtuple("DiffAsked", "alpha test gates")
+
+
+def diff_sides(arguments):
+    """The runs of each side, BASE first: split at `vs`, or one run a side without it."""
+    if SIDE_SEPARATOR not in arguments:
+        if len(arguments) < 2:
+            raise UsageError("diff needs a BASE and a NEW (or runs: A1 A2 vs B1 B2)")
+        return [[path] for path in arguments]
+    sides = [[]]
+    current = sides.pop()
+    for argument in arguments:
+        if argument == SIDE_SEPARATOR:
+            sides.append(current)
+            current = []
+        else:
+            current.append(argument)
+    sides.append(current)
+    if len(sides) < 2 or not all(sides):
+        raise UsageError(f"diff A1 A2 {SIDE_SEPARATOR} B1 B2: every side needs a run (a file "
+                         f"named {SIDE_SEPARATOR} is ./{SIDE_SEPARATOR})")
+    return sides
+
+
+def side_names(sides):
+    """A side of one run is named as its run; of several, base, new or new #i."""
+    names = shortest_names([view.path for side in sides for view in side])
+    start = 0
+    found = []
+    for index, side in enumerate(sides):
+        found.append(names[start] if len(side) == 1 else input_label(index, len(sides)))
+        start += len(side)
+    return found
 
 
 def diff_view(path, reading, logs, cache_sizes):
@@ -6738,7 +7179,7 @@ def read_once(path):
 Inputs = namedtuple("Inputs", "local kinds logs")
 
 
-def analyze_summary(arguments, reading, sort, logs=True):
+def analyze_summary(arguments, reading, sort, logs=True, group=True):
     """Every run read and reduced to its row, one at a time; then the keys that tell the runs
     apart, and the order asked for."""
     with ExitStack() as copies:  # stdin and pipes, copied once: sniffed, then read
@@ -6749,6 +7190,7 @@ def analyze_summary(arguments, reading, sort, logs=True):
         names = shortest_names([display_name(run.path) for run in runs])
         inputs = Inputs(local, kinds, logs)
         rows = [summary_row(name, run, inputs, reading) for name, run in zip(names, runs)]
+    rows = grouped(rows, group)
     keys, common = differing_keys([row.pop("meta") for row in rows], rows)
     sortable = SUMMARY_SORTS + tuple(keys) + tuple(common)
     if sort is not None and sort not in sortable:
@@ -7002,15 +7444,18 @@ Command = namedtuple("Command", "name synopsis summary description inputs option
 
 DIFF_DESCRIPTION = """\
 Compares runs: BASE against each NEW, figure by figure, per token (so runs of different
-lengths compare). Inputs are traces (all compute or all io) or reports saved earlier with
---format json by any command (a saved 'report' compares with compute or io inputs through its
-matching half, with another 'report' through both). Shows the preamble keys that differ, then
-the headline figures and every row of the by-op, by-category, by-layer (compute) and by-lane,
-by-size, by-layer (io) tables, rows by largest change first, with base, new, delta (new - base)
-and ratio (new / base). Figures with per-token samples on both sides (ms, major faults, MiB and
-reads per token; each op's ms per token) carry a two-sided Mann-Whitney U test: p, marked ~ (no
-significant change) when p >= --alpha; other figures have no test. Selection options apply to
-trace inputs only. Stdin and pipes are copied to a temporary file first."""
+lengths compare). 'vs' splits the inputs into sides of repeated runs (A1 A2 A3 vs B1 B2 B3);
+without it each input is a side of one run. Inputs are traces (all compute or all io) or
+reports saved earlier with --format json by any command (a saved 'report' compares with compute
+or io inputs through its matching half, with another 'report' through both). Shows the preamble
+keys that differ, then the headline figures and every row of the by-op, by-category, by-layer
+(compute) and by-lane, by-size, by-layer (io) tables, rows by largest change first: a side's
+figure is the mean of its runs', ± their sd/mean, then delta (new - base) and ratio (new /
+base). p is a two-sided Mann-Whitney U test over the runs (n=A+B), marked ~ when p >= --alpha;
+with one run a side nothing is tested (a run's tokens are not independent samples of its
+setting) and (±) is the run's own tokens' spread. Each run's first half of tokens is checked
+against its second (drift). Selection options apply to trace inputs only. Stdin and pipes are
+copied to a temporary file first."""
 TIMELINE_DESCRIPTION = """\
 What v2 traces' timestamps measure, per decode and summarised (p50, p99, total): the decode's
 wall (its BMOE_DECODE span), the graph's wall (first node start to last node end), read busy
@@ -7053,18 +7498,32 @@ COMMANDS = {command.name: command for command in (
                                                args.cache_mb or ()),
             ("svg", "perfetto")),
     Command("diff", "diff BASE NEW...",
-            "before and after: runs or saved reports compared per token, with p-values",
+            "before and after: runs (A1 A2 vs B1 B2) compared, tested over runs",
             DIFF_DESCRIPTION,
             (Input("base", "any", "the base: a trace, or a report saved with --format json"),
-             Input("new", "any", "the runs to compare with the base, of its kind", "+")),
+             Input("new", "any", f"the runs to compare with the base, of its kind; with "
+                                 f"'{SIDE_SEPARATOR}', the runs of each side: A1 A2 "
+                                 f"{SIDE_SEPARATOR} B1 B2", "+")),
             (option("--alpha", type=probability, default=DEFAULT_ALPHA, metavar="P",
                     help=f"significance level: a tested change with p >= P is marked ~ "
-                         f"(default {DEFAULT_ALPHA})"), NO_ENGINE_LOG_OPTION),
-            lambda args, reading: analyze_diff([args.base] + args.new, reading, args.alpha,
-                                                       not args.no_engine_log),
+                         f"(default {DEFAULT_ALPHA})"),
+             option("--test", choices=("runs", "tokens"), default="runs",
+                    help="what p is over: the runs of each side (default; none with one run a "
+                         "side), or the tokens of one run each ('tokens': says only that two "
+                         "runs differ, not that their settings do)"),
+             option("--fail-if-worse", type=gate_of, action="append", metavar="FIGURE=SHARE",
+                    help="exit 1 when a NEW's FIGURE (a headline field: ms_per_token, "
+                         "mib_per_token, io_wall_ms_per_token.estimate, latency_us.p99, ...) is "
+                         "worse than BASE's by more than SHARE (5%%, or 0.05) and the test over "
+                         "runs says so; repeatable"),
+             NO_ENGINE_LOG_OPTION),
+            lambda args, reading: analyze_diff(
+                [args.base] + args.new, reading,
+                DiffAsked(args.alpha, args.test, tuple(args.fail_if_worse or ())),
+                not args.no_engine_log),
             ("svg",)),
     Command("summary", "summary RUN...",
-            "many runs, one row each: a sweep of settings side by side",
+            "a sweep of settings, one row a configuration (repeats: n, mean ±sd)",
             "One row per run, as llama-bench prints one per configuration: the preamble keys "
             "that tell the runs apart, tokens, decode ms per token (mean, p50, p99), the "
             "engine's split (compute, I/O estimate), MiB per token, the cache's hit share "
@@ -7075,9 +7534,14 @@ COMMANDS = {command.name: command for command in (
             (option("--sort", type=sort_column, metavar="COLUMN",
                     help=f"sort the rows by a column ({', '.join(SUMMARY_SORTS)}) or a "
                          f"preamble key, ascending, missing values last (default: as given)"),
+             option("--no-group", action="store_true",
+                    help="one row per run: repeats of one configuration (kind, granularity "
+                         "and every setting equal) are otherwise one row, n runs, each figure "
+                         "their mean ± their standard deviation"),
              NO_ENGINE_LOG_OPTION),
             lambda args, reading: analyze_summary(args.runs, reading, args.sort,
-                                                          not args.no_engine_log), ()),
+                                                  not args.no_engine_log, not args.no_group),
+            ()),
     Command("timeline", "timeline CT [IO]",
             "v2 traces: each decode's wall, reads, waits and overlap, measured",
             TIMELINE_DESCRIPTION,
@@ -7110,6 +7574,8 @@ def input_paths(command, args):
         value = getattr(args, each.dest)
         for argument in value if isinstance(value, list) else [value]:
             if argument is not None:
+                if each.kind == "any" and argument == SIDE_SEPARATOR:
+                    continue  # diff's sides: A1 A2 vs B1 B2
                 parts = run_parts(argument) if each.kind == "run" else (argument,)
                 paths += [(each.kind, path) for path in parts]
     return paths
@@ -7136,7 +7602,8 @@ ceil(n*q)-th: with 100 values this p99 is the maximum). Every figure is defined 
 exit status: {exit_status}.
 """
 # Exit statuses, said once: main() returns them, the help and the README list them.
-EXIT_STATUS = {0: "ok", 1: "bad input or unwritable output", 2: "usage", 130: "interrupted",
+EXIT_STATUS = {0: "ok", 1: "bad input, unwritable output, or a regression (diff --fail-if-worse)",
+               2: "usage", 130: "interrupted",
                141: "output closed by its reader", 143: "terminated"}
 
 
@@ -7239,7 +7706,21 @@ def run(args, out, warn):
     text = FORMATS[args.format](report, view)
     if args.output is not None:
         write_output(args.output, text)
-        return
+    else:
+        written(out, text, args, report, view)
+    failed = [gate for gate in report.get("gate", ()) if gate["failed"]]
+    if failed:
+        raise Regressed("; ".join(f"{gate['new']}: {gate['figure']} worse by "
+                                  f"{gate['worse_share']:.1%} (limit {gate['limit_share']:.1%})"
+                                  for gate in failed))
+
+
+class Regressed(Exception):
+    """diff --fail-if-worse: a NEW is worse than allowed (exit status 1, after the report)."""
+
+
+def written(out, text, args, report, view):
+    """The report to the stream, in plain ASCII when the stream cannot take it."""
     try:
         write_out(out, text)
     except UnicodeEncodeError:  # a cp1252 console, a non-UTF-8 locale: plain ASCII instead
@@ -7347,6 +7828,9 @@ def main(argv=None, out=None, err=None):
         run(args, out, warn)
     except (TraceError, OutputError) as problem:
         say(err, str(problem))
+        return 1
+    except Regressed as regression:
+        say(err, f"regression: {regression}")
         return 1
     except UsageError as problem:
         say(err, str(problem))

@@ -95,8 +95,11 @@ def rows_by_name(section_):
 
 
 # ── the done-when cases ──────────────────────────────────────────────────────────────────────
-def test_a_trace_against_itself_changes_nothing():
-    diff = report("diff", CT_NODE, CT_NODE)
+@pytest.mark.parametrize("test, least", [("runs", 0), ("tokens", 19)])
+def test_a_trace_against_itself_changes_nothing(test, least):
+    # over runs, one a side: nothing tested; over its tokens: ms and faults per token, and
+    # each of the 18 ops, none significant
+    diff = report("diff", CT_NODE, CT_NODE, "--test", test)
     assert diff["kind"] == "diff" and diff["compares"] == "compute"
     assert diff["preamble_changes"] == [[]]
     tested = 0
@@ -107,12 +110,12 @@ def test_a_trace_against_itself_changes_nothing():
             assert change["ratio"] in (1.0, None)  # None: base 0
             assert change["significant"] in (False, None)
             tested += change["p"] is not None
-    assert tested >= 19  # ms and faults per token, and each of the 18 ops
+    assert tested >= least and (tested == 0) == (test == "runs")
 
 
 def test_one_op_scaled_by_one_and_a_half_comes_first_and_significant(tmp_path):
     scaled = scaled_trace(CT_NODE, tmp_path / "scaled.csv", 1.5, op="MUL_MAT_ID")
-    diff = report("diff", CT_NODE, scaled)
+    diff = report("diff", CT_NODE, scaled, "--test", "tokens")
     first = section(diff, "ms per token by op")["rows"][0]
     change = first["changes"][0]
     assert first["name"] == "MUL_MAT_ID"
@@ -121,21 +124,22 @@ def test_one_op_scaled_by_one_and_a_half_comes_first_and_significant(tmp_path):
     others = section(diff, "ms per token by op")["rows"][1:]
     assert all(row["changes"][0]["delta"] == 0 and not row["changes"][0]["significant"]
                for row in others)
-    text = run("diff", CT_NODE, scaled).out
+    text = run("diff", CT_NODE, scaled, "--test", "tokens").out
     by_op = text.split("\nms per token by op\n")[1]
-    assert re.match(r"  op +base +scaled\.csv +delta +ratio +p\n  MUL_MAT_ID +1\.973 +2\.960 +\+0\.98\d+ "
-                    r"+1\.50x +<0\.001\n", by_op), by_op[:300]
+    assert re.match(r"  op +base +± +scaled\.csv +± +delta +ratio +p\n  MUL_MAT_ID +1\.973 +"
+                    r"\(±\d+%\) +2\.960 +\(±\d+%\) +\+0\.98\d+ +1\.50x +<0\.001\n", by_op), \
+        by_op[:300]
 
 
 def test_every_op_one_percent_slower_on_a_noisy_trace_is_not_significant(tmp_path):
     scaled = scaled_trace(CT_NODE, tmp_path / "slower.csv", 1.01)
-    diff = report("diff", CT_NODE, scaled)
+    diff = report("diff", CT_NODE, scaled, "--test", "tokens")
     ms = rows_by_name(section(diff, "compute headline"))["ms per token"]["changes"][0]
     assert ms["ratio"] == pytest.approx(1.01, abs=1e-3)
     assert ms["significant"] is False and ms["p"] > 0.5
     assert not any(row["changes"][0]["significant"]
                    for row in section(diff, "ms per token by op")["rows"])
-    line = next(l for l in run("diff", CT_NODE, scaled).out.splitlines()
+    line = next(l for l in run("diff", CT_NODE, scaled, "--test", "tokens").out.splitlines()
                 if l.strip().startswith("ms per token"))
     assert line.endswith(" ~")
 
@@ -237,9 +241,10 @@ def test_several_new_runs_one_column_group_each(tmp_path):
     assert by_op["GET_ROWS"]["changes"][1]["ratio"] == pytest.approx(0.5, abs=1e-4)
     assert section(diff, "ms per token by op")["rows"][0]["name"] == "GET_ROWS"  # -2.25 ms
     header = run("diff", CT_NODE, slower, faster).out.split("\nms per token by op\n")[1]
-    # the columns are headed by each input's name; the base's (23 characters) by "base"
-    assert re.match(r"  op +base +slower\.csv +delta +ratio +p +faster\.csv +delta +ratio +p\n",
-                    header)
+    # the columns are headed by each input's name; the base's (23 characters) by "base"; each
+    # with its tokens' spread, one run a side: no p
+    assert re.match(r"  op +base +± +slower\.csv +± +delta +ratio\n", header)
+    assert re.search(r"^  op +base +± +faster\.csv +± +delta +ratio\n", header, re.M)
 
 
 # ── saved reports ────────────────────────────────────────────────────────────────────────────
@@ -266,7 +271,7 @@ def test_two_saved_pair_reports_compare_both_halves(tmp_path):
     assert diff["compares"] == "report"
     assert {s["part"] for s in diff["sections"]} == {"compute", "io", "pair"}
     assert diff["preamble_changes"] == [[{"key": "overlap", "base": "0", "new": "1"}]]
-    assert set(diff["per_token"]) == {"compute", "io"}  # the pair's series is compute's
+    assert [len(hist) > 0 for hist in diff["latency_hist"]] == [True, True]
 
 
 def test_the_engines_split_is_compared_between_pair_reports(tmp_path):
@@ -280,7 +285,7 @@ def test_the_engines_split_is_compared_between_pair_reports(tmp_path):
     for i, pair in enumerate(pairs):
         saved.append(tmp_path / f"{i}.json")
         saved[-1].write_text(json.dumps(pair))
-    result = run("diff", *saved, "--format", "json")
+    result = run("diff", *saved, "--format", "json", "--test", "tokens")
     assert result.code == 0
     rows = rows_by_name(section(result.json, "pair headline"))
     for label, path in (("decode ms per decoded token", ("decode_ms_per_token",)),
@@ -303,7 +308,7 @@ def test_a_schema_2_report_compares_without_op_tests(tmp_path):
     del saved["op_us_by_token"]
     old = tmp_path / "old.json"
     old.write_text(json.dumps(saved))
-    diff = report("diff", old, CT_NODE)
+    diff = report("diff", old, CT_NODE, "--test", "tokens")
     assert all(row["changes"][0]["p"] is None
                for row in section(diff, "ms per token by op")["rows"])
     assert rows_by_name(section(diff, "compute headline"))["ms per token"]["changes"][0]["p"] \
@@ -365,9 +370,10 @@ def test_a_different_model_is_a_warning(write):
 
 def test_alpha_decides_what_is_significant(tmp_path):
     scaled = scaled_trace(CT_NODE, tmp_path / "slower.csv", 1.01)
-    p = rows_by_name(section(report("diff", CT_NODE, scaled), "compute headline"))[
-        "ms per token"]["changes"][0]["p"]
-    loose = report("diff", CT_NODE, scaled, "--alpha", str(min(0.999, p + 0.01)))
+    p = rows_by_name(section(report("diff", CT_NODE, scaled, "--test", "tokens"),
+                             "compute headline"))["ms per token"]["changes"][0]["p"]
+    loose = report("diff", CT_NODE, scaled, "--alpha", str(min(0.999, p + 0.01)), "--test",
+                   "tokens")
     assert rows_by_name(section(loose, "compute headline"))["ms per token"]["changes"][0][
         "significant"] is True
     assert run("diff", CT_NODE, CT_NODE, "--alpha", "1.5").code == 2
@@ -463,7 +469,7 @@ def test_a_row_on_one_side_only_has_no_test(write):
                  "base.csv")
     new = write(ct_text([f"0,1,{s},{i},0,{op},ffn_up-0,{1000000 + s},0" for s in range(8)
                          for i, op in enumerate(["MUL_MAT", "ADD"])]), "new.csv")
-    diff = report("diff", base, new)
+    diff = report("diff", base, new, "--test", "tokens")
     rows = rows_by_name(section(diff, "ms per token by op"))
     (added,) = rows["ADD"]["changes"]
     assert added["status"] == "added" and added["p"] is None and added["significant"] is None
@@ -484,7 +490,7 @@ def test_the_latency_change_is_tested_on_each_tokens_mean_and_p99():
     """Serial against overlapped: each read-token's mean and p99 read latency are the samples;
     the I/O estimate and lanes busy sit side by side, and the warning says which one the
     engine reports in each mode."""
-    result = run("diff", IO_SERIAL, IO_OVERLAP, "--format", "json")
+    result = run("diff", IO_SERIAL, IO_OVERLAP, "--format", "json", "--test", "tokens")
     diff = result.json
     tokens = [report("io", path)["per_token"] for path in (IO_SERIAL, IO_OVERLAP)]
     rows = rows_by_name(section(diff, "io headline"))
@@ -522,4 +528,4 @@ def test_inputs_are_named_by_the_shortest_end_of_their_path_and_shown_whole(tmp_
     head = "".join(line.strip() for line in lines[1:lines.index(
         next(line for line in lines if line.startswith("  new = io8.csv")))])
     assert str(deep / "io.csv") in head and "…" not in text.split("preamble")[0]
-    assert re.search(r"^  figure +io\.csv +io8\.csv +delta", text, re.M)
+    assert re.search(r"^  figure +io\.csv +± +io8\.csv +± +delta", text, re.M)

@@ -41,19 +41,24 @@ COMMANDS = {
                            DATA + "qwen3moe-l4-io-serial.csv", "--layers"],
     "diff-io": ["diff", DATA + "qwen3moe-l4-io-serial.csv", DATA + "qwen3moe-l4-io-overlap.csv"],
     "diff-compute": ["diff", DATA + "qwen3moe-l4-ct-node.csv", SESSION[0]],
+    "diff-runs": ["diff", *(DATA + f"runs/base-{i}-ct.csv" for i in range(1, 5)), "vs",
+                  *(DATA + f"runs/new-{i}-ct.csv" for i in range(1, 5)),
+                  "--fail-if-worse", "ms_per_token=20%"],
     "timeline-pair": ["timeline", DATA + "v2/ct.csv", DATA + "v2/io.csv"],
     "timeline-compute": ["timeline", DATA + "v2/ct.csv"],
     "summary-sweep": ["summary", DATA + "qwen3moe-l4-io-serial.csv",
                       DATA + "qwen3moe-l4-io-overlap.csv", DATA + "qwen3moe-l4-ct-node.csv",
                       *SESSION, "--sort", "overlap"],
+    "summary-repeats": ["summary", *(DATA + f"runs/{side}-{i}-ct.csv" for side in ("base", "new")
+                                     for i in range(1, 5))],
     "schema": ["schema"],
 }
 FORMATS = {"text": "txt", "markdown": "md", "json": "json"}
 # One picture per command that draws one (they are large; their structure is tested elsewhere).
-PICTURES = ("compute-session", "io-session", "report-session", "diff-io")
+PICTURES = ("compute-session", "io-session", "report-session", "diff-io", "diff-runs")
 # Tidy CSV of one case per command (a line per JSON value: the rest would only repeat them).
 CSV_CASES = ("compute-faults", "io-qwen-what-if", "report-faults", "diff-io", "summary-sweep",
-             "timeline-pair")
+             "timeline-pair", "diff-runs", "summary-repeats")
 
 
 def cases():

@@ -161,11 +161,18 @@ def test_report_shares_the_token_axis(tmp_path):
     assert target.stat().st_size < 200_000
 
 
-def test_diff_overlays_each_input(tmp_path):
+RUNS_PANEL = "{}: each run's figure over the base's mean (points: runs; bars: each side's mean)"
+
+
+def test_diff_draws_each_run_of_each_side_as_a_point(tmp_path):
     root, _ = svg_of(tmp_path, "diff", CT_NODE, CT_NODE, CT_NODE)
     found = panels(root)
-    lines = list(found["compute: ms per token, every input overlaid"].iter(f"{SVG}polyline"))
-    assert len(lines) == 3
+    runs = [c for c in found[RUNS_PANEL.format("compute")].iter(f"{SVG}circle")
+            if "run" in c.get("class", "")]
+    figures = [row for row in report("diff", CT_NODE, CT_NODE, CT_NODE)["sections"][0]["rows"]
+               if row["base"]]
+    assert len(runs) == len(figures) * 3  # one run a side, three sides
+    assert {c.find(f"{SVG}title").text.rpartition(" ")[2] for c in runs} == {"1"}
     side = [r for r in found["ms per token by op: the 12 largest changes"].iter(f"{SVG}rect")
             if r.get("class", "").startswith("c") and r.find(f"{SVG}title") is not None]
     assert len(side) == 12 * 3
@@ -521,7 +528,7 @@ def test_diff_draws_what_changed_and_lanes_in_order(tmp_path):
         "qwen3moe-l4-io-overlap.csv"]
     root, _ = svg_of(tmp_path, "diff", serial, overlap)
     found = panels(root)
-    assert "io: I/O estimate ms per token, every input overlaid" in found
+    assert RUNS_PANEL.format("io") in found
     hist = found["read latency, log2 buckets: every input's share of its reads"]
     assert len([l for l in hist.iter(f"{SVG}polyline")]) == 2
     lanes = found["MiB per token by lane: the 4 largest changes"]

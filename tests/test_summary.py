@@ -46,9 +46,14 @@ def test_the_two_traces_of_a_run_pair_by_name(tmp_path):
     appended = (tmp_path / "run-ct-node.csv", tmp_path / "run-ct-node-io.csv")
     for source, target in zip(SESSION, appended):
         shutil.copy(source, target)
-    rows = rows_of(*SESSION, *appended)
+    rows = rows_of(*SESSION, *appended, "--no-group")
     assert [(row["run"], row["kind"], len(row["paths"])) for row in rows] == [
         ("session-ct.csv", "report", 2), ("run-ct-node.csv", "report", 2)]
+    # grouped (the default): two copies of one run are repeats of one configuration
+    (both,) = rows_of(*SESSION, *appended)
+    assert (both["run"], both["n"], len(both["paths"])) == ("session-ct.csv, run-ct-node.csv",
+                                                            2, 4)
+    assert both["spread"]["decode_ms_per_token"] == 0.0
     # two compute traces and one io trace whose name pairs with neither: three runs
     assert len(rows_of(QWEN["ct-node"], QWEN["ct-layers"], QWEN["io-serial"])) == 3
 
@@ -67,7 +72,8 @@ def test_names_are_the_shortest_ending_that_tells_them_apart(tmp_path):
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
         shutil.copy(QWEN["ct-layers"], tmp_path / folder / "ct.csv")
-    rows = rows_of(tmp_path / "a" / "ct.csv", tmp_path / "b" / "ct.csv", QWEN["ct-node"])
+    rows = rows_of(tmp_path / "a" / "ct.csv", tmp_path / "b" / "ct.csv", QWEN["ct-node"],
+                   "--no-group")
     assert [row["run"] for row in rows] == ["a/ct.csv", "b/ct.csv", "qwen3moe-l4-ct-node.csv"]
 
 
@@ -80,7 +86,7 @@ def test_sorting_by_a_column_and_by_a_preamble_key(capsys):
     rows = rows_of(*runs, "--sort", "overlap")
     assert [row["settings"]["overlap"] for row in rows] == ["0", "0", "1"]
     result = run("summary", *runs, "--sort", "nope")
-    assert result.code == 2 and "--sort 'nope': not a column; one of run, tokens" in result.err
+    assert result.code == 2 and "--sort 'nope': not a column; one of run, n, tokens" in result.err
     assert run("summary", *runs, "--sort", "a;b").code == 2
     assert "expected a column or a preamble key" in capsys.readouterr().err
 
@@ -116,7 +122,8 @@ def test_a_hundred_runs_stay_small(tmp_path):
             into.append(folder / name)
     status, out, err, peak_mib = run_measured(
         [sys.executable, ROOT / "decode_analyze.py", "summary", *cts, *ios,
-         *[QWEN["ct-layers"]] * 50, "--format", "json", "--jobs", "1"], timeout=240)
+         *[QWEN["ct-layers"]] * 50, "--format", "json", "--jobs", "1", "--no-group"],
+        timeout=240)
     assert status == 0, err
     assert len(json.loads(out)["runs"]) == 100  # 50 pairs; a path given 50 times: 50 runs
     assert peak_mib < 64, peak_mib

@@ -55,8 +55,11 @@ def test_a_run_pairs_whatever_the_order_and_the_compression(tmp_path, names):
 def test_a_name_that_could_pair_two_ways_pairs_none(tmp_path):
     compute, reads = one_run(tmp_path, "x-ct.csv", "x-io.csv")
     shutil.copy(reads, tmp_path / "x-io.csv.gz")  # which is the run's? neither is taken
-    rows = rows_of(compute, reads, tmp_path / "x-io.csv.gz")
+    rows = rows_of(compute, reads, tmp_path / "x-io.csv.gz", "--no-group")
     assert [row["kind"] for row in rows] == ["compute", "io", "io"]
+    # grouped, the two copies of one io trace are repeats: one row of two runs
+    assert [(row["kind"], row["n"]) for row in rows_of(compute, reads, tmp_path / "x-io.csv.gz")] \
+        == [("compute", 1), ("io", 2)]
 
 
 # ── class 2: no part of any argument is ever written over ──
@@ -115,7 +118,7 @@ def test_summary_reads_the_saved_reports_diff_reads(kind, schema):
 
 # ── classes 6 and 7: numbering, and a key a run lacks ──
 def test_the_same_path_twice_is_two_numbered_rows(tmp_path):
-    out = run("summary", SERIAL, SERIAL, OVERLAP).out
+    out = run("summary", SERIAL, SERIAL, OVERLAP, "--no-group").out
     numbers = [line.split()[0] for line in out.splitlines()[-3:]]
     assert numbers == ["1", "2", "3"]
     assert f"  #1 {SERIAL.name}  overlap=0" in out and f"  #2 {SERIAL.name}  overlap=0" in out
@@ -201,7 +204,8 @@ def test_text_heads_are_escaped_like_cells(tmp_path):
 # ── class 11, and every figure's unit ──
 IDENTIFIERS = {"layer", "lane", "expert", "turn", "step", "phase", "schema", "skip", "value",
                "tool_version", "trace_id", "io_threads", "o_direct", "overlap",  # no figures
-               "p", "alpha"}  # a probability, a significance level
+               "p", "alpha", "side", "n"}  # a probability, a significance level; a side,
+# and the samples of its test (runs or tokens, as test_unit says)
 
 
 @pytest.mark.parametrize("argv", [("io", SERIAL, "--what-if"),
@@ -325,8 +329,8 @@ def sweep(tmp_path_factory):
 @given(st.permutations(range(6)))
 @example(list(range(6)))
 def test_summary_gives_the_same_runs_in_every_order(sweep, order):
-    rows = rows_of(*[sweep[i] for i in order])
-    assert pairs_of(rows) == pairs_of(rows_of(*sweep))
+    rows = rows_of(*[sweep[i] for i in order], "--no-group")
+    assert pairs_of(rows) == pairs_of(rows_of(*sweep, "--no-group"))
     assert sorted(row["kind"] for row in rows) == ["io", "io", "report", "report"]
 
 

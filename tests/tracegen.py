@@ -63,8 +63,9 @@ def preamble(kind, model="bench-moe.gguf", n_layer=48, extra=""):
 
 
 def compute_lines(n_layer=48, decode_tokens=300, prompt=64, turns=1, faults=True,
-                  layers=False, seed=1):
-    """Yield the lines of a compute trace: per turn one prefill batch, then decode tokens."""
+                  layers=False, seed=1, speed=1.0):
+    """Yield the lines of a compute trace: per turn one prefill batch, then decode tokens.
+    speed divides every node's time (a run on a slower or faster machine state)."""
     rng = random.Random(seed)
     nodes = graph(n_layer)
     yield preamble("compute_trace", n_layer=n_layer)
@@ -73,7 +74,7 @@ def compute_lines(n_layer=48, decode_tokens=300, prompt=64, turns=1, faults=True
         start = prompt + turn * 7
         tokens = [(0, start - 1)] + [(1, start + i) for i in range(decode_tokens)]
         for phase, step in tokens:
-            scale = 20 if phase == 0 else 1
+            scale = (20 if phase == 0 else 1) / speed
             if layers:
                 yield from _layer_rows(turn, phase, step, n_layer, rng, scale, faults)
                 continue
@@ -101,10 +102,11 @@ SIZES = (65536, 131072, 262144, 1048576)
 
 
 def io_lines(n_layer=48, decode_tokens=1000, prompt=64, reads_per_token=350, lanes=4,
-             spec_share=0.1, seed=2, experts=128):
+             spec_share=0.1, seed=2, experts=128, speed=1.0):
     """Yield the lines of an io trace shaped like the streamer's: per token, layer after layer,
     the routed experts' slices (3 projections each, a fixed size and chunking per slice) read
-    as O_DIRECT windows on the lanes; a few reads are speculative prefetches."""
+    as O_DIRECT windows on the lanes; a few reads are speculative prefetches. speed divides
+    every latency."""
     rng = random.Random(seed)
     yield preamble("io_trace", n_layer=n_layer)
     yield IO_HEADER + "\n"
@@ -131,7 +133,7 @@ def io_lines(n_layer=48, decode_tokens=1000, prompt=64, reads_per_token=350, lan
                         offset = base + chunk * size
                         aligned = offset - offset % 4096
                         read = (offset + size + 4095) // 4096 * 4096 - aligned
-                        latency = int((90000 + read / 2000) * (0.6 + rng.random()))
+                        latency = int((90000 + read / 2000) * (0.6 + rng.random()) / speed)
                         yield (f"0,{phase},{step},{layer},{expert},{proj},{rng.randrange(lanes)},"
                                f"{spec},{offset},{size},{read},{latency}\n")
 

@@ -3672,7 +3672,8 @@ class DiffView:
         return {**(predictions(report, limit) if part == "io" else {}),
                 "tokens": tokens, "samples": samples, "op_samples": op_samples,
                 "headline": headline, "tables": tables, "meta": meta,
-                "selection": report.get("selection"), "granularity": report.get("granularity"),
+                "selection": report.get("selection"),
+                "granularity": granularity_name(report.get("granularity")),
                 "tail_in_post": checked_tail(report.get("tail_in_post")),
                 "latency_hist": [HISTOGRAM_ROW(lo_us=figure_value(row["lo_us"], limit),
                                                hi_us=figure_value(row["hi_us"], limit),
@@ -3697,6 +3698,13 @@ def predictions(report, limit):
         "mib_per_token": figure_value(report["mib_per_token"], limit),
         "io_wall_ms_per_token": figure_value(dated(report, ("io_wall_ms_per_token", "estimate"),
                                                    report.get("schema")), limit)}}
+
+
+def granularity_name(granularity):
+    """A report's granularity, if it is a name (it tells node traces from layer ones)."""
+    if granularity is not None and type(granularity) is not str:
+        raise ValueError("granularity is not a name")
+    return granularity
 
 
 def checked_tail(tail):
@@ -4327,6 +4335,7 @@ def checked_row(row, limit):
         raise ValueError("tokens is not a whole number")
     row["flagged"] = [str(verdict_id) for verdict_id in row["flagged"]]
     row["meta"] = {str(key): str(value) for key, value in row["meta"].items()}
+    row["granularity"] = granularity_name(row["granularity"])  # it keys the groups of repeats
     return row
 
 

@@ -3,7 +3,8 @@
 shuffles, speculative reads, sizes whose sums pass 2^64, compression; and saved JSON reports
 with odd values put in. Every mutated file goes
 through every command of the registry (decode_analyze.COMMANDS: as each of its inputs in turn,
-beside a real partner; a mutated saved report through diff), with and without --skip-bad-rows,
+beside a real partner; a mutated saved report through diff; diff's sides of runs, summary's
+repeats), with and without --skip-bad-rows,
 as text, JSON and Markdown, with the command's own switches at random, sometimes with --svg or
 --perfetto where the command draws it, in-process. The cases are a fixed number drawn from the
 seed, so that a run fails the same way on every machine. What must hold for every case:
@@ -264,8 +265,10 @@ def runs(case, rng):
             len(command.inputs) - 1 - i) for i in range(1, len(command.inputs))]
         if any(each.kind in ("any", "run") for each in command.inputs):
             arrangements.append([case.saved] + [case.partner] * (len(command.inputs) - 1))
+        if any(each.kind == "any" for each in command.inputs):  # sides of repeated runs
+            arrangements.append([case.partner, case.path, "vs", case.saved, case.path])
         if any(each.kind == "run" for each in command.inputs):  # orders, pairs, CT+IO, --sort
-            arrangements += [[case.partner, case.path, case.saved],
+            arrangements += [[case.partner, case.path, case.saved, case.path, case.saved],
                              [f"{case.path}+{case.partner}", case.path],
                              [f"{case.partner}+{case.path}", "--sort", rng.choice(SORTS)]]
         for i, inputs in enumerate(arrangements):

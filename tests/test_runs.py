@@ -3,6 +3,7 @@ its test over them, the n=1+1 answer, the drift check, the regression gate, and 
 groups of repeats. The runs are generated (tracegen), each with its own seed and a machine
 state (its speed) drawn around its configuration's, so the answer is known."""
 import csv
+import json
 import io
 import random
 import statistics
@@ -12,7 +13,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 import tracegen
-from helpers import REAL_TRACES, report, report_with_warnings, run
+from helpers import REAL_TRACES, error_of, report, report_with_warnings, run
 from decode_analyze import mann_whitney_p
 
 RUN_SPREAD = 0.03  # each run's speed within ±3% of its configuration's: run-to-run noise
@@ -321,3 +322,14 @@ def test_summary_groups_in_markdown_and_csv(tmp_path):
     assert float(found[("runs", "spread.decode_ms_per_token")][3]) == pytest.approx(
         statistics.stdev(each))
     assert found[("runs", "spread.decode_ms_per_token")][5] == "ms"
+
+
+def test_a_saved_report_whose_granularity_is_not_a_name_is_one_line(tmp_path):
+    # the fuzzer's: a hand-edited granularity ({}) keyed summary's groups, a traceback before
+    saved = report("compute", REAL_TRACES["qwen3moe-l4-ct-node.csv"])
+    saved["granularity"] = {"node": 1}
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(saved))
+    message = error_of("summary", path, REAL_TRACES["qwen3moe-l4-ct-node.csv"])
+    assert "edited.json" in message and "granularity is not a name" in message
+    assert "granularity is not a name" in error_of("diff", path, path)

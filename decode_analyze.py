@@ -638,9 +638,9 @@ PREAMBLE_CHANGE = Record("preamble change", "diff `preamble_changes` (a list per
     ("base", "its value in BASE's runs (null: absent; `a|b` when they differ)"),
     ("new", "its value in the NEW's runs (likewise)")))
 SIDE_FIGURE = Record("side figure", "diff `rows[].base_side`, `changes[].new_side`", (
-    ("runs", "each run's figure, as given (a run without it left out)"),
-    ("spread", "the runs' standard deviation over their mean (null with one run)"),
-    ("within_run", "with one run, its tokens' standard deviation over their mean (figures "
+    ("per_run", "each run's figure, as given (a run without it left out)"),
+    ("spread_share", "the runs' standard deviation over their mean (null with one run)"),
+    ("within_run_share", "with one run, its tokens' standard deviation over their mean (figures "
                    "sampled per token; null otherwise)")))
 CHANGE = Record("change", "diff `sections[].rows[].changes` (one per NEW side)", (
     ("new", "the NEW's figure: the mean of its runs'"), ("new_side", "its runs", SIDE_FIGURE),
@@ -3796,8 +3796,8 @@ def relative_sd(values):
 
 def side_figure(sampled):
     one = len(sampled.runs) == 1 and sampled.tokens
-    return SIDE_FIGURE(runs=sampled.runs, spread=relative_sd(sampled.runs),
-                       within_run=relative_sd(sampled.tokens) if one else None)
+    return SIDE_FIGURE(per_run=sampled.runs, spread_share=relative_sd(sampled.runs),
+                       within_run_share=relative_sd(sampled.tokens) if one else None)
 
 
 def tested(base, new, test):
@@ -5548,9 +5548,10 @@ def diff_columns(key, shown, names, section):
 
 def spread_text(side):
     """±: the runs' sd over their mean; in brackets, with one run, its tokens'."""
-    if side["spread"] is not None:
-        return f"±{share_text(side['spread'])}"
-    return "" if side["within_run"] is None else f"(±{share_text(side['within_run'])})"
+    if side["spread_share"] is not None:
+        return f"±{share_text(side['spread_share'])}"
+    return "" if side["within_run_share"] is None else \
+        f"(±{share_text(side['within_run_share'])})"
 
 
 def share_text(share):
@@ -5999,10 +6000,11 @@ ROW_NAMES = ("op", "name", "category", "layer", "lane", "kind", "label", "figure
 # states (a diff row's, a diff series'); the few whose name says none, by name.
 NAMED_UNITS = {("by_op", "count"): "nodes", ("latency_hist", "count"): "reads",
                ("warmup", "first_mean"): "ms", ("warmup", "rest_mean"): "ms",
-               ("tail_in_post", "others_per_token"): "segments"}
+               ("tail_in_post", "others_per_token"): "segments", ("runs", "n"): "runs"}
 QUALIFIERS = {"point", "min", "max", "mean", "p50", "p90", "p99", "p999", "total", "compute",
               "io", "pair"}
-DIMENSIONLESS = {"p", "alpha", "significant"}  # a probability, a level, a yes or no
+# a probability, a level, a yes or no; a diff test's samples (n), whose unit is its test_unit
+DIMENSIONLESS = {"p", "alpha", "significant", "n"}
 SPREADSHEET_FORMULA = ("=", "+", "-", "@", "\t", "\r")  # a text cell a spreadsheet would run
 
 
@@ -6845,7 +6847,7 @@ def runs_panel(index, section, sides):
     of any unit share the axis), a tick at each side's mean: the runs' spread beside the
     change."""
     rows = [row for row in section["rows"] if row["base"]][:RUN_FIGURES]
-    figures = [[[run / row["base"] for run in side["runs"]]
+    figures = [[[run / row["base"] for run in side["per_run"]]
                 for side in [row["base_side"]] + [c["new_side"] for c in row["changes"]]]
                for row in rows]
     top = max((value for figure in figures for runs in figure for value in runs), default=1)

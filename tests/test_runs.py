@@ -78,8 +78,8 @@ def test_one_run_a_side_shows_each_runs_token_spread(tmp_path):
     row = headline_row(report("diff", base, new), "ms per token")
     tokens = [t["ms"] for t in report("compute", base)["per_token"]]
     expected = statistics.stdev(tokens) / statistics.mean(tokens)
-    assert row["base_side"]["within_run"] == pytest.approx(expected)
-    assert row["base_side"]["spread"] is None and row["base_side"]["runs"] == [row["base"]]
+    assert row["base_side"]["within_run_share"] == pytest.approx(expected)
+    assert row["base_side"]["spread_share"] is None and row["base_side"]["per_run"] == [row["base"]]
 
 
 def test_real_runs_of_one_setting_are_not_a_speed_up():
@@ -99,11 +99,11 @@ def test_five_runs_ten_percent_slower_are_significant_over_runs(tmp_path):
     assert [i["side"] for i in diff["inputs"]] == [0] * 5 + [1] * 5
     row = headline_row(diff, "ms per token")
     each = [report("compute", path)["ms_per_token"] for path, _ in base + new]
-    assert row["base_side"]["runs"] == pytest.approx(each[:5])
+    assert row["base_side"]["per_run"] == pytest.approx(each[:5])
     assert row["base"] == pytest.approx(statistics.mean(each[:5]))
     change = row["changes"][0]
     assert change["new"] == pytest.approx(statistics.mean(each[5:]))
-    assert change["new_side"]["spread"] == pytest.approx(
+    assert change["new_side"]["spread_share"] == pytest.approx(
         statistics.stdev(each[5:]) / statistics.mean(each[5:]))
     # every new run slower than every base run: the most extreme ordering, p = 2 / C(10, 5)
     assert min(each[5:]) > max(each[:5])
@@ -281,7 +281,7 @@ def test_the_svg_draws_each_sides_runs_as_points(tmp_path):
     assert len(drawn) == 3
     assert len([line for line in svg.splitlines() if 'class="c1 run"' in line
                 and "<title>ms per token: " in line]) == 4
-    expected = sorted(f"{value / row['base']:.4g}" for value in row["base_side"]["runs"])
+    expected = sorted(f"{value / row['base']:.4g}" for value in row["base_side"]["per_run"])
     assert sorted(line.rpartition(" ")[2].split("<")[0] for line in drawn) == expected
 
 
@@ -333,3 +333,19 @@ def test_a_saved_report_whose_granularity_is_not_a_name_is_one_line(tmp_path):
     message = error_of("summary", path, REAL_TRACES["qwen3moe-l4-ct-node.csv"])
     assert "edited.json" in message and "granularity is not a name" in message
     assert "granularity is not a name" in error_of("diff", path, path)
+
+
+def test_diff_csv_gives_each_run_its_figures_unit_and_the_spread_a_fraction():
+    runs = [str(p) for p in sorted((REAL_TRACES["qwen3moe-l4-ct-node.csv"].parent / "runs")
+                                   .glob("*.csv"))]
+    base, new = [p for p in runs if "base-" in p], [p for p in runs if "new-" in p]
+    out = run("diff", *base, "vs", *new, "--format", "csv").out
+    units = {}
+    for section, row, field, number, _, unit in list(csv.reader(io.StringIO(out)))[1:]:
+        if section == "sections" and row.startswith("0/ms per token"):
+            units[field] = unit
+    assert units["rows.base_side.per_run"] == "ms" and units["rows.changes.new"] == "ms"
+    assert units["rows.base_side.spread_share"] == "fraction"
+    assert units["rows.changes.ratio"] == "x" and units["rows.changes.n"] == ""
+    summary = list(csv.reader(io.StringIO(run("summary", *runs, "--format", "csv").out)))
+    assert {r[5] for r in summary if r[0] == "runs" and r[2] == "n"} == {"runs"}

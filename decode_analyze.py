@@ -7600,7 +7600,9 @@ examples:
   decode-analyze io io.csv --adjacent --cache   reads, plus merging and caching what-ifs
   decode-analyze io io.csv --format json        the whole report as one JSON object
   decode-analyze compute <(zcat ct.csv.gz)      pipes and stdin ('-'); gzip, bzip2, xz read too
-  decode-analyze diff base-ct.csv new-ct.csv    before and after, with significance
+  decode-analyze diff a1.csv a2.csv a3.csv a4.csv vs b1.csv b2.csv b3.csv b4.csv
+                                                before and after: 4 runs a side, tested over runs
+  decode-analyze summary runs/*/ct.csv          a sweep: repeats of a configuration one row
   decode-analyze diff monday.json today-ct.csv  against a report saved with --format json
 
 figures: per token = total / tokens (io alone: per token that read; report: per decoded token).
@@ -7610,7 +7612,7 @@ time); report: decode = compute + flash I/O, as the engine says. Percentiles tak
 0-based index min(n-1, floor(n*q)) of the sorted values (not the textbook nearest rank, the
 ceil(n*q)-th: with 100 values this p99 is the maximum). Every figure is defined in the README.
 
-exit status: {exit_status}.
+exit status: {exit_status}
 """
 # Exit statuses, said once: main() returns them, the help and the README list them.
 EXIT_STATUS = {0: "ok", 1: "bad input, unwritable output, or a regression (diff --fail-if-worse)",
@@ -7622,9 +7624,20 @@ def exit_status_text():
     return ", ".join(f"{status} {meaning}" for status, meaning in EXIT_STATUS.items())
 
 
+def exit_status_lines(width):
+    """The exit statuses wrapped at `width`, a status never split from its meaning."""
+    lines = [""]
+    for status, meaning in EXIT_STATUS.items():
+        entry = f"{status} {meaning}" + ("." if status == max(EXIT_STATUS) else ",")
+        if lines[-1] and len(lines[-1]) + 1 + len(entry) > width:
+            lines.append("")
+        lines[-1] += (" " if lines[-1] else "") + entry
+    return "\n".join(lines)
+
+
 def build_parser():
     """The command line's parser: every command, its inputs and options."""
-    epilog = EPILOG.format(exit_status="\n".join(textwrap.wrap(exit_status_text(), 84)))
+    epilog = EPILOG.format(exit_status=exit_status_lines(84))
     parser = argparse.ArgumentParser(
         prog="decode-analyze", description=DESCRIPTION, epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter)

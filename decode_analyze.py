@@ -7626,13 +7626,14 @@ def exit_status_text():
 
 def exit_status_lines(width):
     """The exit statuses wrapped at `width`, a status never split from its meaning."""
-    lines = [""]
+    lines, line = [], ""
     for status, meaning in EXIT_STATUS.items():
         entry = f"{status} {meaning}" + ("." if status == max(EXIT_STATUS) else ",")
-        if lines[-1] and len(lines[-1]) + 1 + len(entry) > width:
-            lines.append("")
-        lines[-1] += (" " if lines[-1] else "") + entry
-    return "\n".join(lines)
+        if line and len(line) + 1 + len(entry) > width:
+            lines.append(line)
+            line = ""
+        line += (" " if line else "") + entry
+    return "\n".join(lines + [line])
 
 
 def build_parser():

@@ -76,7 +76,7 @@ SCHEMA = 7  # of the JSON report: 2 added the I/O ranges, tool_version, undeterm
 # 5 the what-ifs (`what_if`) and the --cache curve on whole experts; 6 the engine's log
 # (`engine`), the settings the preamble lacks (`settings`) and the run's own cache (`run_cache`);
 # 7 diff over runs: `sides`, each figure's runs and spread, its test's n and unit, the drift
-# check and the gate (its per-token series gone)
+# check and the gate (its per-token series gone); compute `slow_stretch`
 TOOL_VERSION = "0.5.0"
 NS_PER_MS = 1e6
 MIB = 1 << 20
@@ -313,6 +313,17 @@ TAIL_IN_POST = Record("tail in post", "compute `tail_in_post` (null unless a lay
     ("layer", "the last layer, whose MoE tail the engine wrote into `post` (layer -1)"),
     ("segments_per_token", "its blk.N segments per token"),
     ("others_per_token", "the other layers' (their median)")))
+STRETCH_GROUP = Record("stretch group", "compute `slow_stretch.slowed`", (
+    ("name", "a node category, or a layer trace's segment (`pre`, `blk.N`, `post`)"),
+    ("ms_per_token", "its ms per token in the stretch"),
+    ("others_ms_per_token", "outside it"), ("ratio", "in / outside")))
+COMPUTE_STRETCH = Record("compute slow stretch", "compute `slow_stretch` (null without one)", (
+    ("turn", "its turn"), ("first_step", "its first token's step"),
+    ("last_step", "its last token's step"), ("tokens", "its tokens"),
+    ("ms_per_token", "their mean ms"), ("others_ms_per_token", "the other tokens' mean ms"),
+    ("share", "its share of the selection's time"),
+    ("slowed", "the groups that slowed with it (README: verdicts), the most added ms first",
+     ListOf(STRETCH_GROUP))))
 COMPUTE_REPORT = Record("compute report", "`compute`; a pair's `compute`", (
     *REPORT_HEAD, *TRACE_HEAD,
     ("tokens", "distinct (turn, phase, step) selected"),
@@ -339,6 +350,8 @@ COMPUTE_REPORT = Record("compute report", "`compute`; a pair's `compute`", (
     ("decodes", "decodes and the positions they generate", DECODES),
     ("prefill", "prefill batches and their prompt tokens", PREFILL_BATCHES),
     ("warmup", "the first decode tokens of each turn against the rest", WARMUP),
+    ("slow_stretch", "the longest run of consecutive slow tokens (README: verdicts)",
+     COMPUTE_STRETCH),
     ("op_us_by_token", "{op: each token's wall time in it, whole µs, in per_token's order}: "
                        "the samples diff tests an op with", MapOf(VALUE)),
     ("category_us_by_token", "the same per node category (`{}` for a layer trace): what the "
@@ -1219,6 +1232,7 @@ CATEGORY_NAMES = {
     "output": "result_norm result_output",
     "residual": "ffn_inp l_out ffn_moe_combined out_scaled",
 }
+SEGMENT_OP = "LAYER"  # a layer trace's every row: a segment (pre, blk.N, post)
 # Ops that decide the category whatever the node is called.
 OP_CATEGORY = {"MUL_MAT_ID": "experts", "FLASH_ATTN_EXT": "attention"}
 # One name, two meanings, told apart by the op (gemma4's residual add is called attn_out).
@@ -1250,8 +1264,11 @@ def base_name(name):
 
 @lru_cache(maxsize=1 << 14)  # a long token repeats its names; a graph is classified once
 def classify(name, op):
-    """(base name, category) of one node on its own; category None for an unnamed node_<N>."""
+    """(base name, category) of one node on its own; category None for an unnamed node_<N>.
+    A layer trace's segment is its own group (what a slow stretch's segments are told by)."""
     base = base_name(name)
+    if op == SEGMENT_OP:
+        return base, name
     if op in OP_CATEGORY:
         return base, OP_CATEGORY[op]
     if _UNNAMED.match(base):
@@ -1707,7 +1724,7 @@ def compute_report(trace, fold, selection, settings):
     per = PerToken(len(tokens), total_ns)
     ops = set(chain(*(graph.ops for graph in graphs), *(node.op for part in loose
                                                         for node in part.sums)))
-    granularity = "layer" if ops == {"LAYER"} else "node"
+    granularity = "layer" if ops == {SEGMENT_OP} else "node"
     segments = ordered_by(tables["segment"], lambda name, sums: segment_order(name))
     return COMPUTE_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="compute", path=trace.name,
@@ -1728,9 +1745,65 @@ def compute_report(trace, fold, selection, settings):
         unclassified=[UNCLASSIFIED_ROW(name=name, ms_per_token=per.ms(wall_ns))
                       for name, wall_ns in ordered_by(unclassified, lambda name, ns: (-ns, name))],
         **token_views(tokens, fold.book),
+        slow_stretch=compute_stretch(tokens, total_ns),
         op_us_by_token=us_by_token(tokens, "op_ns", sorted(tables["op"])),
         category_us_by_token={} if granularity == "layer" else
         us_by_token(tokens, "category_ns", sorted(tables["category"])))
+
+
+# A token this many times the first quartile token is slow; this many slow tokens in a row (one
+# turn) are a stretch; a group (node category, or a layer trace's segment) this many times its
+# ms per token outside the stretch slowed with it.
+STRETCH_FACTOR = 3
+STRETCH_TOKENS = 8
+STRETCH_SLOWED = 2
+
+
+def compute_stretch(tokens, total_ns):
+    """The longest run of consecutive slow tokens of one turn, when it holds STRETCH_TOKENS at
+    least: where it starts and ends, what its tokens take against the others', and which
+    groups slowed (the COMPUTE_STRETCH), or None."""
+    walls = sorted(token.wall_ns for token in tokens)
+    if len(walls) < 2 * STRETCH_TOKENS:
+        return None
+    slow = STRETCH_FACTOR * walls[len(walls) // 4]
+    best = current = range(0)
+    for index, token in enumerate(tokens):
+        if not slow or token.wall_ns < slow:
+            current = range(0)
+            continue
+        same_turn = current and tokens[current.start].turn == token.turn
+        current = range(current.start if same_turn else index, index + 1)
+        best = max(best, current, key=len)
+    if len(best) < STRETCH_TOKENS:
+        return None
+    inside = [tokens[index] for index in best]
+    others = [token for index, token in enumerate(tokens) if index not in best]
+    return COMPUTE_STRETCH(
+        turn=tokens[best.start].turn, first_step=tokens[best.start].step,
+        last_step=tokens[best.stop - 1].step, tokens=len(inside),
+        ms_per_token=mean_ms(inside), others_ms_per_token=mean_ms(others),
+        share=ratio(sum(t.wall_ns for t in inside), total_ns), slowed=slowed_groups(inside, others))
+
+
+def mean_ms(tokens):
+    return ratio(sum(token.wall_ns for token in tokens), len(tokens) * NS_PER_MS)
+
+
+def slowed_groups(inside, others):
+    """The groups whose ms per token in the stretch is STRETCH_SLOWED x theirs outside it at
+    least, the most added ms first."""
+    groups = {name for token in inside for name in token.category_ns}
+    found = []
+    for name in groups:
+        within, outside = (fsum(t.category_ns.get(name, 0) for t in side) / len(side) / NS_PER_MS
+                           for side in (inside, others))
+        grown = ratio(within, outside)
+        if grown is None or grown >= STRETCH_SLOWED:
+            found.append(STRETCH_GROUP(name=name, ms_per_token=within,
+                                       others_ms_per_token=outside, ratio=grown))
+    return sorted(found, key=lambda row: (row["others_ms_per_token"] - row["ms_per_token"],
+                                          row["name"]))
 
 
 def us_by_token(tokens, field, groups):
@@ -2292,14 +2365,16 @@ def cache_shares(counts):
 # What real runs of the engine support (../shared/traces/README.md and the issue that asked for
 # this): the bounds below are theirs, not a model's.
 LANE_BOUND = 0.25  # io_threads 1 or 8: the I/O time within this share of now either way
+IO_RUN_SPREAD = 0.05  # identical runs' I/O time differs by about this: a point's band
 
 
 CACHE_METHOD = (
     "the engine's cache: whole experts (the size over an expert's bytes, rounded down), least "
     "recently used out, prefill lookups counted, speculative reads left out; band: one expert "
     "fewer to one more (near a working set's knee one expert moves the hit share by tens of "
-    "points). ms: at most the MiB saved at this run's I/O ms per MiB; real serial cache runs "
-    "saved less (-0.4 to +0.1 ms where the bytes predicted 0.57)")
+    "points). ms: a serial run waits for every read, so the MiB saved at this run's I/O ms "
+    "per MiB, less the engine's cache management where its log gives it, the band widened by "
+    "the 5% identical runs' I/O differs; overlap=1: at most that (or the stall), no point")
 
 
 CACHED_CACHE_METHOD = (
@@ -2331,6 +2406,10 @@ def default_cache_sizes(meta, cache, cached):
     distinct experts' footprint, in whole MiB (the engine's unit)."""
     own = meta_number(meta, "cache_mb")
     footprint_mib = cache.distinct * cache.expert_bytes / MIB
+    limit = meta_number(meta, "mem_limit_mb")
+    if limit is not None:  # a cache the memory cannot hold is not proposed
+        return [size for size in default_cache_sizes({**meta, "mem_limit_mb": ""}, cache, cached)
+                if size <= limit]
     if cached:  # what its trace can bound: its own size, twice that, and all of them
         sizes = {math.ceil(footprint_mib)}
         if own:
@@ -2341,16 +2420,50 @@ def default_cache_sizes(meta, cache, cached):
     return sorted({max(1, round(footprint_mib * share)) for share in (0.25, 0.5, 1)})
 
 
+def overlap_cap(meta, measured, scale):
+    """The most the reads can cost a token: all of them when serial; under overlap=1 the
+    stall the engine's log measured (scaled to the report's tokens), else None (unknown)."""
+    if meta.get("overlap") != "1":
+        return math.inf
+    stall = measured.get("stall_ms_per_token")
+    return None if stall is None else stall * scale
+
+
+def request_overhead(io):
+    """The share of a read's time that is a fixed cost per request, at most: what merging
+    requests saves. From the size classes, the intercept of latency against size (least
+    squares, weighted by reads; at most the fastest read); from one class, the fastest read's
+    latency over the mean's."""
+    latency = io["latency_us"]
+    if not latency["mean"]:
+        return 0.0
+    rows = [(row["mib"] * 1024 / row["reads"], row["us_per_read"], row["reads"])
+            for row in io["by_size"] if row["reads"] and row["us_per_read"] is not None]
+    fixed = latency["min"]
+    weight = sum(w for _, _, w in rows)
+    if len({size for size, _, _ in rows}) > 1:
+        size_mean = sum(x * w for x, _, w in rows) / weight
+        us_mean = sum(y * w for _, y, w in rows) / weight
+        spread = sum(w * (x - size_mean) ** 2 for x, _, w in rows)
+        slope = sum(w * (x - size_mean) * (y - us_mean) for x, y, w in rows) / spread
+        if slope > 0:
+            fixed = min(fixed, max(0.0, us_mean - slope * size_mean))
+    return min(1.0, fixed / latency["mean"])
+
+
 class WhatIf:
     """The inputs every setting's figures come from: the io report (per read-token), the
     expert cache and the coalesced runs, and what a millisecond of I/O is worth in MiB."""
 
-    def __init__(self, report, cache, coalesced_runs, speculative):
+    def __init__(self, report, cache, coalesced_runs, speculative, measured=None):
         self.report, self.cache, self.runs = report, cache, coalesced_runs
         self.speculative = speculative  # (speculative experts, of them routed then or next)
         self.tokens = report["tokens"]
         self.estimate = report["io_wall_ms_per_token"]["estimate"]
         self.ms_per_mib = ratio(self.estimate, report["mib_per_token"])
+        measured = measured or {}
+        self.cap = overlap_cap(report["meta"], measured, 1.0)  # inf: serial, reads all waited
+        self.management = measured.get("cache_mgmt_ms_per_token") or 0.0
 
     def per_token_mib(self, total_bytes):
         return total_bytes / MIB / self.tokens
@@ -2414,8 +2527,6 @@ class WhatIf:
         read = self.report["read_bytes"]
         fewest, middle, most = (self.per_token_mib(read - outcome.saved_bytes) for outcome in
                              (high, point, low))
-        saved_max = self.ms_per_mib and (self.report["mib_per_token"] - fewest) * \
-            self.ms_per_mib
 
         def spread(name):
             values = [getattr(outcome, name) for outcome in (low, point, high)]
@@ -2428,8 +2539,21 @@ class WhatIf:
             "mib_per_token": figure(middle, fewest, most),
             "evictions": spread("evictions"), "rereads": spread("rereads"),
             "resident_mib": point.resident_bytes / MIB},
-            figure(None, 0.0, saved_max),
-            CACHE_METHOD, self.fits(mib))
+            self.bytes_saved(fewest, middle, most), CACHE_METHOD, self.fits(mib))
+
+    def bytes_saved(self, fewest, middle, most):
+        """The ms per token a setting that reads fewer MiB saves: serial, every read waited
+        for, so the MiB saved at this run's I/O ms per MiB, less the cache's management, in
+        the band identical runs' I/O spread gives; overlap=1, at most that and the stall."""
+        now, per_mib = self.report["mib_per_token"], self.ms_per_mib
+        if not per_mib:
+            return figure(None, None, None)
+        low, point, high = ((now - mib) * per_mib for mib in (most, middle, fewest))
+        if self.cap == math.inf:
+            return figure(point - self.management,
+                          (low - self.management) * (1 - IO_RUN_SPREAD) if low > 0 else
+                          low - self.management, high * (1 + IO_RUN_SPREAD))
+        return figure(None, 0.0, high if self.cap is None else min(high, self.cap))
 
     def o_direct_settings(self, cache_sizes):
         """Buffered reads, for a run that read with O_DIRECT."""
@@ -2440,7 +2564,9 @@ class WhatIf:
             figure(None, None, self.estimate),
             "bytes exact: req_bytes, the alignment waste gone. Time depends on the page "
             "cache: a real run without O_DIRECT was served from it, 12x faster than any bound; "
-            "cold, buffered reads may be no faster, so no lower bound")]
+            "cold, buffered reads may be no faster, so no lower bound. On a small model whose "
+            "weights fit the page cache, a run with O_DIRECT off measures the page cache, not "
+            "the drive")]
 
     def lanes_settings(self, cache_sizes):
         """1 and 8 lanes, each that is not the run's own."""
@@ -2462,12 +2588,23 @@ class WhatIf:
         """Reads beside compute, for a run that read in series."""
         if self.report["meta"].get("overlap") == "1":
             return []
-        threads = meta_int(self.report["meta"], "n_threads")
-        cores = f" ({threads} compute threads here)" if threads else ""
-        return [self.setting("overlap", 1, {}, figure(None, 0.0, self.estimate),
+        meta = self.report["meta"]
+        threads, cores = meta_int(meta, "n_threads"), meta_number(meta, "cores")
+        if threads and cores:
+            full = threads >= cores
+            low = -self.estimate if full else 0.0
+            said = (f"{threads} compute threads on {cores:g} cores: "
+                    + ("they fill them, so the readers compete with compute and the run may "
+                       "get slower, by up to the I/O estimate" if full else
+                       "a core is left for the readers"))
+        else:
+            low = None
+            said = ("no lower bound: when the compute threads fill the cores, the readers "
+                    "compete with them and the run gets slower (declare --set cores=N)")
+        return [self.setting("overlap", 1, {}, figure(None, low, self.estimate),
             f"reads beside compute: at most the whole I/O estimate hidden (after a cache, "
-            f"what it leaves); real runs hid 20-60% of it, and on 2 cores one got slower, its "
-            f"readers competing with compute{cores}")]
+            f"what it leaves); real runs hid 20-60% of it, and on 2 cores one got 103 ms "
+            f"slower; {said}")]
 
     def coalesce_settings(self, cache_sizes):
         """Touching requests merged, when --adjacent found the runs."""
@@ -2477,14 +2614,16 @@ class WhatIf:
         runs = self.runs
         direct = self.report["meta"].get("o_direct") == "1"
         merged = runs.aligned_bytes if direct else runs.bytes
+        factor = ratio(self.report["reads"], runs.runs) or 1.0
+        most = self.estimate * request_overhead(self.report) * (1 - 1 / factor)
         return self.setting("coalesce", 1, {
             "reads_per_token": figure(runs.runs / self.tokens),
             "mib_per_token": figure(self.per_token_mib(merged))},
-            figure(None, None, None),
+            figure(None, 0.0, most if self.cap is None else min(most, self.cap)),
             f"requests that touch or overlap merged into one read"
             f"{f' ({O_DIRECT_ALIGNMENT}-byte O_DIRECT windows)' if direct else ''}: fewer reads "
-            f"and less alignment waste; ms not predicted (a v1 trace has no cost per request "
-            f"to go by)")
+            f"and less alignment waste; ms: at most the requests' fixed cost (the intercept of "
+            f"latency against size, else the fastest read) of the reads merged away")
 
     def prefetch_settings(self, cache_sizes):
         """prefetch=1 to a run that did not prefetch; to one that did, prefetch=0: what its
@@ -2535,13 +2674,13 @@ def meta_flag(meta, key):
 
 
 def setting_rank(setting):
-    """Largest saving first: its point, else the middle of its bound; unbounded ones last."""
+    """By the conservative end of its band, largest first (what it saves for sure); those
+    without a lower bound after them, by their point, else their upper bound."""
     saved = setting["ms_per_token_saved"]
-    if saved["point"] is not None:
-        return -saved["point"]
-    if saved["min"] is not None and saved["max"] is not None:
-        return -(saved["min"] + saved["max"]) / 2
-    return float("inf")
+    if saved["min"] is not None:
+        return (0, -saved["min"])
+    hope = saved["point"] if saved["point"] is not None else saved["max"]
+    return (1, -hope if hope is not None else math.inf)
 
 
 def speculative_use(lookups):
@@ -2639,7 +2778,7 @@ def mib_per_s(read_bytes, latency_ns):
     return throughput(read_bytes / MIB, latency_ns / 1e9)
 
 
-def io_report(trace, fold, selection, settings, cache_sizes=None):
+def io_report(trace, fold, selection, settings, cache_sizes=None, measured=None):
     """The whole io report as a plain dict (the JSON output; text is rendered from it),
     without its verdicts. cache_sizes: the what-if's --cache-mb (() for its default), None
     for no what-if."""
@@ -2676,7 +2815,7 @@ def io_report(trace, fold, selection, settings, cache_sizes=None):
         adjacency=adjacency(fold, chosen, reads, per),
         run_cache=None, reuse=None, what_if=None, **io_token_parts(tokens, fold.per_lane))
     if fold.lookups is not None:
-        add_cache_what_ifs(report, fold, chosen, phases, cache_sizes)
+        add_cache_what_ifs(report, fold, chosen, phases, cache_sizes, measured)
     return report
 
 
@@ -2691,7 +2830,7 @@ def io_token_parts(tokens, per_lane):
             "lane_bytes_by_token": lane_bytes_by_token(tokens) if per_lane else None}
 
 
-def add_cache_what_ifs(report, fold, chosen, phases, cache_sizes):
+def add_cache_what_ifs(report, fold, chosen, phases, cache_sizes, measured=None):
     """The report's `reuse` (the --cache curve) and, when asked for, its `what_if`: both
     from the one expert cache model."""
     cache = ExpertCache(fold.lookups, phases)
@@ -2702,7 +2841,7 @@ def add_cache_what_ifs(report, fold, chosen, phases, cache_sizes):
         return
     runs = Coalesced(*map(sum, zip(*(phase_reads.runs for phase_reads in chosen)))) \
         if fold.adjacent and chosen else None
-    what_if = WhatIf(report, cache, runs, speculative_use(fold.lookups))
+    what_if = WhatIf(report, cache, runs, speculative_use(fold.lookups), measured)
     report["what_if"] = what_if.report_of(
         list(cache_sizes) or default_cache_sizes(report["meta"], cache, cached))
 
@@ -3278,6 +3417,10 @@ LATENCY_BOUND_RATE = 0.25  # ... and its bucket below this fraction of the best 
 LANE_IMBALANCE = 1.5  # busiest lane's busy time over the least busy lane's
 COALESCE_WORTH = 1.2  # coalescing factor
 CACHE_WORTH = 0.20  # share of read bytes an LRU of half the footprint would serve
+MEMORY_PRESSURE_FAULTS = 100  # major faults per token: pages evicted and read again every token
+IO_MATERIAL = 0.10  # io alone: a remedy is at stake when it could save this share of the I/O
+IO_SHARE = 0.20  # a pair: I/O-bound when the reads cost the decode this share of it
+PAGE_CACHE_US = 50  # buffered reads (o_direct=0) with a median this fast came from memory
 
 
 def verdict(verdict_id, flagged, text):
@@ -3311,8 +3454,52 @@ def compute_verdicts(report):
             f"{'WARM-UP' if flagged else 'no warm-up'}: the first {warm['tokens']} decode tokens "
             f"of each turn average {warm['first_mean']:.2f} ms, {warm['ratio']:.2f}x the rest "
             f"({compare(flagged)} {WARMUP_RATIO}x)"))
-    verdicts.append(outlier_verdict(report))
+    verdicts.append(memory_verdict(report))
+    verdicts.append(stretch_verdict(report) or outlier_verdict(report))
     return [v for v in verdicts if v]
+
+
+def under_pressure(compute):
+    return compute["majflt_per_token"] >= MEMORY_PRESSURE_FAULTS
+
+
+def memory_verdict(report):
+    """Many major faults per token: the mmapped weights do not stay in memory."""
+    faults = report["majflt_per_token"]
+    if not faults:
+        return None  # no fault at all: fault_bound is not judged either
+    if not under_pressure(report):
+        return verdict("memory_pressure", False,
+            f"no memory pressure: {faults:.1f} major faults per token "
+            f"(< {MEMORY_PRESSURE_FAULTS})")
+    share = report["faults"]["share"]
+    return verdict("memory_pressure", True,
+        f"MEMORY PRESSURE: {faults:.0f} major faults per token (>= {MEMORY_PRESSURE_FAULTS}): "
+        f"pages of the mmapped weights are dropped and read again every token, and every op "
+        f"slows, so the faulting nodes' {num(share, '.0%')} of compute is a lower bound of "
+        f"what it costs. Remedies: dense weights loaded, not mmapped; a smaller expert cache "
+        f"(cache_mb); a larger memory limit")
+
+
+def stretch_verdict(report):
+    """A contiguous stretch of slow tokens is one event (not scattered outliers): where it
+    starts and ends, and what slowed in it."""
+    stretch = report["slow_stretch"]
+    if stretch is None or (stretch["share"] or 0) < OUTLIER_SHARE:
+        return None
+    groups = stretch["slowed"]
+    every = len(groups) == len({name for name in report["category_us_by_token"]} or
+                               {row["name"] for row in report["segments"]})
+    named = ", ".join(f"{g['name']} {num(g['ratio'], '.0f')}x" for g in groups[:SLOWEST])
+    slowed = ("every " + ("segment" if report["granularity"] == "layer" else "category") +
+              f" ({named})") if every and groups else named or "no one group alone"
+    return verdict("slow_stretch", True,
+        f"SLOW STRETCH: turn {stretch['turn']} steps {stretch['first_step']}-"
+        f"{stretch['last_step']} ({stretch['tokens']} tokens in a row) take "
+        f"{stretch['ms_per_token']:.2f} ms each, "
+        f"{num(ratio(stretch['ms_per_token'], stretch['others_ms_per_token']), '.1f')}x the "
+        f"other tokens ({num(stretch['others_ms_per_token'], '.2f')} ms), {stretch['share']:.0%} "
+        f"of the time: one stretch, not scattered outliers; slowed in it: {slowed}")
 
 
 def router_alone_verdict(router):
@@ -3351,7 +3538,15 @@ def outlier_verdict(report):
         f"the mean token is {mean_ratio:.2f}x the median")
 
 
-def io_verdicts(report):
+def io_verdicts(report, measured=None):
+    """The io verdicts, those whose remedy saves I/O time weighed in I/O time (io_stakes)."""
+    return weighed_io_verdicts(report, report["io_wall_ms_per_token"],
+                               io_stakes(report, measured or {}))
+
+
+def io_findings(report):
+    """What the reads show on their own: latency-bound, lanes, coalescing, cache; before the
+    stakes (what their remedies could save) are weighed."""
     verdicts = [latency_verdict(report)]
     busy = [row["busy_ms_per_token"] for row in report["by_lane"]]
     if len(busy) > 1:
@@ -3415,49 +3610,134 @@ def latency_verdict(report):
         f"{LATENCY_BOUND_RATE:.0%})")
 
 
-def pair_verdicts(compute, io, pair):
-    """What only the pair can decide: whether routing waits for reads, whether the tokens
-    that read are the slow ones, and whether the io verdicts are at stake in the decode."""
-    judged = [router_pair_verdict(compute, pair),
+def pair_verdicts(compute, io, pair, measured=None):
+    """What only the pair can decide: whether the reads bound the decode, whether routing
+    waits for them, whether the tokens that read are the slow ones, and whether the io
+    verdicts are at stake in the decode."""
+    stakes = pair_stakes(compute, io, pair, measured or {})
+    judged = [io_bound_verdict(pair, stakes), router_pair_verdict(compute, pair, stakes),
               read_split_verdict(pair, ran_overlapped(compute, io))]
-    return [v for v in judged if v] + weighed_io_verdicts(io, pair)
+    return [v for v in judged if v] + [
+        v for v in weighed_io_verdicts(io, pair["io_wall_ms_per_token"], stakes, pair)
+        if v["id"] in AT_STAKE]
 
 
-# What an io verdict's remedy could save at most, in ms per decoded token, from the pair's I/O
-# estimate (ms) and the io report: even lanes bring each layer down to its mean lane (the lower
-# bound); merged requests save at most the requests' share if time went per request; a cache
-# at most its hit share of the reads.
+# What a remedy is weighed against. whole_ms: what its saving is a share of (ms per token),
+# `whole` in words; threshold: the share that is at stake; cap: the most the reads cost it
+# (serial: all of them, inf; overlap=1: the stall, None when no log gives it); moot: why
+# nothing the reads do is at stake (they came from the page cache), or None; pressure: the
+# decode is inflated by memory pressure, so a small share is no answer.
+Stakes = namedtuple("Stakes", "whole_ms whole threshold cap moot pressure")
+
+
+def io_stakes(io, measured):
+    """io alone: a remedy weighed against the I/O time itself (IO_MATERIAL of it)."""
+    estimate = io["io_wall_ms_per_token"]["estimate"]
+    per_read_token = ratio(measured.get("tokens") or io["tokens"], io["tokens"]) or 1.0
+    return Stakes(estimate, f"the {estimate:.2f} ms of I/O per read-token", IO_MATERIAL,
+                  overlap_cap(io["meta"], measured, per_read_token), page_cache_words(io),
+                  False)
+
+
+def pair_stakes(compute, io, pair, measured):
+    """A pair: a remedy weighed against the decode (MATERIAL of it)."""
+    decode = pair["decode_ms_per_token"]
+    meta = {**compute["meta"], **io["meta"]}
+    return Stakes(decode, f"the {decode:.2f} ms decode per token", MATERIAL,
+                  overlap_cap(meta, measured, 1.0), page_cache_words(io),
+                  under_pressure(compute))
+
+
+def page_cache_words(io):
+    """Why the reads are no flash reads: buffered, and their median faster than flash."""
+    median = io["latency_us"]["p50"]
+    if io["meta"].get("o_direct") != "0" or median is None or median >= PAGE_CACHE_US:
+        return None
+    return (f"the reads came from the page cache (o_direct=0, median {median:.0f} us a read, "
+            f"< {PAGE_CACHE_US} us), {io['io_wall_ms_per_token']['estimate']:.2f} ms per "
+            f"read-token in all: the drive was not measured")
+
+
+# What an io verdict's remedy could save at most, in ms per token, from the I/O estimate (ms)
+# and the io report: even lanes bring each layer down to its mean lane (the lower bound);
+# merged requests save the requests' fixed cost (request_overhead); a cache at most its hit
+# share of the reads.
 AT_STAKE = {
     "lanes_unbalanced": ("lanes unbalanced", "evening the lanes",
                          lambda io, wall: wall["estimate"] - wall["min"]),
-    "coalescing": ("coalescing", "coalescing", lambda io, wall: wall["estimate"] * (
-        1 - 1 / (io["adjacency"]["coalesce_factor"] or 1))),
+    "coalescing": ("coalescing", "merging requests (their fixed cost)",
+                   lambda io, wall: wall["estimate"] * request_overhead(io) * (
+                       1 - 1 / (io["adjacency"]["coalesce_factor"] or 1))),
     "cache": ("cache", "that cache", lambda io, wall: wall["estimate"] * (
         half_the_experts(io["reuse"])["hit_share"] or 0)),
 }
 
 
-def weighed_io_verdicts(io, pair):
-    """The flagged io verdicts, weighed against the decode wall: flagged only when what they
-    could save is at least MATERIAL of it; the pair's say replaces io's (all_verdicts)."""
-    decode, wall = pair["decode_ms_per_token"], pair["io_wall_ms_per_token"]
+def weighed_io_verdicts(io, wall, stakes, pair=None):
+    """The io findings, those flagged weighed: flagged only when their remedy could save
+    `stakes.threshold` of what it acts on; the pair's say replaces io's (all_verdicts)."""
     weighed = []
-    for judged in io["verdicts"]:
+    for judged in io_findings(io):
         if judged["id"] not in AT_STAKE or not judged["flagged"]:
+            weighed.append(judged)
             continue
         name, remedy, saving = AT_STAKE[judged["id"]]
-        at_most = max(0.0, saving(io, wall))
-        share = ratio(at_most, decode)
-        stake = (f"{remedy} could save at most {at_most:.2f} ms of the {decode:.2f} ms decode "
-                 f"per token{per_position_words(pair, at_most, decode)} ({num(share, '.1%')}")
-        if share is None or share >= MATERIAL:
-            weighed.append(verdict(judged["id"], True, f"{judged['text']}; {stake}, >= "
-                                                       f"{MATERIAL:.0%})"))
-        else:
-            _, _, why = judged["text"].partition(": ")
-            weighed.append(verdict(judged["id"], False, f"{name} not at stake: {why}; but "
-                                                        f"{stake}, < {MATERIAL:.0%} of it)"))
+        _, _, why = judged["text"].partition(": ")
+        if stakes.moot:
+            weighed.append(verdict(judged["id"], False, f"{name} not at stake: {stakes.moot}; "
+                                                        f"{why}"))
+            continue
+        if stakes.cap is None:
+            weighed.append(verdict(judged["id"], None,
+                f"{name} undetermined: {why}; overlap=1 ran the reads beside compute, so what "
+                f"{remedy} could save is at most the stall, which the engine's log gives "
+                f"(moe-overlap: give its NAME.log), not found here"))
+            continue
+        weighed.append(stake_verdict(judged, name, remedy, saving(io, wall), stakes, pair))
     return weighed
+
+
+def stake_verdict(judged, name, remedy, saving, stakes, pair):
+    """A flagged finding, flagged still when its remedy's saving (at most the overlap's stall)
+    is at least the threshold of the whole; else not at stake, or undetermined when memory
+    pressure inflates the whole."""
+    at_most = max(0.0, min(saving, stakes.cap))
+    share = ratio(at_most, stakes.whole_ms)
+    capped = " (the overlap's stall)" if at_most < saving else ""
+    per_position = per_position_words(pair, at_most, stakes.whole_ms) if pair else ""
+    stake = (f"{remedy} could save at most {at_most:.2f} ms{capped} of {stakes.whole}"
+             f"{per_position} ({num(share, '.1%')}")
+    _, _, why = judged["text"].partition(": ")
+    if share is None or share >= stakes.threshold:
+        return verdict(judged["id"], True, f"{judged['text']}; {stake}, >= "
+                                           f"{stakes.threshold:.0%})")
+    if stakes.pressure:
+        return verdict(judged["id"], None,
+            f"{name} undetermined: {why}; {stake}, < {stakes.threshold:.0%}), but memory "
+            f"pressure inflates the decode: judge it again once the pressure is relieved")
+    return verdict(judged["id"], False, f"{name} not at stake: {why}; but {stake}, < "
+                                        f"{stakes.threshold:.0%} of it)")
+
+
+def io_bound_verdict(pair, stakes):
+    """Whether the reads bound the decode: what they cost it (serial: the I/O estimate;
+    overlap=1: the stall) against the decode. Node and layer traces of one run agree: it reads
+    neither routing nodes nor segments."""
+    estimate, decode = pair["io_wall_ms_per_token"]["estimate"], pair["decode_ms_per_token"]
+    if stakes.cap is None:
+        return verdict("io_bound", None,
+            f"I/O share undetermined: overlap=1 ran the reads ({estimate:.2f} ms estimated) "
+            f"beside compute, so what they cost the {decode:.2f} ms decode is the stall, which "
+            f"the engine's log gives (moe-overlap), not found here")
+    cost = min(estimate, stakes.cap)
+    what = "the overlap's stall" if stakes.cap < math.inf else "the I/O estimate"
+    share = ratio(cost, decode)
+    flagged = share is not None and share > IO_SHARE
+    moot = f"; {stakes.moot}" if stakes.moot else ""
+    return verdict("io_bound", flagged,
+        f"{'I/O-BOUND' if flagged else 'not I/O-bound'}: the reads cost {cost:.2f} ms ({what}) "
+        f"of the {decode:.2f} ms decode per token ({num(share, '.0%')}, {compare(flagged)} "
+        f"{IO_SHARE:.0%}){moot}")
 
 
 def per_position_words(pair, *ms):
@@ -3469,33 +3749,44 @@ def per_position_words(pair, *ms):
     return f" (per generated position {' of '.join(f'{value / per:.2f}' for value in ms)} ms)"
 
 
-def router_pair_verdict(compute, pair):
+def router_pair_verdict(compute, pair, stakes):
     """Whether the routing nodes' time is the wait for expert reads, in ms: the reads can
-    account for at most their estimated I/O time (each layer's busiest lane), so the router's
-    read wait is at most the smaller of the two; faulting time does not dilute it."""
+    account for at most what they cost (serial: their estimated I/O time, each layer's
+    busiest lane; overlap=1: the stall), so the router's read wait is at most the smaller of
+    the two; faulting time does not dilute it. Under overlap without a stall: undetermined
+    (routing takes as long without any wait)."""
     router_ms = pair["router_ms_per_token"]
     if router_ms is None:
         return None  # a layer-granularity trace has no routing nodes
     estimate = pair["io_wall_ms_per_token"]["estimate"]
+    if stakes.cap is None:
+        return verdict("router_wait", None,
+            f"router wait undetermined: routing nodes take {router_ms:.2f} ms per decoded "
+            f"token, but overlap=1 ran the reads beside compute, so routing time is not read "
+            f"wait: the stall (the engine's log, moe-overlap) bounds it, or diff against the "
+            f"same model's serial run")
     stake = pair["decode_ms_per_token"] - pair["faulting_ms_per_token"]
-    wait = min(router_ms, estimate)
+    wait = min(router_ms, estimate, stakes.cap)
+    bound = f"the overlap's stall, {stakes.cap:.2f} ms" if stakes.cap < estimate else \
+        f"the reads, estimated at {estimate:.2f} ms (each layer's busiest lane)"
     reads = (f"routing nodes take {router_ms:.2f} ms per decoded token"
-             f"{per_position_words(pair, router_ms)}; the reads, estimated at {estimate:.2f} ms "
-             f"(each layer's busiest lane), can account for {wait:.2f} of them")
-    overlap = "; overlap=1: only what the overlap did not hide lands there" \
-        if compute["meta"].get("overlap") == "1" else ""
+             f"{per_position_words(pair, router_ms)}; {bound}, can account for {wait:.2f} of "
+             f"them")
     if not stake or wait <= ROUTER_SHARE * stake:
-        return verdict("router_wait", False,
+        calm = verdict("router_wait", False,
             f"router not waiting much: {reads}, {ratio(wait, stake) or 0:.0%} of the decode "
-            f"outside faulting nodes (<= {ROUTER_SHARE:.0%}){overlap}")
+            f"outside faulting nodes (<= {ROUTER_SHARE:.0%})")
+        return calm if not stakes.pressure else verdict("router_wait", None,
+            f"router wait undetermined: {reads}, {ratio(wait, stake) or 0:.0%} of a decode "
+            f"that memory pressure inflates: judge it once the pressure is relieved")
     if wait >= ROUTER_EXPLAINED * router_ms:
         return verdict("router_wait", True,
             f"ROUTER WAITS FOR READS: {reads} ({wait / router_ms:.0%} of the router's time, "
             f">= {ROUTER_EXPLAINED:.0%}), {wait / stake:.0%} of the decode outside faulting "
-            f"nodes{overlap}")
+            f"nodes")
     return verdict("router_wait", False,
         f"router time is mostly not read wait: {reads} ({wait / router_ms:.0%} of the router's "
-        f"time, < {ROUTER_EXPLAINED:.0%}){overlap}")
+        f"time, < {ROUTER_EXPLAINED:.0%})")
 
 
 def read_split_verdict(pair, overlapped):
@@ -4678,8 +4969,11 @@ def trace_settings(report):
 
 
 def logged(reading, log, declared=()):
-    """The reading with the run's settings: those declared, then those its log implies."""
-    return reading._replace(settings=tuple(declared) + (tuple(log_settings(log)) if log else ()))
+    """The reading with the run's settings (those declared, then those its log implies) and
+    what its log measured."""
+    return reading._replace(settings=tuple(declared) + (tuple(log_settings(log)) if log else ()),
+                            measured={name: figure.value for name, figure in log.figures.items()}
+                            if log else None)
 
 
 def settle(trace, reading):
@@ -6981,11 +7275,12 @@ class IoAsked(namedtuple("IoAsked", "adjacent cache cache_sizes")):
 def analyze_io(path, reading, asked=IoAsked(True, True, None)):
     """Read, sum up and judge an io trace: its report dict."""
     trace, fold = read_io(path, reading, asked.adjacent, asked.cache)
-    report = io_report(trace, fold, reading.selection, settle(trace, reading), asked.cache_sizes)
+    report = io_report(trace, fold, reading.selection, settle(trace, reading), asked.cache_sizes,
+                       reading.measured)
     report["meta"], shown = settled(report["meta"], trace_settings(report), reading.warn,
                                     trace.name)
     report["settings"].update(shown)
-    report["verdicts"] = io_verdicts(report)
+    report["verdicts"] = io_verdicts(report, reading.measured)
     if report["req_bytes"] > report["read_bytes"]:
         reading.warn(f"{trace.name}: the reads asked for more bytes ({report['req_bytes']}) "
                      f"than they read ({report['read_bytes']}): short reads, so the alignment "
@@ -7016,7 +7311,7 @@ def analyze_pair(compute_path, io_path, reading, cache_sizes=()):
             child.cancel()
     compute, io = _reports(outcomes, reading.warn)
     report = pair_report(compute, io)
-    report["pair"]["verdicts"] = pair_verdicts(compute, io, report["pair"])
+    report["pair"]["verdicts"] = pair_verdicts(compute, io, report["pair"], reading.measured)
     for message in report["pair"]["warnings"]:
         reading.warn(message)
     return report

@@ -158,8 +158,10 @@ Columns = namedtuple("Columns", "kind required ints keys strings drop",
 # rows are skipped, where warnings go (a callable), how many processes may read one file, and
 # what the pictures need (`per_lane`: each token's bytes by lane, counted only for --svg), and
 # the run's settings its preamble lacks (decode_analyze.Setting each: this module passes them on).
-Reading = namedtuple("Reading", "selection skip_bad_rows warn jobs per_lane settings",
-                     defaults=(False, None, 1, False, ()))
+# settings: the Settings the preamble lacks; measured: what the engine's log measured of the
+# run ({figure: value}, ms per token as the tool counts them), which the verdicts weigh against
+Reading = namedtuple("Reading", "selection skip_bad_rows warn jobs per_lane settings measured",
+                     defaults=(False, None, 1, False, (), None))
 STDIN = "-"
 
 

@@ -204,8 +204,9 @@ def test_text_heads_are_escaped_like_cells(tmp_path):
 # ── class 11, and every figure's unit ──
 IDENTIFIERS = {"layer", "lane", "expert", "turn", "step", "phase", "schema", "skip", "value",
                "tool_version", "trace_id", "io_threads", "o_direct", "overlap",  # no figures
-               "p", "alpha", "side", "n"}  # a probability, a significance level; a side,
-# and the samples of its test (runs or tokens, as test_unit says)
+               "p", "alpha", "side", "n",  # a probability, a significance level; a side,
+# and the samples of its test (runs or tokens, as test_unit says); a stretch's ends
+               "first_step", "last_step"}
 
 
 @pytest.mark.parametrize("argv", [("io", SERIAL, "--what-if"),

@@ -3729,7 +3729,7 @@ def io_bound_verdict(pair, stakes):
             f"I/O share undetermined: overlap=1 ran the reads ({estimate:.2f} ms estimated) "
             f"beside compute, so what they cost the {decode:.2f} ms decode is the stall, which "
             f"the engine's log gives (moe-overlap), not found here")
-    cost = min(estimate, stakes.cap)
+    cost = estimate if stakes.cap == math.inf else stakes.cap  # the wait the reads caused
     what = "the overlap's stall" if stakes.cap < math.inf else "the I/O estimate"
     share = ratio(cost, decode)
     flagged = share is not None and share > IO_SHARE

@@ -1,0 +1,288 @@
+"""Verdicts and what-ifs that hold in every mode and granularity (issue 26): stakes in the run's
+own terms (io alone, a pair, overlap, the page cache), the router under overlap, the I/O
+verdict on node and layer traces alike, memory pressure, a contiguous slow stretch. Each case
+is decided both ways (and undetermined where that applies) on traces built to its shape."""
+from pathlib import Path
+
+import pytest
+
+import tracegen
+from helpers import REAL_TRACES, ct_text, io_text, report
+
+N_LAYER, TOKENS = 4, 24
+
+
+def generated(directory, speed=1.0, o_direct=1, overlap=0):
+    """One generated run: a node trace, the layer trace the same nodes sum to (segment by
+    segment), and its io trace (two experts a layer, no speculative read: no cache seen);
+    speed divides every read's latency. [node, layer, io] paths."""
+    directory = Path(directory)
+    node = list(tracegen.compute_lines(n_layer=N_LAYER, decode_tokens=TOKENS, faults=False,
+                                       seed=5))
+    reads = list(tracegen.io_lines(n_layer=N_LAYER, decode_tokens=TOKENS, reads_per_token=48,
+                                   spec_share=0, seed=6, speed=speed))
+    settings = f"o_direct={o_direct} overlap={overlap}"
+    paths = []
+    for name, lines in (("node.csv", node), ("layer.csv", layer_lines(node)), ("io.csv", reads)):
+        text = "".join(lines).replace("o_direct=1 overlap=0", settings)
+        paths.append(directory / name)
+        paths[-1].write_text(text)
+    return paths
+
+
+def layer_lines(node_lines):
+    """The layer trace of a node trace: each token's rows summed into pre (layer -1 rows
+    before its first layer), blk.N (layer N's rows and the -1 rows inside it) and post."""
+    head, body = node_lines[:3], node_lines[3:]
+    head[2] = head[2]  # the same header: turn,phase,step,seq,layer,op,name,wall_ns,majflt
+    tokens = {}
+    for line in body:
+        turn, phase, step, _, layer, _, _, wall, faults = line.rstrip("\n").split(",")
+        tokens.setdefault((turn, phase, step), []).append((int(layer), int(wall), int(faults)))
+    out = []
+    for (turn, phase, step), rows in tokens.items():
+        last = max(i for i, (layer, _, _) in enumerate(rows) if layer >= 0)
+        segments, current = {}, "pre"
+        for i, (layer, wall, faults) in enumerate(rows):
+            current = f"blk.{layer}" if layer >= 0 else "post" if i > last else current
+            wall_sum, fault_sum = segments.get(current, (0, 0))
+            segments[current] = (wall_sum + wall, fault_sum + faults)
+        for seq, (name, (wall, faults)) in enumerate(segments.items()):
+            layer = name.partition(".")[2] or "-1"
+            out.append(f"{turn},{phase},{step},{seq},{layer},LAYER,{name},{wall},{faults}\n")
+    return head + out
+
+
+def verdicts(r, ids):
+    judged = {v["id"]: v for v in (r["pair"]["verdicts"] if r["kind"] == "report" else [])}
+    own = {v["id"]: v for v in r["verdicts"]} if "verdicts" in r else {}
+    return {key: (judged.get(key) or own.get(key)) for key in ids}
+
+
+STAKED = ("io_bound", "lanes_unbalanced", "coalescing", "cache")
+
+
+# ── the I/O verdict, on node and layer traces of one run ──
+@pytest.mark.parametrize("speed, flagged", [(1.0, True), (3.0, False)])
+def test_node_and_layer_traces_of_one_run_give_the_same_io_verdicts(tmp_path, speed, flagged):
+    # speed 1: the reads cost 2.00 ms of the 5.38 ms decode (37% > 20%): I/O-bound, and
+    # merging requests could save 0.68 ms (12.6% >= 5%); speed 3: 0.67 ms (12%) and 0.23 ms
+    # (4.2%): neither. The layer trace sums the same nodes, so every figure is the same.
+    node, layer, reads = generated(tmp_path, speed)
+    by_node = report("report", node, reads)
+    by_layer = report("report", layer, reads)
+    assert by_layer["compute"]["granularity"] == "layer"
+    assert by_node["pair"]["decode_ms_per_token"] == pytest.approx(
+        by_layer["pair"]["decode_ms_per_token"])
+    a, b = verdicts(by_node, STAKED), verdicts(by_layer, STAKED)
+    assert a == b
+    assert a["io_bound"]["flagged"] is flagged and a["coalescing"]["flagged"] is flagged
+    estimate = by_node["pair"]["io_wall_ms_per_token"]["estimate"]
+    share = estimate / by_node["pair"]["decode_ms_per_token"]
+    assert (share > 0.20) is flagged
+    assert f"{share:.0%}" in a["io_bound"]["text"]
+
+
+# ── stakes in io alone: the I/O time ──
+def test_io_alone_weighs_a_remedy_against_the_io_time(tmp_path):
+    # 2.62x fewer requests; the reads' fixed cost (the intercept of latency against size, here
+    # the 90 us of tracegen's model) makes merging save 34% of the I/O time: >= 10%, flagged
+    _, _, reads = generated(tmp_path)
+    r = report("io", reads, "--adjacent", "--cache")
+    coalescing = verdicts(r, ["coalescing"])["coalescing"]
+    assert coalescing["flagged"] is True and "of I/O per read-token" in coalescing["text"]
+    assert "(>= 10%" not in coalescing["text"] and ">= 10%)" in coalescing["text"]
+
+
+def size_class_rows(fixed_us, per_kib_us):
+    """One token: three touching requests of 64 KiB and three of 256 KiB, each latency
+    fixed_us + per_kib_us x KiB: the fixed cost is what merging saves."""
+    rows, offset = [], 0
+    for proj, size in enumerate((65536,) * 3 + (262144,) * 3):
+        latency = round((fixed_us + per_kib_us * size / 1024) * 1000)
+        rows.append(f"0,1,5,0,1,{proj},{proj % 2},0,{offset},{size},{size},{latency}")
+        offset += size
+    return rows
+
+
+@pytest.mark.parametrize("fixed_us, per_kib_us, flagged", [(900, 0.1, True), (0, 4, False)])
+def test_merging_saves_the_requests_fixed_cost(write, fixed_us, per_kib_us, flagged):
+    # six requests touching: one run, 6x fewer requests. 900 us fixed a read: merging saves
+    # 5/6 of nearly all of the I/O time; latency proportional to size: the intercept is 0,
+    # nothing to save (not at stake, 0.0% < 10%)
+    r = report("io", write(io_text(size_class_rows(fixed_us, per_kib_us))), "--adjacent")
+    coalescing = verdicts(r, ["coalescing"])["coalescing"]
+    assert coalescing["flagged"] is flagged
+    assert r["adjacency"]["coalesce_factor"] == 6
+    if not flagged:
+        assert "could save at most 0.00 ms" in coalescing["text"]
+
+
+@pytest.mark.parametrize("o_direct, moot", [(0, True), (1, False)])
+def test_reads_from_the_page_cache_flag_none_of_lanes_cache_coalescing(tmp_path, o_direct,
+                                                                       moot):
+    # speed 10: a median read of 9.9 us. Buffered (o_direct=0), that is the page cache: none
+    # of lanes, cache or coalescing is at stake; with O_DIRECT it is the drive, and merging
+    # the 2.62x requests would save 34% of the I/O time (flagged)
+    _, _, reads = generated(tmp_path, speed=10.0, o_direct=o_direct)
+    r = report("io", reads, "--adjacent", "--cache")
+    assert r["latency_us"]["p50"] < 50
+    found = verdicts(r, ["lanes_unbalanced", "coalescing", "cache"])
+    assert not any(v and v["flagged"] for v in found.values()) if moot else \
+        found["coalescing"]["flagged"] is True
+    if moot:
+        assert "came from the page cache" in found["coalescing"]["text"]
+
+
+# ── overlap: at most what the overlap left, the stall ──
+def overlap_log(path, stall_s):
+    path.write_text(f"moe-overlap: stall {stall_s:.3f} s/token (flash reads overlapped with FFN "
+                    f"compute)\n")
+    return path
+
+
+def test_under_overlap_without_a_stall_the_stakes_are_undetermined(tmp_path):
+    node, _, reads = generated(tmp_path, overlap=1)
+    r = report("report", node, reads, "--no-engine-log")
+    found = verdicts(r, ["io_bound", "router_wait", "coalescing"])
+    assert all(v["flagged"] is None for v in found.values())
+    assert "the stall" in found["io_bound"]["text"]
+    assert "routing time is not read wait" in found["router_wait"]["text"]
+
+
+@pytest.mark.parametrize("stall_s, flagged", [(0.003, True), (0.001, False)])
+def test_under_overlap_the_stall_is_what_the_reads_cost(tmp_path, stall_s, flagged):
+    # the reads' 2.00 ms ran beside compute; what they cost the 5.38 ms decode is the stall:
+    # 3 ms is 56% (> 20%), I/O-bound; 1 ms is 19%, not
+    node, _, reads = generated(tmp_path, overlap=1)
+    log = overlap_log(tmp_path / "run.log", stall_s)
+    r = report("report", node, reads, "--engine-log", log)
+    found = verdicts(r, ["io_bound", "router_wait"])
+    assert found["io_bound"]["flagged"] is flagged
+    assert f"{stall_s * 1000:.2f} ms (the overlap's stall)" in found["io_bound"]["text"]
+    assert found["router_wait"]["flagged"] is False  # 0.55 ms of routing, at most the stall
+
+
+def test_under_overlap_a_remedy_saves_at_most_the_stall(tmp_path):
+    # reads twice as slow: merging would save 1.36 ms of the reads' fixed cost, but a 1 ms
+    # stall is all the reads cost: 1.00 ms of the 5.38 ms decode (18.6%, still >= 5%); a
+    # stall the log rounds to 0.000 s leaves nothing at stake (0.0%)
+    node, _, reads = generated(tmp_path, speed=0.5, overlap=1)
+    for stall_s, flagged, said in ((0.001, True, "1.00 ms (the overlap's stall)"),
+                                   (0.0, False, "0.00 ms (the overlap's stall)")):
+        r = report("report", node, reads, "--engine-log",
+                   overlap_log(tmp_path / "s.log", stall_s))
+        capped = verdicts(r, ["coalescing"])["coalescing"]
+        assert capped["flagged"] is flagged and said in capped["text"]
+    serial_dir = tmp_path / "serial"
+    serial_dir.mkdir()
+    serial_node, _, serial_reads = generated(serial_dir, speed=0.5)
+    serial = verdicts(report("report", serial_node, serial_reads), ["coalescing"])["coalescing"]
+    assert serial["flagged"] is True and "1.36 ms of the 5.38 ms" in serial["text"]
+
+
+def test_the_router_under_overlap_waits_at_most_the_stall(tmp_path):
+    # routing nodes 6 ms a token of a 10 ms decode; serial, the 8 ms of reads account for
+    # them: ROUTER WAITS. Under overlap the stall bounds the wait: 1 ms (10%) is not much
+    compute = ct_text([f"0,1,{step},{seq},0,{op},{name},{ms * 1_000_000},0"
+                       for step in range(1, 5) for seq, (op, name, ms) in enumerate(
+                           [("GET_ROWS", "ffn_moe_weights-0", 6), ("MUL_MAT_ID",
+                                                                   "ffn_moe_up-0", 4)])])
+    reads = io_text([f"0,1,{step},0,1,0,0,0,0,1048576,1048576,8000000" for step in range(1, 5)])
+    for overlap, stall, flagged in (("0", None, True), ("1", 0.001, False), ("1", None, None)):
+        ct, io = tmp_path / f"ct{overlap}{stall}.csv", tmp_path / f"io{overlap}{stall}.csv"
+        ct.write_text(compute.replace("n_threads=4", f"n_threads=4 overlap={overlap}"))
+        io.write_text(reads.replace("overlap=0", f"overlap={overlap}"))
+        logs = ["--engine-log", overlap_log(tmp_path / "s.log", stall)] if stall else \
+            ["--no-engine-log"]
+        r = report("report", ct, io, *logs)
+        assert verdicts(r, ["router_wait"])["router_wait"]["flagged"] is flagged, overlap
+
+
+# ── memory pressure ──
+def faulting_trace(write, faults_per_token):
+    rows = [f"0,1,{step},{seq},0,{op},{name},{ms * 1_000_000},{faults}"
+            for step in range(20) for seq, (op, name, ms, faults) in enumerate(
+                [("MUL_MAT", "attn_out-0", 2, 0), ("MUL_MAT_ID", "ffn_moe_up-0", 3,
+                                                   faults_per_token)])]
+    return write(ct_text(rows), f"faults{faults_per_token}.csv")
+
+
+@pytest.mark.parametrize("faults, flagged", [(150, True), (50, False)])
+def test_many_major_faults_a_token_are_memory_pressure(write, faults, flagged):
+    # 150 faults a token >= 100: pressure, the faulting nodes' 60% a lower bound; 50: none
+    r = report("compute", faulting_trace(write, faults))
+    found = verdicts(r, ["memory_pressure"])["memory_pressure"]
+    assert found["flagged"] is flagged
+    if flagged:
+        assert "MEMORY PRESSURE: 150 major faults per token (>= 100)" in found["text"]
+        assert "lower bound" in found["text"] and "not mmapped" in found["text"]
+        assert "a larger memory limit" in found["text"]
+
+
+def test_under_memory_pressure_a_small_stake_is_undetermined(tmp_path):
+    # the same run's nodes fault 150 times a token: the decode is inflated, so the reads'
+    # 0.67 ms (12%) and merging's 0.23 ms (4.2% < 5%) are no answer: undetermined
+    node, _, reads = generated(tmp_path, speed=3.0)
+    lines = node.read_text().splitlines(keepends=True)
+    node.write_text("".join(lines[:3] + [line.rpartition(",")[0] + ",150\n"
+                                         if ",MUL_MAT_ID," in line else line
+                                         for line in lines[3:]]))
+    r = report("report", node, reads)
+    assert r["compute"]["majflt_per_token"] >= 100
+    assert verdicts(r, ["coalescing"])["coalescing"]["flagged"] is None
+
+
+def test_cache_sizes_a_memory_limit_cannot_hold_are_not_proposed():
+    # the serial qwen3moe trace's default sizes are 2, 3 and 6 MiB; under a 4 MiB limit, 6
+    # is not proposed
+    serial = REAL_TRACES["qwen3moe-l4-io-serial.csv"]
+    sizes = [s["value"] for s in report("io", serial, "--what-if")["what_if"]["settings"]
+             if s["setting"] == "cache_mb"]
+    limited = [s["value"] for s in report("io", serial, "--what-if", "--set",
+                                          "mem_limit_mb=4")["what_if"]["settings"]
+               if s["setting"] == "cache_mb"]
+    assert sorted(sizes) == [2, 3, 6] and sorted(limited) == [2, 3]
+
+
+# ── a bimodal run is one stretch, not outliers ──
+def timed_trace(write, slow_steps, name):
+    rows = [f"0,1,{step},{seq},{layer},{op},{label},{(40 if step in slow_steps else 1) * ms}000000,0"
+            for step in range(40) for seq, (layer, op, label, ms) in enumerate(
+                [(0, "MUL_MAT", "attn_out-0", 2), (0, "MUL_MAT_ID", "ffn_moe_up-0", 3)])]
+    return write(ct_text(rows), name)
+
+
+def test_a_contiguous_slow_stretch_is_said_as_one(write):
+    # steps 10-25 run 40x slower (200 ms against 5): one stretch of 16 tokens, 89% of the
+    # time, in which every category slowed 40x
+    r = report("compute", timed_trace(write, range(10, 26), "stretch.csv"))
+    stretch = r["slow_stretch"]
+    assert (stretch["first_step"], stretch["last_step"], stretch["tokens"]) == (10, 25, 16)
+    assert stretch["ms_per_token"] == pytest.approx(200) and \
+        stretch["others_ms_per_token"] == pytest.approx(5)
+    assert stretch["share"] == pytest.approx(16 * 200 / (16 * 200 + 24 * 5))
+    assert {g["name"]: round(g["ratio"]) for g in stretch["slowed"]} == {
+        "attention": 40, "experts": 40}
+    said = verdicts(r, ["slow_stretch", "outliers"])
+    assert said["outliers"] is None and said["slow_stretch"]["flagged"] is True
+    assert "steps 10-25 (16 tokens in a row)" in said["slow_stretch"]["text"]
+    assert "every category" in said["slow_stretch"]["text"]
+
+
+def test_scattered_slow_tokens_are_outliers_not_a_stretch(write):
+    # every fifth token 40x slower: 8 tokens, none next to another: outliers (89% of the time
+    # is theirs), no stretch
+    r = report("compute", timed_trace(write, range(0, 40, 5), "scattered.csv"))
+    assert r["slow_stretch"] is None
+    said = verdicts(r, ["slow_stretch", "outliers"])
+    assert said["slow_stretch"] is None and said["outliers"]["flagged"] is True
+
+
+def test_a_stretch_in_a_layer_trace_names_its_segments():
+    # the real qwen3moe layer trace: steps 69-106 run 10.7x the others, every segment slowed
+    r = report("compute", REAL_TRACES["qwen3moe-l4-ct-layers.csv"])
+    stretch = r["slow_stretch"]
+    assert (stretch["first_step"], stretch["last_step"]) == (69, 106)
+    assert {g["name"] for g in stretch["slowed"]} == {"pre", "blk.0", "blk.1", "blk.2",
+                                                      "blk.3", "post"}

@@ -1913,20 +1913,25 @@ class IoToken:
         # token's next run of rows may continue ({lane: latency_ns}).
         self.closed_ns, self.open_layer, self.open_lanes = 0, None, {}
 
-    def add_layers(self, layers, lanes, latencies):
+    def add_layers(self, layers, lanes, latencies, keys, phase_ns):
         """A run of the token's reads, for its lanes' busy time and its I/O estimate: the
         engine issues a layer's reads across its lanes and the layer is done when its busiest
-        lane is, so a layer costs its busiest lane's summed latency."""
-        sums = {}
-        get = sums.get
-        for key, latency in zip(zip(layers, lanes), latencies):
-            sums[key] = get(key, 0) + latency
-        self.busy_ns += sum(sums.values())
-        by_layer = {}
-        for (layer, lane), latency_ns in sums.items():
-            by_layer.setdefault(layer, {})[lane] = latency_ns
-        if self.open_layer is not None:
-            add_sums(by_layer.setdefault(self.open_layer, {}), self.open_lanes)
+        lane is, so a layer costs its busiest lane's summed latency. The same pass sums the
+        phase's latency per "lane,read_bytes,spec,layer" key into `phase_ns` (one pass over
+        the rows, not two)."""
+        by_layer = {} if self.open_layer is None else {self.open_layer: self.open_lanes}
+        current = lane_ns = get = None
+        phase_get = phase_ns.get
+        # A token's reads come layer after layer: the layer's lanes are looked up only where
+        # the layer changes (a third cheaper than a (layer, lane) key per read), whatever
+        # the order
+        for layer, lane, latency_ns, key in zip(layers, lanes, latencies, keys):
+            phase_ns[key] = phase_get(key, 0) + latency_ns
+            if layer != current:
+                lane_ns = by_layer.setdefault(layer, {})
+                get, current = lane_ns.get, layer
+            lane_ns[lane] = get(lane, 0) + latency_ns
+        self.busy_ns += sum(latencies)
         last = layers[-1]
         self.closed_ns += sum(max(lane_ns.values()) for layer, lane_ns in by_layer.items()
                               if layer != last)
@@ -1983,14 +1988,11 @@ class PhaseReads:
         self.req_bytes = 0
         self.runs = Coalesced(0, 0, 0)  # contiguous runs of requested extents, with adjacent
 
-    def add(self, layers, experts, lanes, specs, sizes, latencies):
+    def add(self, layers, experts, keys, specs, sizes, latencies):
+        """The phase's selected rows of a batch; `keys`: their "lane,read_bytes,spec,layer"
+        (lane_ns is summed by the tokens' own pass over the rows: IoToken.add_layers)."""
         self.by_expert.update(map(",".join, zip(layers, experts, sizes)))
-        keys = list(map(",".join, zip(lanes, sizes, specs, layers)))
         self.by_lane.update(keys)
-        lane_ns = self.lane_ns
-        get = lane_ns.get
-        for key, latency in zip(keys, latencies):
-            lane_ns[key] = get(key, 0) + latency
         latency = self.latency
         if "1" in specs:
             latency["1"] = extend_wide(latency["1"],
@@ -2102,16 +2104,31 @@ def aligned_bytes(starts, ends, alignment):
         sum(map(mod, map(neg, ends), widths))
 
 
-def coalesced(offsets, lengths):
-    """Runs of the extents [offset, offset+length), merged where they touch or overlap: (how
-    many, their bytes, their bytes read in O_DIRECT windows of O_DIRECT_ALIGNMENT). Sorted by
-    offset, a run breaks where an extent starts after the furthest end so far; the order of
-    extents with equal offsets does not change the runs."""
-    if not offsets:
-        return Coalesced(0, 0, 0)
+def sorted_extents(offsets, lengths):
+    """The extents [offset, offset+length) by offset: (their starts, the furthest end so far
+    at each). A run breaks where an extent starts after the furthest end before it; the order
+    of extents with equal offsets does not change the runs."""
     pick = itemgetter(*sorted(range(len(offsets)), key=offsets.__getitem__))
     starts, lengths = (pick(offsets), pick(lengths)) if len(offsets) > 1 else (offsets, lengths)
-    furthest = list(accumulate(map(add, starts, lengths), max))
+    return starts, accumulate(map(add, starts, lengths), max)
+
+
+def run_count(offsets, lengths):
+    """How many runs the extents form, merged where they touch or overlap (--adjacent)."""
+    if len(offsets) < 2:
+        return Coalesced(len(offsets), 0, 0)
+    starts, furthest = sorted_extents(offsets, lengths)
+    return Coalesced(1 + sum(map(gt, starts[1:], furthest)), 0, 0)
+
+
+def coalesced(offsets, lengths):
+    """Runs of the extents [offset, offset+length), merged where they touch or overlap: (how
+    many, their bytes, their bytes read in O_DIRECT windows of O_DIRECT_ALIGNMENT): what the
+    coalesce what-if reads."""
+    if not offsets:
+        return Coalesced(0, 0, 0)
+    starts, furthest = sorted_extents(offsets, lengths)
+    furthest = list(furthest)
     breaks = [True] + list(map(gt, starts[1:], furthest))  # where each run starts
     run_starts = list(compress(starts, breaks))
     run_ends = list(compress(furthest, breaks[1:] + [True]))
@@ -2126,11 +2143,13 @@ O_DIRECT_ALIGNMENT = 4096  # the engine's O_DIRECT window: 65536 asked at any of
 class IoFold(TokenFold):
     """Folds io-trace batches into a PhaseReads per phase, plus the per-token sums."""
 
-    SUMMED = ("layer", "expert", "lane", "spec", "read_bytes", "latency_ns")
+    SUMMED = ("layer", "expert", "keys", "spec", "read_bytes", "latency_ns")
 
     def __init__(self, selection, adjacent=False, lookups=False, per_lane=False):
         super().__init__(selection, IoToken)
-        self.adjacent, self.per_lane = adjacent, per_lane
+        self.per_lane = per_lane
+        # --adjacent counts the runs; the what-if (lookups) also sums their bytes
+        self.adjacent = (coalesced if lookups else run_count) if adjacent else None
         self.lookups = ExpertLookups() if lookups else None
         self.phases = {}  # phase -> PhaseReads
         self.sizes = IntCache()
@@ -2141,6 +2160,7 @@ class IoFold(TokenFold):
         sizes = list(map(self.sizes.__getitem__, batch["read_bytes"]))
         wanted, offsets, lanes = batch["req_bytes"], batch.get("offset"), batch["lane"]
         layers, latencies, experts = batch["layer"], batch["latency_ns"], batch["expert"]
+        keys = list(map(",".join, zip(lanes, batch["read_bytes"], batch["spec"], layers)))
         spans = defaultdict(list)  # phase -> [Span] of the batch's rows of its selected runs
         for run in runs:
             token = self.book.lookup(run)
@@ -2151,13 +2171,14 @@ class IoFold(TokenFold):
                                                                             PhaseReads())
             token.reads += end - start
             token.read_bytes += sum(sizes[start:end])
-            token.add_layers(layers[start:end], lanes[start:end], latencies[start:end])
+            token.add_layers(layers[start:end], lanes[start:end], latencies[start:end],
+                             keys[start:end], reads.lane_ns)
             token.latencies = extend_wide(token.latencies, latencies[start:end])
             if self.per_lane:  # a loop over every read, for the SVG alone
                 token.add_lanes(lanes[start:end], sizes[start:end])
             reads.req_bytes += sum(wanted[start:end])
             if self.adjacent:
-                reads.add_runs(coalesced(offsets[start:end], wanted[start:end]))
+                reads.add_runs(self.adjacent(offsets[start:end], wanted[start:end]))
             if self.lookups is not None:
                 self.lookups.add(token, layers[start:end], experts[start:end],
                                  batch["spec"][start:end], sizes[start:end], wanted[start:end])
@@ -2166,10 +2187,16 @@ class IoFold(TokenFold):
                 phase_spans[-1] = Span(phase_spans[-1].start, end)
             else:
                 phase_spans.append(Span(start, end))
-        columns = [batch[name] for name in self.SUMMED]
+        self._add_phases(spans, [keys if name == "keys" else batch[name]
+                                 for name in self.SUMMED])
+
+    def _add_phases(self, spans, columns):
+        """Each phase's selected rows of the batch (its spans), at once."""
+        first, *_ = columns
+        rows = len(first)
         for phase, phase_spans in spans.items():
-            if phase_spans != [Span(0, len(sizes))]:
-                keep = [False] * len(sizes)
+            if phase_spans != [Span(0, rows)]:
+                keep = [False] * rows
                 for start, end in phase_spans:
                     keep[start:end] = [True] * (end - start)
                 self.phases[phase].add(*(list(compress(column, keep)) for column in columns))
@@ -2921,12 +2948,21 @@ def adjacency(fold, chosen, reads, per):
 
 
 def io_token_dict(token):
-    ordered = sorted(token.latencies)
-    p99 = ordered[percentile_index(len(ordered), 99, 100)] / 1e3 if ordered else None
     return IO_TOKEN(turn=token.turn, phase=token.phase, step=token.step,
                     mib=token.read_bytes / MIB, reads=token.reads, io_ms=token.io_ns / NS_PER_MS,
                     busy_ms=token.busy_ns / NS_PER_MS,
-                    latency_mean_us=ratio(token.busy_ns / 1e3, token.reads), latency_p99_us=p99)
+                    latency_mean_us=ratio(token.busy_ns / 1e3, token.reads),
+                    latency_p99_us=token_p99(token.latencies))
+
+
+def token_p99(latencies):
+    """A token's p99 read latency, µs: under 100 reads the largest (no sort), else the value
+    at percentile_index of them sorted."""
+    n = len(latencies)
+    if not n:
+        return None
+    index = percentile_index(n, 99, 100)
+    return (max(latencies) if index == n - 1 else sorted(latencies)[index]) / 1e3
 
 
 # ── pair: the two traces of one run ──────────────────────────────────────────────────────────────
@@ -6028,7 +6064,7 @@ def summary_table(report):
             for key in report["keys"]
             if all(len(setting_text(row, key)) <= SHORT_SETTING for row in rows)]
     figures = [spread_column(field) for field in SUMMARY_ROW.shown()
-               if any(row[field.name] is not None for row in rows)]
+               if any(row[field.name] not in (None, HIDDEN_WHEN.get(field.name)) for row in rows)]
     numbers = {id(row): place for place, row in enumerate(rows, start=1)}  # equal rows too
     number = column("#", lambda row: numbers[id(row)])
     while True:  # the keys' columns that fit beside the figures (the list above has them all)
@@ -6036,6 +6072,9 @@ def summary_table(report):
         if not keys or max(map(len, table_lines(columns, rows))) <= TEXT_WIDTH:
             return columns
         keys.pop()
+
+
+HIDDEN_WHEN = {"n": 1}  # a column every row has at this value says nothing: one run each
 
 
 def spread_column(field):

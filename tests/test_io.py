@@ -255,10 +255,11 @@ def test_the_estimate_is_each_layers_busiest_lane(write):
     assert r["io_wall_ms_per_token"]["estimate"] == pytest.approx(7.0)
     assert r["per_token"][0]["io_ms"] == pytest.approx(7.0)
     assert r["per_token"][0]["busy_ms"] == pytest.approx(9.0)
-    token = decode_analyze.IoToken(0, 1, 1)
-    token.add_layers(["0", "0"], ["0", "1"], [3000000, 1000000])
-    token.add_layers(["0", "1"], ["1", "1"], [1000000, 4000000])  # layer 0 continues
-    assert token.io_ns == 7000000
+    token, phase_ns = decode_analyze.IoToken(0, 1, 1), {}
+    token.add_layers(["0", "0"], ["0", "1"], [3000000, 1000000], ["a", "b"], phase_ns)
+    token.add_layers(["0", "1"], ["1", "1"], [1000000, 4000000], ["b", "c"], phase_ns)
+    assert token.io_ns == 7000000  # layer 0 went on in the second run
+    assert phase_ns == {"a": 3000000, "b": 2000000, "c": 4000000}  # the same pass sums them
 
 
 def test_reads_that_asked_for_more_than_they_read_are_a_warning(write):

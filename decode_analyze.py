@@ -714,7 +714,9 @@ DIFF_REPORT = Record("diff report", "`diff`", (
     ("drift", "each run's within-run drift check", ListOf(DRIFT)),
     ("gate", "the regression gate's figures (`[]` without --fail-if-worse)", ListOf(GATE)),
     ("prediction_check", "for each NEW that changed a setting BASE's what-if covers, its "
-                         "prediction beside what NEW measured", ListOf(PREDICTION)), WARNINGS))
+                         "prediction beside what NEW measured", ListOf(PREDICTION)),
+    ("notes", "what only the comparison tells: the router's read wait under overlap against "
+              "the same model's serial run (README: verdicts)"), WARNINGS))
 # What a command writes: its report, the last field the warnings it said on stderr.
 SUMMARY_ROW = Record("summary row", "summary `runs` (one per configuration, or run: --no-group)", (
     ("run", "the run's name: the shortest end of its path(s) that tells it from the others; "
@@ -3944,6 +3946,11 @@ HEADLINES = {part: tuple(headline_of(PART_RECORDS[part], dotted) for dotted in p
 DIFF_TABLES = {part: diff_tables(record) for part, record in PART_RECORDS.items()}
 SAMPLE_FIELDS = {part: tuple(figure.samples for figure in figures if figure.samples)
                  for part, figures in HEADLINES.items()}
+# Two figures diff's notes and checks read by their words
+CATEGORY_TITLE = next(table.title for table in DIFF_TABLES["compute"]
+                      if (table.table, table.figure) == ("by_category", "ms_per_token"))
+ESTIMATE_WORDS = next(headline.label for headline in HEADLINES["io"]
+                      if headline.path == ("io_wall_ms_per_token", "estimate"))
 # A per-node trace against a per-layer one: what both have (by layer; the headline, untested).
 NODE_ONLY_FIGURES = ("nodes per token",)
 SHARED_ACROSS_GRANULARITIES = ("ms per token by layer",)
@@ -4337,7 +4344,41 @@ def diff_report(sides, alpha, test, gates=()):
                           for row in prediction_check(base.first("io"),
                                                       side_measured(side.halves("io")),
                                                       side.name)],
+        notes=router_notes(sides, sections) if "compute" in parts else [],
         warnings=warnings)
+
+
+def router_notes(sides, sections):
+    """Under overlap the routing nodes' time is not read wait by itself; against the same
+    model's serial run it is bounded: serial routing = its compute + its wait (at most the
+    smaller of its time and its I/O estimate), overlapped = the same compute + the wait the
+    overlap left there, so that wait is at most overlapped - serial + the serial wait."""
+    router = next((row for section in sections if section["title"] == CATEGORY_TITLE
+                   for row in section["rows"] if row["name"] == "router"), None)
+    estimate = next((row for section in sections if section["title"] == "io headline"
+                     for row in section["rows"] if row["name"] == ESTIMATE_WORDS), None)
+    if router is None:
+        return []
+    metas = [side_meta(side.halves("compute")) for side in sides]
+    modes = [meta.get("overlap") for meta in metas]
+    values = [router["base"]] + [change["new"] for change in router["changes"]]
+    estimates = [estimate["base"]] + [c["new"] for c in estimate["changes"]] if estimate \
+        else [None] * len(values)
+    serial = [(value, est, meta.get("model")) for mode, value, est, meta
+              in zip(modes, values, estimates, metas) if mode == "0" and value is not None]
+    notes = []
+    for side, mode, value, meta in zip(sides, modes, values, metas):
+        if mode != "1" or value is None or not serial:
+            continue
+        (serial_ms, serial_estimate, model), *_ = serial
+        if meta.get("model") != model:
+            continue  # another model's routing says nothing of this one's
+        wait = min(serial_ms, serial_estimate) if serial_estimate is not None else serial_ms
+        at_most = max(0.0, value - serial_ms + wait)
+        notes.append(f"router under overlap ({side.name}): routing takes {value:.2f} ms "
+                     f"per token overlapped, {serial_ms:.2f} serial; its wait for reads is at "
+                     f"most {at_most:.2f} ms ({num(ratio(at_most, value), '.0%')} of its time)")
+    return notes
 
 
 def side_changes(base, new, parts):
@@ -4374,7 +4415,7 @@ def side_histogram(side):
 
 # The figure a run's drift check reads, per part: a token's wall (compute), its I/O estimate (io).
 DRIFT_FIGURES = {"compute": ("ms", "ms per token"),
-                 "io": ("io_ms", "I/O wall ms per token, estimated")}
+                 "io": ("io_ms", ESTIMATE_WORDS)}
 DRIFT_SHARE = 0.10  # halves further apart than this (and significant): the run was unstable
 DRIFT_TOKENS = 8  # fewer tokens than this: no halves to compare
 
@@ -4476,8 +4517,7 @@ def io_mode_warnings(sides):
         theirs = half["meta"].get("overlap")
         if {mode, theirs} == {"0", "1"}:
             before, after = (num(them["headline"]["lanes busy ms per token (summed over lanes)"
-                                                  if overlap == "1" else
-                                                  "I/O wall ms per token, estimated"], ".2f")
+                                                  if overlap == "1" else ESTIMATE_WORDS], ".2f")
                              for them, overlap in ((base, mode), (half, theirs)))
             warnings.append(
                 f"{side.said}: overlap {mode} -> {theirs}: the engine's own flash I/O figure is "
@@ -5980,7 +6020,8 @@ def diff_preamble_blocks(report, view):
             f"{safe(c['key'])} {safe(c['base'] or '(none)')} -> {safe(c['new'] or '(none)')}"
             for c in changes] or ["none differ"]))
     parts.append(Prose([f"warning: {message}" for message in report["warnings"]]
-                       + [test_legend(report)] + drift_lines(report) + gate_lines(report)))
+                       + [test_legend(report)] + drift_lines(report) + gate_lines(report)
+                       + [f"note: {note}" for note in report["notes"]]))
     return [Block(None, parts, gap=False)]
 
 

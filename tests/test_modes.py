@@ -2,12 +2,13 @@
 own terms (io alone, a pair, overlap, the page cache), the router under overlap, the I/O
 verdict on node and layer traces alike, memory pressure, a contiguous slow stretch. Each case
 is decided both ways (and undetermined where that applies) on traces built to its shape."""
+import json
 from pathlib import Path
 
 import pytest
 
 import tracegen
-from helpers import REAL_TRACES, ct_text, io_text, report
+from helpers import REAL_TRACES, ct_text, io_text, report, report_with_warnings
 
 N_LAYER, TOKENS = 4, 24
 
@@ -286,3 +287,28 @@ def test_a_stretch_in_a_layer_trace_names_its_segments():
     assert (stretch["first_step"], stretch["last_step"]) == (69, 106)
     assert {g["name"] for g in stretch["slowed"]} == {"pre", "blk.0", "blk.1", "blk.2",
                                                       "blk.3", "post"}
+
+
+def test_diff_bounds_the_routers_wait_under_overlap_by_the_serial_run(tmp_path):
+    # one generated model, serial and overlapped: routing takes 0.55 ms in both, so under
+    # overlap its wait is at most what the serial run's could be, min(0.55, its 2.00 ms I/O
+    # estimate); against another model, nothing is said
+    serial_dir, overlap_dir = tmp_path / "serial", tmp_path / "overlap"
+    serial_dir.mkdir()
+    overlap_dir.mkdir()
+    serial = generated(serial_dir)
+    overlapped = generated(overlap_dir, overlap=1)
+    saved = []
+    for name, (node, _, reads) in (("s.json", serial), ("o.json", overlapped)):
+        saved.append(tmp_path / name)
+        saved[-1].write_text(json.dumps(report("report", node, reads, "--no-engine-log")))
+    diff = report_with_warnings("diff", *saved)
+    pair = json.loads(saved[0].read_text())
+    router = next(c["ms_per_token"] for c in pair["compute"]["by_category"]
+                  if c["category"] == "router")
+    bound = min(router, pair["io"]["io_wall_ms_per_token"]["estimate"])
+    (note,) = diff["notes"]
+    assert f"at most {bound:.2f} ms" in note and f"{router:.2f} serial" in note
+    other = overlapped[0].read_text().replace("model=bench-moe.gguf", "model=other.gguf")
+    overlapped[0].write_text(other)
+    assert report_with_warnings("diff", serial[0], overlapped[0])["notes"] == []

@@ -46,6 +46,7 @@ the sections above it:
 import argparse
 import csv
 import json
+import heapq
 import math
 import os
 import re
@@ -322,7 +323,8 @@ COMPUTE_STRETCH = Record("compute slow stretch", "compute `slow_stretch` (null w
     ("last_step", "its last token's step"), ("tokens", "its tokens"),
     ("ms_per_token", "their mean ms"), ("others_ms_per_token", "the other tokens' mean ms"),
     ("share", "its share of the selection's time"),
-    ("slowed", "the groups that slowed with it (README: verdicts), the most added ms first",
+    ("slowed", "the groups that slowed with it (README: verdicts), the most added ms first; "
+               "null when a layer trace did not keep every stretch token's segments",
      ListOf(STRETCH_GROUP))))
 COMPUTE_REPORT = Record("compute report", "`compute`; a pair's `compute`", (
     *REPORT_HEAD, *TRACE_HEAD,
@@ -1266,11 +1268,8 @@ def base_name(name):
 
 @lru_cache(maxsize=1 << 14)  # a long token repeats its names; a graph is classified once
 def classify(name, op):
-    """(base name, category) of one node on its own; category None for an unnamed node_<N>.
-    A layer trace's segment is its own group (what a slow stretch's segments are told by)."""
+    """(base name, category) of one node on its own; category None for an unnamed node_<N>."""
     base = base_name(name)
-    if op == SEGMENT_OP:
-        return base, name
     if op in OP_CATEGORY:
         return base, OP_CATEGORY[op]
     if _UNNAMED.match(base):
@@ -1353,12 +1352,13 @@ class ComputeToken:
     finish; the samples `diff` tests and the SVG stacks)."""
 
     __slots__ = ("turn", "phase", "step", "wall_ns", "majflt", "faulting_ns", "op_ns",
-                 "category_ns")
+                 "category_ns", "segment_ns")
 
     def __init__(self, turn, phase, step):
         self.turn, self.phase, self.step = turn, phase, step
         self.wall_ns = self.majflt = self.faulting_ns = 0
         self.op_ns, self.category_ns = {}, {}
+        self.segment_ns = None  # a slow token of a layer trace: (segment names, their walls)
 
     def add_group(self, op, category, wall_ns):
         self.op_ns[op] = self.op_ns.get(op, 0) + wall_ns
@@ -1370,6 +1370,23 @@ class ComputeToken:
         self.faulting_ns += other.faulting_ns
         add_sums(self.op_ns, other.op_ns)
         add_sums(self.category_ns, other.category_ns)
+        self.segment_ns = self.segment_ns or other.segment_ns
+
+
+# A layer trace keeps each segment's wall for its slowest tokens only (what a slow stretch's
+# segments are told by): this many a graph and process, 4 bytes a segment each.
+KEPT_SLOW_TOKENS = 4096
+
+
+def keep_slow_segments(graph):
+    """Its slowest members' walls per segment, from the graph's history (a layer trace)."""
+    if not graph.members or any(op != SEGMENT_OP for op in graph.ops):
+        return
+    width, names = len(graph.ops), tuple(graph.names)
+    members = graph.members
+    for index in heapq.nlargest(KEPT_SLOW_TOKENS, range(len(members)),
+                                key=lambda i: members[i].wall_ns):
+        members[index].segment_ns = (names, graph.history[index * width:(index + 1) * width])
 
 
 class TokenGraph:
@@ -1581,6 +1598,7 @@ class ComputeFold(TokenFold):
                     loose.op_walls.get(op, SortedParts())
             loose.op_walls = {}
             for graph in graphs.values():
+                keep_slow_segments(graph)
                 graph.history, graph.members = array(WALL_32), []
 
     def detach(self):
@@ -1747,7 +1765,7 @@ def compute_report(trace, fold, selection, settings):
         unclassified=[UNCLASSIFIED_ROW(name=name, ms_per_token=per.ms(wall_ns))
                       for name, wall_ns in ordered_by(unclassified, lambda name, ns: (-ns, name))],
         **token_views(tokens, fold.book),
-        slow_stretch=compute_stretch(tokens, total_ns),
+        slow_stretch=compute_stretch(tokens, total_ns, segment_walls(tables, granularity)),
         op_us_by_token=us_by_token(tokens, "op_ns", sorted(tables["op"])),
         category_us_by_token={} if granularity == "layer" else
         us_by_token(tokens, "category_ns", sorted(tables["category"])))
@@ -1761,7 +1779,14 @@ STRETCH_TOKENS = 8
 STRETCH_SLOWED = 2
 
 
-def compute_stretch(tokens, total_ns):
+def segment_walls(tables, granularity):
+    """{segment: its wall_ns} of a layer trace, None of a node trace."""
+    if granularity != "layer":
+        return None
+    return {name: sums.wall_ns for name, sums in tables["segment"].items()}
+
+
+def compute_stretch(tokens, total_ns, segment_totals):
     """The longest run of consecutive slow tokens of one turn, when it holds STRETCH_TOKENS at
     least: where it starts and ends, what its tokens take against the others', and which
     groups slowed (the COMPUTE_STRETCH), or None."""
@@ -1785,21 +1810,42 @@ def compute_stretch(tokens, total_ns):
         turn=tokens[best.start].turn, first_step=tokens[best.start].step,
         last_step=tokens[best.stop - 1].step, tokens=len(inside),
         ms_per_token=mean_ms(inside), others_ms_per_token=mean_ms(others),
-        share=ratio(sum(t.wall_ns for t in inside), total_ns), slowed=slowed_groups(inside, others))
+        share=ratio(sum(t.wall_ns for t in inside), total_ns),
+        slowed=slowed_groups(*group_walls(inside, others, segment_totals), len(inside),
+                             len(others)))
+
+
+def group_walls(inside, others, segment_totals):
+    """({group: ns} of the stretch's tokens, of the others): node categories, or a layer
+    trace's segments (the others' as the segments' totals less the stretch's); (None, None)
+    when a stretch token's segments were not kept."""
+    if segment_totals is None:
+        return tuple({name: sum(token.category_ns.get(name, 0) for token in side)
+                      for name in {name for token in inside for name in token.category_ns}}
+                     for side in (inside, others))
+    if any(token.segment_ns is None for token in inside):
+        return None, None
+    within = defaultdict(int)
+    for names, walls in (token.segment_ns for token in inside):
+        for name, wall_ns in zip(names, walls):
+            within[name] += wall_ns
+    return within, {name: segment_totals.get(name, 0) - wall_ns for name, wall_ns in
+                    within.items()}
 
 
 def mean_ms(tokens):
     return ratio(sum(token.wall_ns for token in tokens), len(tokens) * NS_PER_MS)
 
 
-def slowed_groups(inside, others):
-    """The groups whose ms per token in the stretch is STRETCH_SLOWED x theirs outside it at
-    least, the most added ms first."""
-    groups = {name for token in inside for name in token.category_ns}
+def slowed_groups(within_ns, others_ns, inside, others):
+    """The groups whose ms per token in the stretch (`inside` tokens) is STRETCH_SLOWED x
+    theirs outside it (`others` tokens) at least, the most added ms first; None unknown."""
+    if within_ns is None:
+        return None
     found = []
-    for name in groups:
-        within, outside = (fsum(t.category_ns.get(name, 0) for t in side) / len(side) / NS_PER_MS
-                           for side in (inside, others))
+    for name, wall_ns in within_ns.items():
+        within = wall_ns / inside / NS_PER_MS
+        outside = ratio(others_ns.get(name, 0), others * NS_PER_MS)
         grown = ratio(within, outside)
         if grown is None or grown >= STRETCH_SLOWED:
             found.append(STRETCH_GROUP(name=name, ms_per_token=within,
@@ -3526,11 +3572,13 @@ def stretch_verdict(report):
     if stretch is None or (stretch["share"] or 0) < OUTLIER_SHARE:
         return None
     groups = stretch["slowed"]
-    every = len(groups) == len({name for name in report["category_us_by_token"]} or
-                               {row["name"] for row in report["segments"]})
-    named = ", ".join(f"{g['name']} {num(g['ratio'], '.0f')}x" for g in groups[:SLOWEST])
-    slowed = ("every " + ("segment" if report["granularity"] == "layer" else "category") +
-              f" ({named})") if every and groups else named or "no one group alone"
+    kind = "segment" if report["granularity"] == "layer" else "category"
+    every = groups and len(groups) == len(set(report["category_us_by_token"]) or
+                                          {row["name"] for row in report["segments"]})
+    named = ", ".join(f"{g['name']} {num(g['ratio'], '.0f')}x" for g in (groups or ())[:SLOWEST])
+    slowed = f"every {kind} ({named})" if every else named or (
+        f"no one {kind} alone" if groups is not None else
+        f"its {kind}s unknown (kept for the {KEPT_SLOW_TOKENS} slowest tokens only)")
     return verdict("slow_stretch", True,
         f"SLOW STRETCH: turn {stretch['turn']} steps {stretch['first_step']}-"
         f"{stretch['last_step']} ({stretch['tokens']} tokens in a row) take "

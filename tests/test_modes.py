@@ -312,3 +312,22 @@ def test_diff_bounds_the_routers_wait_under_overlap_by_the_serial_run(tmp_path):
     other = overlapped[0].read_text().replace("model=bench-moe.gguf", "model=other.gguf")
     overlapped[0].write_text(other)
     assert report_with_warnings("diff", serial[0], overlapped[0])["notes"] == []
+
+
+def test_a_layer_traces_stretch_segments_are_the_same_read_in_parts(small_split):
+    # the real layer trace's stretch (steps 69-106, every segment slower) read by one process
+    # and by several: each keeps its slowest tokens' segments, merged
+    layers = REAL_TRACES["qwen3moe-l4-ct-layers.csv"]
+    single, split = small_split("compute", layers, "--format", "json", "--jobs", "2")
+    assert single.json["slow_stretch"] == split.json["slow_stretch"]
+    assert len(split.json["slow_stretch"]["slowed"]) == 6
+
+
+def test_a_stretch_past_the_kept_slow_tokens_says_its_segments_are_unknown(monkeypatch):
+    # only 8 slow tokens' segments kept: the 38-token stretch's are not all known
+    import decode_analyze
+    monkeypatch.setattr(decode_analyze, "KEPT_SLOW_TOKENS", 8)
+    r = report("compute", REAL_TRACES["qwen3moe-l4-ct-layers.csv"])
+    assert r["slow_stretch"]["slowed"] is None
+    said = verdicts(r, ["slow_stretch"])["slow_stretch"]["text"]
+    assert "its segments unknown (kept for the 8 slowest tokens only)" in said

@@ -7838,7 +7838,7 @@ ABSENT_OPTIONS = dict(top=View().top, layers=False, svg=None, perfetto=None,
 SET_OPTION = option("--set", type=setting_option, action="append", default=[], dest="declared",
            metavar="KEY=VALUE",
            help="a setting of the run its preamble lacks (cache_mb, prefetch, mem_limit_mb, "
-                "dense_weights, ...; repeatable): joined to the preamble, marked declared")
+                "cores, dense_weights, ...; repeatable): joined to the preamble, marked declared")
 NO_ENGINE_LOG_OPTION = option("--no-engine-log", action="store_true",
                               help="ignore any engine log beside the traces")
 ENGINE_LOG_OPTIONS = (

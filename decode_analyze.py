@@ -7072,12 +7072,6 @@ def binned(rows, limit=SVG_MAX_BARS):
     return [(i, rows[i:i + size]) for i in range(0, len(rows), size)], size
 
 
-def mean_of_groups(values):
-    """Each group's mean, binned as the bars are."""
-    groups, _ = binned(values)
-    return [sum(rows) / len(rows) for _, rows in groups]
-
-
 def stacks_of(series, names, groups):
     """Per group, the mean of each named series over its rows; and each group's largest
     total."""

@@ -1980,10 +1980,9 @@ class IoToken:
                 get, current = lane_ns.get, layer
             lane_ns[lane] = get(lane, 0) + latency_ns
         self.busy_ns += sum(latencies)
-        last = layers[-1]
-        self.closed_ns += sum(max(lane_ns.values()) for layer, lane_ns in by_layer.items()
-                              if layer != last)
-        self.open_layer, self.open_lanes = last, by_layer[last]
+        self.open_layer = current  # the run's last row's layer, which the next run may go on
+        self.open_lanes = by_layer.pop(current)
+        self.closed_ns += sum(map(max, map(dict.values, by_layer.values())))
 
     @property
     def io_ns(self):

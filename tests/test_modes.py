@@ -34,8 +34,7 @@ def generated(directory, speed=1.0, o_direct=1, overlap=0):
 def layer_lines(node_lines):
     """The layer trace of a node trace: each token's rows summed into pre (layer -1 rows
     before its first layer), blk.N (layer N's rows and the -1 rows inside it) and post."""
-    head, body = node_lines[:3], node_lines[3:]
-    head[2] = head[2]  # the same header: turn,phase,step,seq,layer,op,name,wall_ns,majflt
+    head, body = node_lines[:3], node_lines[3:]  # the preamble and header stay as they are
     tokens = {}
     for line in body:
         turn, phase, step, _, layer, _, _, wall, faults = line.rstrip("\n").split(",")

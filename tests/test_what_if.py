@@ -205,7 +205,7 @@ def test_settings_are_ranked_by_the_conservative_end_of_their_band():
     assert bounded == sorted(bounded, reverse=True)
     # every setting with a lower bound before any without one (o_direct, overlap: none)
     assert [s["min"] is None for s in saved] == sorted(s["min"] is None for s in saved)
-    first, = [s for s in r["what_if"]["settings"][:1]]
+    first, *_ = r["what_if"]["settings"]
     assert (first["setting"], first["value"]) == ("cache_mb", 6)  # every expert kept
 
 

@@ -2475,15 +2475,18 @@ def figure(point, low=None, high=None):
 
 
 def default_cache_sizes(meta, cache, cached):
-    """--cache-mb's default: the run's own size when its settings name one (and, for a run
-    that had a cache, twice that and every expert), else a quarter, a half and all of the
-    distinct experts' footprint, in whole MiB (the engine's unit)."""
+    """--cache-mb's default: the proposed sizes a declared mem_limit_mb can hold."""
+    limit = meta_number(meta, "mem_limit_mb")  # a cache the memory cannot hold is not proposed
+    return [size for size in proposed_cache_sizes(meta, cache, cached)
+            if limit is None or size <= limit]
+
+
+def proposed_cache_sizes(meta, cache, cached):
+    """The run's own size when its settings name one (and, for a run that had a cache, twice
+    that and every expert), else a quarter, a half and all of the distinct experts'
+    footprint, in whole MiB (the engine's unit)."""
     own = meta_number(meta, "cache_mb")
     footprint_mib = cache.distinct * cache.expert_bytes / MIB
-    limit = meta_number(meta, "mem_limit_mb")
-    if limit is not None:  # a cache the memory cannot hold is not proposed
-        return [size for size in default_cache_sizes({**meta, "mem_limit_mb": ""}, cache, cached)
-                if size <= limit]
     if cached:  # what its trace can bound: its own size, twice that, and all of them
         sizes = {math.ceil(footprint_mib)}
         if own:
@@ -2501,6 +2504,11 @@ def overlap_cap(meta, measured, scale):
         return math.inf
     stall = measured.get("stall_ms_per_token")
     return None if stall is None else stall * scale
+
+
+def capped(ms, cap):
+    """ms saved, at most what the reads cost (an overlap_cap; None, unknown: not capped)."""
+    return ms if cap is None else min(ms, cap)
 
 
 def request_overhead(io):
@@ -2622,12 +2630,11 @@ class WhatIf:
         now, per_mib = self.report["mib_per_token"], self.ms_per_mib
         if not per_mib:
             return figure(None, None, None)
-        low, point, high = ((now - mib) * per_mib for mib in (most, middle, fewest))
+        low, point, high = ((now - mib) * per_mib - self.management
+                            for mib in (most, middle, fewest))
         if self.cap == math.inf:
-            return figure(point - self.management,
-                          (low - self.management) * (1 - IO_RUN_SPREAD) if low > 0 else
-                          low - self.management, high * (1 + IO_RUN_SPREAD))
-        return figure(None, 0.0, high if self.cap is None else min(high, self.cap))
+            return figure(point, low - IO_RUN_SPREAD * abs(low), high + IO_RUN_SPREAD * abs(high))
+        return figure(None, 0.0, capped(high, self.cap))
 
     def o_direct_settings(self, cache_sizes):
         """Buffered reads, for a run that read with O_DIRECT."""
@@ -2693,7 +2700,7 @@ class WhatIf:
         return self.setting("coalesce", 1, {
             "reads_per_token": figure(runs.runs / self.tokens),
             "mib_per_token": figure(self.per_token_mib(merged))},
-            figure(None, 0.0, most if self.cap is None else min(most, self.cap)),
+            figure(None, 0.0, capped(most, self.cap)),
             f"requests that touch or overlap merged into one read"
             f"{f' ({O_DIRECT_ALIGNMENT}-byte O_DIRECT windows)' if direct else ''}: fewer reads "
             f"and less alignment waste; ms: at most the requests' fixed cost (the intercept of "
@@ -3794,11 +3801,11 @@ def stake_verdict(judged, name, remedy, saving, stakes, pair):
     """A flagged finding, flagged still when its remedy's saving (at most the overlap's stall)
     is at least the threshold of the whole; else not at stake, or undetermined when memory
     pressure inflates the whole."""
-    at_most = max(0.0, min(saving, stakes.cap))
+    at_most = max(0.0, capped(saving, stakes.cap))
     share = ratio(at_most, stakes.whole_ms)
-    capped = " (the overlap's stall)" if at_most < saving else ""
+    stalled = " (the overlap's stall)" if at_most < saving else ""
     per_position = per_position_words(pair, at_most, stakes.whole_ms) if pair else ""
-    stake = (f"{remedy} could save at most {at_most:.2f} ms{capped} of {stakes.whole}"
+    stake = (f"{remedy} could save at most {at_most:.2f} ms{stalled} of {stakes.whole}"
              f"{per_position} ({num(share, '.1%')}")
     _, _, why = judged["text"].partition(": ")
     if share is None or share >= stakes.threshold:

@@ -4267,6 +4267,10 @@ class Side:
         first, *more = self.views
         return self.name if more else first.path
 
+    def meta(self, part):
+        """{key: value} of its runs' settings: the value they share, or theirs joined by |."""
+        return side_meta(self.halves(part))
+
     def first(self, part):
         """Its first run's part (the one whose what-if is computed)."""
         first, *_ = self.halves(part)
@@ -4344,7 +4348,8 @@ BETTER_HIGHER = ("busy_mib_per_s",)
 
 
 def least_p(n):
-    """The smallest p the exact test reaches with n = [a, b] runs and no ties."""
+    """The smallest p the exact test reaches with n = [a, b] runs and no ties: the most
+    extreme ordering, 2 / C(a + b, a)."""
     base, new = n
     return 2 / comb(base + new, base) if base and new else 1.0
 
@@ -4376,10 +4381,10 @@ def diff_report(sides, alpha, test, gates=()):
     runs = [view for side in sides for view in side.views]
     parts = [part for part in DIFF_PARTS if all(part in view.parts for view in runs)]
     changes = [side_changes(base, side, parts) for side in news]
-    warnings = [f"{side.said}: its runs differ in {c['key']} ({c['new']}): they are not "
-                f"repeats of one configuration" for side in sides for part in parts[:1]
-                for c in preamble_changes({}, side_meta(side.halves(part)))
-                if "|" in c["new"]]
+    first_part, *_ = parts
+    warnings = [f"{side.said}: its runs differ in {key} ({value}): they are not repeats of one "
+                f"configuration" for side in sides
+                for key, value in side.meta(first_part).items() if "|" in value]
     warnings += [f"{side.said}: {c['key']} {c['new'] or '(none)'} is not the base's "
                  f"{c['base'] or '(none)'}: different models compare poorly"
                  for side, found in zip(news, changes) for c in found if c["key"] in IDENTITY_KEYS]
@@ -4403,8 +4408,7 @@ def diff_report(sides, alpha, test, gates=()):
                for found in [drift_check(name, part, view.parts[part], alpha)] if found],
         gate=[row for gate in gates for row in gate_rows(gate, sections, sides, alpha)],
         prediction_check=[row for side in news if "io" in parts
-                          for row in prediction_check(base.first("io"),
-                                                      side_measured(side.halves("io")),
+                          for row in prediction_check(base.first("io"), side_measured(side),
                                                       side.name)],
         notes=router_notes(sides, sections) if "compute" in parts else [],
         warnings=warnings)
@@ -4421,7 +4425,7 @@ def router_notes(sides, sections):
                      for row in section["rows"] if row["name"] == ESTIMATE_WORDS), None)
     if router is None:
         return []
-    metas = [side_meta(side.halves("compute")) for side in sides]
+    metas = [side.meta("compute") for side in sides]
     modes = [meta.get("overlap") for meta in metas]
     values = [router["base"]] + [change["new"] for change in router["changes"]]
     estimates = [estimate["base"]] + [c["new"] for c in estimate["changes"]] if estimate \
@@ -4448,7 +4452,7 @@ def side_changes(base, new, parts):
     traces of a pair said once."""
     found = []
     for part in parts:
-        for change in preamble_changes(side_meta(base.halves(part)), side_meta(new.halves(part))):
+        for change in preamble_changes(base.meta(part), new.meta(part)):
             if change not in found:
                 found.append(change)
     return found
@@ -4459,9 +4463,8 @@ def side_indexed(sides):
 
 
 def runs_to_decide(alpha, most=100):
-    """The fewest runs a side (n+n) whose exact Mann-Whitney U test can give p < alpha: the
-    most extreme ordering has p = 2 / C(2n, n)."""
-    return next((n for n in range(1, most) if 2 / comb(2 * n, n) < alpha), None)
+    """The fewest runs a side (n+n) whose exact Mann-Whitney U test can give p < alpha."""
+    return next((n for n in range(1, most) if least_p([n, n]) < alpha), None)
 
 
 def side_histogram(side):
@@ -4560,11 +4563,12 @@ def held(predicted, measured):
         (high is None or measured <= widened(high, 1))
 
 
-def side_measured(halves):
+def side_measured(side):
     """What the prediction check takes of a NEW side: its settings and the mean of its runs'
     measured figures."""
+    halves = side.halves("io")
     names = dict.fromkeys(name for half in halves for name in half["measured"])
-    return {"meta": side_meta(halves), "measured": {
+    return {"meta": side.meta("io"), "measured": {
         name: mean_of([half["measured"][name] for half in halves
                        if half["measured"][name] is not None]) for name in names}}
 
@@ -5946,8 +5950,11 @@ def p_text(change):
     p = change["p"]
     if p is None:
         return ""
-    return ("<0.001" if p < 0.001 else f"{p:.3f}") + (" ~" if change["significant"] is False
-                                                       else "")
+    return p_figure(p) + (" ~" if change["significant"] is False else "")
+
+
+def p_figure(p):
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def group_names(names):
@@ -6056,7 +6063,9 @@ def drift_lines(report):
 
 
 def p_words(p):
-    return "<0.001" if p < 0.001 else f"={p:.3f}"
+    """p in a sentence: p<0.001, p=0.029."""
+    figure = p_figure(p)
+    return figure if figure.startswith("<") else f"={figure}"
 
 
 def gate_lines(report):
@@ -7495,8 +7504,7 @@ def diff_sides(arguments):
         if len(arguments) < 2:
             raise UsageError("diff needs a BASE and a NEW (or runs: A1 A2 vs B1 B2)")
         return [[path] for path in arguments]
-    sides = [[]]
-    current = sides.pop()
+    sides, current = [], []
     for argument in arguments:
         if argument == SIDE_SEPARATOR:
             sides.append(current)

@@ -4849,16 +4849,15 @@ def merged(group):
     first, *more = group
     if not more:
         return first
-    row = {**first, "run": ", ".join(row["run"] for row in group)}
+    row = {**first, "run": ", ".join(row["run"] for row in group), "spread": {}}
     for name in SUMMED:
         row[name] = sum(each[name] for each in group)
     for name in JOINED:
         row[name] = list(dict.fromkeys(item for each in group for item in each[name]))
     for name in SUMMARY_FIGURES:
-        values = [each[name] for each in group if each[name] is not None]
         if name not in SUMMED:
-            row[name] = mean_of(values)
-            row["spread"][name] = sd_of(values)
+            values = [each[name] for each in group if each[name] is not None]
+            row[name], row["spread"][name] = mean_of(values), sd_of(values)
     return row
 
 
@@ -7974,7 +7973,9 @@ COMMANDS = {command.name: command for command in (
             ("svg",)),
     Command("summary", "summary RUN...",
             "a sweep of settings, one row a configuration (repeats: n, mean ±sd)",
-            "One row per run, as llama-bench prints one per configuration: the preamble keys "
+            "One row per configuration, as llama-bench -r prints repeats: runs whose kind, "
+            "granularity and every setting are equal are one row of n runs, each figure their "
+            "mean ± their sd (--no-group: a row a run). A row shows the preamble keys "
             "that tell the runs apart, tokens, decode ms per token (mean, p50, p99), the "
             "engine's split (compute, I/O estimate), MiB per token, the cache's hit share "
             "where the preamble names its size, faults, and the flagged verdicts. A RUN is a "

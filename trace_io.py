@@ -119,8 +119,9 @@ def _bulk_integers(texts, last_column):
     (leading zeros, empty fields) it leaves to the line-by-line path, which applies the rule.
     """
     zero = "0\n" if last_column else "0"
-    zeros = texts.count(zero)
-    if zeros * 2 > len(texts):  # mostly zeros (majflt): convert only the others
+    head = texts[:64]  # a column of few zeros (latency_ns) is told by its head: no full count
+    if head.count(zero) * 2 > len(head) and texts.count(zero) * 2 > len(texts):
+        # mostly zeros (majflt): convert only the others
         values = [0] * len(texts)
         for position in compress(range(len(texts)), map(zero.__ne__, texts)):
             text = texts[position].rstrip("\n")
@@ -273,6 +274,9 @@ def _chunks(stream, limit):
 # A token is one (turn, phase, step). A TokenRun is a stretch of consecutive rows of one token,
 # [start, end) in a batch, with the token's values as the trace wrote them.
 TokenRun = namedtuple("TokenRun", "turn phase step start end")
+# The valid values of a key column (and decode_analyze's IntCache) kept at most: a trace of
+# many distinct values has them checked again, never held without bound
+KEPT_VALUES = 1 << 16
 HOLD_ROWS = 1 << 14  # a token longer than this is handed out in pieces
 
 
@@ -746,6 +750,8 @@ class Trace:
                 return True  # every value is one character (no empty one), each a digit
         if valid.issuperset(column):
             return True
+        if len(valid) >= KEPT_VALUES:  # not a key of few values after all: start over
+            valid.clear()
         for text in set(column) - valid:
             if integer_problem(name, text):
                 return False

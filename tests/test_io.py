@@ -1,8 +1,10 @@
 """Io: known answers on hand-written traces (worked out by hand), the latency histogram, layers
 and experts, and the I/O range against the engine's own end-of-run figures."""
 import re
+from collections import defaultdict
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import decode_analyze
 from helpers import ENGINE, REAL_TRACES, io_text, report, run
@@ -260,6 +262,40 @@ def test_the_estimate_is_each_layers_busiest_lane(write):
     token.add_layers(["0", "1"], ["1", "1"], [1000000, 4000000], ["b", "c"], phase_ns)
     assert token.io_ns == 7000000  # layer 0 went on in the second run
     assert phase_ns == {"a": 3000000, "b": 2000000, "c": 4000000}  # the same pass sums them
+
+
+def busiest_lanes_by_row(runs):
+    """The estimate of one token's runs written the plain way, row by row: a run's rows into
+    {layer: {lane: ns}} (a layer met again in the run is one layer), the layer it ends on
+    going on into the next run; a layer costs its busiest lane."""
+    closed_ns, open_layer, open_lanes = 0, None, {}
+    for layers, lanes, latencies in runs:
+        by_layer = defaultdict(lambda: defaultdict(int))
+        if open_layer is not None:
+            by_layer[open_layer].update(open_lanes)
+        for layer, lane, latency_ns in zip(layers, lanes, latencies):
+            by_layer[layer][lane] += latency_ns
+        open_layer, open_lanes = layers[-1], by_layer.pop(layers[-1])
+        closed_ns += sum(max(lane_ns.values()) for lane_ns in by_layer.values())
+    return closed_ns + max(open_lanes.values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from("0123"), st.sampled_from(
+    ["0", "1", "2", "3", "10", "7", "x"]), st.integers(0, 10 ** 7)), min_size=1, max_size=40),
+    min_size=1, max_size=4), st.booleans())
+def test_the_estimate_is_the_sum_row_by_row(runs, one_character):
+    """Whatever the order of the layers, the lanes' names and however the token's rows are
+    cut into runs, the estimate (looking a layer's lanes up only where the layer changes) is
+    the one summed row by row."""
+    runs = [([layer for layer, _, _ in rows],
+             [lane[:1] if one_character else lane for _, lane, _ in rows],
+             [latency_ns for _, _, latency_ns in rows]) for rows in runs]
+    token = decode_analyze.IoToken(0, 1, 1)
+    for layers, lanes, latencies in runs:
+        token.add_layers(layers, lanes, latencies, lanes, {})
+    assert token.io_ns == busiest_lanes_by_row(runs)
+    assert token.busy_ns == sum(sum(latencies) for _, _, latencies in runs)
 
 
 def test_reads_that_asked_for_more_than_they_read_are_a_warning(write):

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import decode_analyze
-from helpers import ENGINE, REAL_TRACES, io_text, report, run
+import trace_io
+from helpers import ENGINE, REAL_TRACES, io_text, report, run, trace_rows
 
 
 MIB = 1 << 20
@@ -304,3 +305,26 @@ def test_reads_that_asked_for_more_than_they_read_are_a_warning(write):
     assert result.code == 0 and result.json["waste_pct"] == -100.0
     assert "asked for more bytes (8192) than they read (4096)" in result.err
     assert any("short reads" in w for w in result.json["warnings"])
+
+
+def test_key_columns_of_many_values_are_held_bounded_and_read_the_same(write, monkeypatch):
+    """A key column (expert, req_bytes, ...) is expected to take few values; a trace where it
+    takes many has the reader's set of valid values and the fold's text -> int cache start
+    over at KEPT_VALUES, not grow with the trace. Held to 8 values, 300 rows of 300 experts
+    and 150 request sizes give the report they give unbounded (bytes asked for: the sum of
+    the rows' req_bytes, counted here by the csv module)."""
+    rows = [f"0,1,{row // 30 + 1},{row % 3},{row},0,{row % 2},0,{row * 8192},{4096 + row % 150},"
+            f"8192,{1000 + row}" for row in range(300)]
+    path = write(io_text(rows))
+    unbounded = report("io", path)
+    monkeypatch.setattr(trace_io, "KEPT_VALUES", 8)
+    monkeypatch.setattr(decode_analyze, "KEPT_VALUES", 8)
+    assert report("io", path) == unbounded
+    assert unbounded["req_bytes"] == sum(int(row["req_bytes"]) for row in trace_rows(path))
+    valid, cache = set(), decode_analyze.IntCache()
+    for start in range(0, 300, 30):
+        column = [str(value) for value in range(start, start + 30)]
+        assert trace_io.Trace._keys_valid("expert", valid, column)
+        assert list(map(cache.__getitem__, column)) == list(range(start, start + 30))
+        assert len(valid) <= 8 + 30 and len(cache) <= 8
+    assert not trace_io.Trace._keys_valid("expert", valid, ["1", "-2"])

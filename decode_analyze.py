@@ -1961,20 +1961,17 @@ class IoToken:
         # token's next run of rows may continue ({lane: latency_ns}).
         self.closed_ns, self.open_layer, self.open_lanes = 0, None, {}
 
-    def add_layers(self, layers, lanes, latencies, keys, phase_ns):
+    def add_layers(self, layers, lanes, latencies):
         """A run of the token's reads, for its lanes' busy time and its I/O estimate: the
         engine issues a layer's reads across its lanes and the layer is done when its busiest
-        lane is, so a layer costs its busiest lane's summed latency. The same pass sums the
-        phase's latency per "lane,read_bytes,spec,layer" key into `phase_ns` (one pass over
-        the rows, not two)."""
+        lane is, so a layer costs its busiest lane's summed latency."""
         by_layer = {} if self.open_layer is None else {self.open_layer: self.open_lanes}
         current = lane_ns = get = None
-        phase_get = phase_ns.get
         # A token's reads come layer after layer: the layer's lanes are looked up only where
         # the layer changes (a third cheaper than a (layer, lane) key per read), whatever
-        # the order
-        for layer, lane, latency_ns, key in zip(layers, lanes, latencies, keys):
-            phase_ns[key] = phase_get(key, 0) + latency_ns
+        # the order. (Folding PhaseReads' per-key sums into this loop made it slower: a
+        # loop's cost grows with the columns it unpacks.)
+        for layer, lane, latency_ns in zip(layers, lanes, latencies):
             if layer != current:
                 lane_ns = by_layer.setdefault(layer, {})
                 get, current = lane_ns.get, layer
@@ -2044,10 +2041,13 @@ class PhaseReads:
         self.runs = Coalesced(0, 0, 0)  # contiguous runs of requested extents, with adjacent
 
     def add(self, layers, experts, keys, specs, sizes, latencies):
-        """The phase's selected rows of a batch; `keys`: their "lane,read_bytes,spec,layer"
-        (lane_ns is summed by the tokens' own pass over the rows: IoToken.add_layers)."""
+        """The phase's selected rows of a batch; `keys`: their "lane,read_bytes,spec,layer"."""
         self.by_expert.update(map(",".join, zip(layers, experts, sizes)))
         self.by_lane.update(keys)
+        lane_ns = self.lane_ns
+        get = lane_ns.get
+        for key, latency_ns in zip(keys, latencies):
+            lane_ns[key] = get(key, 0) + latency_ns
         latency = self.latency
         flags = "".join(specs).encode()  # the reader let through "0" and "1" alone
         if b"1" in flags:  # bytes as compress()'s selectors: a fifth of a map() per row
@@ -2228,8 +2228,7 @@ class IoFold(TokenFold):
                                                                             PhaseReads())
             token.reads += end - start
             token.read_bytes += sum(sizes[start:end])
-            token.add_layers(layers[start:end], lanes[start:end], latencies[start:end],
-                             keys[start:end], reads.lane_ns)
+            token.add_layers(layers[start:end], lanes[start:end], latencies[start:end])
             token.latencies = extend_wide(token.latencies, latencies[start:end])
             if self.per_lane:  # a loop over every read, for the SVG alone
                 token.add_lanes(lanes[start:end], sizes[start:end])

@@ -258,11 +258,10 @@ def test_the_estimate_is_each_layers_busiest_lane(write):
     assert r["io_wall_ms_per_token"]["estimate"] == pytest.approx(7.0)
     assert r["per_token"][0]["io_ms"] == pytest.approx(7.0)
     assert r["per_token"][0]["busy_ms"] == pytest.approx(9.0)
-    token, phase_ns = decode_analyze.IoToken(0, 1, 1), {}
-    token.add_layers(["0", "0"], ["0", "1"], [3000000, 1000000], ["a", "b"], phase_ns)
-    token.add_layers(["0", "1"], ["1", "1"], [1000000, 4000000], ["b", "c"], phase_ns)
+    token = decode_analyze.IoToken(0, 1, 1)
+    token.add_layers(["0", "0"], ["0", "1"], [3000000, 1000000])
+    token.add_layers(["0", "1"], ["1", "1"], [1000000, 4000000])
     assert token.io_ns == 7000000  # layer 0 went on in the second run
-    assert phase_ns == {"a": 3000000, "b": 2000000, "c": 4000000}  # the same pass sums them
 
 
 def busiest_lanes_by_row(runs):
@@ -294,7 +293,7 @@ def test_the_estimate_is_the_sum_row_by_row(runs, one_character):
              [latency_ns for _, _, latency_ns in rows]) for rows in runs]
     token = decode_analyze.IoToken(0, 1, 1)
     for layers, lanes, latencies in runs:
-        token.add_layers(layers, lanes, latencies, lanes, {})
+        token.add_layers(layers, lanes, latencies)
     assert token.io_ns == busiest_lanes_by_row(runs)
     assert token.busy_ns == sum(sum(latencies) for _, _, latencies in runs)
 

@@ -8,6 +8,8 @@ that a noisy machine slows both alike: single-process folds, CPU time, min and m
   python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench  # new/old per case
   python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench --processes --rounds 6  # whole
   # processes, the 3M-row traces and the real long pair (../shared/traces) among them
+  python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench --instructions --only io500k
+  # instructions counted under valgrind: the same figure whatever the machine's load
 
 The last case runs a different command line on each side: the new checkout's `io --what-if`
 against the old one's `io --adjacent --cache` (what the what-if may cost: at most 1.3x).
@@ -64,6 +66,20 @@ def as_processes(roots, argvs):
     return spent
 
 
+def instructions(roots, argvs):
+    """{tag: instructions executed} by each checkout run as `python3 decode_analyze.py ...
+    --jobs 1` under valgrind's callgrind: the same count on every run, however busy the
+    machine (CPU time varies by 10-25% between repeats here), start-up included."""
+    counted = {}
+    for tag, root in roots.items():
+        jobs = ["--jobs", "1"] if argvs[tag][0] != "--version" else []
+        done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                               sys.executable, str(root / "decode_analyze.py"), *argvs[tag],
+                               *jobs], capture_output=True, text=True, check=False)
+        counted[tag] = int(done.stderr.split("Collected : ")[1].split()[0])
+    return counted
+
+
 # The real long pair: a session of the real engine (../shared/traces beside the repository).
 REAL_PAIR = [str(Path(__file__).resolve().parents[2] / "shared" / "traces" / name)
              for name in ("qwen3moe-l4-session-ct-node.csv", "qwen3moe-l4-session-ct-node-io.csv")]
@@ -83,11 +99,18 @@ def main():
     parser.add_argument("--only", help="run the cases whose command line holds this text")
     parser.add_argument("--processes", action="store_true",
                         help="time whole processes (start-up and --jobs included), not folds")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count the instructions of one process each (valgrind; one round: "
+                             "the count does not vary), not time")
     args = parser.parse_args()
     cases = [["compute", "ct420.csv"], ["io", "io500k.csv"], ["io", "io500k.csv", "--adjacent"],
              ["io", "io500k.csv", "--adjacent", "--cache"]]
     what_if = ["io", "io500k.csv", "--what-if"]  # new's, against old's --adjacent --cache
-    if args.processes:
+    if args.instructions:
+        cases.append(["--version"])  # start-up alone
+        roots = {"old": args.old, "new": args.new}
+        timed, args.rounds = (lambda argv: instructions(roots, argv)), 1  # noqa: E731
+    elif args.processes:
         cases[0].append("--layers")
         cases += [["compute", "ct3m.csv"], ["io", "io3m.csv", "--what-if"],
                   ["report", REAL_PAIR[0], REAL_PAIR[1]],
@@ -110,6 +133,10 @@ def main():
         label = " ".join(Path(word).name for word in new_case[:2])
         options = " ".join(new_case[2:]) + (f" (old: {' '.join(old_case[2:])})"
                                             if old_case != new_case else "")
+        if args.instructions:
+            print(f"{label:48s} {options:38s} new/old: {new[0] / old[0]:.3f} of instructions "
+                  f"(old {old[0] / 1e9:.2f} G)", flush=True)
+            continue
         print(f"{label:48s} {options:38s} new/old: min {min(new) / min(old):.3f}, median "
               f"{statistics.median(new) / statistics.median(old):.3f} "
               f"(old min {min(old):.2f} s)", flush=True)

@@ -20,6 +20,7 @@ import argparse
 import importlib
 import io
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -107,6 +108,8 @@ def main():
              ["io", "io500k.csv", "--adjacent", "--cache"]]
     what_if = ["io", "io500k.csv", "--what-if"]  # new's, against old's --adjacent --cache
     if args.instructions:
+        if not shutil.which("valgrind"):
+            parser.error("--instructions counts under valgrind, which is not installed")
         cases.append(["--version"])  # start-up alone
         roots = {"old": args.old, "new": args.new}
         timed, args.rounds = (lambda argv: instructions(roots, argv)), 1  # noqa: E731
@@ -121,7 +124,8 @@ def main():
         tools = {"old": load("old", args.old), "new": load("new", args.new)}
         timed = lambda argv: in_process(tools, argv)  # noqa: E731
     runs = [(case, case) for case in cases] + [(cases[3], what_if)]
-    runs = [run for run in runs if not args.only or args.only in " ".join(run[1])]
+    runs = [run for run in runs if not args.only or args.only in " ".join(run[1])
+            or run[1] == ["--version"]]  # start-up, counted with every choice of cases
     for old_case, new_case in runs:
         argvs = {tag: [in_dir(args.dir, word) for word in case]
                  for tag, case in (("old", old_case), ("new", new_case))}

@@ -2301,6 +2301,71 @@ def read_io(path, reading, adjacent=False, lookups=False):
                      in_parts_if_it_may(reading))
 
 
+# ── io: the overlap's stall, from a v2 trace's wait rows ─────────────────────────────────────────
+class WaitToken:
+    """One selected token of a v2 io trace: how long compute threads waited for its experts."""
+
+    __slots__ = ("turn", "phase", "step", "waited_ns")
+
+    def __init__(self, turn, phase, step):
+        self.turn, self.phase, self.step = turn, phase, step
+        self.waited_ns = 0
+
+    def merge(self, other):
+        self.waited_ns += other.waited_ns
+
+
+class WaitFold(TokenFold):
+    """The `wait` rows of a v2 io trace (a compute thread waiting for an expert to be ready;
+    latency_ns its length): under overlap=1, the stall the run measured, token by token."""
+
+    def __init__(self, selection):
+        super().__init__(selection, WaitToken)
+        self.waits = 0
+
+    def _fold(self, batch, runs):
+        waits = list(map("wait".__eq__, batch["kind"]))
+        self.waits += sum(waits)
+        latencies = batch["latency_ns"]
+        for run in runs:
+            token = self.book.lookup(run)
+            if token is not None:
+                token.waited_ns += sum(compress(latencies[run.start:run.end],
+                                                waits[run.start:run.end]))
+
+    def _finished(self):
+        pass
+
+    def merge(self, later):
+        self.book.merge(later.book)
+        self.waits += later.waits
+
+
+IO_WAITS = Columns("io", ("turn", "phase", "step", "latency_ns", "kind"), ints=("latency_ns",),
+                   keys=("turn", "phase", "step"), strings=("kind",))
+
+
+def with_trace_stall(path, reading):
+    """The reading with the stall its io trace measured, when the engine's log gave none: an
+    overlap=1 v2 trace's wait rows, summed over the selected tokens that read or waited
+    (`measured`: stall_ms_per_token per such token, `tokens`, and `waited_ms` in all)."""
+    measured = reading.measured or {}
+    if "stall_ms_per_token" in measured or path == trace_io.STDIN:
+        return reading
+    with Trace(path) as trace:
+        if "kind" not in trace.columns or trace.meta.get("overlap") != "1":
+            return reading
+    trace, fold = fold_file(path, IO_WAITS, lambda: WaitFold(reading.selection),
+                            in_parts_if_it_may(reading))
+    phases, _ = chosen_phases(reading.selection, {token.phase for token in fold.book.selected})
+    tokens = [token for token in fold.book.selected if token.phase in phases]
+    if not fold.waits or not tokens:
+        return reading  # a fork that writes no wait rows has not measured the stall
+    waited_ms = sum(token.waited_ns for token in tokens) / NS_PER_MS
+    return reading._replace(measured={**measured, "stall_ms_per_token": waited_ms / len(tokens),
+                                      "tokens": len(tokens), "waited_ms": waited_ms})
+
+
 # ── io: the expert cache what-if ─────────────────────────────────────────────────────────────────
 CACHE_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1)  # the --cache curve: of the distinct experts
 
@@ -7434,6 +7499,7 @@ class IoAsked(namedtuple("IoAsked", "adjacent cache cache_sizes")):
 
 def analyze_io(path, reading, asked=IoAsked(True, True, None)):
     """Read, sum up and judge an io trace: its report dict."""
+    reading = with_trace_stall(path, reading)
     trace, fold = read_io(path, reading, asked.adjacent, asked.cache)
     report = io_report(trace, fold, reading.selection, settle(trace, reading), asked.cache_sizes,
                        reading.measured)
@@ -7471,10 +7537,21 @@ def analyze_pair(compute_path, io_path, reading, cache_sizes=()):
             child.cancel()
     compute, io = _reports(outcomes, reading.warn)
     report = pair_report(compute, io)
-    report["pair"]["verdicts"] = pair_verdicts(compute, io, report["pair"], reading.measured)
+    report["pair"]["verdicts"] = pair_verdicts(compute, io, report["pair"],
+                                               per_decoded_token(io_path, reading, report))
     for message in report["pair"]["warnings"]:
         reading.warn(message)
     return report
+
+
+def per_decoded_token(io_path, reading, report):
+    """What the log measured, or the io trace's waits, as the pair weighs it: a trace's
+    waits spread over every decoded token (the compute trace knows them all)."""
+    measured = with_trace_stall(io_path, reading).measured
+    if not measured or "waited_ms" not in measured:
+        return reading.measured
+    decoded = report["pair"]["tokens"]
+    return {**measured, "stall_ms_per_token": measured["waited_ms"] / decoded, "tokens": decoded}
 
 
 def analyze_diff(arguments, reading, asked, logs=True):

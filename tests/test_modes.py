@@ -330,3 +330,51 @@ def test_a_stretch_past_the_kept_slow_tokens_says_its_segments_are_unknown(monke
     assert r["slow_stretch"]["slowed"] is None
     said = verdicts(r, ["slow_stretch"])["slow_stretch"]["text"]
     assert "its segments unknown (kept for the 8 slowest tokens only)" in said
+
+
+def v2_pair(directory, wait_ms, steps_read=(1, 2, 3, 4)):
+    """The router's run above under overlap=1, its io trace v2: 8 ms of reads for each step in
+    steps_read, and a compute thread's wait of wait_ms for each of them (no wait row at 0)."""
+    compute = ct_text([f"0,1,{step},{seq},0,{op},{name},{ms * 1_000_000},0"
+                       for step in range(1, 5) for seq, (op, name, ms) in enumerate(
+                           [("GET_ROWS", "ffn_moe_weights-0", 6), ("MUL_MAT_ID",
+                                                                   "ffn_moe_up-0", 4)])])
+    rows = []
+    for step in steps_read:
+        rows.append(f"0,1,{step},0,1,0,0,0,0,1048576,1048576,8000000,0,8000000,read,7")
+        if wait_ms:
+            rows.append(f"0,1,{step},0,1,0,0,0,0,0,0,{wait_ms * 1_000_000},0,0,wait,2")
+    io = io_text(rows, preamble="# io_trace v2\n# model=m.gguf io_threads=2 o_direct=1 "
+                                "overlap=1\n# clock=steady_ns trace_id=1\n",
+                 header="turn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,"
+                        "read_bytes,latency_ns,start_ns,end_ns,kind,thread_id")
+    (directory / "ct.csv").write_text(compute.replace("n_threads=4", "n_threads=4 overlap=1"))
+    (directory / "io.csv").write_text(io)
+    return directory / "ct.csv", directory / "io.csv"
+
+
+@pytest.mark.parametrize("wait_ms, steps_read, stall, flagged", [
+    (1, (1, 2, 3, 4), "1.00", False),  # 1 ms of a 10 ms decode: 10%, not I/O-bound
+    (4, (1, 2, 3, 4), "4.00", True),  # 40%
+    (4, (1, 2), "2.00", False),  # 2 x 4 ms spread over the 4 decoded tokens: 2 ms, 20%
+    (0, (1, 2, 3, 4), None, None)])  # a v2 trace without wait rows has not measured it
+def test_a_v2_traces_wait_rows_are_the_stall_a_log_would_give(tmp_path, wait_ms, steps_read,
+                                                              stall, flagged):
+    """Under overlap the reads cost the decode the stall: a v2 io trace's `wait` rows (a
+    compute thread waiting for an expert) measure it, per decoded token, where no engine log
+    gives it; the router's wait is then at most it too."""
+    ct, io = v2_pair(tmp_path, wait_ms, steps_read)
+    found = verdicts(report("report", ct, io, "--no-engine-log"), ["io_bound", "router_wait"])
+    assert found["io_bound"]["flagged"] is flagged
+    if stall is None:
+        assert found["router_wait"]["flagged"] is None
+        return
+    assert f"the reads cost {stall} ms (the overlap's stall)" in found["io_bound"]["text"]
+    assert f"the overlap's stall, {stall} ms" in found["router_wait"]["text"]
+
+
+def test_the_engine_logs_stall_wins_over_the_wait_rows(tmp_path):
+    ct, io = v2_pair(tmp_path, 4)
+    r = report("report", ct, io, "--engine-log", overlap_log(tmp_path / "s.log", 0.001))
+    assert "the reads cost 1.00 ms (the overlap's stall)" in \
+        verdicts(r, ["io_bound"])["io_bound"]["text"]

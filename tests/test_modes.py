@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+import decode_analyze
 import tracegen
 from helpers import REAL_TRACES, ct_text, io_text, report, report_with_warnings
+from trace_io import Reading
 
 N_LAYER, TOKENS = 4, 24
 
@@ -378,3 +380,14 @@ def test_the_engine_logs_stall_wins_over_the_wait_rows(tmp_path):
     r = report("report", ct, io, "--engine-log", overlap_log(tmp_path / "s.log", 0.001))
     assert "the reads cost 1.00 ms (the overlap's stall)" in \
         verdicts(r, ["io_bound"])["io_bound"]["text"]
+
+
+def test_the_wait_rows_pass_says_nothing_the_reads_pass_says(tmp_path):
+    """The wait rows are read in a pass of their own: a cut-short last line is said once to
+    the run's warnings (summary and diff keep each run's list as said), not once a pass."""
+    _, io = v2_pair(tmp_path, 4)
+    io.write_text(io.read_text() + "0,1,4,0,1,0,0,0,0,1048576,1048576,8000000,0,80")
+    said = []
+    r = decode_analyze.analyze_io(io, Reading(decode_analyze.Selection(), warn=said.append))
+    assert sum("last line has no newline" in message for message in said) == 1, said
+    assert r["tokens"] == 4  # the cut line left out, by both passes

@@ -2356,8 +2356,8 @@ def with_trace_stall(path, reading):
         if "kind" not in trace.columns or trace.meta.get("overlap") != "1":
             return reading
     quiet = reading._replace(warn=None)  # the reads' own pass says what is wrong with the file
-    trace, fold = fold_file(path, IO_WAITS, lambda: WaitFold(reading.selection),
-                            in_parts_if_it_may(quiet))
+    _, fold = fold_file(path, IO_WAITS, lambda: WaitFold(reading.selection),
+                        in_parts_if_it_may(quiet))
     phases, _ = chosen_phases(reading.selection, {token.phase for token in fold.book.selected})
     tokens = [token for token in fold.book.selected if token.phase in phases]
     if not fold.waits or not tokens:

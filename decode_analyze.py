@@ -2348,7 +2348,7 @@ IO_WAITS = Columns("io", ("turn", "phase", "step", "latency_ns", "kind"), ints=(
 def with_trace_stall(path, reading):
     """The reading with the stall its io trace measured, when the engine's log gave none: an
     overlap=1 v2 trace's wait rows, summed over the selected tokens that read or waited
-    (`measured`: stall_ms_per_token per such token, `tokens`, and `waited_ms` in all)."""
+    (`measured`: stall_ms_per_token per such token, and `tokens`: how many)."""
     measured = reading.measured or {}
     if "stall_ms_per_token" in measured or path == trace_io.STDIN:
         return reading
@@ -2364,7 +2364,7 @@ def with_trace_stall(path, reading):
         return reading  # a fork that writes no wait rows has not measured the stall
     waited_ms = sum(token.waited_ns for token in tokens) / NS_PER_MS
     return reading._replace(measured={**measured, "stall_ms_per_token": waited_ms / len(tokens),
-                                      "tokens": len(tokens), "waited_ms": waited_ms})
+                                      "tokens": len(tokens)})
 
 
 # ── io: the expert cache what-if ─────────────────────────────────────────────────────────────────
@@ -3825,8 +3825,9 @@ def pair_stakes(compute, io, pair, measured):
     """A pair: a remedy weighed against the decode (MATERIAL of it)."""
     decode = pair["decode_ms_per_token"]
     meta = {**compute["meta"], **io["meta"]}
+    per_decoded = ratio(measured.get("tokens") or pair["tokens"], pair["tokens"]) or 1.0
     return Stakes(decode, f"the {decode:.2f} ms decode per token", MATERIAL,
-                  overlap_cap(meta, measured, 1.0), page_cache_words(io),
+                  overlap_cap(meta, measured, per_decoded), page_cache_words(io),
                   under_pressure(compute))
 
 
@@ -7500,6 +7501,13 @@ class IoAsked(namedtuple("IoAsked", "adjacent cache cache_sizes")):
 
 def analyze_io(path, reading, asked=IoAsked(True, True, None)):
     """Read, sum up and judge an io trace: its report dict."""
+    report, _ = weighed_io(path, reading, asked)
+    return report
+
+
+def weighed_io(path, reading, asked):
+    """analyze_io's report, and what its reads were weighed against (the log's figures, or the
+    trace's waits), which a pair weighs again per decoded token: one pass over the waits."""
     reading = with_trace_stall(path, reading)
     trace, fold = read_io(path, reading, asked.adjacent, asked.cache)
     report = io_report(trace, fold, reading.selection, settle(trace, reading), asked.cache_sizes,
@@ -7512,7 +7520,7 @@ def analyze_io(path, reading, asked=IoAsked(True, True, None)):
         reading.warn(f"{trace.name}: the reads asked for more bytes ({report['req_bytes']}) "
                      f"than they read ({report['read_bytes']}): short reads, so the alignment "
                      f"waste is negative")
-    return report
+    return report, reading.measured
 
 
 def analyze_pair(compute_path, io_path, reading, cache_sizes=()):
@@ -7520,7 +7528,7 @@ def analyze_pair(compute_path, io_path, reading, cache_sizes=()):
     child process with half of the jobs, the io trace here with the rest. Warnings and the
     first error come in the order a one-after-the-other reading gives (compute first)."""
     jobs = reading.jobs
-    analyze_reads = partial(analyze_io, asked=IoAsked(True, True, cache_sizes))
+    analyze_reads = partial(weighed_io, asked=IoAsked(True, True, cache_sizes))
     compute_reading = reading._replace(jobs=max(1, jobs // 2))
     child = Forked(_outcome, analyze_compute, compute_path, compute_reading) \
         if jobs > 1 and hasattr(os, "fork") else None
@@ -7536,23 +7544,12 @@ def analyze_pair(compute_path, io_path, reading, cache_sizes=()):
     finally:
         if child is not None:
             child.cancel()
-    compute, io = _reports(outcomes, reading.warn)
+    compute, (io, measured) = _reports(outcomes, reading.warn)
     report = pair_report(compute, io)
-    report["pair"]["verdicts"] = pair_verdicts(compute, io, report["pair"],
-                                               per_decoded_token(io_path, reading, report))
+    report["pair"]["verdicts"] = pair_verdicts(compute, io, report["pair"], measured)
     for message in report["pair"]["warnings"]:
         reading.warn(message)
     return report
-
-
-def per_decoded_token(io_path, reading, report):
-    """What the log measured, or the io trace's waits, as the pair weighs it: a trace's
-    waits spread over every decoded token (the compute trace knows them all)."""
-    measured = with_trace_stall(io_path, reading).measured
-    if not measured or "waited_ms" not in measured:
-        return reading.measured
-    decoded = report["pair"]["tokens"]
-    return {**measured, "stall_ms_per_token": measured["waited_ms"] / decoded, "tokens": decoded}
 
 
 def analyze_diff(arguments, reading, asked, logs=True):

@@ -391,3 +391,17 @@ def test_the_wait_rows_pass_says_nothing_the_reads_pass_says(tmp_path):
     r = decode_analyze.analyze_io(io, Reading(decode_analyze.Selection(), warn=said.append))
     assert sum("last line has no newline" in message for message in said) == 1, said
     assert r["tokens"] == 4  # the cut line left out, by both passes
+
+
+def test_a_pair_reads_the_wait_rows_once(tmp_path, monkeypatch):
+    """The io half's pass over the waits serves the pair's verdicts too (they spread the same
+    waits over the decoded tokens): one pass, not one for each."""
+    passes = []
+    original = decode_analyze.WaitFold.__init__
+    monkeypatch.setattr(decode_analyze.WaitFold, "__init__",
+                        lambda fold, selection: passes.append(1) or original(fold, selection))
+    ct, io = v2_pair(tmp_path, 4, (1, 2))
+    r = report("report", ct, io, "--no-engine-log", "--jobs", "1")
+    assert "the reads cost 2.00 ms (the overlap's stall)" in \
+        verdicts(r, ["io_bound"])["io_bound"]["text"]
+    assert len(passes) == 1

@@ -645,14 +645,12 @@ class Trace:
     def _batch(self, text):
         """The Batch of the complete lines in `text`, or None when no row survives."""
         first_line = self.line + 1
-        n_lines = text.count("\n")
-        self.line += n_lines
         batch = None
         # A carriage return left after CRLF became LF is inside a line: the line-by-line path
         # judges it (an error, or a skipped row), as it judges every line it cannot split.
         plain = None if "\r" in text else self._unquoted(text) if '"' in text else text
         if plain is not None:
-            columns = self._fast_batch(plain, n_lines,
+            columns = self._fast_batch(plain,
                                        restore=plain is not text and COMMA_STAND_IN in plain)
             if columns is not None:
                 columns = self._drop(columns)
@@ -662,6 +660,7 @@ class Trace:
         if batch is None:
             lines = text.split("\n")
             lines.pop()
+            self.line = first_line - 1 + len(lines)  # whether or not the fast path counted them
             columns = self._slow_batch(lines, first_line)
             if columns is not None:
                 columns = self._drop(columns)
@@ -712,7 +711,7 @@ class Trace:
                 valid.add(token)
         return runs
 
-    def _fast_batch(self, text, n_lines, restore=False):
+    def _fast_batch(self, text, restore=False):
         """Split a batch of plain lines at C speed; None sends it to the line-by-line path.
         `restore`: commas inside fields are written as COMMA_STAND_IN (see _unquoted).
 
@@ -721,7 +720,11 @@ class Trace:
         """
         index, wanted, ints, _ = self._shape
         width = len(self.columns)
-        flat = text.replace("\n", "\n,").split(",")
+        spread = text.replace("\n", "\n,")
+        n_lines = len(spread) - len(text)  # what text.count("\n") would say, at no cost
+        self.line += n_lines
+        flat = spread.split(",")
+        del spread
         flat.pop()
         if len(flat) != n_lines * width or "".join(flat[width - 1::width]).count("\n") != n_lines:
             return None

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Two checkouts of the tool, old and new, timed in one process with their runs alternating, so
-that a noisy machine slows both alike: single-process folds, CPU time, min and median; or with
+"""Two checkouts of the tool, old and new, timed in one process with their runs alternating (and
+which goes first alternating by round), so that a noisy machine slows both alike: single-process
+folds, CPU time: new/old of the minimums, of the medians, and the median of each round's own
+ratio (paired), with the old side's spread (its slowest run over its fastest); or with
 --processes, whole `python3 decode_analyze.py` runs (start-up and --jobs included), CPU time.
 
   git worktree add /tmp/old 7f7b15e
@@ -17,6 +19,7 @@ against the old one's `io --adjacent --cache` (what the what-if may cost: at mos
 Not a test: pytest does not collect it.
 """
 import argparse
+import gc
 import importlib
 import io
 import os
@@ -25,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+from operator import truediv
 from pathlib import Path
 
 
@@ -45,34 +49,38 @@ def load(tag, root):
     return tool
 
 
-def in_process(tools, argvs):
-    """{tag: CPU seconds} of one single-process fold of its argv by each checkout."""
+def in_process(tools, argvs, order):
+    """{tag: CPU seconds} of one single-process fold of its argv by each checkout, in `order`;
+    each starts with no garbage of the run before it left to collect."""
     spent = {}
-    for tag, tool in tools.items():
+    for tag in order:
+        gc.collect()
         start = time.process_time()
-        tool.main(argvs[tag], out=io.StringIO(), err=io.StringIO())
+        tools[tag].main(argvs[tag], out=io.StringIO(), err=io.StringIO())
         spent[tag] = time.process_time() - start
     return spent
 
 
-def as_processes(roots, argvs):
+def as_processes(roots, argvs, order):
     """{tag: CPU seconds of the process tree} of each checkout run as `python3
     decode_analyze.py` with its default --jobs: start-up (compiling the script) included."""
     spent = {}
-    for tag, root in roots.items():
-        child = subprocess.Popen([sys.executable, str(root / "decode_analyze.py"), *argvs[tag]],
+    for tag in order:
+        child = subprocess.Popen([sys.executable, str(roots[tag] / "decode_analyze.py"),
+                                  *argvs[tag]],
                                  stdout=subprocess.DEVNULL)
         _, _, usage = os.wait4(child.pid, 0)
         spent[tag] = usage.ru_utime + usage.ru_stime
     return spent
 
 
-def instructions(roots, argvs):
+def instructions(roots, argvs, order):
     """{tag: instructions executed} by each checkout run as `python3 decode_analyze.py ...
     --jobs 1` under valgrind's callgrind: the same count on every run, however busy the
     machine (CPU time varies by 10-25% between repeats here), start-up included."""
     counted = {}
-    for tag, root in roots.items():
+    for tag in order:
+        root = roots[tag]
         jobs = ["--jobs", "1"] if argvs[tag][0] != "--version" else []
         done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
                                sys.executable, str(root / "decode_analyze.py"), *argvs[tag],
@@ -112,17 +120,17 @@ def main():
             parser.error("--instructions counts under valgrind, which is not installed")
         cases.append(["--version"])  # start-up alone
         roots = {"old": args.old, "new": args.new}
-        timed, args.rounds = (lambda argv: instructions(roots, argv)), 1  # noqa: E731
+        timed, args.rounds = (lambda argv, order: instructions(roots, argv, order)), 1  # noqa: E731
     elif args.processes:
         cases[0].append("--layers")
         cases += [["compute", "ct3m.csv"], ["io", "io3m.csv", "--what-if"],
                   ["report", REAL_PAIR[0], REAL_PAIR[1]],
                   ["report", REAL_PAIR[0], REAL_PAIR[1], "--format", "json"], ["--version"]]
         roots = {"old": args.old, "new": args.new}
-        timed = lambda argv: as_processes(roots, argv)  # noqa: E731
+        timed = lambda argv, order: as_processes(roots, argv, order)  # noqa: E731
     else:
         tools = {"old": load("old", args.old), "new": load("new", args.new)}
-        timed = lambda argv: in_process(tools, argv)  # noqa: E731
+        timed = lambda argv, order: in_process(tools, argv, order)  # noqa: E731
     runs = [(case, case) for case in cases] + [(cases[3], what_if)]
     runs = [run for run in runs if not args.only or args.only in " ".join(run[1])
             or run[1] == ["--version"]]  # start-up, counted with every choice of cases
@@ -130,8 +138,9 @@ def main():
         argvs = {tag: [in_dir(args.dir, word) for word in case]
                  for tag, case in (("old", old_case), ("new", new_case))}
         times = {"old": [], "new": []}
-        for _ in range(args.rounds):
-            for tag, seconds in timed(argvs).items():
+        for round_number in range(args.rounds):  # who goes first alternates
+            order = ("old", "new") if round_number % 2 == 0 else ("new", "old")
+            for tag, seconds in timed(argvs, order).items():
                 times[tag].append(seconds)
         old, new = times["old"], times["new"]
         label = " ".join(Path(word).name for word in new_case[:2])
@@ -141,9 +150,12 @@ def main():
             print(f"{label:48s} {options:38s} new/old: {new[0] / old[0]:.3f} of instructions "
                   f"(old {old[0] / 1e9:.2f} G)", flush=True)
             continue
+        # The rounds' own ratios, and how far the old side's runs spread: a spread above the
+        # bound one is testing says that this machine cannot tell it at that moment.
+        paired = statistics.median(map(truediv, new, old))
         print(f"{label:48s} {options:38s} new/old: min {min(new) / min(old):.3f}, median "
-              f"{statistics.median(new) / statistics.median(old):.3f} "
-              f"(old min {min(old):.2f} s)", flush=True)
+              f"{statistics.median(new) / statistics.median(old):.3f}, paired {paired:.3f} "
+              f"(old min {min(old):.2f} s, spread {max(old) / min(old):.2f}x)", flush=True)
 
 
 if __name__ == "__main__":

@@ -650,7 +650,10 @@ class Trace:
         # judges it (an error, or a skipped row), as it judges every line it cannot split.
         plain = None if "\r" in text else self._unquoted(text) if '"' in text else text
         if plain is not None:
-            columns = self._fast_batch(plain,
+            spread = plain.replace("\n", "\n,")  # each line's newline stays on its last field
+            n_lines = len(spread) - len(plain)  # what count("\n") would say, without a pass
+            self.line += n_lines
+            columns = self._fast_batch(spread, n_lines,
                                        restore=plain is not text and COMMA_STAND_IN in plain)
             if columns is not None:
                 columns = self._drop(columns)
@@ -660,7 +663,7 @@ class Trace:
         if batch is None:
             lines = text.split("\n")
             lines.pop()
-            self.line = first_line - 1 + len(lines)  # whether or not the fast path counted them
+            self.line = first_line - 1 + len(lines)  # counted here when there was no fast path
             columns = self._slow_batch(lines, first_line)
             if columns is not None:
                 columns = self._drop(columns)
@@ -711,20 +714,17 @@ class Trace:
                 valid.add(token)
         return runs
 
-    def _fast_batch(self, text, restore=False):
-        """Split a batch of plain lines at C speed; None sends it to the line-by-line path.
-        `restore`: commas inside fields are written as COMMA_STAND_IN (see _unquoted).
+    def _fast_batch(self, spread, n_lines, restore=False):
+        """Split a batch of n plain lines at C speed; None sends it to the line-by-line path.
+        `spread`: their text with a comma after each newline. `restore`: commas inside fields
+        are written as COMMA_STAND_IN (see _unquoted).
 
         Each line keeps its newline on its last field, so the batch is aligned (every line has
         exactly `width` fields) iff the n slots that should end the n lines hold all n newlines.
         """
         index, wanted, ints, _ = self._shape
         width = len(self.columns)
-        spread = text.replace("\n", "\n,")
-        n_lines = len(spread) - len(text)  # what text.count("\n") would say, at no cost
-        self.line += n_lines
         flat = spread.split(",")
-        del spread
         flat.pop()
         if len(flat) != n_lines * width or "".join(flat[width - 1::width]).count("\n") != n_lines:
             return None

@@ -205,7 +205,7 @@ def test_bad_rows_in_a_large_file_name_the_right_line(write):
 def test_a_fold_runs_without_the_cyclic_collector_and_gives_it_back(write, monkeypatch,
                                                                      was_enabled, rows, code):
     """The collector is off while batches are folded (each collection walked the batch's young
-    lists: 2-7% of a fold); as it was after, the run good or stopped by a bad row in a batch
+    lists: 1-6% of a fold); as it was after, the run good or stopped by a bad row in a batch
     after the first."""
     seen, batches = [], trace_io.Trace.batches
 

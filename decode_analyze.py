@@ -2583,13 +2583,17 @@ def proposed_cache_sizes(meta, cache, cached):
     return sorted({max(1, round(footprint_mib * share)) for share in (0.25, 0.5, 1)})
 
 
-def overlap_cap(meta, measured, scale):
-    """The most the reads can cost a token: all of them when serial; under overlap=1 the
-    stall the engine's log measured (scaled to the report's tokens), else None (unknown)."""
+def overlap_cap(meta, measured, tokens):
+    """The most the reads can cost one of a report's `tokens`: all of them when serial; under
+    overlap=1 the measured stall, else None (unknown). The log's stall is per token already;
+    a trace's waits, per token that read or waited (measured["tokens"]), are spread over the
+    report's tokens (its read-tokens, or a pair's decoded tokens)."""
     if meta.get("overlap") != "1":
         return math.inf
     stall = measured.get("stall_ms_per_token")
-    return None if stall is None else stall * scale
+    if stall is None:
+        return None
+    return stall * (ratio(measured.get("tokens") or tokens, tokens) or 1.0)
 
 
 def capped(ms, cap):
@@ -2630,7 +2634,7 @@ class WhatIf:
         self.estimate = report["io_wall_ms_per_token"]["estimate"]
         self.ms_per_mib = ratio(self.estimate, report["mib_per_token"])
         measured = measured or {}
-        self.cap = overlap_cap(report["meta"], measured, 1.0)  # inf: serial, reads all waited
+        self.cap = overlap_cap(report["meta"], measured, self.tokens)  # inf: serial
         self.management = measured.get("cache_mgmt_ms_per_token") or 0.0
 
     def per_token_mib(self, total_bytes):
@@ -3815,9 +3819,8 @@ Stakes = namedtuple("Stakes", "whole_ms whole threshold cap moot pressure")
 def io_stakes(io, measured):
     """io alone: a remedy weighed against the I/O time itself (IO_MATERIAL of it)."""
     estimate = io["io_wall_ms_per_token"]["estimate"]
-    per_read_token = ratio(measured.get("tokens") or io["tokens"], io["tokens"]) or 1.0
     return Stakes(estimate, f"the {estimate:.2f} ms of I/O per read-token", IO_MATERIAL,
-                  overlap_cap(io["meta"], measured, per_read_token), page_cache_words(io),
+                  overlap_cap(io["meta"], measured, io["tokens"]), page_cache_words(io),
                   False)
 
 
@@ -3825,9 +3828,8 @@ def pair_stakes(compute, io, pair, measured):
     """A pair: a remedy weighed against the decode (MATERIAL of it)."""
     decode = pair["decode_ms_per_token"]
     meta = {**compute["meta"], **io["meta"]}
-    per_decoded = ratio(measured.get("tokens") or pair["tokens"], pair["tokens"]) or 1.0
     return Stakes(decode, f"the {decode:.2f} ms decode per token", MATERIAL,
-                  overlap_cap(meta, measured, per_decoded), page_cache_words(io),
+                  overlap_cap(meta, measured, pair["tokens"]), page_cache_words(io),
                   under_pressure(compute))
 
 

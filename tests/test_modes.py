@@ -405,3 +405,22 @@ def test_a_pair_reads_the_wait_rows_once(tmp_path, monkeypatch):
     assert "the reads cost 2.00 ms (the overlap's stall)" in \
         verdicts(r, ["io_bound"])["io_bound"]["text"]
     assert len(passes) == 1
+
+
+def test_the_what_if_spreads_a_traces_waits_over_its_read_tokens_as_the_verdicts_do(tmp_path):
+    """5 tokens waited 4 ms each, 4 of them read (4 x 8 ms, 4 experts, 1 MiB each): the stall
+    is 20 ms over 4 read-tokens, 5 ms each, for the what-if's cap as for io's stakes (the cap
+    took the 4 ms per waiting token: overlap_cap scales it now, not two of its callers)."""
+    rows = [f"0,1,{step},0,{expert},0,{expert % 2},0,{expert * 2097152},1048576,1048576,"
+            f"8000000,0,8000000,read,7" for step in range(1, 5) for expert in range(4)]
+    rows += [f"0,1,{step},0,1,0,0,0,0,0,0,4000000,0,0,wait,2" for step in range(1, 6)]
+    io = tmp_path / "io.csv"
+    io.write_text(io_text(rows, preamble="# io_trace v2\n# model=m.gguf io_threads=2 "
+                                         "o_direct=1 overlap=1\n# clock=steady_ns trace_id=1\n",
+                          header="turn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,"
+                                 "read_bytes,latency_ns,start_ns,end_ns,kind,thread_id"))
+    r = report("io", io, "--what-if", "--no-engine-log")
+    assert r["tokens"] == 4
+    every_expert = next(setting for setting in r["what_if"]["settings"]
+                        if setting["setting"] == "cache_mb" and setting["value"] == 4)
+    assert every_expert["ms_per_token_saved"]["max"] == 5.0  # all 16 ms of reads, at most 5

@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 from operator import truediv
 from pathlib import Path
 
@@ -61,14 +62,17 @@ def in_process(tools, argvs, order):
     return spent
 
 
+def script(root, argv):
+    """The command line that runs a checkout's tool as a user does."""
+    return [sys.executable, str(root / "decode_analyze.py"), *argv]
+
+
 def as_processes(roots, argvs, order):
     """{tag: CPU seconds of the process tree} of each checkout run as `python3
     decode_analyze.py` with its default --jobs: start-up (compiling the script) included."""
     spent = {}
     for tag in order:
-        child = subprocess.Popen([sys.executable, str(roots[tag] / "decode_analyze.py"),
-                                  *argvs[tag]],
-                                 stdout=subprocess.DEVNULL)
+        child = subprocess.Popen(script(roots[tag], argvs[tag]), stdout=subprocess.DEVNULL)
         _, _, usage = os.wait4(child.pid, 0)
         spent[tag] = usage.ru_utime + usage.ru_stime
     return spent
@@ -80,11 +84,10 @@ def instructions(roots, argvs, order):
     machine (CPU time varies by 10-25% between repeats here), start-up included."""
     counted = {}
     for tag in order:
-        root = roots[tag]
         jobs = ["--jobs", "1"] if argvs[tag][0] != "--version" else []
         done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-                               sys.executable, str(root / "decode_analyze.py"), *argvs[tag],
-                               *jobs], capture_output=True, text=True, check=False)
+                               *script(roots[tag], argvs[tag] + jobs)],
+                              capture_output=True, text=True, check=False)
         counted[tag] = int(done.stderr.split("Collected : ")[1].split()[0])
     return counted
 
@@ -120,17 +123,17 @@ def main():
             parser.error("--instructions counts under valgrind, which is not installed")
         cases.append(["--version"])  # start-up alone
         roots = {"old": args.old, "new": args.new}
-        timed, args.rounds = (lambda argv, order: instructions(roots, argv, order)), 1  # noqa: E731
+        timed, args.rounds = partial(instructions, roots), 1
     elif args.processes:
         cases[0].append("--layers")
         cases += [["compute", "ct3m.csv"], ["io", "io3m.csv", "--what-if"],
                   ["report", REAL_PAIR[0], REAL_PAIR[1]],
                   ["report", REAL_PAIR[0], REAL_PAIR[1], "--format", "json"], ["--version"]]
         roots = {"old": args.old, "new": args.new}
-        timed = lambda argv, order: as_processes(roots, argv, order)  # noqa: E731
+        timed = partial(as_processes, roots)
     else:
         tools = {"old": load("old", args.old), "new": load("new", args.new)}
-        timed = lambda argv, order: in_process(tools, argv, order)  # noqa: E731
+        timed = partial(in_process, tools)
     runs = [(case, case) for case in cases] + [(cases[3], what_if)]
     runs = [run for run in runs if not args.only or args.only in " ".join(run[1])
             or run[1] == ["--version"]]  # start-up, counted with every choice of cases

@@ -120,3 +120,22 @@ def test_the_map_names_every_section_in_order():
 def test_no_line_of_the_tool_is_over_100_columns(module):
     lines = (ROOT / module).read_text(encoding="utf-8").splitlines()
     assert [number for number, line in enumerate(lines, start=1) if len(line) > 100] == []
+
+
+def test_the_test_extra_asks_for_what_the_requirements_do():
+    """`pip install .[test]` and `pip install -r tests/requirements.txt` install the same
+    packages: duckdb was missing from the extra, and test_csv imports it unskipped."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 and later
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        extra = tomllib.load(f)["project"]["optional-dependencies"]["test"]
+    listed = (ROOT / "tests" / "requirements.txt").read_text().split()
+    assert sorted(extra) == sorted(listed)
+
+
+def test_ci_runs_the_readmes_test_command_in_a_fresh_environment():
+    ci = (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert "python3 -m venv" in ci and 'source "$venv/bin/activate"' in ci
+    shown = [line for line in readme.splitlines()
+             if line.startswith("python3 -m pip install -r tests/requirements.txt && ")]
+    assert len(shown) == 1 and "pytest" in shown[0]

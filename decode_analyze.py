@@ -4981,22 +4981,33 @@ def sorted_rows(rows, sort):
 # with the tool's when they differ by at most ENGINE_TOLERANCE of it, or by the engine's rounding.
 ENGINE_TOLERANCE = 0.10
 NUMBER = r"(\d{1,15}(?:\.\d{1,9})?)"  # longer is no engine's figure (nor a float, nor an int)
-ENGINE_LINES = tuple((re.compile(pattern.replace("N", NUMBER)), names) for pattern, names in (
-    (r"generation: N tokens, N s/token", ("tokens", "generation_ms_per_token")),
-    (r"compute: .*, N major faults/token", ("majflt_per_token",)),
-    (r"moe-stream: read N MiB \(N MiB/token\), decode N s/token \(compute N \+ cache mgmt N "
-     r"\+ flash I/O N s/token, N MiB/s\)",
+# Each line: the words it starts with (found with str.find, anywhere in the line), then its
+# figures, right after those words or (where the engine prints text between) searched for after
+# them. No pattern has a `.*`: each one is tried at each place at a bounded cost, so a line is
+# read in time linear in its length (a `.*` before a figure backtracked: 97 s on a 416 KB line).
+EngineLine = namedtuple("EngineLine", "lead figures names anywhere", defaults=(False,))
+ENGINE_LINES = tuple(EngineLine(lead, re.compile(pattern.replace("N", NUMBER)), names, anywhere)
+                     for lead, pattern, names, anywhere in (
+    ("generation: ", r"N tokens, N s/token", ("tokens", "generation_ms_per_token"), False),
+    ("compute: ", r", N major faults/token", ("majflt_per_token",), True),
+    ("moe-stream: ", r"read N MiB \(N MiB/token\), decode N s/token \(compute N \+ cache mgmt "
+     r"N \+ flash I/O N s/token, N MiB/s\)",
      ("read_mib", "mib_per_token", "decode_ms_per_token", "compute_ms_per_token",
-      "cache_mgmt_ms_per_token", "flash_io_ms_per_token", "mib_per_s")),
-    (r"moe-cache: N% hit, resident N MiB", ("hit_pct", "resident_mib")),
-    (r"moe-cache: N evictions, N re-reads", ("evictions", "rereads")),
-    (r"moe-overlap: stall N s/token", ("stall_ms_per_token",)),
-    (r"moe-prefetch: N MiB speculative, N/N experts useful",
-     ("speculative_mib", "useful_experts", "speculative_experts")),
-    (r"ngram: .* N tokens per verify decode", ("positions_per_decode",))))
-TURN_LINE = re.compile(r"turn id=(\d{1,9}): generated=(\d{1,12}) "
-                       r".*cache_hit=(\d{1,3}(?:\.\d{1,9})?)% read_mib=" + NUMBER + r"\b")
+      "cache_mgmt_ms_per_token", "flash_io_ms_per_token", "mib_per_s"), False),
+    ("moe-cache: ", r"N% hit, resident N MiB", ("hit_pct", "resident_mib"), False),
+    ("moe-cache: ", r"N evictions, N re-reads", ("evictions", "rereads"), False),
+    ("moe-overlap: ", r"stall N s/token", ("stall_ms_per_token",), False),
+    ("moe-prefetch: ", r"N MiB speculative, N/N experts useful",
+     ("speculative_mib", "useful_experts", "speculative_experts"), False),
+    ("ngram: ", r" N tokens per verify decode", ("positions_per_decode",), True)))
+TURN_LEAD = "turn id="
+TURN_HEAD = re.compile(r"(\d{1,9}): generated=(\d{1,12}) ")
+TURN_TAIL = re.compile(r"cache_hit=(\d{1,3}(?:\.\d{1,9})?)% read_mib=" + NUMBER + r"\b")
 LOG_MOST_BYTES = 64 << 20  # a log is a terminal's text: past this, it is not one
+LOG_LINE_MOST = 4096  # the engine's lines are under 300 characters: a longer one is none of them
+# A terminal's colours and cursor moves (CSI and OSC sequences), which `2>` keeps in the file
+TERMINAL_CODES = re.compile(r"\x1b\[[0-9;?]{0,32}[ -/]{0,4}[@-~]|\x1b\][^\x07\x1b]{0,256}"
+                            r"(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 EngineValue = namedtuple("EngineValue", "value rounding")
 
 
@@ -5008,32 +5019,82 @@ def engine_value(name, text):
     return EngineValue(float(text) * scale, 0.5 * 10 ** -len(decimals) * scale)
 
 
-# A log read: its figures {name: EngineValue} and its turns [(id, generated, hit %, MiB)].
-EngineLog = namedtuple("EngineLog", "path figures turns")
+# A log read: its last run's figures {name: EngineValue} and turns [(id, generated, hit %,
+# MiB)]; how many runs' end-of-run lines it holds (`2>>` appends a run's to the last's), and
+# how many engine lines.
+EngineLog = namedtuple("EngineLog", "path figures turns runs lines", defaults=(1, 1))
+
+
+def log_text(data):
+    """A log's bytes as text: UTF-16 where a byte-order mark says so (PowerShell's `>`
+    writes it), else UTF-8, any bad byte replaced."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16", "replace")
+    return data.decode("utf-8-sig", "replace")
+
+
+def engine_lines(text):
+    """(kind, figures) of every engine line in the text, in order: kind the line's lead
+    (`turn id=` for a session's turn), figures its {name: EngineValue}, or its turn tuple."""
+    for line in text.splitlines():
+        if len(line) > LOG_LINE_MOST:
+            continue
+        if "\x1b" in line:
+            line = TERMINAL_CODES.sub("", line)
+        for kind in ENGINE_LINES:
+            at = line.find(kind.lead)
+            if at < 0:
+                continue
+            at += len(kind.lead)
+            found = kind.figures.search(line, at) if kind.anywhere else \
+                kind.figures.match(line, at)
+            if found:  # a figure past any float (a mangled log) is no figure
+                yield kind.lead, {name: engine_value(name, value)
+                                  for name, value in zip(kind.names, found.groups())
+                                  if math.isfinite(float(value))}
+        at = line.find(TURN_LEAD)
+        head = TURN_HEAD.match(line, at + len(TURN_LEAD)) if at >= 0 else None
+        tail = TURN_TAIL.search(line, head.end()) if head else None
+        if tail:
+            (number, generated), (hit, mib) = head.groups(), tail.groups()
+            yield TURN_LEAD, (int(number), int(generated), float(hit), float(mib))
 
 
 def read_engine_log(path):
-    """The EngineLog of the file at `path`."""
-    figures, turns = {}, []
+    """The EngineLog of the file at `path`: its last run's lines. A run's lines start again
+    where a kind of line it printed once comes back (a second `generation:`), or a turn's id
+    does not count up."""
     try:
         with open(path, "rb") as f:
-            text = f.read(LOG_MOST_BYTES + 1)
+            data = f.read(LOG_MOST_BYTES + 1)
     except OSError as exc:
         raise TraceError(path, 0, f"cannot read the engine's log: {exc.strerror or exc}")
-    if len(text) > LOG_MOST_BYTES:
+    if len(data) > LOG_MOST_BYTES:
         raise TraceError(path, 0, f"over {LOG_MOST_BYTES >> 20} MiB: not an engine's log")
-    for line in text.decode("utf-8", "replace").splitlines():
-        for pattern, names in ENGINE_LINES:
-            found = pattern.search(line)
-            if found:  # a figure past any float (a mangled log) is no figure
-                figures.update((name, engine_value(name, value))
-                               for name, value in zip(names, found.groups())
-                               if math.isfinite(float(value)))
-        turn = TURN_LINE.search(line)
-        if turn:
-            number, generated, hit, mib = turn.groups()
-            turns.append((int(number), int(generated), float(hit), float(mib)))
-    return EngineLog(path, finer_flash_io(figures), turns)
+    figures, turns, seen, runs, lines = {}, [], set(), 0, 0
+    for kind, found in engine_lines(log_text(data)):
+        lines += 1
+        again = turns and found[0] <= turns[-1][0] if kind == TURN_LEAD else \
+            (kind, tuple(found)) in seen
+        if again or not runs:
+            figures, turns, seen, runs = {}, [], set(), runs + 1
+        if kind == TURN_LEAD:
+            turns.append(found)
+        else:
+            seen.add((kind, tuple(found)))
+            figures.update(found)
+    return EngineLog(path, finer_flash_io(figures), turns, runs, lines)
+
+
+def log_notes(log):
+    """What is to be said of a log as read: no engine line in it, or several runs'."""
+    if not log.lines:
+        return [f"{log.path}: no line of the engine's end-of-run summary in it (generation:, "
+                f"moe-stream:, ...): nothing to compare"]
+    if log.runs > 1:
+        return [f"{log.path}: holds the end-of-run lines of {log.runs} runs (appended, as 2>> "
+                f"does): its last run's are read"]
+    return []
 
 
 def finer_flash_io(figures):
@@ -5049,15 +5110,20 @@ def finer_flash_io(figures):
 
 def log_beside(paths):
     """NAME.log beside the first trace that has one, or for a pair their shared NAME's
-    (session-ct.csv and session-io.csv: session.log); None."""
+    (session-ct.csv and session-io.csv: session.log); None. A trace's NAME is its file name
+    without .csv, or without -ct.csv / -io.csv, as a sweep names a run's two traces."""
     # NAME: the trace's name as summary matches it (no compression ending), without .csv
     names = [matched_name(path).removesuffix(".csv") for path in paths
              if path != trace_io.STDIN]
     shared = os.path.commonprefix(names).rstrip("-_.") if len(names) > 1 else ""
-    for name in names + ([shared] if shared and os.path.basename(shared) else []):
-        if os.path.isfile(name + ".log"):
+    runs = [RUN_OF_TRACE.sub("", name) for name in names]
+    for name in names + ([shared] if shared and os.path.basename(shared) else []) + runs:
+        if os.path.basename(name) and os.path.isfile(name + ".log"):
             return name + ".log"
     return None
+
+
+RUN_OF_TRACE = re.compile(r"[-_.](?:ct|io)$")  # sweep/x-ct.csv, sweep/x-io.csv: sweep/x.log
 
 
 def engine_log(paths, named=None):
@@ -5148,6 +5214,8 @@ def with_engine_log(report, log, warn):
     """The report with its `engine` (null without a log); every figure that disagrees beyond
     the tolerance is a warning."""
     engine = engine_report(log, report) if log else None
+    for note in log_notes(log) if log else ():
+        warn(note)
     for name, figure in (engine["figures"] if engine else {}).items():
         if figure["agrees"] is False:
             warn(f"{log.path}: the engine's {name} is {figure['engine']:.4g}, the traces' "
@@ -8311,11 +8379,26 @@ def check_outputs(args, paths):
             raise UsageError(f"--{same} and --{option} are both {target}: one would be lost")
         seen[output_identity(target)] = option
         refuse_to_overwrite_an_input(paths, target)
+        for log in logs_read(args, paths):
+            if output_identity(log) == output_identity(target):
+                raise OutputError(f"{target}: is the engine log {log} this run reads: not "
+                                  f"writing over it")
     if args.perfetto:
         for _, path in paths:
             if read_once(path):
                 raise TraceError(display_name(path), 0, "--perfetto reads its traces a second "
                                                         "time: give a file, not stdin or a pipe")
+
+
+def logs_read(args, paths):
+    """The engine logs a command line may read: the one named, else NAME.log beside each
+    trace (for a pair, beside both)."""
+    if args.engine_log:
+        return [args.engine_log]
+    if args.no_engine_log:
+        return []
+    names = [path for _, path in paths]
+    return [log for log in [log_beside(names)] + [log_beside([name]) for name in names] if log]
 
 
 def write_pictures(args, report, paths, reading):

@@ -72,7 +72,7 @@ def test_a_new_command_is_one_registry_entry(monkeypatch, capsys):
     assert run("again", SESSION_CT, "--format", "json").json["ms_per_token"] == \
         run("compute", SESSION_CT, "--format", "json").json["ms_per_token"]
     assert run("again", SESSION_CT).out.splitlines()[1:] == \
-        run("compute", SESSION_CT).out.splitlines()[1:]
+        run("compute", SESSION_CT, "--no-engine-log").out.splitlines()[1:]  # again has no log
     assert "is the input" in error_of("again", SESSION_CT, "-o", SESSION_CT)
     assert "compute, once more" in help_of(capsys)
 
@@ -291,3 +291,38 @@ def test_output_is_written_whole_or_the_run_fails(unbuffered):
     child.stdout.close()
     assert child.wait(60) == 141
     assert child.stderr.read() == b""
+
+
+@pytest.mark.parametrize("flag", ["-o", "--svg", "--engine-log-too"])
+def test_an_output_over_the_log_a_run_reads_is_refused(tmp_path, flag):
+    """`io run-io.csv -o run-io.log` replaced the log it had just read (exit 0); so did
+    --engine-log L -o L, --svg, diff -o and summary -o."""
+    trace = tmp_path / "run-io.csv"
+    trace.write_bytes((REAL_TRACES["qwen3moe-l4-io-serial.csv"]).read_bytes())
+    beside, named = tmp_path / "run-io.log", tmp_path / "named.log"
+    for log in (beside, named):
+        log.write_bytes((ROOT / "tests" / "data" / "qwen3moe-l4-io-serial.log").read_bytes())
+    kept = beside.read_bytes()
+    if flag == "--engine-log-too":
+        argv = [["io", trace, "--engine-log", named, "-o", named]]
+        target = named
+    else:
+        argv = [["io", trace, flag, beside], ["diff", trace, trace, flag, beside],
+                ["summary", trace, flag, beside]]
+        target = beside
+    for each in argv:
+        if each[0] == "summary" and flag == "--svg":
+            continue  # summary draws no picture
+        result = run(*each)
+        assert result.code == 1 and "engine log" in result.err and "not writing over" in \
+            result.err, each
+        assert target.read_bytes() == kept
+
+
+def test_a_sweep_runs_log_is_found_by_the_runs_name(tmp_path):
+    """sweep/x-ct.csv and sweep/x-io.csv share sweep/x.log: each alone finds it."""
+    assert da.log_beside([str(tmp_path / "x-io.csv")]) is None
+    (tmp_path / "x.log").write_text("generation: 128 tokens, 0.009 s/token\n")
+    assert da.log_beside([str(tmp_path / "x-io.csv")]) == str(tmp_path / "x.log")
+    assert da.log_beside([str(tmp_path / "x_ct.csv.gz")]) == str(tmp_path / "x.log")
+    assert da.log_beside([str(tmp_path / "x-io-serial.csv")]) is None

@@ -97,7 +97,7 @@ def test_lines_are_found_anywhere_and_everything_else_is_ignored(tmp_path):
                     b"(compute 0.034 + cache mgmt 0.000 + flash I/O 0.005 s/token, 344 MiB/s)\r\n"
                     b"moe-cache: 13.0% hit, resident 1.9 MiB\n"
                     b"generation: 128 tok")  # cut short: not a line of the grammar
-    _, figures, turns = decode_analyze.read_engine_log(str(log))
+    figures, turns = decode_analyze.read_engine_log(str(log))[1:3]
     assert figures["read_mib"].value == 204.0 and figures["hit_pct"].value == 13.0
     assert "tokens" not in figures and turns == []
     # without the tokens, flash I/O is the engine's printed ms
@@ -131,7 +131,7 @@ def test_a_mangled_log_never_raises_past_its_figures(tmp_path, seed):
                                                         for _ in range(rng.randint(0, 3)))
         log = tmp_path / "run.log"
         log.write_bytes(bytes(mangled))
-        _, figures, _ = decode_analyze.read_engine_log(str(log))
+        figures = decode_analyze.read_engine_log(str(log)).figures
         assert all(value.value >= 0 and value.rounding > 0 for value in figures.values())
     result = run("io", DATA / "qwen3moe-l4-io-prefetch.csv", "--engine-log", log)
     assert result.code == 0 and "Traceback" not in result.err
@@ -186,5 +186,70 @@ def test_a_line_with_a_number_past_any_engine_figure_is_no_engine_line(tmp_path)
     log.write_text(f"turn id={huge}: generated=5 n_prompt=1 cache_hit=13.2% read_mib=1.0\n"
                    f"moe-cache: {huge[:400]}% hit, resident 1.9 MiB\n"
                    f"turn id=1: generated={huge} n_prompt=1 cache_hit=1.0% read_mib=2.0\n")
-    _, figures, turns = decode_analyze.read_engine_log(str(log))
+    figures, turns = decode_analyze.read_engine_log(str(log))[1:3]
     assert figures == {} and turns == []
+
+
+def test_reading_a_log_is_linear_in_its_length(tmp_path):
+    """A line of `compute: , 1 ` repeated backtracked in the patterns' `.*` (6 s at 104 KB,
+    97 s at 416 KB); now each line is read at a bounded cost a character, and a line past
+    LOG_LINE_MOST is none of the engine's."""
+    import time
+    log = tmp_path / "hostile.log"
+    short = "compute: " + ", 1 " * 1000  # 4 KB: under the line bound, so it is matched
+    log.write_text((short + "\n") * 200 + "compute: " + ", 1 " * 104_000 + "\n"
+                   "moe-overlap: stall 0.003 s/token\n")
+    started = time.process_time()
+    figures = decode_analyze.read_engine_log(str(log)).figures
+    assert time.process_time() - started < 2.0  # was minutes; linear reading takes ~0.1 s
+    assert figures == {"stall_ms_per_token": decode_analyze.EngineValue(3.0, 0.5)}
+
+
+def test_colour_codes_are_stripped_and_utf16_is_decoded(tmp_path):
+    text = ("\x1b[1;32mgeneration:\x1b[0m 128 tokens, 0.039 s/token (25.633 tok/s)\n"
+            "moe-stream: read 204.0 MiB (1.59 MiB/token), decode 0.039 s/token (compute 0.034 "
+            "+ cache mgmt 0.000 + flash I/O 0.005 s/token, 344 MiB/s)\n")
+    for name, data in (("colour.log", text.encode()),
+                       ("utf16.log", text.encode("utf-16")),  # with its byte-order mark
+                       ("utf16be.log", b"\xfe\xff" + text.encode("utf-16-be"))):
+        (tmp_path / name).write_bytes(data)
+        figures = decode_analyze.read_engine_log(str(tmp_path / name)).figures
+        assert figures["tokens"].value == 128, name
+        # the finer flash I/O needs the tokens: 204.0 / 344 / 128 s
+        assert figures["flash_io_ms_per_token"].value == pytest.approx(204.0 / 344 / 128 * 1e3)
+
+
+def test_a_log_of_two_runs_appended_is_read_as_its_last_and_said(tmp_path):
+    first = (DATA / "qwen3moe-l4-io-prefetch.log").read_text()  # a cached run
+    last = (DATA / "qwen3moe-l4-io-serial.log").read_text()
+    log = tmp_path / "appended.log"
+    log.write_text(first + last)
+    read = decode_analyze.read_engine_log(str(log))
+    assert read.runs == 2 and "hit_pct" not in read.figures
+    assert read.figures["read_mib"].value == 204.0
+    engine, err = engine_of("io", DATA / "qwen3moe-l4-io-serial.csv", "--engine-log", log)
+    assert "2 runs" in err and "last run" in err and "another run" not in err
+    assert all(figure["agrees"] is not False for figure in engine["figures"].values())
+
+
+def test_repeated_turn_lines_start_a_new_session():
+    text = "".join(f"turn id={turn}: generated=8 n_prompt=4 n_past=12 cache_hit=1.0% "
+                   f"read_mib=2.0\n" for turn in (1, 2, 1, 2, 3))
+    assert [found[0] for _, found in decode_analyze.engine_lines(text)] == [1, 2, 1, 2, 3]
+
+
+def test_a_session_log_appended_twice_is_its_last_session(tmp_path):
+    log = tmp_path / "twice.log"
+    log.write_text((ROOT / "examples" / "session.log").read_text() * 2)
+    read = decode_analyze.read_engine_log(str(log))
+    assert read.runs == 2 and [turn[0] for turn in read.turns] == [1, 2, 3, 4]
+
+
+def test_a_log_with_no_engine_line_is_said_to_have_none(tmp_path):
+    for name, data in (("binary.log", bytes(range(256)) * 40),
+                       ("empty.log", b""),
+                       ("other.log", b"llama_model_loader: loaded meta data\n")):
+        log = tmp_path / name
+        log.write_bytes(data)
+        engine, err = engine_of("io", DATA / "qwen3moe-l4-io-serial.csv", "--engine-log", log)
+        assert engine["figures"] == {} and "no line of the engine's" in err, name

@@ -176,9 +176,9 @@ def compressed(path, folder):
     target = folder / "gzip" / path.name
     target.parent.mkdir(exist_ok=True)
     target.write_bytes(gzip.compress(path.read_bytes()))
-    log = path.with_suffix(".log")
-    if log.exists():  # NAME.log is found beside NAME.csv.gz as beside NAME.csv
-        shutil.copy(log, target.parent / log.name)
+    log = decode_analyze.log_beside([str(path)])
+    if log:  # NAME.log is found beside NAME.csv.gz as beside NAME.csv
+        shutil.copy(log, target.parent / os.path.basename(log))
     return target
 
 
@@ -203,9 +203,8 @@ def test_every_command_gives_one_answer_whatever_the_path(case, every_command, m
     assert difference(answer(gzipped, tmp_path), one) is None, "gzip"
     if command != "timeline":  # timeline's second input is not read from stdin here
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(inputs[0].read_bytes())))
-        log = inputs[0].with_suffix(".log")  # stdin has no folder: its log is named
-        named = ["--engine-log", str(log)] if log.exists() and command in ("compute", "io") \
-            else []
+        log = decode_analyze.log_beside([str(inputs[0])])  # stdin has no folder: its log is named
+        named = ["--engine-log", log] if log and command in ("compute", "io") else []
         assert difference(answer([argv[0], "-", *argv[2:], *named], tmp_path), one) is None, \
             "stdin"
 

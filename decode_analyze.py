@@ -1148,23 +1148,27 @@ class PerToken:
         return ratio(wall_ns, self.total_ns)
 
 
-# Both samples at most this many pairs (n1 * n2) and no ties: the exact distribution of U.
+# Both samples at most this many pairs (n1 * n2): the exact distribution of U, ties or not (the
+# runs of a diff's sides: one rule, so that p never goes below the least the runs can give).
 EXACT_PAIRS = 2500
+EXACT_TIED_WORK = 4_000_000  # with ties, the exact count's steps (n^2 n1^2): 20 runs a side
 
 
 def mann_whitney_p(base, new):
     """Two-sided p-value of the Mann-Whitney U test that `base` and `new` (lists of numbers)
-    come from one distribution; None when a side is empty. Exact when there are no ties and
-    n1 * n2 <= EXACT_PAIRS; otherwise the normal approximation with the tie correction and a
-    0.5 continuity correction (the defaults of scipy.stats.mannwhitneyu)."""
+    come from one distribution; None when a side is empty. Exact where n1 * n2 <=
+    EXACT_PAIRS, ties included (their midranks) for sides of up to 20 runs; otherwise the normal approximation with the
+    tie correction and a 0.5 continuity correction (the defaults of scipy.stats.mannwhitneyu)."""
     n1, n2 = len(base), len(new)
     if not n1 or not n2:
         return None
     ranks, tie_term = midranks(list(base) + list(new))
     u_base = sum(ranks[:n1]) - n1 * (n1 + 1) / 2
     u = max(u_base, n1 * n2 - u_base)
-    if not tie_term and n1 * n2 <= EXACT_PAIRS:
+    if n1 * n2 <= EXACT_PAIRS and not tie_term:
         return min(1.0, 2 * exact_u_tail(round(u), n1, n2))
+    if n1 * n2 <= EXACT_PAIRS and (n1 + n2) ** 2 * n1 ** 2 <= EXACT_TIED_WORK:
+        return exact_p(ranks, n1)
     n = n1 + n2
     variance = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1)))
     if variance <= 0:  # every value equal
@@ -1204,6 +1208,26 @@ def exact_u_tail(u, n1, n2):
         for k in range(i, top + 1):  # divided by (1 - q^i): exact, the result is a polynomial
             counts[k] += counts[k - i]
     return sum(counts[u:]) / sum(counts)
+
+
+def exact_p(ranks, n1):
+    """2 min(P(R <= r), P(R >= r)): R the rank sum of n1 values drawn from the pooled ranks,
+    every split equally likely, r the first n1's (the untied test's two tails, so that p is
+    never below 2 / C(n, n1)). Ranks are doubled to integers (a midrank is a whole or a
+    half); ways[k] counts, for each doubled sum, the subsets of k ranks that make it, built one
+    rank at a time."""
+    doubled = [round(2 * rank) for rank in ranks]
+    ways = [Counter() for _ in range(n1 + 1)]
+    ways[0][0] = 1
+    for count, value in enumerate(doubled, 1):
+        for k in range(min(n1, count), 0, -1):
+            into = ways[k]
+            for total, many in ways[k - 1].items():
+                into[total + value] += many
+    observed = sum(doubled[:n1])
+    below = sum(many for total, many in ways[n1].items() if total <= observed)
+    above = sum(many for total, many in ways[n1].items() if total >= observed)
+    return min(1.0, 2 * min(below, above) / comb(len(ranks), n1))
 
 
 def ratio(numerator, denominator):
@@ -4439,8 +4463,9 @@ def least_p(n):
     return 2 / comb(base + new, base) if base and new else 1.0
 
 
-def gate_rows(gate, sections, sides, alpha):
-    """The GATE of one asked figure against each NEW side."""
+def gate_rows(gate, sections, sides, alpha, test):
+    """The GATE of one asked figure against each NEW side: decided by the test over runs only
+    (a run's tokens say that two runs differ, not that their settings do)."""
     section = next((s for s in sections if s["title"] == f"{gate.part} headline"), None)
     row = next((r for r in section["rows"] if r["name"] == gate.label), None) if section \
         else None
@@ -4450,12 +4475,12 @@ def gate_rows(gate, sections, sides, alpha):
     rows = []
     for side, change in zip(sides[1:], row["changes"]):
         worse = None if change["ratio"] is None else sign * (change["ratio"] - 1)
-        decided = bool(change["significant"]) or change["p"] is not None and \
-            least_p(change["n"]) < alpha
+        decided = test == "runs" and (bool(change["significant"]) or change["p"] is not None
+                                      and least_p(change["n"]) < alpha)
         rows.append(GATE(new=side.name, figure=gate.figure, limit_share=gate.limit,
                          worse_share=worse,
                          p=change["p"], n=change["n"],
-                         failed=bool(change["significant"]) and worse is not None
+                         failed=decided and bool(change["significant"]) and worse is not None
                          and worse > gate.limit, decided=decided))
     return rows
 
@@ -4491,7 +4516,7 @@ def diff_report(sides, alpha, test, gates=()):
         sections=sections,
         drift=[found for view, name in zip(runs, names) for part in parts
                for found in [drift_check(name, part, view.parts[part], alpha)] if found],
-        gate=[row for gate in gates for row in gate_rows(gate, sections, sides, alpha)],
+        gate=[row for gate in gates for row in gate_rows(gate, sections, sides, alpha, test)],
         prediction_check=[row for side in news if "io" in parts
                           for row in prediction_check(base.first("io"), side_measured(side),
                                                       side.name)],
@@ -6223,13 +6248,16 @@ def p_words(p):
 def gate_lines(report):
     """The regression gate's answer, a line per figure and NEW."""
     lines = []
+    undecided = "not decided (the gate takes the test over runs, not --test tokens)" \
+        if report["test"] == "tokens" else "not decided (too few runs: nothing can fail it)"
     for gate in report["gate"]:
-        worse = "n/a" if gate["worse_share"] is None else f"{gate['worse_share']:+.1%}"
+        share = gate["worse_share"]
+        change = "change n/a" if share is None else f"worse by {share:.1%}" if share > 0 \
+            else f"better by {-share:.1%}" if share < 0 else "unchanged"
         test = "no test" if gate["p"] is None else \
             f"p{p_words(gate['p'])} n={'+'.join(map(str, gate['n']))}"
-        verdict = "FAILED" if gate["failed"] else "passed" if gate["decided"] else \
-            "not decided (too few runs: nothing can fail it)"
-        lines.append(f"gate: {safe(gate['new'])} {gate['figure']} worse by {worse} (limit "
+        verdict = "FAILED" if gate["failed"] else "passed" if gate["decided"] else undecided
+        lines.append(f"gate: {safe(gate['new'])} {gate['figure']} {change} (limit "
                      f"{gate['limit_share']:.1%}), {test}: {verdict}")
     return lines
 

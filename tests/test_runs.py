@@ -349,3 +349,19 @@ def test_diff_csv_gives_each_run_its_figures_unit_and_the_spread_a_fraction():
     assert units["rows.changes.ratio"] == "x" and units["rows.changes.n"] == ""
     summary = list(csv.reader(io.StringIO(run("summary", *runs, "--format", "csv").out)))
     assert {r[5] for r in summary if r[0] == "runs" and r[2] == "n"} == {"runs"}
+
+
+def test_the_gate_over_tokens_is_not_decided_and_a_gain_is_said_as_better(tmp_path):
+    """--test tokens with one run a side failed the gate, though its help says it takes the
+    test over runs; a 20% gain was printed "worse by -20.2%"."""
+    base = generated_runs(tmp_path, "base", 1, seed=3)
+    slower = generated_runs(tmp_path, "slow", 1, slower=1.5, seed=4)
+    tokens = run("diff", base[0][0], slower[0][0], "--test", "tokens", "--fail-if-worse",
+                 "ms_per_token=5%")
+    assert tokens.code == 0 and \
+        "not decided (the gate takes the test over runs" in " ".join(tokens.out.split())
+    faster = generated_runs(tmp_path, "fast", 5, slower=1 / 1.25, seed=5)
+    five = generated_runs(tmp_path, "five", 5, seed=3)
+    gained = run("diff", *sides_argv(five, faster), "--fail-if-worse", "ms_per_token=5%")
+    line = next(line for line in gained.out.splitlines() if line.startswith("gate:"))
+    assert gained.code == 0 and "better by 2" in line and "worse by" not in line, line

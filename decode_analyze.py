@@ -1157,8 +1157,9 @@ EXACT_TIED_WORK = 4_000_000  # with ties, the exact count's steps (n^2 n1^2): 20
 def mann_whitney_p(base, new):
     """Two-sided p-value of the Mann-Whitney U test that `base` and `new` (lists of numbers)
     come from one distribution; None when a side is empty. Exact where n1 * n2 <=
-    EXACT_PAIRS, ties included (their midranks) for sides of up to 20 runs; otherwise the normal approximation with the
-    tie correction and a 0.5 continuity correction (the defaults of scipy.stats.mannwhitneyu)."""
+    EXACT_PAIRS, ties included (their midranks) for sides of up to 20 runs; otherwise the
+    normal approximation with the tie correction and a 0.5 continuity correction (the
+    defaults of scipy.stats.mannwhitneyu)."""
     n1, n2 = len(base), len(new)
     if not n1 or not n2:
         return None
@@ -1217,8 +1218,7 @@ def exact_p(ranks, n1):
     half); ways[k] counts, for each doubled sum, the subsets of k ranks that make it, built one
     rank at a time."""
     doubled = [round(2 * rank) for rank in ranks]
-    ways = [Counter() for _ in range(n1 + 1)]
-    ways[0][0] = 1
+    ways = [Counter({0: 1})] + [Counter() for _ in range(n1)]
     for count, value in enumerate(doubled, 1):
         for k in range(min(n1, count), 0, -1):
             into = ways[k]
@@ -4050,6 +4050,69 @@ def all_verdicts(report):
             + [v for v in io["verdicts"] if v["id"] not in own] + pair["verdicts"])
 
 
+# ── diff: which runs are repeats of one configuration (summary groups by it too) ──────────────────
+# A configuration is a run's preamble with its settings joined, less the keys that name a run
+# rather than set it (a v2 trace's per-run trace_id). A key one run lacks is unknown there, not
+# a difference: a saved report without a what-if has no `cache`, its trace says cache=0.
+RUN_NAMES = ("trace_id",)
+# Runs of one configuration whose figures are further apart than this are not repeats: a
+# memory limit, a cut-short run, mmap against streaming. Repeats of real runs spread by up to
+# 1.5x in time (the sweep's serial 9-13 ms, quiet 48-layer repeats 97-135 ms) and read the same
+# bytes. (figure, at most this ratio between two repeats, and more than this apart.)
+REPEAT_SPREAD = (("tokens", 1.25, 0), ("decode_ms_per_token", 2.0, 1.0),
+                 ("io_ms_per_token", 2.0, 1.0), ("mib_per_token", 1.1, 0.01),
+                 ("majflt_per_token", 2.0, 1.0))
+
+
+def configuration(meta):
+    """A run's settings: its preamble less the keys that name the run."""
+    return {key: value for key, value in meta.items() if key not in RUN_NAMES}
+
+
+def compatible(known, other):
+    """Whether two configurations agree on every key both know."""
+    return all(other[key] == value for key, value in known.items() if key in other)
+
+
+def too_far_apart(one, other):
+    """The words for the first figure two runs' figures differ in beyond REPEAT_SPREAD, or
+    None: one, other {figure: value or None}."""
+    for name, most, least in REPEAT_SPREAD:
+        a, b = one.get(name), other.get(name)
+        if a is None or b is None:
+            continue
+        low, high = sorted((a, b))
+        if high - low > least and high > most * low:
+            return f"{name} {a:.4g} against {b:.4g} (repeats stay within {most:g}x)"
+    return None
+
+
+def distinct(items, figures_of, warn):
+    """The items less those that repeat an earlier one: the same figures to the last digit
+    (where both have a figure: a saved report may lack a what-if's) and a configuration that
+    agrees. One file given twice, or a saved report beside the trace it was made from, is one
+    run. figures_of(item): (its name, {figure: value}, its configuration)."""
+    kept, seen = [], []
+    for item in items:
+        name, figures, config = figures_of(item)
+        same = next((known_name for known_name, known, known_config in seen
+                     if same_figures(known, figures) and compatible(known_config, config)),
+                    None)
+        if same is not None:
+            warn(f"{name} is {same} again (the same figures, to the last digit): counted once")
+            continue
+        kept.append(item)
+        seen.append((name, figures, config))
+    return kept
+
+
+def same_figures(one, other):
+    """Whether two runs' {figure: value} name the same figures and agree on each both have."""
+    return one.keys() == other.keys() and any(value is not None for value in one.values()) \
+        and all(a == b for a, b in zip(one.values(), (other[key] for key in one))
+                if a is not None and b is not None)
+
+
 # ── diff: runs compared ──────────────────────────────────────────────────────────────────────────
 # What `diff` compares, per kind of report. A headline figure is (label, path in the report,
 # the per_token field that samples it or None); a table is rows of one figure keyed by a
@@ -4153,6 +4216,15 @@ class DiffView:
             halves["pair"] = pair_half(report)
         self.kind = kind
         self.parts = {part: self._part(part, half) for part, half in halves.items()}
+
+    def figures(self):
+        """Its name, what tells its run from every other (each part's tokens and headline
+        figures) and its configuration."""
+        return self.path, {(part, label): value for part, half in self.parts.items()
+                           for label, value in [("tokens", half["tokens"]),
+                                                *half["headline"].items()]}, \
+            configuration({key: value for half in self.parts.values()
+                           for key, value in half["meta"].items()})
 
     def _part(self, part, report):
         tokens, per_token = report["tokens"], report["per_token"]
@@ -4437,19 +4509,20 @@ def table_figures(part, sides, table):
 
 
 def side_meta(halves):
-    """{key: value} of a side's runs: the value they share, or their values joined by |."""
-    keys = dict.fromkeys(key for half in halves for key in half["meta"])
+    """{key: value} of a side's runs' configurations: the value the runs that know it share,
+    or their values joined by |."""
     found = {}
-    for key in keys:
-        found[key] = "|".join(dict.fromkeys(half["meta"].get(key, "(none)") for half in halves))
-    return found
+    for half in halves:
+        for key, value in configuration(half["meta"]).items():
+            found.setdefault(key, []).append(value)
+    return {key: "|".join(dict.fromkeys(values)) for key, values in found.items()}
 
 
 def preamble_changes(base, new):
-    """[{key, base, new}] of the preamble keys whose values differ (None: absent)."""
-    keys = list(base) + [key for key in new if key not in base]
-    return [PREAMBLE_CHANGE(key=key, base=base.get(key), new=new.get(key))
-            for key in keys if base.get(key) != new.get(key)]
+    """[{key, base, new}] of the keys whose values both sides know and that differ (a key
+    one side lacks is unknown there, not changed)."""
+    return [PREAMBLE_CHANGE(key=key, base=value, new=new[key]) for key, value in base.items()
+            if key in new and new[key] != value]
 
 
 # A gate figure (--fail-if-worse) whose larger value is better.
@@ -4943,14 +5016,44 @@ def own_hit_share(io, what_if):
 SUMMED, JOINED = ("tokens", "n"), ("paths", "engine_disagrees", "flagged")
 
 
-def grouped(rows, repeats=True):
-    """Repeats (runs of one kind, granularity and settings) as one row each, in the order
-    their first run was given; each run a row of its own unless `repeats`."""
-    groups = {}
-    for index, row in enumerate(rows):
-        key = (row["kind"], row.pop("granularity"), tuple(sorted(row["meta"].items())))
-        groups.setdefault(key if repeats else index, []).append(row)
-    return [merged(group) for group in groups.values()]
+def grouped(rows, warn, repeats=True):
+    """Repeats (runs of one kind, granularity and configuration, their figures as close as
+    repeats') as one row each, in the order their first run was given; each run a row of its
+    own unless `repeats`. Runs of one configuration further apart are rows of their own, said."""
+    groups = []  # [(kind, granularity), the configuration's keys known so far, its rows]
+    for row in rows:
+        kind, config = (row["kind"], row.pop("granularity")), configuration(row["meta"])
+        said = None  # why the row is apart from the first group of its configuration
+        for group_kind, known, members in groups if repeats else ():
+            if group_kind != kind or not compatible(known, config):
+                continue
+            apart = next(filter(None, (too_far_apart(member, row) for member in members)), None)
+            if apart:
+                first, *_ = members
+                said = said or f"{first['run']} and {row['run']}: one configuration, but " \
+                    f"{apart}: not repeats, listed apart"
+                continue
+            known.update(config)
+            members.append(row)
+            break
+        else:
+            groups.append((kind, dict(config), [row]))
+            if said:
+                warn(said)
+    found = []
+    for _, known, members in groups:
+        row = merged(members)
+        row["meta"] = known
+        found.append(row)
+    return found
+
+
+def summary_row_figures(row):
+    """A row's name, what tells its run from every other (its kind, tokens and headline
+    figures) and its configuration."""
+    names = ("kind", "tokens", "decode_ms_per_token", "io_ms_per_token", "mib_per_token",
+             "majflt_per_token")
+    return row["run"], {name: row[name] for name in names}, configuration(row["meta"])
 
 
 def merged(group):
@@ -4973,7 +5076,8 @@ def merged(group):
 
 def differing_keys(metas, rows):
     """The preamble keys whose values differ between the runs (into each row's settings), and
-    {key: value} of those they share."""
+    {key: value} of those they share. A key some runs do not know is not shared: a column,
+    with '-' where it is unknown (a repeat's unknown key was filled by its group's runs)."""
     keys = list(dict.fromkeys(key for meta in metas for key in meta))
     differing = [key for key in keys if len({meta.get(key) for meta in metas}) > 1]
     for row, meta in zip(rows, metas):
@@ -7663,7 +7767,8 @@ def analyze_diff(arguments, reading, asked, logs=True):
                     for view in views if "io" in view.parts} - {None})
     base = [diff_view(path, reading, logs, sizes if not i else None)
             for i, path in enumerate(base_paths)]
-    views = [base] + news
+    views = [distinct(side, DiffView.figures, reading.warn)
+             for side in [base] + news]
     *_, last = runs = [view for side in views for view in side]
     if not set.intersection(*(set(view.parts) for view in runs)):
         described = ", ".join(f"{view.path} is {view.kind}" for view in runs)
@@ -7828,7 +7933,8 @@ def analyze_summary(arguments, reading, sort, logs=True, group=True):
         names = shortest_names([display_name(run.path) for run in runs])
         inputs = Inputs(local, kinds, logs)
         rows = [summary_row(name, run, inputs, reading) for name, run in zip(names, runs)]
-    rows = grouped(rows, group)
+    rows = distinct(rows, summary_row_figures, reading.warn)
+    rows = grouped(rows, reading.warn, group)
     keys, common = differing_keys([row.pop("meta") for row in rows], rows)
     sortable = SUMMARY_SORTS + tuple(keys) + tuple(common)
     if sort is not None and sort not in sortable:

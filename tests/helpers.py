@@ -150,3 +150,17 @@ def difference(got, expected):
         if line != wanted:
             return f"line {number}: {line[:200]!r} instead of {wanted[:200]!r}"
     return "one text is longer"
+
+
+def another_run(source, target, nudge=1):
+    """A copy of a trace as another run of its command: its last row's time (wall_ns or
+    latency_ns) `nudge` ns longer. Identical files are one run (diff and summary count them
+    once), so a test that wants several runs of one trace's shape makes them with this."""
+    lines = Path(source).read_text().splitlines(keepends=True)
+    header = next(line for line in lines if not line.startswith("#")).rstrip("\n").split(",")
+    column = header.index("wall_ns" if "wall_ns" in header else "latency_ns")
+    fields = lines[-1].rstrip("\n").split(",")
+    fields[column] = str(int(fields[column]) + nudge)
+    lines[-1] = ",".join(fields) + "\n"
+    Path(target).write_text("".join(lines))
+    return Path(target)

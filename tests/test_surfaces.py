@@ -13,7 +13,7 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 import decode_analyze
-from helpers import REAL_TRACES, ROOT, error_of, io_text, report, run
+from helpers import REAL_TRACES, ROOT, another_run, error_of, io_text, report, run
 
 SERIAL = REAL_TRACES["qwen3moe-l4-io-serial.csv"]
 OVERLAP = REAL_TRACES["qwen3moe-l4-io-overlap.csv"]
@@ -26,14 +26,16 @@ def rows_of(*argv):
     return report("summary", *argv)["runs"]
 
 
-def one_run(folder, compute_name, io_name):
-    """A compute trace and an io trace of one run under the names given, in `folder`."""
+def one_run(folder, compute_name, io_name, nudge=0):
+    """A compute trace and an io trace of one run under the names given, in `folder` (another
+    run of the same shape with a nudge: its last rows' times that many ns longer)."""
     folder.mkdir(exist_ok=True)
-    shutil.copy(LAYERS, folder / compute_name)
+    another_run(LAYERS, folder / compute_name, nudge)
+    another_run(SERIAL, folder / io_name.removesuffix(".gz"), nudge)
     if io_name.endswith(".gz"):
-        (folder / io_name).write_bytes(gzip.compress(SERIAL.read_bytes()))
-    else:
-        shutil.copy(SERIAL, folder / io_name)
+        plain = folder / io_name.removesuffix(".gz")
+        (folder / io_name).write_bytes(gzip.compress(plain.read_bytes()))
+        plain.unlink()
     return folder / compute_name, folder / io_name
 
 
@@ -54,12 +56,17 @@ def test_a_run_pairs_whatever_the_order_and_the_compression(tmp_path, names):
 
 def test_a_name_that_could_pair_two_ways_pairs_none(tmp_path):
     compute, reads = one_run(tmp_path, "x-ct.csv", "x-io.csv")
-    shutil.copy(reads, tmp_path / "x-io.csv.gz")  # which is the run's? neither is taken
+    another_run(reads, tmp_path / "x-io.csv.gz", 1)  # which is the run's? neither is taken
     rows = rows_of(compute, reads, tmp_path / "x-io.csv.gz", "--no-group")
     assert [row["kind"] for row in rows] == ["compute", "io", "io"]
-    # grouped, the two copies of one io trace are repeats: one row of two runs
+    # grouped, the two io runs are repeats: one row of two runs
     assert [(row["kind"], row["n"]) for row in rows_of(compute, reads, tmp_path / "x-io.csv.gz")] \
         == [("compute", 1), ("io", 2)]
+    # a plain copy of one io trace is that run again: one run, said
+    shutil.copy(reads, tmp_path / "x-io.csv.gz")
+    result = run("summary", compute, reads, tmp_path / "x-io.csv.gz", "--format", "json")
+    assert [row["kind"] for row in result.json["runs"]] == ["compute", "io"]
+    assert "x-io.csv.gz is x-io.csv again" in result.err
 
 
 # ── class 2: no part of any argument is ever written over ──
@@ -117,21 +124,25 @@ def test_summary_reads_the_saved_reports_diff_reads(kind, schema):
 
 
 # ── classes 6 and 7: numbering, and a key a run lacks ──
-def test_the_same_path_twice_is_two_numbered_rows(tmp_path):
-    out = run("summary", SERIAL, SERIAL, OVERLAP, "--no-group").out
-    numbers = [line.split()[0] for line in out.splitlines()[-3:]]
-    assert numbers == ["1", "2", "3"]
-    assert f"  #1 {SERIAL.name}  overlap=0" in out and f"  #2 {SERIAL.name}  overlap=0" in out
+def test_the_same_path_twice_is_one_run_said(tmp_path):
+    """A path given twice passed as two repeats (and diff A A A vs B B B as three a side)."""
+    result = run("summary", SERIAL, SERIAL, OVERLAP, "--no-group")
+    numbers = [line.split()[0] for line in result.out.splitlines()[-2:]]
+    assert numbers == ["1", "2"]
+    assert f"{SERIAL.name} is {SERIAL.name} again" in result.err and "counted once" in result.err
 
 
 def test_a_key_a_run_lacks_shows_as_missing_not_none(tmp_path):
-    keyed = with_key(tmp_path, "k.csv", "5")
-    r = report("summary", keyed, OVERLAP)
-    assert [row["settings"]["weird"] for row in r["runs"]] == ["5", None]  # JSON: null
+    keyed, other = with_key(tmp_path, "k.csv", "5"), with_key(tmp_path, "j.csv", "6")
+    r = report("summary", keyed, other, OVERLAP)
+    assert [row["settings"]["weird"] for row in r["runs"]] == ["5", "6", None]  # JSON: null
     for fmt in ("text", "markdown", "csv"):
-        out = run("summary", keyed, OVERLAP, "--format", fmt).out
+        out = run("summary", keyed, other, OVERLAP, "--format", fmt).out
         assert "None" not in out
-    assert "weird=-" in run("summary", keyed, OVERLAP).out
+    assert "weird=-" in run("summary", keyed, other, OVERLAP).out
+    # a key one run does not know is not shared: a column, '-' where unknown
+    r = report("summary", keyed, OVERLAP)
+    assert r["keys"] == ["overlap", "weird"] and "weird" not in r["common"]
 
 
 # ── classes 8, 9, 10 and 12: one escaping rule for every text cell, in every format ──
@@ -320,7 +331,7 @@ def sweep(tmp_path_factory):
     """Two runs of two traces each (one compressed), a trace alone and a saved report."""
     folder = tmp_path_factory.mktemp("sweep")
     first = one_run(folder / "run1", "ct.csv", "io.csv")
-    second = one_run(folder, "b-ct.csv", "b-io.csv.gz")
+    second = one_run(folder, "b-ct.csv", "b-io.csv.gz", nudge=1)
     alone = folder / "alone.csv"
     shutil.copy(OVERLAP, alone)
     return [*first, *second, alone, SAVED / "io-schema3.json"]

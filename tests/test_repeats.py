@@ -1,0 +1,85 @@
+"""Which runs are repeats of one configuration (issue 37, items 3-5): a key one run lacks is
+unknown there, not a difference; a run's name (a v2 trace_id) is no setting; runs of one
+configuration whose figures are further apart than repeats spread are listed apart; one
+run given twice (the same file, a copy, or a saved report beside its trace) is counted once."""
+import pytest
+
+import tracegen
+from helpers import REAL_TRACES, ROOT, another_run, report, report_with_warnings, run
+
+SERIAL = REAL_TRACES["qwen3moe-l4-io-serial.csv"]
+V2 = ROOT / "tests" / "data" / "v2"
+
+
+def test_a_saved_report_and_its_own_trace_are_one_run(tmp_path):
+    saved = tmp_path / "serial-io.json"
+    assert run("io", SERIAL, "--format", "json", "-o", saved).code == 0
+    r = report_with_warnings("summary", saved, SERIAL)
+    warnings = r["warnings"]
+    assert len(r["runs"]) == 1 and r["runs"][0]["n"] == 1  # was cache=- against cache=0
+    assert any("again" in warning and "counted once" in warning for warning in warnings)
+    diff = report_with_warnings("diff", saved, SERIAL, "vs", SERIAL)
+    assert diff["sides"][0]["runs"] == 1
+    assert all(change["key"] != "cache" for found in diff["preamble_changes"] for change in found)
+
+
+def v2_run(folder, name, trace_id, nudge):
+    """A v2 io run of its own: tests/data/v2/io.csv under another trace_id, its last read
+    `nudge` ns longer."""
+    path = another_run(V2 / "io.csv", folder / name, nudge)
+    path.write_text(path.read_text().replace("trace_id=42", f"trace_id={trace_id}"))
+    return path
+
+
+def test_a_v2_runs_trace_id_names_it_and_sets_nothing(tmp_path):
+    first, second = v2_run(tmp_path, "r1.csv", 7, 1), v2_run(tmp_path, "r2.csv", 8, 2)
+    r = report("summary", first, second)
+    assert len(r["runs"]) == 1 and r["runs"][0]["n"] == 2 and "trace_id" not in r["keys"]
+    diff = report_with_warnings("diff", first, second, "vs", first, second)
+    assert not [w for w in diff["warnings"] if "not repeats" in w]
+    assert diff["preamble_changes"] == [[]]
+
+
+def compute_run(path, speed, tokens=40, seed=1):
+    return tracegen.write(path, tracegen.compute_lines(n_layer=4, decode_tokens=tokens,
+                                                       faults=False, seed=seed, speed=speed))
+
+
+def test_runs_of_one_configuration_far_apart_are_not_repeats(tmp_path):
+    """A 48-layer run and the same command under a 64 MiB memory limit (248 against 4818 ms
+    per token) made one group of n=2 at 2533 ms, without a word."""
+    quick = compute_run(tmp_path / "quick.csv", 1.0)
+    noisy = compute_run(tmp_path / "noisy.csv", 1 / 1.4, seed=2)  # as far as real repeats go
+    starved = compute_run(tmp_path / "starved.csv", 1 / 19.5, seed=3)
+    short = compute_run(tmp_path / "short.csv", 1.0, tokens=8, seed=4)
+    r = report_with_warnings("summary", quick, noisy, starved, short)
+    warnings = r["warnings"]
+    assert [row["n"] for row in r["runs"]] == [2, 1, 1]
+    assert r["runs"][0]["run"] == "quick.csv, noisy.csv"
+    said = " ".join(warnings)
+    assert "starved.csv: one configuration, but decode_ms_per_token" in said
+    assert "short.csv: one configuration, but tokens 40 against 8" in said
+    assert said.count("not repeats, listed apart") == 2
+
+
+@pytest.mark.parametrize("copies", ["same path", "copied file"])
+def test_one_run_given_three_times_is_one_run_a_side(tmp_path, copies):
+    """diff A A A vs B B B passed as three repeats a side (p = 0.013, the gate FAILED)."""
+    base = compute_run(tmp_path / "a.csv", 1.0)
+    new = compute_run(tmp_path / "b.csv", 1 / 1.5, seed=2)
+    if copies == "same path":
+        bases, news = [base] * 3, [new] * 3
+    else:
+        bases = [base] + [tmp_path / f"a{i}.csv" for i in (2, 3)]
+        news = [new] + [tmp_path / f"b{i}.csv" for i in (2, 3)]
+        for copy in bases[1:]:
+            copy.write_bytes(base.read_bytes())
+        for copy in news[1:]:
+            copy.write_bytes(new.read_bytes())
+    result = run("diff", *bases, "vs", *news, "--fail-if-worse", "ms_per_token=5%",
+                 "--format", "json")
+    assert result.code == 0, result.err  # one run a side: nothing can fail the gate
+    assert [side["runs"] for side in result.json["sides"]] == [1, 1]
+    assert result.err.count("counted once") == (2 if copies == "same path" else 4)  # once each
+    gate, = result.json["gate"]
+    assert gate["n"] == [1, 1] and not gate["decided"]

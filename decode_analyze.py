@@ -2973,6 +2973,18 @@ def mib_per_s(read_bytes, latency_ns):
     return throughput(read_bytes / MIB, latency_ns / 1e9)
 
 
+def lanes_read(meta, by_lane):
+    """The preamble with the lanes the trace read on where they are more than it names (the
+    trace's stand), and how many lanes there are; by_lane gets a row for every named lane,
+    since a lane that never read is the most idle of all."""
+    named = meta_int(meta, "io_threads")
+    if named and len(by_lane) > named:
+        meta = {**meta, "io_threads": str(len(by_lane))}
+    for lane in range(named):
+        by_lane.setdefault(lane, ReadSums())
+    return meta, meta_int(meta, "io_threads") or len(by_lane)
+
+
 def io_report(trace, fold, selection, settings, cache_sizes=None, measured=None):
     """The whole io report as a plain dict (the JSON output; text is rendered from it),
     without its verdicts. cache_sizes: the what-if's --cache-mb (() for its default), None
@@ -2987,12 +2999,10 @@ def io_report(trace, fold, selection, settings, cache_sizes=None, measured=None)
     busy_ns = sum(sums.latency_ns for sums in by_lane.values())
     req_bytes = sum(phase_reads.req_bytes for phase_reads in chosen)
     latency = {spec: sum((r.latency[spec] for r in chosen), SortedParts()) for spec in "01"}
-    for lane in range(meta_int(trace.meta, "io_threads")):
-        by_lane.setdefault(lane, ReadSums())  # a lane that never read is the most idle of all
-    lanes = meta_int(trace.meta, "io_threads") or len(by_lane)
+    meta, lanes = lanes_read(trace.meta, by_lane)
     busy_ms = per.count(busy_ns / NS_PER_MS)
     report = IO_REPORT(
-        schema=SCHEMA, tool_version=TOOL_VERSION, kind="io", path=trace.name, meta=trace.meta,
+        schema=SCHEMA, tool_version=TOOL_VERSION, kind="io", path=trace.name, meta=meta,
         settings=settings,
         version=trace.version, phase=label, selection=selection.as_dict(), tokens=len(tokens),
         reads=reads, read_bytes=read_bytes, req_bytes=req_bytes,
@@ -5391,10 +5401,11 @@ def trace_settings(report):
     return shown
 
 
-def logged(reading, log, declared=()):
-    """The reading with the run's settings (those declared, then those its log implies) and
-    what its log measured."""
-    return reading._replace(settings=tuple(declared) + (tuple(log_settings(log)) if log else ()),
+def logged(reading, log):
+    """The reading with the run's settings (those declared on the command line, then those
+    its log implies) and what its log measured."""
+    declared = tuple(setting for setting in reading.settings if setting.source == "declared")
+    return reading._replace(settings=declared + (tuple(log_settings(log)) if log else ()),
                             measured={name: figure.value for name, figure in log.figures.items()}
                             if log else None)
 
@@ -6819,11 +6830,17 @@ def tidy_lines(value, section, rows=(), columns=(), row_unit=""):
                                       row_unit=row_unit)
             else:
                 yield (section or "report", "", csv_text(str(key)), item,
-                       unit_of(str(key), section))
+                       number_unit(item, str(key), section))
     else:
         column = ".".join(columns)
-        unit = "" if isinstance(value, (str, bool)) else unit_of(column, section, row_unit)
-        yield section, "/".join(rows), csv_text(column), value, unit
+        yield section, "/".join(rows), csv_text(column), value, \
+            number_unit(value, column, section, row_unit)
+
+
+def number_unit(value, name, section, row_unit=""):
+    """The unit of a value's cell: a number's (or a null figure's), never text's (--set ms=3
+    is the text 3, in no unit)."""
+    return "" if isinstance(value, (str, bool)) else unit_of(name, section, row_unit)
 
 
 def csv_of(report):
@@ -7712,8 +7729,14 @@ def weighed_io(path, reading, asked):
     trace's waits), which a pair weighs again per decoded token: one pass over the waits."""
     reading = with_trace_stall(path, reading)
     trace, fold = read_io(path, reading, asked.adjacent, asked.cache)
-    report = io_report(trace, fold, reading.selection, settle(trace, reading), asked.cache_sizes,
+    settings = settle(trace, reading)
+    report = io_report(trace, fold, reading.selection, settings, asked.cache_sizes,
                        reading.measured)
+    named = trace.meta.get("io_threads")
+    if named != report["meta"].get("io_threads"):
+        said = "declared" if "io_threads" in settings else "in the preamble"
+        reading.warn(f"{trace.name}: io_threads={named} {said}, but the trace read on "
+                     f"{report['lanes']} lanes: the trace's lanes stand")
     report["meta"], shown = settled(report["meta"], trace_settings(report), reading.warn,
                                     trace.name)
     report["settings"].update(shown)
@@ -8028,7 +8051,7 @@ def option_type(convert, accepts, wanted):
     def parse(text):
         try:
             value = convert(text)
-        except ValueError:
+        except ValueError:  # an ArgumentTypeError says what is wrong itself
             value = None
         if value is None or not accepts(value):
             raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}")
@@ -8076,15 +8099,62 @@ def token_window(text):
 
 
 def declared_setting(text):
-    """'KEY=VALUE': a Setting declared on the command line."""
+    """'KEY=VALUE': a Setting declared on the command line; a key the tool reads takes only
+    a value it can read (KNOWN_SETTINGS), so that nothing declared is shown and then ignored."""
     key, sep, value = text.partition("=")
     if not (sep and SETTING_KEY.fullmatch(key) and SETTING_VALUE.fullmatch(value)):
-        raise ValueError(text)
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (a lowercase key; a value of "
+                                         f"letters, digits, . + - _), got {text!r}")
+    known = KNOWN_SETTINGS.get(key)
+    if known and not known.accepts(value):
+        raise argparse.ArgumentTypeError(f"{key} takes {known.wanted}, got {value!r}")
     return Setting(key, value, "declared")
 
 
+# The settings the tool reads, and the values each takes: a flag 0 or 1, a whole count, or a
+# size in MiB (a decimal: a log's resident 1.9). Any other key is shown as declared, said.
+KnownSetting = namedtuple("KnownSetting", "accepts wanted")
+
+
+def setting_flag(value):
+    return value in ("0", "1")
+
+
+def setting_count(most):
+    return lambda value: value.isascii() and value.isdigit() and 1 <= int(value) <= most
+
+
+def setting_mib(least):
+    return lambda value: bool(PLAIN_DECIMAL.fullmatch(value)) and \
+        least <= float(value) <= MAX_CACHE_MB
+
+
+KNOWN_SETTINGS = {
+    **{key: KnownSetting(setting_flag, "0 or 1")
+       for key in ("cache", "prefetch", "overlap", "o_direct", "ngram")},
+    "cache_mb": KnownSetting(setting_mib(0), f"MiB from 0 (no cache) to {MAX_CACHE_MB}"),
+    "mem_limit_mb": KnownSetting(setting_mib(1), f"MiB from 1 to {MAX_CACHE_MB}"),
+    "io_threads": KnownSetting(setting_count(256), "a whole number of lanes from 1 to 256"),
+    "n_threads": KnownSetting(setting_count(4096), "a whole number from 1 to 4096"),
+    "cores": KnownSetting(setting_count(4096), "a whole number of cores from 1 to 4096")}
 setting_option = option_type(declared_setting, lambda setting: True,
                              "KEY=VALUE (a lowercase key; a value of letters, digits, . + - _)")
+
+
+def checked_declarations(declared, warn):
+    """The declared settings, each key once: a key given twice with two values is refused
+    (which one was meant?); a key the tool does not read is said."""
+    found = {}
+    for setting in declared:
+        if found.get(setting.key, setting).value != setting.value:
+            raise UsageError(f"--set {setting.key}: given as {found[setting.key].value} and "
+                             f"{setting.value}: give one")
+        found[setting.key] = setting
+    for key in found:
+        if key not in KNOWN_SETTINGS:
+            warn(f"--set {key}: not a setting this tool reads ({', '.join(KNOWN_SETTINGS)}): "
+                 f"shown as declared, used by nothing")
+    return tuple(found.values())
 DESCRIPTION, _, _ = __doc__.partition("\nMap of this file")  # the help: the docstring's head
 # One argument of a command: add_argument(*flags, **settings).
 Option = namedtuple("Option", "flags settings")
@@ -8139,17 +8209,18 @@ ABSENT_OPTIONS = dict(top=View().top, layers=False, svg=None, perfetto=None,
 # The engine's log: read by itself when it lies beside a trace (NAME.log), or named.
 SET_OPTION = option("--set", type=setting_option, action="append", default=[], dest="declared",
            metavar="KEY=VALUE",
-           help="a setting of the run its preamble lacks (cache_mb, prefetch, mem_limit_mb, "
-                "cores, dense_weights, ...; repeatable): joined to the preamble, marked declared")
+           help="a setting of the run its preamble lacks (repeatable): cache_mb, "
+                "mem_limit_mb (MiB), cache, prefetch, overlap, o_direct, ngram (0 or 1), "
+                "io_threads, n_threads, cores (whole numbers); joined to the preamble, marked "
+                "declared; another key is shown, said to be read by nothing")
 NO_ENGINE_LOG_OPTION = option("--no-engine-log", action="store_true",
                               help="ignore any engine log beside the traces")
-ENGINE_LOG_OPTIONS = (
-    SET_OPTION,
-    option("--engine-log", metavar="FILE",
-           help="the engine's end-of-run lines for this run (default: NAME.log beside the "
-                "trace, NAME its file name without .csv); its figures are shown beside the "
-                "tool's"),
-    NO_ENGINE_LOG_OPTION)
+ENGINE_LOG_OPTION = option("--engine-log", metavar="FILE",
+                           help="the engine's end-of-run lines for this run (default: NAME.log "
+                                "beside the trace, NAME its file name without .csv, or "
+                                "without -ct.csv/-io.csv); its figures are shown beside the "
+                                "tool's")
+ENGINE_LOG_OPTIONS = (SET_OPTION, ENGINE_LOG_OPTION, NO_ENGINE_LOG_OPTION)
 
 
 def layers_option(what):
@@ -8260,7 +8331,7 @@ COMMANDS = {command.name: command for command in (
                          "mib_per_token, io_wall_ms_per_token.estimate, latency_us.p99, ...) is "
                          "worse than BASE's by more than SHARE (5%%, or 0.05) and the test over "
                          "runs says so; repeatable"),
-             NO_ENGINE_LOG_OPTION),
+             SET_OPTION, NO_ENGINE_LOG_OPTION),
             lambda args, reading: analyze_diff(
                 [args.base] + args.new, reading,
                 DiffAsked(args.alpha, args.test, tuple(args.fail_if_worse or ())),
@@ -8284,7 +8355,7 @@ COMMANDS = {command.name: command for command in (
                     help="one row per run: repeats of one configuration (kind, granularity "
                          "and every setting equal) are otherwise one row, n runs, each figure "
                          "their mean ± their standard deviation"),
-             NO_ENGINE_LOG_OPTION),
+             SET_OPTION, NO_ENGINE_LOG_OPTION),
             lambda args, reading: analyze_summary(args.runs, reading, args.sort,
                                                   not args.no_engine_log, not args.no_group),
             ()),
@@ -8454,9 +8525,10 @@ def run(args, out, warn):
     if args.engine_log is not None and args.no_engine_log:  # before any trace is read
         raise UsageError("--engine-log and --no-engine-log: give one of them")
     # one run's log; summary and diff find one per run
+    declared = checked_declarations(args.declared, warn)
     log = engine_log([path for _, path in paths], args.engine_log) \
-        if SET_OPTION in command.options and not args.no_engine_log else None
-    reading = logged(reading_from(args, warn), log, args.declared)
+        if ENGINE_LOG_OPTION in command.options and not args.no_engine_log else None
+    reading = logged(reading_from(args, warn)._replace(settings=declared), log)
     report = command.analyze(args, reading)
     if "engine" in REPORTS[report["kind"]].names:
         report = with_engine_log(report, log, warn)

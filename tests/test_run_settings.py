@@ -236,3 +236,65 @@ def test_summary_pairs_a_run_whatever_its_files_compression(tmp_path, compressed
     (row,) = report("summary", *reversed(paths))["runs"]
     assert row["kind"] == "report" and row["mib_per_token"] == pytest.approx(
         report("report", *sources.values())["pair"]["io_mib_per_token"])
+
+
+@pytest.mark.parametrize("declared, said", [
+    ("cache_mb=abc", "cache_mb takes MiB"), ("cache_mb=-1", "cache_mb takes MiB"),
+    ("cache_mb=nan", "cache_mb takes MiB"), ("cache_mb=inf", "cache_mb takes MiB"),
+    ("cache_mb=1e308", "cache_mb takes MiB"), ("mem_limit_mb=lots", "mem_limit_mb takes MiB"),
+    ("mem_limit_mb=0", "mem_limit_mb takes MiB"), ("cores=0", "cores takes a whole number"),
+    ("io_threads=2.5", "io_threads takes a whole number"), ("overlap=yes", "overlap takes 0 or 1"),
+    ("cache_mb", "expected KEY=VALUE")])
+def test_a_known_setting_takes_a_value_it_can_read_or_is_a_usage_error(declared, said, capsys):
+    """--set took anything: cache_mb=abc, -1, nan, inf, 1e308, mem_limit_mb=lots and cores=0
+    were shown as declared and then ignored."""
+    for command in (["io", SERIAL], ["summary", SERIAL], ["diff", SERIAL, OVERLAP]):
+        result = run(*command, "--set", declared)
+        assert result.code == 2, (command, declared)
+        assert said in capsys.readouterr().err, (command, declared)
+
+
+def test_a_setting_given_twice_with_two_values_is_refused_and_an_unknown_one_said():
+    twice = run("io", SERIAL, "--set", "cache_mb=2", "--set", "cache_mb=4")
+    assert twice.code == 2 and "--set cache_mb: given as 2 and 4: give one" in twice.err
+    assert run("io", SERIAL, "--set", "cache_mb=2", "--set", "cache_mb=2").code == 0
+    unknown = run("io", SERIAL, "--set", "colour=blue", "--format", "json")
+    assert unknown.code == 0 and "--set colour: not a setting this tool reads" in unknown.err
+    assert unknown.json["settings"]["colour"] == {"value": "blue", "source": "declared"}
+
+
+def test_summary_and_diff_take_set_for_every_run():
+    """A router that picks fewer than top-k by design needs cache=0 in summary and diff too."""
+    r = report_with_warnings("summary", SERIAL, PREFETCH, "--set", "cache=0")
+    assert [row["settings"].get("cache", r["common"].get("cache")) for row in r["runs"]] == \
+        ["0", "0"]
+    # declared the same, but reading other bytes: two rows, said
+    assert any("not repeats, listed apart" in warning for warning in r["warnings"])
+    diff = report_with_warnings("diff", SERIAL, PREFETCH, "--set", "mem_limit_mb=64")
+    assert all(change["key"] != "mem_limit_mb" for found in diff["preamble_changes"]
+               for change in found)  # declared for both sides: no change
+    io = report("io", PREFETCH, "--set", "cache=0", "--what-if")
+    assert io["settings"]["cache"]["source"] == "declared"
+
+
+def test_declared_lanes_below_the_traces_are_said_and_the_traces_stand():
+    """io --set io_threads=2 on a 4-lane trace put the estimate (4.30) below its own minimum
+    (7.13) and said 'one lane' beside a lane table of 4."""
+    plain = report("io", SERIAL)
+    result = run("io", SERIAL, "--set", "io_threads=2", "--format", "json")
+    assert result.code == 0
+    assert "io_threads=2 declared, but the trace read on 4 lanes: the trace's lanes stand" in \
+        result.err
+    declared = result.json
+    assert declared["lanes"] == 4 and len(declared["by_lane"]) == 4
+    assert declared["io_wall_ms_per_token"] == plain["io_wall_ms_per_token"]
+    wall = declared["io_wall_ms_per_token"]
+    assert wall["min"] <= wall["estimate"] <= wall["max"]
+
+
+def test_a_declared_text_value_has_no_unit_in_csv():
+    """--set ms=3 gave the unit ms, --set k=2 experts, to cells that are text."""
+    out = run("io", SERIAL, "--set", "ms=3", "--set", "k=2", "--format", "csv").out
+    cells = [line.split(",") for line in out.splitlines()]
+    values = [row for row in cells if row[0] in ("meta", "settings.ms", "settings.k")]
+    assert values and all(row[-1] == "" for row in values if row[4]), values

@@ -731,6 +731,9 @@ SUMMARY_ROW = Record("summary row", "summary `runs` (one per configuration, or r
           "are one row, each figure the mean of theirs", Shown("n")),
     ("spread", "{figure: the standard deviation of its runs' values} (null with one run), in "
                "the figure's unit", MapOf(VALUE)),
+    ("figure_runs", "{figure: how many of its runs have it}, for the figures fewer than n of "
+                    "them have (the engine's, from the runs with a log): their mean is of "
+                    "those; text shows (k/n)", MapOf(VALUE)),
     ("settings", "{key: value} of the preamble keys that differ between the runs",
      MapOf(VALUE)),
     ("tokens", "its tokens (a pair's and a compute trace's: decoded; io: read-tokens; of "
@@ -4978,6 +4981,7 @@ def summary_figures(name, run, report):
         if decodes.get("speculative") and decodes.get("decodes") else None
     return {**per_position_row(SUMMARY_ROW(
         run=name, paths=[display_name(path) for path in run.paths], kind=kind, n=1, spread={},
+        figure_runs={},
         settings={},
         tokens=(compute or io)["tokens"],
         decode_ms_per_token=compute["ms_per_token"] if compute else None,
@@ -5077,10 +5081,13 @@ def merged(group):
         row[name] = sum(each[name] for each in group)
     for name in JOINED:
         row[name] = list(dict.fromkeys(item for each in group for item in each[name]))
+    row["figure_runs"] = {}
     for name in SUMMARY_FIGURES:
         if name not in SUMMED:
             values = [each[name] for each in group if each[name] is not None]
             row[name], row["spread"][name] = mean_of(values), sd_of(values)
+            if 0 < len(values) < len(group):
+                row["figure_runs"][name] = len(values)
     return row
 
 
@@ -6300,14 +6307,15 @@ def input_label(index, inputs):
 
 def diff_header_blocks(report, view):
     sides, paths = report["sides"], []
+    at_in_side = Counter()
     for source in report["inputs"]:
+        at_in_side[source["side"]] += 1
         tokens = ", ".join(f"{n} {part} tokens" for part, n in source["tokens"].items())
         what = f"{source['kind']} trace" if source["source"] == "trace" else \
             f"saved JSON of decode-analyze {source['kind']}"
         head = input_label(source["side"], len(sides))
         if sides[source["side"]]["runs"] > 1:
-            runs = [s for s in report["inputs"] if s["side"] == source["side"]]
-            named = f"{head} run {runs.index(source) + 1}" + (
+            named = f"{head} run {at_in_side[source['side']]}" + (
                 f" = {source['name']}" if source["name"] != source["path"] else "")
         else:
             named = f"{head} = {source['name']}" if source["name"] != source["path"] else head
@@ -6491,9 +6499,10 @@ def spread_column(field):
         return shown
 
     def written(row):
-        sd = row["spread"].get(field.name)
+        sd, some = row["spread"].get(field.name), row["figure_runs"].get(field.name)
         value = shown.format(row[field.name])
-        return value if sd is None else f"{value} ±{shown.format(sd)}"
+        value = value if sd is None else f"{value} ±{shown.format(sd)}"
+        return value if some is None else f"{value} ({some}/{row['n']})"
     return Column(shown.header, lambda row: row, written, ">")
 
 
@@ -7670,12 +7679,15 @@ def svg_of(report):
         paths = [report["compute"]["path"], report["io"]["path"]]
     else:
         panels = diff_panels(report, 0)
-        paths = [str(source["path"]) for source in report["inputs"]]
+        # a side by its run's path, or by its name and runs: `base (4 runs) vs new (4 runs)`
+        first_path = {source["side"]: str(source["path"]) for source in reversed(report["inputs"])}
+        paths = [f"{side['name']} ({side['runs']} runs)" if side["runs"] > 1 else first_path[i]
+                 for i, side in enumerate(report["sides"])]
     joiner = " vs " if kind == "diff" else " + "
     source = joiner.join(map(str, paths))  # whole in the title; the footer names them
     height = len(panels) * SVG_PANEL + 24
-    footer = fit(f"decode-analyze {TOOL_VERSION} {kind}: "
-                 f"{joiner.join(shortest_names(list(map(str, paths))))}",
+    shown = shortest_names(list(map(str, paths)))
+    footer = fit(f"decode-analyze {TOOL_VERSION} {kind}: {joiner.join(shown)}",
                  int((SVG_WIDTH - SVG_LEFT - SVG_RIGHT) / FOOTER_CHAR_PX))
     style = ("text{font-family:sans-serif;font-size:11px;fill:#222}.title{font-size:13px;"
              "font-weight:bold}.tick{font-size:10px;fill:#555}.axis{font-size:11px}"

@@ -83,3 +83,32 @@ def test_one_run_given_three_times_is_one_run_a_side(tmp_path, copies):
     assert result.err.count("counted once") == (2 if copies == "same path" else 4)  # once each
     gate, = result.json["gate"]
     assert gate["n"] == [1, 1] and not gate["decided"]
+
+
+def test_the_diff_svgs_title_names_the_sides_not_every_run(tmp_path):
+    """The title joined every run with "vs": `a vs a vs c vs c`."""
+    runs = [compute_run(tmp_path / f"{name}.csv", speed, seed=seed)
+            for name, speed, seed in (("a1", 1.0, 1), ("a2", 1.02, 2), ("c1", 0.7, 3),
+                                      ("c2", 0.71, 4))]
+    svg = tmp_path / "diff.svg"
+    assert run("diff", runs[0], runs[1], "vs", runs[2], runs[3], "--svg", svg).code == 0
+    text = svg.read_text()
+    assert "base (2 runs) vs new (2 runs)" in text and "a1.csv vs a2.csv" not in text
+
+
+def test_summarys_engine_column_says_how_many_runs_it_is_the_mean_of(tmp_path):
+    """A mean over fewer runs than the row's n, not said: 2 of 3 repeats had a log."""
+    serial = REAL_TRACES["qwen3moe-l4-io-serial.csv"]
+    log = ROOT / "tests" / "data" / "qwen3moe-l4-io-serial.log"
+    runs = []
+    for i in (1, 2, 3):
+        path = another_run(serial, tmp_path / f"r{i}.csv", nudge=i)
+        if i < 3:
+            (tmp_path / f"r{i}.log").write_bytes(log.read_bytes())
+        runs.append(path)
+    r = report("summary", *runs)
+    row, = r["runs"]
+    assert row["n"] == 3 and row["figure_runs"] == {"engine_ms_per_token": 2}
+    assert row["engine_ms_per_token"] == 39.0
+    line = run("summary", *runs).out.splitlines()[-1]
+    assert "39.00 ±0.00 (2/3)" in line, line

@@ -2377,8 +2377,8 @@ def with_trace_stall(path, reading):
     overlap=1 v2 trace's wait rows, summed over the selected tokens that read or waited
     (`measured`: stall_ms_per_token per such token, and `tokens`: how many)."""
     measured = reading.measured or {}
-    if "stall_ms_per_token" in measured or path == trace_io.STDIN:
-        return reading
+    if "stall_ms_per_token" in measured or trace_io.read_once(path):
+        return reading  # a pipe's head would be gone (weighed_io says the stall needs a file)
     with Trace(path) as trace:
         if "kind" not in trace.columns or trace.meta.get("overlap") != "1":
             return reading
@@ -7744,6 +7744,11 @@ def weighed_io(path, reading, asked):
     settings = settle(trace, reading)
     report = io_report(trace, fold, reading.selection, settings, asked.cache_sizes,
                        reading.measured)
+    if trace_io.read_once(path) and "kind" in trace.columns and \
+            trace.meta.get("overlap") == "1" and "stall_ms_per_token" not in (reading.measured
+                                                                          or {}):
+        reading.warn(f"{trace.name}: the stall this v2 trace's wait rows measure takes a second "
+                     f"pass over it: give a file, not a pipe or stdin, for the stall")
     named = trace.meta.get("io_threads")
     if named != report["meta"].get("io_threads"):
         said = "declared" if "io_threads" in settings else "in the preamble"
@@ -7921,7 +7926,7 @@ class reopenable:
         self.path, self.temporary = path, None
 
     def __enter__(self):
-        if not read_once(self.path):
+        if not trace_io.read_once(self.path):
             return self.path
         binary, _ = trace_io._open_binary(self.path)
         try:
@@ -7940,16 +7945,6 @@ class reopenable:
                 os.unlink(self.temporary)
             except OSError:
                 pass
-
-
-def read_once(path):
-    """Whether the input can be read only once: stdin ("-") or a pipe."""
-    if path == trace_io.STDIN:
-        return True
-    try:
-        return stat.S_ISFIFO(os.stat(path).st_mode)
-    except OSError:
-        return False
 
 
 # summary's inputs: where each sniffed one can be read again (a copy, for stdin), what each
@@ -8603,7 +8598,7 @@ def check_outputs(args, paths):
                                   f"writing over it")
     if args.perfetto:
         for _, path in paths:
-            if read_once(path):
+            if trace_io.read_once(path):
                 raise TraceError(display_name(path), 0, "--perfetto reads its traces a second "
                                                         "time: give a file, not stdin or a pipe")
 

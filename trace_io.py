@@ -47,6 +47,7 @@ import os
 import pickle
 import re
 import signal
+import stat
 import sys
 import zipfile
 import zlib
@@ -170,6 +171,17 @@ STDIN = "-"
 def display_name(path):
     """How an input is named in messages and reports: stdin as <stdin>."""
     return "<stdin>" if path == STDIN else path
+
+
+def read_once(path):
+    """Whether the input can be read only once: stdin ("-") or a pipe (a FIFO, or a shell's
+    <(zcat run-io.csv.gz)), whose head is gone once looked at."""
+    if path == STDIN:
+        return True
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 # ── opening ──────────────────────────────────────────────────────────────────────────────────

@@ -583,3 +583,24 @@ def test_a_header_that_names_a_column_twice_is_refused(write):
                          header="turn,phase,step,seq,layer,op,name,wall_ns,majflt,step"))
     assert error_of("compute", path).endswith(":3: the header names 'step' twice: which column "
                                                "is it?")
+
+
+@pytest.mark.skipif(not os.path.exists("/bin/bash"), reason="process substitution needs bash")
+def test_a_pipe_is_read_once_by_io_and_report(tmp_path):
+    """io <(zcat run-io.csv.gz) and report ct.csv <(cat io.csv) failed with "not a decode
+    trace" (or waited for a writer): the v2 waits' pass looked at the pipe's head first, and
+    the reads' pass found it gone."""
+    import json
+    v2 = ROOT / "tests" / "data" / "v2"
+    from_file = json.loads(shell(f"'{sys.executable}' '{TOOL}' io '{v2}/io.csv' --format json "
+                                 f"--no-engine-log").stdout)
+    gzip_path = tmp_path / "io.csv.gz"
+    gzip_path.write_bytes(gzip.compress((v2 / "io.csv").read_bytes()))
+    piped = shell(f"'{sys.executable}' '{TOOL}' io <(zcat '{gzip_path}') --format json")
+    assert piped.returncode == 0, piped.stderr
+    assert b"give a file, not a pipe or stdin, for the stall" in piped.stderr
+    assert json.loads(piped.stdout)["read_bytes"] == from_file["read_bytes"]
+    pair = shell(f"'{sys.executable}' '{TOOL}' report '{v2}/ct.csv' <(cat '{v2}/io.csv') "
+                 f"--format json")
+    assert pair.returncode == 0, pair.stderr
+    assert json.loads(pair.stdout)["io"]["reads"] == from_file["reads"]

@@ -8594,7 +8594,7 @@ def check_outputs(args, paths):
         refuse_to_overwrite_an_input(paths, target)
         for log in logs_read(args, paths):
             if output_identity(log) == output_identity(target):
-                raise OutputError(f"{target}: is the engine log {log} this run reads: not "
+                raise OutputError(f"{target}: is the engine log {log} of this run: not "
                                   f"writing over it")
     if args.perfetto:
         for _, path in paths:
@@ -8604,14 +8604,12 @@ def check_outputs(args, paths):
 
 
 def logs_read(args, paths):
-    """The engine logs a command line may read: the one named, else NAME.log beside each
-    trace (for a pair, beside both)."""
-    if args.engine_log:
-        return [args.engine_log]
-    if args.no_engine_log:
-        return []
+    """The engine logs of a command line's runs: the one named, and NAME.log beside each
+    trace (for a pair, beside both), read or not (--no-engine-log): a run's log is the user's
+    record of it, never an output's place."""
     names = [path for _, path in paths]
-    return [log for log in [log_beside(names)] + [log_beside([name]) for name in names] if log]
+    return [log for log in [args.engine_log, log_beside(names)]
+            + [log_beside([name]) for name in names] if log]
 
 
 def write_pictures(args, report, paths, reading):

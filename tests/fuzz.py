@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A seeded mutator over the real traces: cut, flip, inject bytes, bad numbers, odd CSV, line
 shuffles, speculative reads, sizes whose sums pass 2^64, compression; and saved JSON reports
-with odd values put in. Every mutated file goes
+with odd values put in; engine logs (NAME.log beside the case: mutated, appended, UTF-16,
+random bytes, hostile long lines), --set values good and bad, one run given several times (its
+path and a copy), and outputs aimed at an input. Every mutated file goes
 through every command of the registry (decode_analyze.COMMANDS: as each of its inputs in turn,
 beside a real partner; a mutated saved report through diff; diff's sides of runs, summary's
 repeats), with and without --skip-bad-rows,
@@ -9,7 +11,8 @@ as text, JSON and Markdown, with the command's own switches at random, sometimes
 --perfetto where the command draws it, in-process. The cases are a fixed number drawn from the
 seed, so that a run fails the same way on every machine. What must hold for every case:
 
-  - no exception escapes main(), and the exit status is 0 or 1;
+  - no exception escapes main(), and the exit status is 0 or 1 (2 for a --set value refused);
+  - no input (trace, copy, saved report, log) is written over;
   - every stderr line starts with 'decode-analyze: '; a failure says exactly one line;
   - JSON output parses, Markdown fits one GitHub comment; no case takes more than CASE_SECONDS
     (a hang).
@@ -20,6 +23,7 @@ Failing inputs are written to --keep (default: a temporary folder) to reproduce 
 """
 import argparse
 import bz2
+import contextlib
 import gzip
 import io
 import json
@@ -162,6 +166,32 @@ def huge(data, rng):
 
 
 MUTATIONS = [cut, flip, inject, bad_number, odd_csv, shuffle_lines, speculative, huge]
+HOSTILE_LINES = [b"compute: " + b", 1 " * 60_000, b"turn id=1: generated=1 " * 20_000,
+                 b"moe-stream: read " + b"9" * 200_000, b"\x1b[" + b"1;" * 50_000 + b"m"]
+
+
+def engine_log(logs, rng):
+    """An engine log for a case: a real one mutated, two appended, in UTF-16, random bytes,
+    or hostile long lines (a pattern that backtracks would take minutes on them)."""
+    how = rng.randrange(6)
+    real = rng.choice(logs)
+    if how == 0:
+        return mutate(real, rng)
+    if how == 1:
+        return real + rng.choice(logs)  # 2>> appends the next run's lines
+    if how == 2:
+        return real.decode("utf-8", "replace").encode("utf-16")
+    if how == 3:
+        return bytes(rng.randrange(256) for _ in range(rng.randint(0, 4000)))
+    if how == 4:
+        return real + b"\n".join(rng.sample(HOSTILE_LINES, rng.randint(1, 3)))
+    return real
+
+
+SETTINGS = ["cache_mb=2", "cache_mb=abc", "cache_mb=-1", "cache_mb=nan", "cache_mb=1e308",
+            "mem_limit_mb=64", "mem_limit_mb=lots", "cores=0", "cores=2", "io_threads=1",
+            "io_threads=64", "overlap=1", "cache=0", "prefetch=2", "colour=blue", "k=2", "ms=3",
+            "=1", "cache_mb", "x=" + "9" * 50]
 SORTS = ["run", "tokens", "io_ms_per_token", "hit_share", "overlap", "model", "io_threads"]
 ODD_VALUES = [None, "x", -1, 0, 1e308, 1e400, 2**70, True, [], {}, [1, "a"], {"a": 1}, "\u202e"]
 
@@ -191,25 +221,37 @@ def alarm(signum, frame):
     raise Hang()
 
 
-def check(argv):
-    """None, or what went wrong with decode_analyze.main(argv)."""
+def check(argv, inputs=()):
+    """None, or what went wrong with decode_analyze.main(argv); `inputs` are the files it
+    may read, which it must leave as they were."""
     out, err = io.StringIO(), io.StringIO()
+    before = {path: path.read_bytes() for path in inputs if path.exists()}
     signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS)
     try:
-        code = decode_analyze.main(argv, out=out, err=err)
+        with contextlib.redirect_stderr(err):  # argparse's usage errors go to sys.stderr
+            code = decode_analyze.main(argv, out=out, err=err)
     except Hang:
         return "hang"
     except BaseException:  # noqa: BLE001 - any escape is the failure being looked for
         return traceback.format_exc()
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+    changed = [str(path) for path, data in before.items()
+               if not path.exists() or path.read_bytes() != data]
+    if changed:
+        return f"an input was written over: {changed}"
     lines = err.getvalue().splitlines()
+    if code == 2 and "--set" in argv:  # a value the setting cannot take: argparse's usage
+        return None if lines and ("error:" in lines[-1] or "--set" in lines[-1]) else \
+            f"a usage error must say why: {lines!r}"
     if code not in (0, 1):
         return f"exit status {code}"
     if any(not line.startswith("decode-analyze: ") for line in lines):
         return f"stderr line without the prefix: {lines!r}"
     if code == 1 and (out.getvalue() or sum(": warning: " not in line for line in lines) != 1):
         return f"a failure must say one line and print nothing: {lines!r}"
+    if code == 0 and "-o" in argv:  # the report went to the file: read it from there
+        out = io.StringIO(Path(argv[argv.index("-o") + 1]).read_text(encoding="utf-8"))
     if code == 0 and "markdown" in argv and len(out.getvalue()) > 65536:
         return f"Markdown over one GitHub comment: {len(out.getvalue())} characters"
     if code == 0 and "json" in argv:
@@ -267,18 +309,31 @@ def runs(case, rng):
             arrangements.append([case.saved] + [case.partner] * (len(command.inputs) - 1))
         if any(each.kind == "any" for each in command.inputs):  # sides of repeated runs
             arrangements.append([case.partner, case.path, "vs", case.saved, case.path])
+            # one run given three times, and a copy of it: one run a side
+            arrangements.append([case.path, case.path, case.copy, "vs", case.partner,
+                                 case.partner])
         if any(each.kind == "run" for each in command.inputs):  # orders, pairs, CT+IO, --sort
             arrangements += [[case.partner, case.path, case.saved, case.path, case.saved],
                              [f"{case.path}+{case.partner}", case.path],
                              [f"{case.partner}+{case.path}", "--sort", rng.choice(SORTS)]]
+        if any(each.kind == "run" for each in command.inputs):
+            arrangements.append([case.path, case.copy, case.path])
         for i, inputs in enumerate(arrangements):
-            yield [command.name, *map(str, inputs), *switches, *case.options,
-                   *(pictures if i == 0 else [])]
+            declared = ["--set", rng.choice(SETTINGS)] if any(
+                each is decode_analyze.SET_OPTION for each in command.options) and \
+                rng.random() < 0.3 else []
+            # an output aimed at the case's trace or its log: refused, as both are read
+            over = ["-o", str(rng.choice([case.log, case.path]))] \
+                if case.path in inputs and rng.random() < 0.05 else []
+            yield [command.name, *map(str, inputs), *switches, *case.options, *declared,
+                   *(over or (pictures if i == 0 else []))]
 
 
 class Case:
     def __init__(self, number, keep, rng):
         self.path, self.saved = keep / f"case-{number}.csv", keep / f"case-{number}.json"
+        self.copy = keep / f"copy-{number}.csv"  # the case's bytes under another name
+        self.log = keep / f"case-{number}.log"  # read as the case's NAME.log
         self.partner = keep / "partner.csv"
         self.options = list(rng.choice(OPTIONS))
         self.pictures = rng.choice([[], ["--svg", str(keep / "out.svg")],
@@ -299,6 +354,7 @@ def main():
     originals = sources()
     names = sorted(originals)
     reports = saved_reports(originals, keep)
+    logs = [path.read_bytes() for path in sorted((HERE / "data").glob("*.log"))]
     runs_made, failures = 0, []
     for number in range(args.first, args.first + args.cases):
         # Each case draws from its own generator: cases 0-399 are the same inputs whether one
@@ -307,17 +363,22 @@ def main():
         name = rng.choice(names)
         case = Case(number, keep, rng)
         case.path.write_bytes(mutate(originals[name], rng))
+        case.copy.write_bytes(case.path.read_bytes())
         case.partner.write_bytes(originals[rng.choice(names)])
         case.saved.write_bytes(mutate_report(reports[rng.choice(names)], rng))
+        case.log.write_bytes(engine_log(logs, rng))
+        inputs = (case.path, case.copy, case.partner, case.saved, case.log)
         for argv in runs(case, rng):
             runs_made += 1
-            problem = check(argv)
+            read = [arg for arg, last in zip(argv, [""] + argv) if last != "-o"]
+            given = [path for path in inputs if any(str(path) in arg for arg in read)]
+            problem = check(argv, given + ([case.log] if case.path in given else []))
             if problem:
                 failures.append({"case": number, "source": name, "argv": argv,
                                  "problem": problem[-2000:]})
         if not failures or failures[-1]["case"] != number:
-            case.path.unlink()
-            case.saved.unlink()
+            for path in (case.path, case.saved, case.copy, case.log):
+                path.unlink()
     if not failures and args.keep is None:  # nothing to reproduce: no folder left behind
         shutil.rmtree(keep, ignore_errors=True)
     print(json.dumps({"seed": args.seed, "first": args.first, "cases": args.cases,

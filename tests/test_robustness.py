@@ -9,7 +9,7 @@ import pytest
 from helpers import REAL_TRACES, ROOT, ct_text, run_measured
 
 
-CASES, PARTS = 300, 4  # about 15 s here in one process; the parts are tests of their own,
+CASES, PARTS = 300, 4  # the parts are tests of their own,
 # which the two workers of pytest -n 2 share out (--dist worksteal evens the load)
 
 

@@ -15,7 +15,7 @@ seed, so that a run fails the same way on every machine. What must hold for ever
   - no input (trace, copy, saved report, log) is written over;
   - every stderr line starts with 'decode-analyze: '; a failure says exactly one line;
   - JSON output parses, Markdown fits one GitHub comment; no case takes more than CASE_SECONDS
-    (a hang).
+    (a hang), nor more than SECONDS_PER_MB per MB of its inputs.
 
   python3 tests/fuzz.py --seed 7 --cases 100       # prints a JSON summary; exit 1 on a failure
 
@@ -33,6 +33,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 import traceback
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -42,6 +43,7 @@ sys.path.insert(0, str(HERE.parent))
 import decode_analyze  # noqa: E402
 
 CASE_SECONDS = 10
+SECONDS_PER_MB = 5  # a run's time per MB of its inputs (at least 1 MB): linear, never stuck
 SOURCE_LINES = 240
 BAD_NUMBERS = ["", "-1", "-7", "1e3", "1.5", "nan", "inf", str(2**64), str(2**64 - 1), "9" * 5000,
                "0x10", " 5", "5 ", "01", "+3", "\u0968", "\u0661", "true", "null", "0" * 30]
@@ -226,6 +228,8 @@ def check(argv, inputs=()):
     may read, which it must leave as they were."""
     out, err = io.StringIO(), io.StringIO()
     before = {path: path.read_bytes() for path in inputs if path.exists()}
+    allowed = SECONDS_PER_MB * max(1.0, sum(map(len, before.values())) / (1 << 20))
+    started = time.monotonic()
     signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS)
     try:
         with contextlib.redirect_stderr(err):  # argparse's usage errors go to sys.stderr
@@ -236,6 +240,8 @@ def check(argv, inputs=()):
         return traceback.format_exc()
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+    if time.monotonic() - started > allowed:
+        return f"slow: {time.monotonic() - started:.1f} s, over {allowed:.1f} s for its MB"
     changed = [str(path) for path, data in before.items()
                if not path.exists() or path.read_bytes() != data]
     if changed:

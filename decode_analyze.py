@@ -1984,6 +1984,35 @@ def decode_positions(tokens, book, value):
                    ms_per_position=ratio(total, positions))
 
 
+# Memory pressure: what the verdict says and what the what-if proposes no cache past.
+MEMORY_PRESSURE_FAULTS = 100  # major faults per token: pages evicted and read again every token
+STEADY_FAULTING = 0.9  # ... or faults on this share of the decode tokens past each turn's warm-up
+STEADY_TOKENS = 8  # at least this many such tokens: fewer say nothing of a steady state
+
+
+def under_pressure(compute):
+    """Pages are evicted and read again: many faults a token, or faults on (nearly) every
+    decode token once the warm-up is past, whatever their count (a 64 MiB limit gave 48 a
+    token and a 19x slower run). A warm cache of weights faults in its first tokens only."""
+    if compute["majflt_per_token"] >= MEMORY_PRESSURE_FAULTS:
+        return True
+    steady = steady_tokens(compute)
+    return len(steady) >= STEADY_TOKENS and \
+        sum(1 for token in steady if token["majflt"]) >= STEADY_FAULTING * len(steady)
+
+
+def steady_tokens(compute):
+    """The decode tokens past each turn's first WARMUP_TOKENS."""
+    if compute["phase"] != "decode":
+        return []
+    seen, steady = Counter(), []
+    for token in compute["per_token"]:
+        seen[token["turn"]] += 1
+        if seen[token["turn"]] > WARMUP_TOKENS:
+            steady.append(token)
+    return steady
+
+
 # ── io: the fold ─────────────────────────────────────────────────────────────────────────────────
 IO_COLUMNS = ("turn", "phase", "step", "layer", "expert", "lane", "spec", "offset", "req_bytes",
               "read_bytes", "latency_ns")
@@ -2509,12 +2538,12 @@ def own_cache(lookups, cache, own_mib):
                                                lookups.token_keys):
         demanded[turn, phase, step].update(lookups.items[start:end])
     layer_of = {item: layer for (layer, _), item in lookups.item_of.items()}
-    per_layer = [Counter(map(layer_of.__getitem__, items))
-                 for (_, phase, _), items in demanded.items() if phase == DECODE]
+    decodes = [(turn, phase, step) for turn, phase, step in demanded if phase == DECODE]
+    per_layer = [Counter(map(layer_of.__getitem__, demanded[key])) for key in decodes]
     layers = set().union(*per_layer)
     if not layers:
         return None
-    top_k = max(max(counts.values()) for counts in per_layer if counts)
+    top_k = routing_top_k(decodes, per_layer)
     short = sum(1 for counts in per_layer
                 if len(counts) < len(layers) or min(counts.values()) < top_k)
     per_token = len(layers) * top_k
@@ -2522,6 +2551,27 @@ def own_cache(lookups, cache, own_mib):
     return RUN_CACHE(detected=short >= 2, top_k=top_k, layers=len(layers),
                      **cache_totals(turns, per_token), rereads=cache.lookups - cache.distinct,
                      evictions=cache.lookups - cache.capacity(own_mib) if own_mib else None)
+
+
+def routing_top_k(decodes, per_layer):
+    """The model's k: the most experts a decode (token, layer) demands, among decodes of one
+    position. A speculative decode verifies several positions (up to the next decode's step)
+    and demands up to k of each, so its count is k only over its positions (at least)."""
+    steps = defaultdict(list)
+    for turn, _, step in decodes:
+        steps[turn].append(step)
+    following = {}
+    for turn, found in steps.items():
+        found.sort()
+        following.update(((turn, step), after) for step, after
+                         in zip(found, chain(islice(found, 1, None), [max(found) + 1])))
+    single, spread = [], []
+    for (turn, _, step), counts in zip(decodes, per_layer):
+        if counts:
+            positions = following[turn, step] - step
+            (single if positions == 1 else spread).append(
+                -(-max(counts.values()) // positions))
+    return max(single or spread)
 
 
 def cache_totals(turns, per_token):
@@ -3230,10 +3280,22 @@ def pair_report(compute, io):
         warnings=pair_warnings(compute, io, tokens, readers))
     io = {**io, "run_cache": recounted(io["run_cache"], Counter(
         token["turn"] for token in compute["per_token"] if compute["phase"] == "decode"))}
+    what_if = within_memory(io["what_if"], compute, io["meta"])
     decodes = compute["decodes"]  # the what-if per generated position when a decode covers more
     units = decodes["positions"] if decodes["speculative"] and decodes["positions"] else n
     return PAIR_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="report", compute=compute,
-                       io=io, pair=pair, what_if=decoded_what_if(io["what_if"], units))
+                       io=io, pair=pair, what_if=decoded_what_if(what_if, units))
+
+
+def within_memory(what_if, compute, meta):
+    """The what-if less the caches larger than the run's own when its faults show the RAM is
+    short (a cache takes RAM the weights need): memory pressure."""
+    if what_if is None or not under_pressure(compute):
+        return what_if
+    own = meta_number(meta, "cache_mb") or 0
+    return {**what_if, "settings": [setting for setting in what_if["settings"]
+                                    if setting["setting"] != "cache_mb"
+                                    or setting["value"] <= own]}
 
 
 def decoded_what_if(what_if, decoded):
@@ -3683,7 +3745,6 @@ LATENCY_BOUND_RATE = 0.25  # ... and its bucket below this fraction of the best 
 LANE_IMBALANCE = 1.5  # busiest lane's busy time over the least busy lane's
 COALESCE_WORTH = 1.2  # coalescing factor
 CACHE_WORTH = 0.20  # share of read bytes an LRU of half the footprint would serve
-MEMORY_PRESSURE_FAULTS = 100  # major faults per token: pages evicted and read again every token
 IO_MATERIAL = 0.10  # io alone: a remedy is at stake when it could save this share of the I/O
 IO_SHARE = 0.20  # a pair: I/O-bound when the reads cost the decode this share of it
 PAGE_CACHE_US = 50  # buffered reads (o_direct=0) with a median this fast came from memory
@@ -3725,26 +3786,41 @@ def compute_verdicts(report):
     return [v for v in verdicts if v]
 
 
-def under_pressure(compute):
-    return compute["majflt_per_token"] >= MEMORY_PRESSURE_FAULTS
-
-
 def memory_verdict(report):
-    """Many major faults per token: the mmapped weights do not stay in memory."""
+    """Pages of the weights do not stay in memory: named, its cost as a lower bound (the
+    faulting nodes' time: every op slows), and the remedies the run's mode allows."""
     faults = report["majflt_per_token"]
     if not faults:
         return None  # no fault at all: fault_bound is not judged either
     if not under_pressure(report):
         return verdict("memory_pressure", False,
-            f"no memory pressure: {faults:.1f} major faults per token "
-            f"(< {MEMORY_PRESSURE_FAULTS})")
-    share = report["faults"]["share"]
+            f"no memory pressure: {faults:.1f} major faults per token (< "
+            f"{MEMORY_PRESSURE_FAULTS}), and not on {STEADY_FAULTING:.0%} of the tokens past "
+            f"the warm-up")
+    steady = steady_tokens(report)
+    faulting = sum(1 for token in steady if token["majflt"])
     return verdict("memory_pressure", True,
-        f"MEMORY PRESSURE: {faults:.0f} major faults per token (>= {MEMORY_PRESSURE_FAULTS}): "
-        f"pages of the mmapped weights are dropped and read again every token, and every op "
-        f"slows, so the faulting nodes' {num(share, '.0%')} of compute is a lower bound of "
-        f"what it costs. Remedies: dense weights loaded, not mmapped; a smaller expert cache "
-        f"(cache_mb); a larger memory limit")
+        f"MEMORY PRESSURE: {faults:.1f} major faults per token"
+        + (f", on {faulting} of the {len(steady)} decode tokens past the warm-up" if steady
+           else "") + f": pages of the weights are dropped and read again, so at least "
+        f"{report['faults']['ms_per_token']:.2f} ms per token (the faulting nodes', "
+        f"{num(report['faults']['share'], '.0%')} of compute) is lost, more as every op slows. "
+        f"Remedies: {pressure_remedies(report['meta'])}")
+
+
+def pressure_remedies(meta):
+    """What relieves memory pressure, by the run's mode (its settings, the log's included)."""
+    limit = meta_number(meta, "mem_limit_mb")
+    larger = f"a larger memory limit (it had {limit:g} MiB)" if limit else \
+        "more memory (a larger limit)"
+    cached = meta.get("cache") == "1" or (meta_number(meta, "cache_mb") or 0) > 0
+    if cached:
+        return f"a smaller expert cache (cache_mb={meta.get('cache_mb', '?')}: it holds RAM the " \
+               f"weights need); {larger}; no larger cache"
+    if meta.get("moe_stream") == "1":
+        return f"{larger}; no expert cache (it would take RAM the weights need)"
+    return f"if the experts were mmapped (no --moe-stream), stream them: --moe-stream; with a " \
+           f"cache, a smaller one; {larger}"
 
 
 def stretch_verdict(report):
@@ -5450,6 +5526,13 @@ def with_engine_log(report, log, warn):
     engine = engine_report(log, report) if log else None
     for note in log_notes(log) if log else ():
         warn(note)
+    for turn in engine["turns"] if engine else ():
+        engine_ms, tool_ms = turn["ms_per_token"], turn["tool_ms_per_token"]
+        if engine_ms and tool_ms is not None and \
+                abs(tool_ms - engine_ms) > ENGINE_TOLERANCE * engine_ms:
+            warn(f"{log.path}: turn id={turn['turn']} decoded at {engine_ms:.2f} ms per token, "
+                 f"the compute trace's turn {turn['trace_turn']} at {tool_ms:.2f} (beyond "
+                 f"{ENGINE_TOLERANCE:.0%})")
     for name, figure in (engine["figures"] if engine else {}).items():
         if figure["agrees"] is False:
             warn(f"{log.path}: the engine's {name} is {figure['engine']:.4g}, the traces' "
@@ -5482,7 +5565,8 @@ def log_settings(log):
     if "hit_pct" in figures or any(turn[2] for turn in log.turns):
         implied.append(("cache", "1"))
     implied += [(key, "1") for key, shown_by in (
-        ("prefetch", "speculative_mib"), ("overlap", "stall_ms_per_token"),
+        ("moe_stream", "read_mib"), ("prefetch", "speculative_mib"),
+        ("overlap", "stall_ms_per_token"),
         ("ngram", "positions_per_decode")) if shown_by in figures]
     return [Setting(key, value, "log") for key, value in implied]
 
@@ -8230,7 +8314,7 @@ def setting_mib(least):
 
 KNOWN_SETTINGS = {
     **{key: KnownSetting(setting_flag, "0 or 1")
-       for key in ("cache", "prefetch", "overlap", "o_direct", "ngram")},
+       for key in ("cache", "prefetch", "overlap", "o_direct", "ngram", "moe_stream")},
     "cache_mb": KnownSetting(setting_mib(0), f"MiB from 0 (no cache) to {MAX_CACHE_MB}"),
     "mem_limit_mb": KnownSetting(setting_mib(1), f"MiB from 1 to {MAX_CACHE_MB}"),
     "io_threads": KnownSetting(setting_count(256), "a whole number of lanes from 1 to 256"),

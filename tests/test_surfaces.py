@@ -142,7 +142,7 @@ def test_a_key_a_run_lacks_shows_as_missing_not_none(tmp_path):
     assert "weird=-" in run("summary", keyed, other, OVERLAP).out
     # a key one run does not know is not shared: a column, '-' where unknown
     r = report("summary", keyed, OVERLAP)
-    assert r["keys"] == ["overlap", "weird"] and "weird" not in r["common"]
+    assert "weird" in r["keys"] and "weird" not in r["common"]
 
 
 # ── classes 8, 9, 10 and 12: one escaping rule for every text cell, in every format ──

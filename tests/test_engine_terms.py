@@ -1,0 +1,145 @@
+"""The engine's terms on every kind of run (issue 35), on generated traces whose answers are
+known: a speculative run (k from the model, figures per generated position), a cached tail
+(tokens served whole from the cache read nothing), a session's turns (their speed, both
+numberings), the moe-stream compute as a remainder, and the engine's per-layer wait."""
+import pytest
+
+from helpers import ROOT, ct_text, io_text, report, report_with_warnings, run
+
+SYNTHETIC = ROOT / "tests" / "data" / "synthetic"
+EXPERT = 65536
+
+
+def io_row(step, layer, expert, phase=1, turn=0, latency=100_000):
+    offset = (layer * 8 + expert) * EXPERT
+    return f"{turn},{phase},{step},{layer},{expert},0,{expert % 2},0,{offset},{EXPERT},{EXPERT}," \
+           f"{latency}"
+
+
+def ct_rows(steps, turn=0, ms=2.0):
+    """Two layer segments a decode token, `ms` in all; the prefill at step 9."""
+    rows = [f"{turn},0,9,0,0,LAYER,blk.0,5000000,0"]
+    for step in steps:
+        rows += [f"{turn},1,{step},{seq},{seq},LAYER,blk.{seq},{int(ms * 5e5)},0"
+                 for seq in (0, 1)]
+    return rows
+
+
+def test_a_speculative_runs_k_is_the_models_not_a_verify_batchs(write):
+    """A top-2 model whose verify decodes cover 3 positions demand up to 6 experts a layer:
+    k was taken as 6 (81.2% hit where the engine had 2.8%)."""
+    rows = [io_row(9, layer, expert, phase=0) for layer in (0, 1) for expert in (0, 1)]
+    for step in (10, 13, 16):  # 3 positions each: experts 0-4 a layer (5 of 6: one shared)
+        rows += [io_row(step, layer, expert) for layer in (0, 1) for expert in range(5)]
+    rows += [io_row(19, layer, expert) for layer in (0, 1) for expert in (6, 7)]  # 1 position
+    own = report("io", write(io_text(rows)), "--cache")["run_cache"]
+    assert own["top_k"] == 2 and own["layers"] == 2
+    # lookups over the positions: steps 10..19 x 2 layers x k=2
+    assert own["decode_lookups"] == 10 * 2 * 2
+
+
+def test_a_speculative_runs_figures_are_per_generated_position(write, tmp_path):
+    compute = report("compute", SYNTHETIC / "speculative-ct.csv")
+    decodes = compute["decodes"]
+    per_position = compute["ms_per_token"] * decodes["decodes"] / decodes["positions"]
+    log = tmp_path / "spec.log"
+    log.write_text(f"generation: {decodes['positions']} tokens, {per_position / 1000:.4f} "
+                   f"s/token (1 tok/s)\nngram: 7/7 drafts accepted (100.0%), "
+                   f"{decodes['positions'] / decodes['decodes']:.2f} tokens per verify decode "
+                   f"(7 decodes for 14 tokens)\n")
+    engine = report("compute", SYNTHETIC / "speculative-ct.csv", "--engine-log", log)["engine"]
+    figures = engine["figures"]
+    assert figures["tokens"]["tool"] == decodes["positions"] == 14
+    assert figures["generation_ms_per_token"]["tool"] == pytest.approx(per_position)
+    assert all(figure["agrees"] for figure in figures.values()), figures
+
+
+def cached_tail(write):
+    """10 decode tokens (steps 10-19) of a 2-layer top-2 model with a cache: steps 10-13 read
+    (13 misses of 16 lookups), 14-19 were served whole from cache and have no io row."""
+    rows = [io_row(9, layer, expert, phase=0) for layer in (0, 1) for expert in (0, 1)]
+    rows += [io_row(10, layer, expert) for layer in (0, 1) for expert in (2, 3)]
+    rows += [io_row(11, 0, 4), io_row(11, 1, 4), io_row(11, 1, 5)]
+    rows += [io_row(12, layer, expert) for layer in (0, 1) for expert in (5, 6)]
+    rows += [io_row(13, 0, 7), io_row(13, 1, 7)]
+    return write(ct_text(ct_rows(range(10, 20))), "run-ct.csv"), \
+        write(io_text(rows), "run-io.csv")
+
+
+def test_a_cached_tail_counts_every_decoded_token(write, tmp_path):
+    """In the gemma4 run 69 of 128 decode tokens read nothing: the hit share and the per-token
+    figures counted the 59 that read (46.6% against the engine's 74.5%)."""
+    compute_path, io_path = cached_tail(write)
+    misses, lookups, prefill = 2 * 2 + 3 + 2 * 2 + 2, 10 * 2 * 2, 4
+    hit = (lookups - misses) / (lookups + prefill)  # the prefill's 4 lookups all missed
+    pair = report("report", compute_path, io_path)
+    assert pair["io"]["run_cache"]["decode_lookups"] == lookups
+    assert pair["io"]["run_cache"]["hit_share"] == pytest.approx(hit)
+    log = tmp_path / "run.log"
+    read_mib = 13 * EXPERT / (1 << 20)
+    log.write_text(f"generation: 10 tokens, 0.002 s/token (500.000 tok/s)\n"
+                   f"moe-cache: {hit * 100:.1f}% hit, resident 0.5 MiB\n"
+                   f"moe-stream: read {read_mib:.1f} MiB ({read_mib / 10:.2f} MiB/token), decode "
+                   f"0.002 s/token (compute 0.002 + cache mgmt 0.000 + flash I/O 0.000 s/token, "
+                   f"100 MiB/s)\n")
+    alone = report_with_warnings("io", io_path, "--cache", "--engine-log", log)
+    assert alone["run_cache"]["hit_share"] == pytest.approx(hit)
+    figures = alone["engine"]["figures"]
+    assert figures["mib_per_token"]["tool"] == pytest.approx(read_mib / 10, rel=0.01)
+    assert figures["hit_pct"]["agrees"] and figures["mib_per_token"]["agrees"]
+    both = report_with_warnings("report", compute_path, io_path, "--engine-log", log)
+    assert both["engine"]["figures"]["hit_pct"]["agrees"]
+
+
+def test_a_sessions_turns_carry_their_speed_and_both_numberings(write, tmp_path):
+    rows = ct_rows(range(10, 14), turn=0, ms=2.0) + ct_rows(range(10, 12), turn=1, ms=4.0)
+    trace = write(ct_text(rows))
+    log = tmp_path / "session.log"
+    log.write_text("turn id=1: generated=4 n_prompt=9 n_past=13 cache_hit=0.0% read_mib=1.0 "
+                   "tok_s=500.0\nturn id=2: generated=2 n_prompt=9 n_past=11 cache_hit=0.0% "
+                   "read_mib=1.0 tok_s=250.0\n")
+    engine = report("compute", trace, "--engine-log", log)["engine"]
+    assert [(t["turn"], t["trace_turn"]) for t in engine["turns"]] == [(1, 0), (2, 1)]
+    assert [t["ms_per_token"] for t in engine["turns"]] == [2.0, 4.0]
+    assert [t["tool_ms_per_token"] for t in engine["turns"]] == pytest.approx([2.0, 4.0])
+    result = run("compute", trace, "--engine-log", log)
+    out = " ".join(result.out.split())
+    assert "turn 2 (trace 1): 2 generated" in out and "4.00 ms/token (traced 4.00)" in out
+    assert "warning" not in result.err
+    slower = tmp_path / "slower.log"
+    slower.write_text(log.read_text().replace("tok_s=250.0", "tok_s=125.0"))
+    said = run("compute", trace, "--engine-log", slower).err
+    assert "turn id=2 decoded at 8.00 ms per token, the compute trace's turn 1 at 4.00" in said
+
+
+def test_the_moe_stream_compute_is_a_remainder_never_compared(tmp_path):
+    """cache1mb of the shared sweep: compute 0.000 (decode 0.004 - flash I/O 0.003 - cache mgmt
+    0.001) against the trace's 1.28 ms was a "disagreement"."""
+    data = ROOT / "tests" / "data"
+    log = tmp_path / "run.log"
+    log.write_text((data / "qwen3moe-l4-ct-layers.log").read_text().replace(
+        "compute 0.038", "compute 0.000"))
+    pair = report_with_warnings("report", data / "qwen3moe-l4-ct-layers.csv",
+                                data / "qwen3moe-l4-io-serial.csv", "--engine-log", log)
+    figure = pair["engine"]["figures"]["compute_ms_per_token"]
+    assert figure["agrees"] is None and figure["note"].startswith("a remainder")
+    assert not [w for w in pair["warnings"] if "compute_ms_per_token" in w]
+
+
+def test_under_memory_pressure_no_larger_cache_is_proposed(tmp_path):
+    """A 64 MiB limit's run was offered caches of 1,099, 549 and 275 MiB."""
+    data = ROOT / "tests" / "data"
+    node = tmp_path / "ct.csv"
+    lines = (data / "qwen3moe-l4-ct-node.csv").read_text().splitlines(keepends=True)
+    node.write_text("".join(lines[:3] + [line.rpartition(",")[0] + ",5\n"
+                                         if ",MUL_MAT_ID," in line else line
+                                         for line in lines[3:]]))
+    calm = report_with_warnings("report", data / "qwen3moe-l4-ct-node.csv",
+                                data / "qwen3moe-l4-io-serial.csv", "--no-engine-log")
+    assert any(s["setting"] == "cache_mb" for s in calm["what_if"]["settings"])
+    pressed = report_with_warnings("report", node, data / "qwen3moe-l4-io-serial.csv",
+                                   "--no-engine-log")
+    assert pressed["compute"]["majflt_per_token"] < 100  # faults on every token: pressure
+    found = {v["id"]: v for v in pressed["compute"]["verdicts"]}
+    assert found["memory_pressure"]["flagged"] is True
+    assert not [s for s in pressed["what_if"]["settings"] if s["setting"] == "cache_mb"]

@@ -7917,9 +7917,22 @@ def weighed_io(path, reading, asked):
     trace's waits), which a pair weighs again per decoded token: one pass over the waits."""
     reading = with_trace_stall(path, reading)
     trace, fold = read_io(path, reading, asked.adjacent, asked.cache)
+    preamble = trace.meta
     settings = settle(trace, reading)
     report = io_report(trace, fold, reading.selection, settings, asked.cache_sizes,
                        reading.measured)
+    if cache_contradicted(report, reading):  # the trace's word over the log's: again without
+        hit = reading.measured["hit_pct"]
+        reading.warn(f"{trace.name}: the engine's log says a cache served {hit:g}% of the "
+                     f"lookups, but every decode token of the trace reads all of its experts: "
+                     f"no cache ran here (a log of another run?); the trace's word stands")
+        reading = reading._replace(settings=tuple(
+            setting for setting in reading.settings
+            if setting.source != "log" or setting.key not in ("cache", "cache_mb")))
+        trace.meta = preamble
+        settings = settle(trace, reading)
+        report = io_report(trace, fold, reading.selection, settings, asked.cache_sizes,
+                           reading.measured)
     if trace_io.read_once(path) and "kind" in trace.columns and \
             trace.meta.get("overlap") == "1" and "stall_ms_per_token" not in (reading.measured
                                                                           or {}):
@@ -7939,6 +7952,15 @@ def weighed_io(path, reading, asked):
                      f"than they read ({report['read_bytes']}): short reads, so the alignment "
                      f"waste is negative")
     return report, reading.measured
+
+
+def cache_contradicted(report, reading):
+    """Whether the log says a cache served lookups (1% or more) that the trace shows read:
+    a run_cache seen, with no decode token short of its experts."""
+    own, hit = report["run_cache"], (reading.measured or {}).get("hit_pct")
+    declared = any(setting.key == "cache" and setting.source == "declared"
+                   for setting in reading.settings)
+    return bool(own) and not own["detected"] and bool(hit) and hit >= 1 and not declared
 
 
 def analyze_pair(compute_path, io_path, reading, cache_sizes=()):

@@ -143,3 +143,21 @@ def test_under_memory_pressure_no_larger_cache_is_proposed(tmp_path):
     found = {v["id"]: v for v in pressed["compute"]["verdicts"]}
     assert found["memory_pressure"]["flagged"] is True
     assert not [s for s in pressed["what_if"]["settings"] if s["setting"] == "cache_mb"]
+
+
+def test_a_log_that_says_a_cache_ran_where_the_trace_shows_none_is_said_and_loses():
+    """A serial trace with a cached run's moe-cache line got cache 0 -> 1 in diff and three NO
+    predictions: the log's implied setting silently beat the trace's evidence."""
+    data = ROOT / "tests" / "data"
+    serial, cached_log = data / "qwen3moe-l4-io-serial.csv", data / "qwen3moe-l4-io-prefetch.log"
+    r = report_with_warnings("io", serial, "--engine-log", cached_log, "--what-if")
+    assert r["meta"]["cache"] == "0" and r["settings"]["cache"]["source"] == "trace"
+    assert "cache_mb" not in r["meta"]
+    assert any("no cache ran here" in warning for warning in r["warnings"])
+    plain = report("io", serial, "--no-engine-log", "--what-if")
+    def caches(found):
+        return [s for s in found["what_if"]["settings"] if s["setting"] == "cache_mb"]
+    assert caches(r) == caches(plain)  # the default sizes, not the log's 1.9 MiB as its own
+    # a declared cache=1 is the user's word: not overruled
+    declared = report_with_warnings("io", serial, "--engine-log", cached_log, "--set", "cache=1")
+    assert not any("no cache ran here" in warning for warning in declared["warnings"])

@@ -127,9 +127,11 @@ def _bulk_integers(texts, last_column):
         values = [0] * len(texts)
         for position in compress(range(len(texts)), map(zero.__ne__, texts)):
             text = texts[position].rstrip("\n")
-            if not _plain_digits(text) or len(text) >= 20:
+            if not _plain_digits(text) or len(text) > 20:  # 2^64 - 1 has 20 digits
                 return None
             values[position] = int(text)
+            if values[position] >= INTEGER_LIMIT:
+                return None
         return values
     joined = ",".join(texts)
     # What JSON takes beyond plain digits: a sign, blanks (the only newlines are those that

@@ -11,7 +11,7 @@ import sys
 import zipfile
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import decode_analyze
 import trace_io
@@ -565,6 +565,7 @@ def test_spec_other_than_0_or_1_is_a_bad_value(write, spec):
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(INTEGER_TEXTS, min_size=1, max_size=12), st.booleans())
+@example(["0", "0", "18446744073709551615"], False)  # a mostly-zero column gave 2^64-1 up
 def test_bulk_integers_are_the_rule_or_nothing(plain, last_column):
     # A line's last field is handed over with its newline; no other field holds one.
     texts = [text + "\n" for text in plain] if last_column else plain

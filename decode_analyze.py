@@ -8404,7 +8404,8 @@ READING_OPTIONS = (  # a command that reads traces
     option("--phase", choices=("decode", "prefill", "all"),
            help="rows to use (default: decode, or all rows when there are no decode rows)"),
     option("--turn", type=non_negative, action="append", metavar="N",
-           help="only this session turn (repeatable)"),
+           help="only this session turn, as the traces number it, from 0 (the engine's log "
+                "says turn id=N+1; its table shows both); repeatable"),
     option("--steps", type=steps_range, metavar="A:B",
            help="only tokens whose step is in A..B, inclusive (A: or :B too)"),
     option("--skip", type=non_negative, default=0, metavar="N",

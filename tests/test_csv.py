@@ -3,6 +3,7 @@ same run, found again by its section, row and field, and every value of the JSON
 the README's queries run on it in SQLite and in DuckDB (a test-only dependency)."""
 import csv
 import io
+import os
 import re
 
 import pytest
@@ -128,50 +129,63 @@ def test_a_formula_in_a_node_name_is_defused_and_quotes_are_doubled(write):
     assert cells and all(cell == "'" + hostile for cell in cells)
 
 
-def load_into_sqlite(paths):
-    """The CSV files as a user loads them: one table `report`, its number column REAL (an
-    empty cell NULL), and the file each line came from."""
-    import sqlite3
-    database = sqlite3.connect(":memory:")
-    database.execute("CREATE TABLE report (file TEXT, section TEXT, row TEXT, field TEXT, "
-                     "number REAL, text TEXT, unit TEXT)")
-    for path in paths:
-        with open(path, newline="", encoding="utf-8") as f:
-            header, *lines = csv.reader(f)
-            assert header == list(decode_analyze.CSV_HEADER)
-            database.executemany("INSERT INTO report VALUES (?, ?, ?, ?, NULLIF(?, ''), ?, ?)",
-                                 [(str(path), *line) for line in lines])
-    return database
-
-
 def readme_query(engine):
     """The README's example query for `engine` (sqlite or duckdb), as it is written there."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     return re.search(rf"\n-- {engine}\n(.*?)(?=\n-- |```)", text, re.S).group(1)
 
 
-def test_the_readmes_query_runs_in_sqlite_on_two_runs(tmp_path):
-    paths = []
-    for name in ("base", "new"):
-        path = tmp_path / f"{name}.csv"
-        assert run(*RUNS["compute"], "--format", "csv", "-o", str(path)).code == 0
-        paths.append(path)
-    found = load_into_sqlite(paths).execute(readme_query("sqlite")).fetchall()
-    ops = sorted(report_with_warnings(*RUNS["compute"])["by_op"],
-                 key=lambda op: -op["ms_per_token"])
-    # each run's ops, slowest first, as numbers (REAL): base's, then new's, the same
-    expected = [(op["op"], pytest.approx(op["ms_per_token"])) for op in ops]
+def readme_block(language):
+    """The README's one ```language block of the CSV section, as printed."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.partition("## Into a spreadsheet or a database: CSV")[2]
+    return re.search(rf"```{language}\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.fixture
+def report_csvs(tmp_path, monkeypatch):
+    """runs/a and runs/b, each a real pair, turned into runs/a.csv and runs/b.csv by the
+    README's own loop (decode-analyze being this checkout's script), in tmp_path."""
+    import shutil
+    import subprocess
+    import sys
+    for name in ("a", "b"):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        for part, source in zip(("ct", "io"), RUNS["report"][1:]):
+            shutil.copy(source, tmp_path / "runs" / name / f"{part}.csv")
+    shim = tmp_path / "bin" / "decode-analyze"
+    shim.parent.mkdir()
+    shim.write_text(f"#!/bin/sh\nexec '{sys.executable}' '{ROOT / 'decode_analyze.py'}' \"$@\"\n")
+    shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-c", readme_block("sh")], cwd=tmp_path, env=env,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    monkeypatch.chdir(tmp_path)
+    return [tmp_path / "runs" / "a.csv", tmp_path / "runs" / "b.csv"]
+
+
+def by_op_slowest_first():
+    ops = report_with_warnings(*RUNS["report"])["compute"]["by_op"]
+    return sorted(ops, key=lambda op: -op["ms_per_token"])
+
+
+def test_the_readmes_sqlite_recipe_and_query_run_as_printed(report_csvs):
+    """The query read a `report` table and a `file` column nothing created, and `.import`
+    loaded numbers as text (9.98 above 80.4); its section was `by_op`, not `compute.by_op`."""
+    import sqlite3
+    exec(readme_block("python"), {})  # noqa: S102 - the README's own recipe, as printed
+    found = sqlite3.connect("runs.db").execute(readme_query("sqlite")).fetchall()
+    expected = [(op["op"], pytest.approx(op["ms_per_token"])) for op in by_op_slowest_first()]
     assert [(row, number) for _, row, number in found] == expected * 2
-    assert [file for file, _, _ in found] == [str(paths[0])] * len(ops) + [str(paths[1])] * len(ops)
+    assert [file for file, _, _ in found] == ["runs/a.csv"] * len(expected) + \
+        ["runs/b.csv"] * len(expected)
     assert all(isinstance(number, float) for _, _, number in found)
 
 
-def test_the_readmes_query_runs_in_duckdb(tmp_path):
+def test_the_readmes_duckdb_query_runs_as_printed(report_csvs):
     import duckdb  # tests/requirements.txt: never skipped
-    path = tmp_path / "run.csv"
-    assert run(*RUNS["compute"], "--format", "csv", "-o", str(path)).code == 0
-    query = readme_query("duckdb").replace("runs/*.csv", str(tmp_path / "*.csv"))
-    found = duckdb.sql(query).fetchall()
-    slowest = max(report_with_warnings(*RUNS["compute"])["by_op"],
-                  key=lambda op: op["ms_per_token"])
+    found = duckdb.sql(readme_query("duckdb")).fetchall()
+    slowest, *_ = by_op_slowest_first()
+    assert len(found) == 2 * len(by_op_slowest_first())
     assert found[0][1:] == (slowest["op"], pytest.approx(slowest["ms_per_token"]))

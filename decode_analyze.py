@@ -2668,6 +2668,12 @@ def meta_number(meta, key):
 PLAIN_DECIMAL = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?")
 
 
+def held_share(experts, distinct):
+    """The share of the distinct experts a cache of `experts` holds: at most all of them (a
+    cache larger than the model's experts holds 100%, not 108%)."""
+    return None if not distinct else min(1.0, experts / distinct)
+
+
 def figure(point, low=None, high=None):
     """A what-if figure: its point (None where only a bound is honest) and bounds."""
     return FIGURE(point=point, min=point if low is None and high is None else low,
@@ -2783,7 +2789,7 @@ class WhatIf:
         ceiling = 1 - ratio(cache.distinct, own["lookups"]) if own["lookups"] else 0.0
         hit = own["hit_share"] or 0.0
         figures = {"experts": figure(capacity),
-                   "experts_share": ratio(capacity, cache.distinct)}
+                   "experts_share": held_share(capacity, cache.distinct)}
         if capacity >= cache.distinct:
             shares = figure(ceiling)
         elif capacity == own_capacity:
@@ -2820,7 +2826,7 @@ class WhatIf:
             return figure(middle, min(values), max(values))
         return self.setting("cache_mb", mib, {
             "experts": figure(point.experts, low.experts, high.experts),
-            "experts_share": ratio(point.experts, cache.distinct),
+            "experts_share": held_share(point.experts, cache.distinct),
             "hit_share": figure(point.hit_share, low.hit_share, high.hit_share),
             "mib_per_token": figure(middle, fewest, most),
             "evictions": spread("evictions"), "rereads": spread("rereads"),
@@ -6287,10 +6293,13 @@ def what_if_figure(name, value):
 
 
 def saving_text(saved):
-    """What a setting saves, in ms per token, as honestly as its bounds allow."""
-    point, low, high = saved["point"], saved["min"], saved["max"]
+    """What a setting saves, in ms per token, as honestly as its bounds allow; a negative
+    saving is said as a cost, and what rounds to zero as 0.00 (never -0.00)."""
+    point, low, high = (None if saved[bound] is None else round(saved[bound], 2) + 0.0
+                        for bound in ("point", "min", "max"))
     if point is not None:
-        return f"saves {point:.2f} ms" + ("" if low == high else f" ({low:+.2f} to {high:+.2f})")
+        said = f"saves {point:.2f} ms" if point >= 0 else f"costs {-point:.2f} ms"
+        return said + ("" if low == high else f" ({low:+.2f} to {high:+.2f})")
     if low is not None and high is not None:
         return f"saves {low:.2f} to {high:.2f} ms"
     return "ms saved not predicted" if high is None else \

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import decode_analyze
-from helpers import REAL_TRACES, ct_text, io_text, report, run
+from helpers import REAL_TRACES, ct_text, io_text, report, report_with_warnings, run
 
 
 MIB = 1 << 20
@@ -295,3 +295,20 @@ def test_coalesced_runs_are_the_merged_extents(extents):
                     for start, end in merged))
     offsets, lengths = [s for s, _ in extents], [n for _, n in extents]
     assert tuple(decode_analyze.coalesced(offsets, lengths)) == expected
+
+
+def test_no_saving_is_printed_as_minus_zero_and_no_share_above_all():
+    """`saves -0.00`, `7e-16` and "108.3% of the experts" were printed."""
+    import decode_analyze
+    assert decode_analyze.saving_text({"point": -0.001, "min": -0.004, "max": 0.002}) == \
+        "saves 0.00 ms"
+    assert decode_analyze.saving_text({"point": 7e-16, "min": 7e-16, "max": 7e-16}) == \
+        "saves 0.00 ms"
+    assert decode_analyze.saving_text({"point": -1.5, "min": -2.0, "max": -1.0}) == \
+        "costs 1.50 ms (-2.00 to -1.00)"
+    assert decode_analyze.held_share(13, 12) == 1.0 and decode_analyze.held_share(3, 0) is None
+    for name in ("qwen3moe-l4-io-serial.csv", "gemma4-l4-io-serial.csv"):
+        r = report_with_warnings("io", REAL_TRACES[name], "--what-if", "--cache-mb", "1,64")
+        for setting in r["what_if"]["settings"]:
+            share = setting["figures"].get("experts_share")  # a plain number
+            assert share is None or 0 <= share <= 1, setting

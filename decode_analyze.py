@@ -5944,7 +5944,9 @@ Block = namedtuple("Block", "heading parts gap", defaults=((), True))
 # paths: (label, path, detail) each; the detail (diff's "(io trace, 128 io tokens)") is shown
 # beside the path.
 Header = namedtuple("Header", "command paths meta keys")
-Prose = namedtuple("Prose", "lines hang", defaults=("  ",))  # logical lines; hang: wrap indent
+# logical lines; hang: the wrap's indent; clip: text cuts a line at the width (a legend: a line
+# a run), where Markdown keeps it whole
+Prose = namedtuple("Prose", "lines hang clip", defaults=("  ", False))
 Items = namedtuple("Items", "prefix items")  # one logical line of items, folded between items
 Bullets = namedtuple("Bullets", "items")  # one logical line each (the verdicts)
 # shown: the rows text shows (Markdown folds the rest away); compact: many layers shown as
@@ -5952,7 +5954,7 @@ Bullets = namedtuple("Bullets", "items")  # one logical line each (the verdicts)
 Grid = namedtuple("Grid", "columns rows indent shown compact", defaults=("  ", None, False))
 Spark = namedtuple("Spark", "values")  # one character per token (or per group of tokens)
 # What the command line asks of the drawing: ops in the by-op table, every layer, ASCII only.
-View = namedtuple("View", "top layers ascii", defaults=(12, False, False))
+View = namedtuple("View", "top layers ascii wide", defaults=(12, False, False, False))
 
 COMPUTE_KEYS = ("model", "arch", "n_layer", "n_threads")
 IO_KEYS = ("model", "io_threads", "o_direct", "overlap")
@@ -6678,22 +6680,37 @@ def summary_header_blocks(report, view):
     return [Block(f"decode-analyze {TOOL_VERSION} summary", [Prose(lines)], gap=False)]
 
 
-def summary_table(report):
+SUMMARY_WIDTH = TEXT_WIDTH  # summary's table too fits a terminal and a bug report (issue: 120)
+# The columns that go first when the table is wider than that (--wide shows them all): the
+# percentiles and the engine's hit share say least beside the means and the engine's ms.
+SUMMARY_DROPPED_FIRST = ("decode_ms_p50", "decode_ms_p99", "engine_hit_share", "majflt_per_token",
+                         "positions_per_decode", "compute_ms_per_token", "tokens")
+
+
+def summary_table(report, wide=False):
     """The runs' table: the run's number, the short keys that tell the runs apart, then the
-    figures that any run has."""
+    figures that any run has; within SUMMARY_WIDTH unless wide (the columns left out, named
+    by the caller from what is missing)."""
     rows = report["runs"]
     keys = [text_column(key, lambda row, key=key: setting_text(row, key))
             for key in report["keys"]
             if all(len(setting_text(row, key)) <= SHORT_SETTING for row in rows)]
-    figures = [spread_column(field) for field in SUMMARY_ROW.shown()
-               if any(row[field.name] not in (None, HIDDEN_WHEN.get(field.name)) for row in rows)]
+    fields = [field for field in SUMMARY_ROW.shown()
+              if any(row[field.name] not in (None, HIDDEN_WHEN.get(field.name)) for row in rows)]
     numbers = {id(row): place for place, row in enumerate(rows, start=1)}  # equal rows too
     number = column("#", lambda row: numbers[id(row)])
-    while True:  # the keys' columns that fit beside the figures (the list above has them all)
-        columns = (number, *keys, *figures)
-        if not keys or max(map(len, table_lines(columns, rows))) <= TEXT_WIDTH:
+    droppable = [name for name in SUMMARY_DROPPED_FIRST if not wide]
+    while True:  # the keys' columns, then the figures, that fit
+        columns = (number, *keys, *map(spread_column, fields))
+        if wide or max(map(len, table_lines(columns, rows))) <= SUMMARY_WIDTH:
             return columns
-        keys.pop()
+        if keys:
+            keys.pop()
+            continue
+        name = next((name for name in droppable if name in {f.name for f in fields}), None)
+        if name is None:
+            return columns
+        fields = [field for field in fields if field.name != name]
 
 
 HIDDEN_WHEN = {"n": 1}  # a column every row has at this value says nothing: one run each
@@ -6713,15 +6730,25 @@ def spread_column(field):
     return Column(shown.header, lambda row: row, written, ">")
 
 
+def clipped(line, width=TEXT_WIDTH):
+    """One line of a legend: cut at `width` with an ellipsis (JSON holds it whole)."""
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
 def summary_blocks(report, view):
-    """Each run by number with its whole name and the keys that tell it apart, then the
-    table."""
+    """A legend, a line a run (its whole name, its flagged verdicts, the keys that tell it
+    apart: cut at the width, the flags first), then the table, and a line naming the columns
+    --wide would add."""
     rows = report["runs"]
-    names = [f"  #{i} {row['run']}" + "".join(f"  {key}={setting_text(row, key)}"
-                                              for key in report["keys"])
-             + (f"  flagged: {' '.join(row['flagged'])}" if row["flagged"] else "")
+    names = [f"  #{i} {row['run']}"
+             + (f"  FLAGGED: {' '.join(row['flagged'])};" if row["flagged"] else "")
+             + "".join(f"  {key}={setting_text(row, key)}" for key in report["keys"])
              for i, row in enumerate(rows, start=1)]
-    return [Block("runs", [Prose(names + [""], "      "), Grid(summary_table(report), rows)])]
+    columns = summary_table(report, view.wide)
+    wide = {col.header for col in summary_table(report, True)} - {col.header for col in columns}
+    more = [f"(--wide adds: {', '.join(sorted(wide))}; JSON has every figure)"] if wide else []
+    return [Block("runs", [Prose(names + [""], "      ", clip=True), Grid(columns, rows),
+                           *([Prose(more)] if more else [])])]
 
 
 def schema_blocks(report, view):
@@ -6797,10 +6824,15 @@ def text_grid(grid, view):
     return table_lines(grid.columns, rows, grid.indent)
 
 
+def text_prose(prose):
+    if prose.clip:
+        return [clipped(safe(logical)) for logical in prose.lines]
+    return [line for logical in prose.lines for line in wrap(safe(logical), prose.hang)]
+
+
 TEXT_PARTS = {
     Header: text_header,
-    Prose: lambda prose, view: [line for logical in prose.lines
-                                for line in wrap(safe(logical), prose.hang)],
+    Prose: lambda prose, view: text_prose(prose),
     Items: lambda items, view: wrap_items(items.prefix, [safe(i) for i in items.items]),
     Bullets: lambda bullets, view: [line for item in bullets.items
                                     for line in wrap(f"  {safe(item)}")],
@@ -8439,7 +8471,7 @@ PICTURE_OPTIONS = {
                     f"{window_text(PERFETTO_TOKENS)})")),
 }
 # What a command that lacks an option reads in its place: the drawing's view, and no picture.
-ABSENT_OPTIONS = dict(top=View().top, layers=False, svg=None, perfetto=None,
+ABSENT_OPTIONS = dict(top=View().top, layers=False, wide=False, svg=None, perfetto=None,
                       tokens=PERFETTO_TOKENS, phase=None, turn=None, steps=None, skip=0,
                       ascii=False, skip_bad_rows=False, jobs=1, engine_log=None,
                       no_engine_log=False, declared=[])
@@ -8588,6 +8620,10 @@ COMMANDS = {command.name: command for command in (
             (option("--sort", type=sort_column, metavar="COLUMN",
                     help=f"sort the rows by a column ({', '.join(SUMMARY_SORTS)}) or a "
                          f"preamble key, ascending, missing values last (default: as given)"),
+             option("--wide", action="store_true",
+                    help=f"every figure's column, past {SUMMARY_WIDTH} columns (the default "
+                         f"leaves out the percentiles, the engine's hit share, faults, ... "
+                         f"first, and says which)"),
              option("--no-group", action="store_true",
                     help="one row per run: repeats of one configuration (kind, granularity "
                          "and every setting equal) are otherwise one row, n runs, each figure "
@@ -8747,7 +8783,9 @@ def reading_from(args, warn):
     return Reading(selection, args.skip_bad_rows, warn, args.jobs, per_lane=args.svg is not None)
 
 
-FORMATS = {"text": text_of, "markdown": markdown_of, "json": lambda report, view: json_text(report),
+FORMATS = {"text": text_of,  # Markdown's tables scroll on GitHub: every column there
+           "markdown": lambda report, view: markdown_of(report, view._replace(wide=True)),
+           "json": lambda report, view: json_text(report),
            "csv": lambda report, view: csv_of(report)}
 
 
@@ -8771,7 +8809,7 @@ def run(args, out, warn):
         report = with_engine_log(report, log, warn)
     report.setdefault("warnings", list(warn.said))
     write_pictures(args, report, paths, reading)
-    view = View(args.top, args.layers, args.ascii)
+    view = View(args.top, args.layers, args.ascii, args.wide)
     text = FORMATS[args.format](report, view)
     if args.output is not None:
         write_output(args.output, text)

@@ -5,7 +5,7 @@ import shutil
 import sys
 
 
-from helpers import REAL_TRACES, ROOT, another_run, report, run, run_measured
+from helpers import REAL_TRACES, ROOT, another_run, report, report_with_warnings, run, run_measured
 
 SESSION = (ROOT / "examples" / "session-ct.csv", ROOT / "examples" / "session-io.csv")
 QWEN = {name: REAL_TRACES[f"qwen3moe-l4-{name}.csv"]
@@ -64,8 +64,8 @@ def test_the_keys_that_differ_and_those_shared():
     assert r["common"]["io_threads"] == "4" and "overlap" not in r["common"]
     assert [row["settings"] for row in r["runs"]] == [{"overlap": "0"}, {"overlap": "1"}]
     out = run("summary", QWEN["io-serial"], QWEN["io-overlap"]).out
-    assert "  #1 qwen3moe-l4-io-serial.csv  overlap=0" in out
-    assert "  #2 qwen3moe-l4-io-overlap.csv  overlap=1" in out
+    assert "  #1 qwen3moe-l4-io-serial.csv  FLAGGED: cache;  overlap=0" in out
+    assert "  #2 qwen3moe-l4-io-overlap.csv  FLAGGED: cache;  overlap=1" in out
 
 
 def test_names_are_the_shortest_ending_that_tells_them_apart(tmp_path):
@@ -128,3 +128,21 @@ def test_a_hundred_runs_stay_small(tmp_path):
     assert status == 0, err
     assert len(json.loads(out)["runs"]) == 100  # 50 pairs and 50 compute runs alone
     assert peak_mib < 64, peak_mib
+
+
+def test_summary_of_many_real_runs_fits_and_says_what_wide_adds():
+    """Ten and more real runs were 143 lines and 190 columns: a legend of a line a run, a table
+    within the text width, and --wide for the rest (Markdown keeps every column)."""
+    runs = sorted((ROOT / "tests" / "data" / "sweep").glob("*.csv")) + \
+        sorted((ROOT / "tests" / "data").glob("*.csv"))
+    result = run("summary", *runs)
+    lines = result.out.splitlines()
+    rows = report_with_warnings("summary", *runs)["runs"]
+    assert len(rows) >= 10
+    assert all(len(line) <= 100 for line in lines)
+    legend = [line for line in lines if line.startswith("  #") and not line.startswith("  # ")]
+    assert len(legend) == len(rows)  # a line a run
+    assert "--wide adds: " in result.out and "p50" in result.out.split("--wide adds: ")[1]
+    wide = run("summary", *runs, "--wide").out
+    assert " p50 " in wide and "--wide adds" not in wide
+    assert " p50 " in run("summary", *runs, "--format", "markdown").out.replace("|", " ")

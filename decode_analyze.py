@@ -8063,11 +8063,12 @@ def analyze_diff(arguments, reading, asked, logs=True):
     if asked.test == "tokens" and any(len(paths) > 1 for paths in [base_paths, *new_sides]):
         raise UsageError("--test tokens compares the tokens of one run a side: give one run "
                          "each, or leave the test over runs")
-    news = [[diff_view(path, reading, logs, None) for path in paths] for paths in new_sides]
+    news = [[diff_view(run, reading, logs, None) for run in side_runs(paths)]
+            for paths in new_sides]
     sizes = sorted({meta_number(view.parts["io"]["meta"], "cache_mb") for views in news
                     for view in views if "io" in view.parts} - {None})
-    base = [diff_view(path, reading, logs, sizes if not i else None)
-            for i, path in enumerate(base_paths)]
+    base = [diff_view(run, reading, logs, sizes if not i else None)
+            for i, run in enumerate(side_runs(base_paths))]
     views = [distinct(side, DiffView.figures, reading.warn)
              for side in [base] + news]
     *_, last = runs = [view for side in views for view in side]
@@ -8123,10 +8124,28 @@ def side_names(sides):
     return found
 
 
-def diff_view(path, reading, logs, cache_sizes):
-    """One input of diff as a DiffView: a trace analysed (an io trace with its run_cache, and
+def side_runs(paths):
+    """A side's runs, as summary finds them: CT+IO, a compute and an io trace whose names
+    pair (x-ct.csv, x-io.csv: one run, both its traces), or an input alone. A pipe is not
+    looked at twice: it stands alone."""
+    kinds = {path: trace_io.sniff(path) for path in dict.fromkeys(paths)
+             if run_parts(path) == (path,) and not trace_io.read_once(path)
+             and os.path.isfile(path)}
+    return summary_runs(paths, kinds)
+
+
+def diff_view(run, reading, logs, cache_sizes):
+    """One run of diff as a DiffView: a trace analysed (an io trace with its run_cache, and
     its what-if at cache_sizes, () the default, None none; with the settings of the engine's
-    log beside it), or a saved report loaded and checked."""
+    log beside it), a run's two traces as `report` reads them, or a saved report loaded and
+    checked."""
+    if run.io_path is not None:
+        log = engine_log(run.paths) if logs else None
+        report = analyze_pair(run.path, run.io_path, logged(reading, log), cache_sizes or ())
+        io_name = os.path.basename(run.io_path) if os.path.dirname(run.io_path) == \
+            os.path.dirname(run.path) else display_name(run.io_path)  # x/a-ct.csv+a-io.csv
+        return DiffView(f"{display_name(run.path)}+{io_name}", "trace", report)
+    path = run.path
     name = display_name(path)
     with reopenable(path) as readable:
         held = trace_io.sniff(readable)
@@ -8529,7 +8548,9 @@ Command = namedtuple("Command", "name synopsis summary description inputs option
 DIFF_DESCRIPTION = """\
 Compares runs: BASE against each NEW, figure by figure, per token (so runs of different
 lengths compare). 'vs' splits the inputs into sides of repeated runs (A1 A2 A3 vs B1 B2 B3);
-without it each input is a side of one run. Inputs are traces (all compute or all io) or
+without it each input is a side of one run. A run's two traces (CT+IO, or a compute and an io
+trace whose names pair, as summary pairs them) are one run, compared as report compares them.
+Inputs are traces (all compute or all io) or
 reports saved earlier with --format json by any command (a saved 'report' compares with compute
 or io inputs through its matching half, with another 'report' through both). Shows the preamble
 keys that differ, then the headline figures and every row of the by-op, by-category, by-layer
@@ -8666,7 +8687,7 @@ def input_paths(command, args):
             if argument is not None:
                 if each.kind == "any" and argument == SIDE_SEPARATOR:
                     continue  # diff's sides: A1 A2 vs B1 B2
-                parts = run_parts(argument) if each.kind == "run" else (argument,)
+                parts = run_parts(argument) if each.kind in ("run", "any") else (argument,)
                 paths += [(each.kind, path) for path in parts]
     return paths
 

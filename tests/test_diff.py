@@ -533,3 +533,21 @@ def test_inputs_are_named_by_the_shortest_end_of_their_path_and_shown_whole(tmp_
         next(line for line in lines if line.startswith("  new = io8.csv")))])
     assert str(deep / "io.csv") in head and "…" not in text.split("preamble")[0]
     assert re.search(r"^  figure +io\.csv +± +io8\.csv +± +delta", text, re.M)
+
+
+def test_a_runs_two_traces_are_one_run_on_each_side():
+    """diff A-ct.csv A-io.csv vs B-ct.csv B-io.csv was refused ("diff compares compute with
+    compute"), though summary pairs them; CT+IO too."""
+    sweep = ROOT / "tests" / "data" / "sweep"
+    a, b = (sweep / f"qwen3moe-l4-greedy-{name}" for name in ("serial-rep1", "cache2mb"))
+    paired = report_with_warnings("diff", f"{a}-ct.csv", f"{a}-io.csv", "vs", f"{b}-ct.csv",
+                                  f"{b}-io.csv")
+    joined = report_with_warnings("diff", f"{a}-ct.csv+{a}-io.csv", f"{b}-ct.csv+{b}-io.csv")
+    for diff in (paired, joined):
+        assert [side["runs"] for side in diff["sides"]] == [1, 1]
+        assert diff["compares"] == "report" and "pair headline" in [
+            s["title"] for s in diff["sections"]]
+        assert [source["path"] for source in diff["inputs"]] == [
+            f"{a}-ct.csv+{a.name}-io.csv", f"{b}-ct.csv+{b.name}-io.csv"]
+    assert {(c["key"], c["base"], c["new"]) for found in paired["preamble_changes"]
+            for c in found} >= {("cache", "0", "1")}

@@ -2639,16 +2639,24 @@ def cache_shares(counts):
 # What real runs of the engine support (../shared/traces/README.md and the issue that asked for
 # this): the bounds below are theirs, not a model's.
 LANE_BOUND = 0.25  # io_threads 1 or 8: the I/O time within this share of now either way
-IO_RUN_SPREAD = 0.05  # identical runs' I/O time differs by about this: a point's band
+# Repeats of one command on one machine: the shared sweep's three serial runs read the same
+# bytes in an estimated 1.94, 3.24 and 3.60 ms a token (the engine: 2.13-3.85), so a saving's
+# ms is known within this share either way, not the 5% once assumed.
+IO_RUN_SPREAD = 0.30
+# What a cache's management costs a lookup, at most, where the run had none to measure: the
+# most real cached runs logged, 23 ms a token at 64 MiB on a 48-layer top-8 model (384 lookups
+# a token; 18 at 256 MiB, 11 at 512). A cache can make a run slower by that much.
+MANAGEMENT_MS_PER_LOOKUP = 0.06
 
 
 CACHE_METHOD = (
     "the engine's cache: whole experts (the size over an expert's bytes, rounded down), least "
     "recently used out, prefill lookups counted, speculative reads left out; band: one expert "
     "fewer to one more (near a working set's knee one expert moves the hit share by tens of "
-    "points). ms: a serial run waits for every read, so the MiB saved at this run's I/O ms "
-    "per MiB, less the engine's cache management where its log gives it, the band widened by "
-    "the 5% identical runs' I/O differs; overlap=1: at most that (or the stall), no point")
+    "points). ms, in parts: the MiB saved at this run's I/O ms per MiB, within the 30% real "
+    "repeats' I/O spreads and at most the I/O itself (overlap=1: the stall; undetermined "
+    "without one); less the cache's management: a cached run's own from its log (a point), "
+    "else 0 to 0.06 ms a lookup, what real cached runs logged, so a cache may be slower")
 
 
 CACHED_CACHE_METHOD = (
@@ -2834,17 +2842,29 @@ class WhatIf:
             self.bytes_saved(fewest, middle, most), CACHE_METHOD, self.fits(mib))
 
     def bytes_saved(self, fewest, middle, most):
-        """The ms per token a setting that reads fewer MiB saves: serial, every read waited
-        for, so the MiB saved at this run's I/O ms per MiB, less the cache's management, in
-        the band identical runs' I/O spread gives; overlap=1, at most that and the stall."""
+        """The ms per token a cache that reads fewer MiB saves, made of its parts: the MiB
+        saved at this run's I/O ms per MiB, within the spread repeats show (IO_RUN_SPREAD),
+        never more than the reads cost (the I/O estimate; overlap=1: the stall, unknown without
+        one); less the cache's management: the run's own, from its log, when it had a cache
+        (then a point), else 0 to MANAGEMENT_MS_PER_LOOKUP a lookup (no point: it may cost)."""
         now, per_mib = self.report["mib_per_token"], self.ms_per_mib
-        if not per_mib:
+        if not per_mib or self.cap is None:
             return figure(None, None, None)
-        low, point, high = ((now - mib) * per_mib - self.management
-                            for mib in (most, middle, fewest))
-        if self.cap == math.inf:
-            return figure(point, low - IO_RUN_SPREAD * abs(low), high + IO_RUN_SPREAD * abs(high))
-        return figure(None, 0.0, capped(high, self.cap))
+        least, gain, most_gain = ((now - mib) * per_mib for mib in (most, middle, fewest))
+        ceiling = min(self.estimate, self.cap)
+        if ran_cached(self.report):  # its own management, measured
+            cost_low = cost_high = self.management
+        else:
+            own = self.report["run_cache"]
+            cost_low, cost_high = 0.0, (own["layers"] * own["top_k"] * MANAGEMENT_MS_PER_LOOKUP
+                                        if own else None)
+        high = min(most_gain * (1 + IO_RUN_SPREAD), ceiling) - cost_low
+        low = None if cost_high is None else \
+            min(least * (1 - IO_RUN_SPREAD), ceiling) - cost_high
+        if self.cap != math.inf:  # overlapped: the stall bounds it, no point
+            return figure(None, None if low is None else min(0.0, low), high)
+        point = min(gain, ceiling) - cost_low if cost_low == cost_high else None
+        return figure(point, low, high)
 
     def o_direct_settings(self, cache_sizes):
         """Buffered reads, for a run that read with O_DIRECT."""
@@ -6303,7 +6323,8 @@ def saving_text(saved):
         said = f"saves {point:.2f} ms" if point >= 0 else f"costs {-point:.2f} ms"
         return said + ("" if low == high else f" ({low:+.2f} to {high:+.2f})")
     if low is not None and high is not None:
-        return f"saves {low:.2f} to {high:.2f} ms"
+        return f"saves {low:.2f} to {high:.2f} ms" + (
+            " (uncertain: it may be slower)" if low < 0 < high else "")
     return "ms saved not predicted" if high is None else \
         f"saves up to {high:.2f} ms (no lower bound)"
 

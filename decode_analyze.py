@@ -4375,6 +4375,7 @@ class DiffView:
         if kind == "report":
             halves["pair"] = pair_half(report)
         self.kind = kind
+        self.decoded = decoded_tokens(report, halves)
         self.parts = {part: self._part(part, half) for part, half in halves.items()}
 
     def figures(self):
@@ -4406,7 +4407,8 @@ class DiffView:
                                                     scale)
                 for row in report.get(table.table) or ()}
         meta = {str(k): str(v) for k, v in report["meta"].items()}
-        return {**(predictions(report, limit) if part == "io" else {}),
+        per_decoded = report["tokens"] / (self.decoded or report["tokens"])
+        return {**(predictions(report, limit, per_decoded) if part == "io" else {}),
                 "tokens": tokens, "samples": samples, "op_samples": op_samples,
                 "headline": headline, "tables": tables, "meta": meta,
                 "selection": report.get("selection"),
@@ -4418,23 +4420,48 @@ class DiffView:
                                  for row in report.get("latency_hist") or ()]}
 
 
-def predictions(report, limit):
+def decoded_tokens(report, halves):
+    """The tokens a run decoded, as the engine counts them: a pair's, else its log's
+    generation tokens (a cached run's tail reads nothing), else None (its read-tokens)."""
+    if "pair" in report and report.get("pair"):
+        return report["pair"].get("tokens")
+    io = halves.get("io")
+    engine = (report.get("engine") or {}).get("figures", {}).get("tokens")
+    generated = engine.get("engine") if isinstance(engine, dict) else None
+    if io and isinstance(generated, (int, float)) and generated >= io["tokens"] and \
+            not ((report.get("engine") or {}).get("figures", {}).get("positions_per_decode")):
+        return generated
+    return None
+
+
+# What a what-if figure's per-token value is per: scaled to decoded tokens on both sides, so
+# that a prediction and a measurement compare like with like (a cached run reads on fewer).
+PREDICTED_PER_TOKEN = ("mib_per_token", "io_wall_ms_per_token")
+
+
+def predictions(report, limit, per_decoded=1.0):
     """What diff's prediction check takes of an io report, checked: its what-if's settings
-    (BASE's predictions) and its own figures (NEW's measurements)."""
-    def band(held):
-        return FIGURE(**{bound: figure_value(held[bound], limit) for bound in FIGURE.names})
+    (BASE's predictions) and its own figures (NEW's measurements), each per decoded token
+    (per_decoded: its read-tokens over its decoded tokens)."""
+    def band(held, scale=1.0):
+        return FIGURE(**{bound: None if figure_value(held[bound], limit) is None
+                         else figure_value(held[bound], limit) * scale
+                         for bound in FIGURE.names})
     offered = [{"setting": str(setting["setting"]), "value": figure_value(setting["value"], limit),
-                "figures": {name: band(held) for name, held in setting["figures"].items()
+                "figures": {name: band(held, per_decoded if name in PREDICTED_PER_TOKEN
+                                       else 1.0)
+                            for name, held in setting["figures"].items()
                             if isinstance(held, dict)},
-                "ms_per_token_saved": band(setting["ms_per_token_saved"])}
+                "ms_per_token_saved": band(setting["ms_per_token_saved"], per_decoded)}
                for setting in (report.get("what_if") or {}).get("settings", ())]
     own = report.get("run_cache")
     hit = None if not own else own["hit_share"] if ran_cached(report) else 0.0
+    wall = figure_value(dated(report, ("io_wall_ms_per_token", "estimate"),
+                              report.get("schema")), limit)
     return {"what_if": offered, "measured": {
         "hit_share": figure_value(hit, limit),
-        "mib_per_token": figure_value(report["mib_per_token"], limit),
-        "io_wall_ms_per_token": figure_value(dated(report, ("io_wall_ms_per_token", "estimate"),
-                                                   report.get("schema")), limit)}}
+        "mib_per_token": figure_value(report["mib_per_token"], limit) * per_decoded,
+        "io_wall_ms_per_token": None if wall is None else wall * per_decoded}}
 
 
 def granularity_name(granularity):
@@ -4896,7 +4923,7 @@ def predicted_figures(base, offered):
 def held(predicted, measured):
     """Whether `measured` lies in the predicted band, widened; None without a band."""
     low, high = predicted["min"], predicted["max"]
-    if measured is None or low is None and high is None:
+    if measured is None or low is None or high is None:  # open at an end: nothing can fail it
         return None
     slack = PREDICTION_SLACK
 
@@ -8173,6 +8200,8 @@ def diff_view(run, reading, logs, cache_sizes):
         log = engine_log([path]) if logs and held != "json" else None
         report = analyze_input(readable, name, held, logged(reading, log),
                                IoAsked(True, True, cache_sizes))
+    if log:  # its decoded tokens, as the engine counts them, for the prediction check
+        report = with_engine_log(report, log, reading.warn)
     try:
         return DiffView(name, "saved report" if held == "json" else "trace", report)
     except NOT_WRITTEN_HERE as exc:

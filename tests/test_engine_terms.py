@@ -208,3 +208,19 @@ def test_every_real_sweep_run_agrees_with_its_own_log(name, command):
     compared = {figure: values for figure, values in engine["figures"].items()
                 if values["agrees"] is not None}
     assert compared and all(values["agrees"] for values in compared.values()), compared
+
+
+def test_the_prediction_check_compares_per_decoded_token_on_both_sides():
+    """The 4 MiB run's tokens served whole from cache have no io rows: per read-token its MiB
+    were 1.04 where the engine logged 0.88 a token, and the prediction check answered NO."""
+    base, new = (SWEEP / f"qwen3moe-l4-greedy-{name}-io.csv" for name in ("serial-rep1",
+                                                                        "cache4mb"))
+    diff = report_with_warnings("diff", base, new)
+    rows = {row["figure"]: row for row in diff["prediction_check"]}
+    engine = report_with_warnings("io", new)["engine"]["figures"]
+    assert rows["mib_per_token"]["measured"] == pytest.approx(
+        engine["read_mib"]["tool"] / engine["tokens"]["engine"])
+    assert all(row["within"] for row in rows.values()), rows
+    open_ended = report_with_warnings("diff", base, SWEEP.parent / "qwen3moe-l4-io-overlap.csv")
+    assert all(row["within"] is None for row in open_ended["prediction_check"]
+               if row["setting"] == "overlap")  # "0 to n/a" could not fail: not a check

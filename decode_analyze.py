@@ -2814,10 +2814,8 @@ class WhatIf:
         mibs = {bound: mib_at(share) for bound, share in shares.items()}
         figures.update(hit_share=shares, mib_per_token=figure(
             mibs["point"], mibs["max"], mibs["min"]))
-        saved = {bound: None if mib is None or not self.ms_per_mib else
-                 (now - mib) * self.ms_per_mib for bound, mib in mibs.items()}
         return self.setting("cache_mb", mib, figures,
-                            figure(saved["point"], saved["min"], saved["max"]),
+                            self.bytes_saved(mibs["min"], mibs["point"], mibs["max"]),
                             CACHED_CACHE_METHOD, self.fits(mib))
 
     def cache_setting(self, mib):
@@ -2850,7 +2848,8 @@ class WhatIf:
         now, per_mib = self.report["mib_per_token"], self.ms_per_mib
         if not per_mib or self.cap is None:
             return figure(None, None, None)
-        least, gain, most_gain = ((now - mib) * per_mib for mib in (most, middle, fewest))
+        least, gain, most_gain = (None if mib is None else (now - mib) * per_mib
+                                  for mib in (most, middle, fewest))
         ceiling = min(self.estimate, self.cap)
         if ran_cached(self.report):  # its own management, measured
             cost_low = cost_high = self.management
@@ -2863,7 +2862,8 @@ class WhatIf:
             min(least * (1 - IO_RUN_SPREAD), ceiling) - cost_high
         if self.cap != math.inf:  # overlapped: the stall bounds it, no point
             return figure(None, None if low is None else min(0.0, low), high)
-        point = min(gain, ceiling) - cost_low if cost_low == cost_high else None
+        point = min(gain, ceiling) - cost_low if cost_low == cost_high and gain is not None \
+            else None
         return figure(point, low, high)
 
     def o_direct_settings(self, cache_sizes):
@@ -6091,7 +6091,9 @@ def engine_blocks(report, view):
 
 
 def verdict_blocks(report, view):
-    verdicts = all_verdicts(report)
+    """The verdicts, flagged first, then undetermined, then the calm ones."""
+    verdicts = sorted(all_verdicts(report), key=lambda v: {True: 0, None: 1, False: 2}[
+        v["flagged"]])
     return [Block("verdicts", [Bullets([v["text"] for v in verdicts])])] if verdicts else []
 
 
@@ -6354,6 +6356,26 @@ def saving_text(saved):
             " (uncertain: it may be slower)" if low < 0 < high else "")
     return "ms saved not predicted" if high is None else \
         f"saves up to {high:.2f} ms (no lower bound)"
+
+
+BEST_SHOWN = 3  # changes on the first screen; the what-if section has them all
+
+
+def best_change_blocks(report, view):
+    """The answer to 'what do I change', up front: the settings surest to save (a lower end
+    above 0), best first, each with what it saves; else that none is a sure win."""
+    what_if = report.get("what_if")
+    if not what_if:
+        return []
+    sure = [setting for setting in what_if["settings"]
+            if (setting["ms_per_token_saved"]["min"] or 0) > 0]
+    lines = [f"  {setting['setting']}={setting['value']}: "
+             f"{saving_text(setting['ms_per_token_saved'])}" for setting in sure[:BEST_SHOWN]]
+    if not lines:
+        lines = ["  none is a sure win: no setting's saving has a lower end above 0 (the "
+                 "what-if below gives each band)"]
+    return [Block(f"best changes ({per_words(report) or 'per token'}, surest first)",
+                  [Prose(lines, "    ")])]
 
 
 def what_if_blocks(report, view):
@@ -6814,13 +6836,14 @@ COMPUTE_LAYOUT = layout(
     *COMPUTE_SECTIONS,
     Section(compute_layer_blocks, fold=True), compute_token_blocks)
 IO_LAYOUT = layout(
-    header_blocks, io_headline_blocks, verdict_blocks, engine_blocks, *IO_READ_SECTIONS,
+    header_blocks, io_headline_blocks, verdict_blocks, best_change_blocks, engine_blocks,
+    *IO_READ_SECTIONS,
     io_layer_blocks,
     adjacency_blocks, cache_blocks, what_if_blocks, io_token_blocks)
 PAIR_LAYOUT = layout(
-    header_blocks, pair_headline_blocks, verdict_blocks, engine_blocks, caveat_blocks,
-    per_decoded_blocks,
-    pair_layer_blocks, *COMPUTE_SECTIONS, compute_token_blocks, divider("flash reads"),
+    header_blocks, pair_headline_blocks, per_decoded_blocks, verdict_blocks, best_change_blocks,
+    engine_blocks, caveat_blocks, pair_layer_blocks, *COMPUTE_SECTIONS, compute_token_blocks,
+    divider("flash reads"),
     *IO_READ_SECTIONS, adjacency_blocks, cache_blocks, what_if_blocks)
 TIMELINE_LAYOUT = layout(
     header_blocks, timeline_headline_blocks, timeline_summary_blocks, timeline_decode_blocks)

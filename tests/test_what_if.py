@@ -353,3 +353,24 @@ def test_no_saving_is_printed_as_minus_zero_and_no_share_above_all():
         for setting in r["what_if"]["settings"]:
             share = setting["figures"].get("experts_share")  # a plain number
             assert share is None or 0 <= share <= 1, setting
+
+
+def test_the_first_screen_has_the_split_the_flagged_verdicts_and_the_best_change():
+    """On a real pair the split came at lines 36-52 and the what-if at 104-166; a calm verdict
+    stood before a flagged one."""
+    data = ROOT / "tests" / "data"
+    out = run("report", data / "qwen3moe-l4-ct-layers.csv", data / "qwen3moe-l4-io-serial.csv")
+    lines = out.out.splitlines()
+    first = "\n".join(lines[:45])
+    assert "decode 42.46 ms = compute 38.16 + flash I/O 4.30" in first
+    assert "SLOW STRETCH" in first and "best changes" in first
+    verdicts = lines[lines.index("verdicts") + 1:]
+    verdicts = [line for line in verdicts[:verdicts.index("")] if not line.startswith("    ")]
+    kinds = [0 if line.split(":")[0].isupper() else 1 for line in verdicts]
+    assert kinds == sorted(kinds)  # flagged (in capitals) first
+    report_json = report_with_warnings("report", data / "qwen3moe-l4-ct-layers.csv",
+                                       data / "qwen3moe-l4-io-serial.csv")
+    sure = [s for s in report_json["what_if"]["settings"]
+            if (s["ms_per_token_saved"]["min"] or 0) > 0]
+    best = lines[lines.index("best changes (per decoded token, surest first)") + 1]
+    assert best.startswith(f"  {sure[0]['setting']}={sure[0]['value']}: saves")

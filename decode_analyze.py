@@ -6707,10 +6707,18 @@ def diff_section_blocks(report, view):
     """Each section as one table, or, with several NEWs, as tables of as many NEW column groups
     as fit TEXT_WIDTH side by side (the name and base columns repeated)."""
     names = group_names([side["name"] for side in report["sides"]])
-    return [Block(section["title"], [Grid(diff_columns(section["key"], shown, names, section),
-                                          section["rows"])
-                                     for shown in new_groups(section, names)])
-            for section in report["sections"]]
+    changed = [section for section in report["sections"] if section["title"].endswith(
+        " headline") or any(change["delta"] or change["status"] != "both"
+                            for row in section["rows"] for change in row["changes"])]
+    blocks = [Block(section["title"], [Grid(diff_columns(section["key"], shown, names, section),
+                                            section["rows"])
+                                       for shown in new_groups(section, names)])
+              for section in changed]
+    same = [section["title"] for section in report["sections"] if section not in changed]
+    if same:  # a table whose every row is the same on every side: one line for all of them
+        blocks.append(Block(None, [Prose([f"unchanged (every row equal; JSON has them): "
+                                          f"{', '.join(same)}"], "    ")]))
+    return blocks
 
 
 def new_groups(section, names):

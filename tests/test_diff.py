@@ -551,3 +551,17 @@ def test_a_runs_two_traces_are_one_run_on_each_side():
             f"{a}-ct.csv+{a.name}-io.csv", f"{b}-ct.csv+{b.name}-io.csv"]
     assert {(c["key"], c["base"], c["new"]) for found in paired["preamble_changes"]
             for c in found} >= {("cache", "0", "1")}
+
+
+def test_unchanged_tables_are_one_line():
+    """diff listed a dozen tables whose rows were all unchanged."""
+    serial = REAL_TRACES["qwen3moe-l4-io-serial.csv"]
+    overlap = REAL_TRACES["qwen3moe-l4-io-overlap.csv"]
+    diff = report_with_warnings("diff", serial, overlap)
+    same = [s["title"] for s in diff["sections"] if not s["title"].endswith("headline") and
+            all(c["delta"] == 0 for row in s["rows"] for c in row["changes"])]
+    assert same  # the same reads: the layers' and sizes' reads and MiB
+    out = run("diff", serial, overlap).out
+    line = " ".join(out.split("unchanged (every row equal; JSON has them): ")[1].split())
+    for title in same:
+        assert f"\n{title}\n" not in out and title in line

@@ -164,3 +164,23 @@ def another_run(source, target, nudge=1):
     lines[-1] = ",".join(fields) + "\n"
     Path(target).write_text("".join(lines))
     return Path(target)
+
+
+# The test-only packages (tests/requirements.txt) a few tests need: where one is missing (a
+# machine whose python has only pytest), those tests are skipped, saying what to install,
+# and the rest run; .ci/run sets DECODE_ANALYZE_ALL_TESTS, under which nothing may skip so.
+TEST_PACKAGES_HINT = "pip install -r tests/requirements.txt"
+
+
+def needed_package(name):
+    """The module `name` of tests/requirements.txt, or the calling test skipped."""
+    import os
+    import pytest
+    if os.environ.get("DECODE_ANALYZE_ALL_TESTS"):
+        return __import__(name)  # CI: a missing package fails, never skips
+    return pytest.importorskip(name, reason=f"{name} is not installed: {TEST_PACKAGES_HINT}")
+
+
+def markdown_parser():
+    """GitHub-like Markdown (CommonMark with tables, HTML on), from markdown-it-py."""
+    return needed_package("markdown_it").MarkdownIt("commonmark", {"html": True}).enable("table")

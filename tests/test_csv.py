@@ -10,7 +10,7 @@ import pytest
 
 import decode_analyze
 
-from helpers import REAL_TRACES, ROOT, ct_text, report_with_warnings, run
+from helpers import REAL_TRACES, ROOT, ct_text, needed_package, report_with_warnings, run
 
 # The naming fields a table row may be named by (the README's CSV section).
 NAMES = ("op", "name", "category", "layer", "lane", "kind", "label", "figure", "key")
@@ -184,7 +184,7 @@ def test_the_readmes_sqlite_recipe_and_query_run_as_printed(report_csvs):
 
 
 def test_the_readmes_duckdb_query_runs_as_printed(report_csvs):
-    import duckdb  # tests/requirements.txt: never skipped
+    duckdb = needed_package("duckdb")
     found = duckdb.sql(readme_query("duckdb")).fetchall()
     slowest, *_ = by_op_slowest_first()
     assert len(found) == 2 * len(by_op_slowest_first())

@@ -10,13 +10,13 @@ import subprocess
 import sys
 import textwrap
 
-import markdown_it
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import decode_analyze as da
 import tracegen
-from helpers import REAL_TRACES, ROOT, ct_text, io_text, report, report_with_warnings, run
+from helpers import (REAL_TRACES, ROOT, ct_text, io_text, markdown_parser, report,
+                     report_with_warnings, run)
 from test_golden import COMMANDS, GOLDEN
 
 
@@ -31,7 +31,7 @@ def view_of(argv):
 
 
 def parse(text):
-    return markdown_it.MarkdownIt("commonmark", {"html": True}).enable("table").parse(text)
+    return markdown_parser().parse(text)
 
 
 def tables(tokens, heads=False):
@@ -199,7 +199,7 @@ def test_untrusted_names_show_as_themselves(write):
     rows = [f'0,1,{step},0,0,"{HOSTILE}","{HOSTILE}",1000000,0' for step in (4, 5)]
     out = run("compute", write(ct_text(rows)), "--format", "markdown").out
     tokens = parse(out)
-    html = markdown_it.MarkdownIt("commonmark", {"html": True}).enable("table").render(out)
+    html = markdown_parser().render(out)
     assert "<img" not in html and "<strong>d" not in html and 'href="http://x"' not in html
     kinds = {child.type for token in tokens if token.children for child in token.children}
     assert "html_inline" not in kinds and "link_open" not in kinds
@@ -246,7 +246,7 @@ def test_untrusted_names_in_a_diff_show_as_themselves(write):
     trace = write(ct_text(rows))
     slower = write(ct_text([row.replace(",1000000,", ",2000000,") for row in rows]), "s.csv")
     out = run("diff", trace, slower, "--format", "markdown").out
-    html = markdown_it.MarkdownIt("commonmark", {"html": True}).enable("table").render(out)
+    html = markdown_parser().render(out)
     assert "<img" not in html and "<strong>d" not in html and 'href="http://x"' not in html
     assert "&lt;img src=x&gt;" in html
 

@@ -10,10 +10,9 @@ import statistics
 from itertools import combinations
 
 import pytest
-from markdown_it import MarkdownIt
 
 import tracegen
-from helpers import REAL_TRACES, error_of, report, report_with_warnings, run
+from helpers import REAL_TRACES, error_of, markdown_parser, report, report_with_warnings, run
 from decode_analyze import mann_whitney_p
 
 RUN_SPREAD = 0.03  # each run's speed within ±3% of its configuration's: run-to-run noise
@@ -312,7 +311,7 @@ def test_summary_groups_in_markdown_and_csv(tmp_path):
     runs = generated_runs(tmp_path, "fast", 3, seed=13)
     paths = [path for path, _ in runs]
     markdown = run("summary", *paths, "--format", "markdown").out
-    tokens = MarkdownIt("commonmark").enable("table").parse(markdown)
+    tokens = markdown_parser().parse(markdown)
     assert any(t.type == "table_open" for t in tokens)
     assert "±" in markdown
     rows = list(csv.reader(io.StringIO(run("summary", *paths, "--format", "csv").out)))

@@ -2418,7 +2418,8 @@ IO_WAITS = Columns("io", ("turn", "phase", "step", "latency_ns", "kind"), ints=(
 def with_trace_stall(path, reading):
     """The reading with the stall its io trace measured, when the engine's log gave none: an
     overlap=1 v2 trace's wait rows, summed over the selected tokens that read or waited
-    (`measured`: stall_ms_per_token per such token, and `tokens`: how many)."""
+    (`measured`: stall_ms_per_token per such token, and `stall_tokens`: how many; `tokens`
+    stays the log's generated tokens)."""
     measured = reading.measured or {}
     if "stall_ms_per_token" in measured or trace_io.read_once(path):
         return reading  # a pipe's head would be gone (weighed_io says the stall needs a file)
@@ -2434,7 +2435,7 @@ def with_trace_stall(path, reading):
         return reading  # a fork that writes no wait rows has not measured the stall
     waited_ms = sum(token.waited_ns for token in tokens) / NS_PER_MS
     return reading._replace(measured={**measured, "stall_ms_per_token": waited_ms / len(tokens),
-                                      "tokens": len(tokens)})
+                                      "stall_tokens": len(tokens)})
 
 
 # ── io: the expert cache what-if ─────────────────────────────────────────────────────────────────
@@ -2713,15 +2714,17 @@ def proposed_cache_sizes(meta, cache, cached):
 
 def overlap_cap(meta, measured, tokens):
     """The most the reads can cost one of a report's `tokens`: all of them when serial; under
-    overlap=1 the measured stall, else None (unknown). The log's stall is per token already;
-    a trace's waits, per token that read or waited (measured["tokens"]), are spread over the
-    report's tokens (its read-tokens, or a pair's decoded tokens)."""
+    overlap=1 the measured stall, else None (unknown). The stall is per token it was measured
+    over (a trace's waits: per token that read or waited, `stall_tokens`; the log's: per
+    generated token, `tokens`), spread over the report's tokens (its read-tokens, or a pair's
+    decoded tokens)."""
     if meta.get("overlap") != "1":
         return math.inf
     stall = measured.get("stall_ms_per_token")
     if stall is None:
         return None
-    return stall * (ratio(measured.get("tokens") or tokens, tokens) or 1.0)
+    over = measured.get("stall_tokens") or measured.get("tokens") or tokens
+    return stall * (ratio(over, tokens) or 1.0)
 
 
 def capped(ms, cap):
@@ -3151,15 +3154,21 @@ def io_token_parts(tokens, per_lane):
             "lane_bytes_by_token": lane_bytes_by_token(tokens) if per_lane else None}
 
 
+def logged_tokens(generated, read_tokens):
+    """The tokens the engine's log says the run generated, where they count a trace's tokens
+    as the engine does: every decoded token, those served whole from a cache (which have no
+    io row) too, every position of a speculative decode; None when the log gives none, or
+    fewer than the trace read on (a log of another run)."""
+    return generated if generated and generated >= read_tokens else None
+
+
 def add_cache_what_ifs(report, fold, chosen, phases, cache_sizes, measured=None):
     """The report's `reuse` (the --cache curve) and, when asked for, its `what_if`: both
     from the one expert cache model."""
     cache = ExpertCache(fold.lookups, phases)
     report["run_cache"] = own_cache(fold.lookups, cache, meta_number(report["meta"], "cache_mb"))
-    generated = (measured or {}).get("tokens") if "generation_ms_per_token" in (measured or {}) \
-        else None  # the log's generation: line (a trace's waits count tokens too)
-    if generated and report["run_cache"] and len(report["run_cache"]["turns"]) == 1 \
-            and not (measured or {}).get("positions_per_decode"):
+    generated = logged_tokens((measured or {}).get("tokens"), report["tokens"])
+    if generated and report["run_cache"] and len(report["run_cache"]["turns"]) == 1:
         turn, = (row["turn"] for row in report["run_cache"]["turns"])
         report["run_cache"] = recounted(report["run_cache"], {turn: int(generated)})
     cached = ran_cached(report)
@@ -4428,10 +4437,8 @@ def decoded_tokens(report, halves):
     io = halves.get("io")
     engine = (report.get("engine") or {}).get("figures", {}).get("tokens")
     generated = engine.get("engine") if isinstance(engine, dict) else None
-    if io and isinstance(generated, (int, float)) and generated >= io["tokens"] and \
-            not ((report.get("engine") or {}).get("figures", {}).get("positions_per_decode")):
-        return generated
-    return None
+    return logged_tokens(generated, io["tokens"]) if io and isinstance(
+        generated, (int, float)) else None
 
 
 # What a what-if figure's per-token value is per: scaled to decoded tokens on both sides, so
@@ -5477,8 +5484,7 @@ def tool_figures(report, generated=None):
             figures["positions_per_decode"] = decodes["positions"] / decodes["decodes"]
     if io and whole_decode(io):
         overlapped = io["meta"].get("overlap") == "1"
-        units = positions or (generated if generated and generated >= io["tokens"]
-                              else io["tokens"])
+        units = positions or logged_tokens(generated, io["tokens"]) or io["tokens"]
         per_unit = io["tokens"] / units
         # not speculative MiB: the prefetch run's spec=1 reads hold 0.2 MiB where its log
         # says 0.0, so the two count different things

@@ -4256,6 +4256,17 @@ def too_far_apart(one, other):
     return None
 
 
+def once(runs, warn):
+    """The runs, each once: a path given again is the run already read (not read twice,
+    said). Copies, and saved reports of a run, are told by their figures after (distinct)."""
+    kept = list(dict.fromkeys(runs))
+    for run in kept:
+        if runs.count(run) > 1:
+            warn(f"{'+'.join(map(display_name, run.paths))}: given again, the same run: "
+                 f"counted once")
+    return kept
+
+
 def distinct(items, figures_of, warn):
     """The items less those that repeat an earlier one: the same figures to the last digit
     (where both have a figure: a saved report may lack a what-if's) and a configuration that
@@ -8148,12 +8159,12 @@ def analyze_diff(arguments, reading, asked, logs=True):
     if asked.test == "tokens" and any(len(paths) > 1 for paths in [base_paths, *new_sides]):
         raise UsageError("--test tokens compares the tokens of one run a side: give one run "
                          "each, or leave the test over runs")
-    news = [[diff_view(run, reading, logs, None) for run in side_runs(paths)]
+    news = [[diff_view(run, reading, logs, None) for run in side_runs(paths, reading.warn)]
             for paths in new_sides]
     sizes = sorted({meta_number(view.parts["io"]["meta"], "cache_mb") for views in news
                     for view in views if "io" in view.parts} - {None})
     base = [diff_view(run, reading, logs, sizes if not i else None)
-            for i, run in enumerate(side_runs(base_paths))]
+            for i, run in enumerate(side_runs(base_paths, reading.warn))]
     views = [distinct(side, DiffView.figures, reading.warn)
              for side in [base] + news]
     *_, last = runs = [view for side in views for view in side]
@@ -8209,14 +8220,14 @@ def side_names(sides):
     return found
 
 
-def side_runs(paths):
-    """A side's runs, as summary finds them: CT+IO, a compute and an io trace whose names
-    pair (x-ct.csv, x-io.csv: one run, both its traces), or an input alone. A pipe is not
-    looked at twice: it stands alone."""
+def side_runs(paths, warn):
+    """A side's runs, as summary finds them, each once: CT+IO, a compute and an io trace
+    whose names pair (x-ct.csv, x-io.csv: one run, both its traces), or an input alone. A
+    pipe is not looked at twice: it stands alone."""
     kinds = {path: trace_io.sniff(path) for path in dict.fromkeys(paths)
              if run_parts(path) == (path,) and not trace_io.read_once(path)
              and os.path.isfile(path)}
-    return summary_runs(paths, kinds)
+    return once(summary_runs(paths, kinds), warn)
 
 
 def diff_view(run, reading, logs, cache_sizes):
@@ -8326,7 +8337,7 @@ def analyze_summary(arguments, reading, sort, logs=True, group=True):
         local = {path: copies.enter_context(reopenable(path)) for path in dict.fromkeys(arguments)
                  if run_parts(path) == (path,)}
         kinds = {path: trace_io.sniff(readable) for path, readable in local.items()}
-        runs = summary_runs(arguments, kinds)
+        runs = once(summary_runs(arguments, kinds), reading.warn)
         names = shortest_names([display_name(run.path) for run in runs])
         inputs = Inputs(local, kinds, logs)
         rows = [summary_row(name, run, inputs, reading) for name, run in zip(names, runs)]

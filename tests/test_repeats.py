@@ -112,3 +112,20 @@ def test_summarys_engine_column_says_how_many_runs_it_is_the_mean_of(tmp_path):
     assert row["engine_ms_per_token"] == 39.0
     line = run("summary", *runs).out.splitlines()[-1]
     assert "39.00 ±0.00 (2/3)" in line, line
+
+
+def test_a_path_given_again_is_read_once(tmp_path, monkeypatch):
+    """diff A A A vs B B B analysed each file three times before counting it once."""
+    import decode_analyze
+    base = compute_run(tmp_path / "a.csv", 1.0)
+    new = compute_run(tmp_path / "b.csv", 1 / 1.5, seed=2)
+    read = []
+    analyze = decode_analyze.analyze_input
+    monkeypatch.setattr(decode_analyze, "analyze_input",
+                        lambda readable, name, *rest: read.append(name) or
+                        analyze(readable, name, *rest))
+    result = run("diff", base, base, base, "vs", new, new, new)
+    assert result.code == 0 and sorted(read) == sorted([str(base), str(new)])
+    read.clear()
+    assert run("summary", base, base, new).code == 0 and sorted(read) == sorted(
+        [str(base), str(new)])

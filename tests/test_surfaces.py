@@ -129,7 +129,7 @@ def test_the_same_path_twice_is_one_run_said(tmp_path):
     result = run("summary", SERIAL, SERIAL, OVERLAP, "--no-group")
     numbers = [line.split()[0] for line in result.out.splitlines()[-2:]]
     assert numbers == ["1", "2"]
-    assert f"{SERIAL.name} is {SERIAL.name} again" in result.err and "counted once" in result.err
+    assert f"{SERIAL}: given again, the same run: counted once" in result.err
 
 
 def test_a_key_a_run_lacks_shows_as_missing_not_none(tmp_path):

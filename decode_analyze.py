@@ -6089,7 +6089,7 @@ def engine_blocks(report, view):
         return []
     rows = [{"figure": name, **figure,
              "agrees": AGREEMENT[figure["agrees"]] if not figure["note"] else "remainder"
-             if figure["note"].startswith("a remainder") else "not alike"}
+             if name in REMAINDERS else "not alike"}
             for name, figure in engine["figures"].items()]
     parts = [Grid((text_column("figure", "figure"), *table_of(ENGINE_FIGURE)), rows)] \
         if rows else []
@@ -6101,7 +6101,7 @@ def engine_blocks(report, view):
                  f"{num(turn['tool_ms_per_token'], '.2f')})" if turn["ms_per_token"] else "")
              for turn in engine["turns"]]
     notes = [f"  {name}: {figure['note']}" for name, figure in engine["figures"].items()
-             if figure["note"] and not figure["note"].startswith("a remainder")]
+             if figure["note"] and name not in REMAINDERS]
     return [Block(f"the engine's own figures (ms, MiB, % as named; agrees: within "
                   f"{ENGINE_TOLERANCE:.0%} or the engine's rounding)",
                   parts + ([Prose(notes + turns, "    ")] if notes or turns else []))]
@@ -6784,8 +6784,8 @@ SUMMARY_DROPPED_FIRST = ("decode_ms_p50", "decode_ms_p99", "engine_hit_share", "
 
 def summary_table(report, wide=False):
     """The runs' table: the run's number, the short keys that tell the runs apart, then the
-    figures that any run has; within SUMMARY_WIDTH unless wide (the columns left out, named
-    by the caller from what is missing)."""
+    figures that any run has; within SUMMARY_WIDTH unless wide. (columns, the headers of
+    those left out to fit)."""
     rows = report["runs"]
     keys = [text_column(key, lambda row, key=key: setting_text(row, key))
             for key in report["keys"]
@@ -6794,18 +6794,20 @@ def summary_table(report, wide=False):
               if any(row[field.name] not in (None, HIDDEN_WHEN.get(field.name)) for row in rows)]
     numbers = {id(row): place for place, row in enumerate(rows, start=1)}  # equal rows too
     number = column("#", lambda row: numbers[id(row)])
-    droppable = [name for name in SUMMARY_DROPPED_FIRST if not wide]
+    left_out = []
     while True:  # the keys' columns, then the figures, that fit
         columns = (number, *keys, *map(spread_column, fields))
         if wide or max(map(len, table_lines(columns, rows))) <= SUMMARY_WIDTH:
-            return columns
+            return columns, left_out
         if keys:
-            keys.pop()
+            left_out.append(keys.pop().header)
             continue
-        name = next((name for name in droppable if name in {f.name for f in fields}), None)
-        if name is None:
-            return columns
-        fields = [field for field in fields if field.name != name]
+        dropped = next((field for name in SUMMARY_DROPPED_FIRST for field in fields
+                        if field.name == name), None)
+        if dropped is None:
+            return columns, left_out
+        left_out.append(shown_column(dropped).header)
+        fields.remove(dropped)
 
 
 HIDDEN_WHEN = {"n": 1}  # a column every row has at this value says nothing: one run each
@@ -6839,9 +6841,9 @@ def summary_blocks(report, view):
              + (f"  FLAGGED: {' '.join(row['flagged'])};" if row["flagged"] else "")
              + "".join(f"  {key}={setting_text(row, key)}" for key in report["keys"])
              for i, row in enumerate(rows, start=1)]
-    columns = summary_table(report, view.wide)
-    wide = {col.header for col in summary_table(report, True)} - {col.header for col in columns}
-    more = [f"(--wide adds: {', '.join(sorted(wide))}; JSON has every figure)"] if wide else []
+    columns, left_out = summary_table(report, view.wide)
+    more = [f"(--wide adds: {', '.join(sorted(left_out))}; JSON has every figure)"] \
+        if left_out else []
     return [Block("runs", [Prose(names + [""], "      ", clip=True), Grid(columns, rows),
                            *([Prose(more)] if more else [])])]
 

@@ -3313,8 +3313,9 @@ def pair_report(compute, io):
         read_split=read_split(compute["per_token"], io["per_token"]),
         by_layer=pair_layers(compute, io, per_decoded),
         warnings=pair_warnings(compute, io, tokens, readers))
-    io = {**io, "run_cache": recounted(io["run_cache"], Counter(
-        token["turn"] for token in compute["per_token"] if compute["phase"] == "decode"))}
+    decoded = Counter(token["turn"] for token in compute["per_token"]) \
+        if compute["phase"] == "decode" else {}
+    io = {**io, "run_cache": recounted(io["run_cache"], decoded)}
     what_if = within_memory(io["what_if"], compute, io["meta"])
     decodes = compute["decodes"]  # the what-if per generated position when a decode covers more
     units = decodes["positions"] if decodes["speculative"] and decodes["positions"] else n
@@ -8147,7 +8148,9 @@ def analyze_pair(compute_path, io_path, reading, cache_sizes=()):
             child.cancel()
     compute, (io, measured) = _reports(outcomes, reading.warn)
     report = pair_report(compute, io)
-    report["pair"]["verdicts"] = pair_verdicts(compute, io, report["pair"], measured)
+    if report["io"]["run_cache"] != io["run_cache"]:  # recounted over every decoded token
+        report["io"]["verdicts"] = io_verdicts(report["io"], measured)
+    report["pair"]["verdicts"] = pair_verdicts(compute, report["io"], report["pair"], measured)
     for message in report["pair"]["warnings"]:
         reading.warn(message)
     return report

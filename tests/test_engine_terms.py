@@ -75,6 +75,8 @@ def test_a_cached_tail_counts_every_decoded_token(write, tmp_path):
     pair = report("report", compute_path, io_path)
     assert pair["io"]["run_cache"]["decode_lookups"] == lookups
     assert pair["io"]["run_cache"]["hit_share"] == pytest.approx(hit)
+    cache, = [v for v in pair["io"]["verdicts"] if v["id"] == "cache"]
+    assert f"served {hit:.1%} of the expert lookups" in cache["text"]  # judged on the recount
     log = tmp_path / "run.log"
     read_mib = 13 * EXPERT / (1 << 20)
     log.write_text(f"generation: 10 tokens, 0.002 s/token (500.000 tok/s)\n"

@@ -456,13 +456,6 @@ RUN_CACHE = Record("run cache", "io `run_cache`: the run's own cache, as its tra
     ("evictions", "lookups traced less the whole experts its cache_mb holds: on a cached run, "
                   "the engine's evictions (null: its size unknown)"),
     ("turns", "per turn of a session (one row for a single run)", ListOf(RUN_CACHE_TURN))))
-REUSE = Record("reuse", "io `reuse` (null without --cache or --what-if)", (
-    ("lookups", "expert lookups: (token, layer, expert) demanded, prefill included"),
-    ("experts", "distinct (layer, expert) looked up"),
-    ("expert_mib", "an expert's size: its projections' req_bytes (the most common sum)"),
-    ("unique_mib", "MiB read by each expert's first lookup: the footprint"),
-    ("reread_mib", "MiB read by the other lookups"),
-    ("lru", "the engine's cache (README: what would it buy)", ListOf(LRU_POINT))))
 FIGURE = Record("what-if figure", "`what_if.settings[].figures.*`, `ms_per_token_saved`", (
     ("point", "the figure (null where only a bound is honest)", PER_TOKEN),
     ("min", "its lower bound", PER_TOKEN), ("max", "its upper bound (null: none known)",
@@ -505,6 +498,16 @@ WHAT_IF_SETTING = Record("what-if setting", "`what_if.settings[]`, largest savin
     ("method", "how the figures were got, and what they assume"),
     ("fits", "false when its MiB exceed a declared mem_limit_mb, else null (no limit known, "
              "or not a size)")))
+REUSE = Record("reuse", "io `reuse` (null without --cache or --what-if)", (
+    ("lookups", "expert lookups: (token, layer, expert) demanded, prefill included"),
+    ("experts", "distinct (layer, expert) looked up"),
+    ("expert_mib", "an expert's size: its projections' req_bytes (the most common sum)"),
+    ("unique_mib", "MiB read by each expert's first lookup: the footprint"),
+    ("reread_mib", "MiB read by the other lookups"),
+    ("lru", "the engine's cache (README: what would it buy)", ListOf(LRU_POINT)),
+    ("judged", "the cache the cache verdict judges: the what-if of --cache-mb half the "
+               "experts' footprint (whole MiB), its stake that setting's ms_per_token_saved "
+               "max (null for a run that had a cache)", WHAT_IF_SETTING)))
 WHAT_IF = Record("what if", "`what_if` (io: with --what-if; report: always)", (
     ("schema", "the JSON schema"), ("baseline", "the run as traced", WHAT_IF_BASELINE),
     ("settings", "one per setting, largest ms_per_token_saved first (README: rank)",
@@ -2517,7 +2520,7 @@ def cache_curve(cache, lookups, cached):
                                hit_share=outcome.hit_share))
     return REUSE(lookups=cache.lookups, experts=cache.distinct,
                  expert_mib=cache.expert_bytes / MIB, unique_mib=footprint / MIB,
-                 reread_mib=(sum(lookups.read_bytes) - footprint) / MIB, lru=curve)
+                 reread_mib=(sum(lookups.read_bytes) - footprint) / MIB, lru=curve, judged=None)
 
 
 # ── io: what a cached run's own trace says of its cache ──────────────────────────────────────────
@@ -2709,7 +2712,13 @@ def proposed_cache_sizes(meta, cache, cached):
         return sorted(sizes)
     if own:
         return [own]
-    return sorted({max(1, round(footprint_mib * share)) for share in (0.25, 0.5, 1)})
+    return sorted({footprint_share_mib(cache, share) for share in (0.25, 0.5, 1)})
+
+
+def footprint_share_mib(cache, share):
+    """A share of the distinct experts' footprint in whole MiB (the engine's unit), at least 1:
+    the what-if's default sizes, and at half the cache the cache verdict judges."""
+    return max(1, round(cache.distinct * cache.expert_bytes / MIB * share))
 
 
 def overlap_cap(meta, measured, tokens):
@@ -2730,6 +2739,13 @@ def overlap_cap(meta, measured, tokens):
 def capped(ms, cap):
     """ms saved, at most what the reads cost (an overlap_cap; None, unknown: not capped)."""
     return ms if cap is None else min(ms, cap)
+
+
+def merging_saves(io, estimate, factor):
+    """The most merging requests saves of `estimate` ms: the requests' fixed cost
+    (request_overhead) of the reads merged away, `factor` times fewer (the coalescing verdict's
+    stake and the coalesce what-if's bound, one computation)."""
+    return estimate * request_overhead(io) * (1 - 1 / (factor or 1.0))
 
 
 def request_overhead(io):
@@ -2758,9 +2774,9 @@ class WhatIf:
     """The inputs every setting's figures come from: the io report (per read-token), the
     expert cache and the coalesced runs, and what a millisecond of I/O is worth in MiB."""
 
-    def __init__(self, report, cache, coalesced_runs, speculative, measured=None):
+    def __init__(self, report, cache, coalesced_runs, lookups, measured=None):
         self.report, self.cache, self.runs = report, cache, coalesced_runs
-        self.speculative = speculative  # (speculative experts, of them routed then or next)
+        self.lookups = lookups  # the prefetch setting counts its speculative experts' use
         self.tokens = report["tokens"]
         self.estimate = report["io_wall_ms_per_token"]["estimate"]
         self.ms_per_mib = ratio(self.estimate, report["mib_per_token"])
@@ -2928,8 +2944,7 @@ class WhatIf:
         runs = self.runs
         direct = self.report["meta"].get("o_direct") == "1"
         merged = runs.aligned_bytes if direct else runs.bytes
-        factor = ratio(self.report["reads"], runs.runs) or 1.0
-        most = self.estimate * request_overhead(self.report) * (1 - 1 / factor)
+        most = merging_saves(self.report, self.estimate, ratio(self.report["reads"], runs.runs))
         return self.setting("coalesce", 1, {
             "reads_per_token": figure(runs.runs / self.tokens),
             "mib_per_token": figure(self.per_token_mib(merged))},
@@ -2947,7 +2962,7 @@ class WhatIf:
             return [self.setting("prefetch", 1, {}, figure(None, None, None),
                 "this run read nothing speculatively: only a prefetch run's own trace shows "
                 "what prefetching fetches and how much of it the router then uses")]
-        experts, routed = self.speculative
+        experts, routed = speculative_use(self.lookups)
         saved_max = spec["mib_per_token"] * self.ms_per_mib if self.ms_per_mib else None
         return [self.setting("prefetch", 0, {
             "mib_per_token": figure(self.report["mib_per_token"] - spec["mib_per_token"]),
@@ -3173,11 +3188,13 @@ def add_cache_what_ifs(report, fold, chosen, phases, cache_sizes, measured=None)
         report["run_cache"] = recounted(report["run_cache"], {turn: int(generated)})
     cached = ran_cached(report)
     report["reuse"] = cache_curve(cache, fold.lookups, cached)
-    if cache_sizes is None:
-        return
     runs = Coalesced(*map(sum, zip(*(phase_reads.runs for phase_reads in chosen)))) \
         if fold.adjacent and chosen else None
-    what_if = WhatIf(report, cache, runs, speculative_use(fold.lookups), measured)
+    what_if = WhatIf(report, cache, runs, fold.lookups, measured)
+    if not cached and cache.expert_bytes:  # the verdict's cache is the what-if's, computed once
+        report["reuse"]["judged"] = what_if.cache_setting(footprint_share_mib(cache, 0.5))
+    if cache_sizes is None:
+        return
     report["what_if"] = what_if.report_of(
         list(cache_sizes) or default_cache_sizes(report["meta"], cache, cached))
 
@@ -3950,21 +3967,22 @@ def io_findings(report):
             f"cache: this run had one, its trace shows it served {own['hit_share']:.1%} of the "
             f"expert lookups ({own['decode_hit_share']:.1%} of the decode's); whether a larger "
             f"one would be worthwhile, a trace of a run without a cache tells"))
-    elif report["reuse"] is not None:
-        half = half_the_experts(report["reuse"])
-        if half["hit_share"] is not None:
-            flagged = half["hit_share"] > CACHE_WORTH
-            verdicts.append(verdict("cache", flagged,
-                f"{'cache WORTHWHILE' if flagged else 'cache not worthwhile'}: the engine's "
-                f"cache holding half the experts ({half['experts']}, {half['cache_mib']:.1f} "
-                f"MiB) would serve {half['hit_share']:.0%} of the expert lookups "
-                f"({compare(flagged)} {CACHE_WORTH:.0%})"))
+    elif (report["reuse"] or {}).get("judged"):  # a saved report before it: none
+        verdicts.append(cache_verdict(report["reuse"]["judged"]))
     return [v for v in verdicts if v]
 
 
-def half_the_experts(reuse):
-    """The cache curve's point the cache verdict judges: half of the distinct experts."""
-    return next(point for point in reuse["lru"] if point["fraction"] == 0.5)
+def cache_verdict(judged):
+    """Whether a cache of half the experts' footprint serves CACHE_WORTH of the lookups: the
+    what-if's setting at that size (its stake is that setting's saving)."""
+    figures = judged["figures"]
+    hit = figures["hit_share"]["point"]
+    flagged = hit > CACHE_WORTH
+    return verdict("cache", flagged,
+        f"{'cache WORTHWHILE' if flagged else 'cache not worthwhile'}: the engine's cache at "
+        f"--cache-mb {judged['value']:g} (half the experts' footprint: "
+        f"{figures['experts']['point']} experts) would serve {hit:.0%} of the expert lookups "
+        f"({compare(flagged)} {CACHE_WORTH:.0%})")
 
 
 def latency_verdict(report):
@@ -4045,11 +4063,17 @@ AT_STAKE = {
     "lanes_unbalanced": ("lanes unbalanced", "evening the lanes",
                          lambda io, wall: wall["estimate"] - wall["min"]),
     "coalescing": ("coalescing", "merging requests (their fixed cost)",
-                   lambda io, wall: wall["estimate"] * request_overhead(io) * (
-                       1 - 1 / (io["adjacency"]["coalesce_factor"] or 1))),
-    "cache": ("cache", "that cache", lambda io, wall: wall["estimate"] * (
-        half_the_experts(io["reuse"])["hit_share"] or 0)),
+                   lambda io, wall: merging_saves(io, wall["estimate"],
+                                                  io["adjacency"]["coalesce_factor"])),
+    "cache": ("cache", "that cache", lambda io, wall: judged_cache_saves(io, wall)),
 }
+
+
+def judged_cache_saves(io, wall):
+    """The most the judged cache saves (its what-if's ms_per_token_saved max), per token of
+    `wall`: a pair's decoded tokens scale it as they scale the what-if."""
+    most = io["reuse"]["judged"]["ms_per_token_saved"]["max"] or 0.0
+    return most * (ratio(wall["estimate"], io["io_wall_ms_per_token"]["estimate"]) or 0.0)
 
 
 def weighed_io_verdicts(io, wall, stakes, pair=None):

@@ -1,6 +1,7 @@
 """What each engine setting would buy: the expert cache (against a plain LRU simulation and the
 engine's own --cache-mb 2 run), the other settings' figures on hand-made traces, their ranking,
 and the figures per decoded token in a pair."""
+import re
 from collections import OrderedDict
 
 import pytest
@@ -374,3 +375,37 @@ def test_the_first_screen_has_the_split_the_flagged_verdicts_and_the_best_change
             if (s["ms_per_token_saved"]["min"] or 0) > 0]
     best = lines[lines.index("best changes (per decoded token, surest first)") + 1]
     assert best.startswith(f"  {sure[0]['setting']}={sure[0]['value']}: saves")
+
+
+def stake_of(text):
+    """The ms a weighed verdict says its remedy could save at most."""
+    found = re.search(r"could save at most ([0-9.]+) ms", text)
+    return float(found.group(1)) if found else None
+
+
+PAIRS = [("qwen3moe-l4-ct-node.csv", "qwen3moe-l4-io-serial.csv"),
+         ("gemma4-l4-ct-node.csv", "gemma4-l4-io-serial.csv"),
+         ("qwen3moe-l4-session-ct-node.csv", "qwen3moe-l4-session-ct-node-io.csv")]
+
+
+@pytest.mark.parametrize("inputs", [[name] for name in REAL_TRACES if "-io" in name] + PAIRS,
+                         ids=lambda names: "+".join(names))
+def test_a_verdicts_stake_is_its_settings_what_if_figure(inputs):
+    """The cache verdict said "could save at most 33.10 ms" where the what-if said "saves
+    39.97 (37.93-41.99)": two computations of one setting. The verdict judges the what-if's
+    cache at half the experts' footprint, and says that setting's most, to the printed cent."""
+    paths = [str(REAL_TRACES[name]) for name in inputs]
+    kind = "report" if len(paths) == 2 else "io"
+    asked = ["--what-if"] if kind == "io" else []
+    first = report_with_warnings(kind, *paths, *asked)
+    judged = (first["io"] if kind == "report" else first)["reuse"]["judged"]
+    if judged is None:  # a run that had a cache: no verdict weighs one
+        return
+    r = report_with_warnings(kind, *paths, *asked, "--cache-mb", f"{judged['value']:g}")
+    offered = setting(r["what_if"], "cache_mb", judged["value"])
+    found = next(v for v in decode_analyze.all_verdicts(r) if v["id"] == "cache")
+    said = stake_of(found["text"])
+    if said is not None:
+        assert said == pytest.approx(offered["ms_per_token_saved"]["max"], abs=0.006)
+    assert f"{offered['figures']['hit_share']['point']:.0%} of the expert lookups" in \
+        found["text"]

@@ -778,11 +778,39 @@ SUMMARY_ROW = Record("summary row", "summary `runs` (one per configuration, or r
     ("engine_disagrees", "the engine figures the tool's disagree with beyond the tolerance "
                          "(in any of its runs)"),
     ("flagged", "the ids of its flagged verdicts (in any of its runs)")))
+COST = Record("calibration cost", "`calibration` costs", (
+    ("value", "the mean of the runs' values"), ("min", "the least a run's value allows"),
+    ("max", "the most"), ("n", "the runs it is fitted on"),
+    ("residual", "the largest difference of a run's value from `value`, in its unit")))
+HELD_OUT = Record("held-out run", "`calibration.leave_one_out[]`", (
+    ("run", "the run predicted from the others"),
+    ("base", "the others it is predicted from: the serial runs without a cache of its model "
+             "and lanes (the what-if's baseline)"),
+    ("decode_ms_per_token", "what it measured (its compute trace)"),
+    ("min", "the prediction's low end: the base's decode less the reads saved at the fitted "
+            "ms per MiB, plus the fitted management a lookup; widened by half the base's "
+            "spread either way"), ("max", "its high end"),
+    ("inside", "whether the measured decode is in [min, max]"),
+    ("why", "for a miss, the part that missed: its compute (no setting's: the machine's "
+            "noise) or its I/O and management (the fit's)")))
+CALIBRATION = Record("calibration", "summary `calibration`; the file --calibration-out writes", (
+    ("runs", "the runs with an io trace it is fitted on"),
+    ("ms_per_mib", "{lanes (`4`, `4 cached`): the engine's flash I/O ms per MiB read} of the "
+                   "serial runs (their log's, else the I/O estimate)", MapOf(COST)),
+    ("management_ms_per_lookup", "the engine's cache management ms over the lookups of the "
+                                 "cached runs with a log (its printed ms +- half a unit)", COST),
+    ("overlap_hidden_share", "1 - the stall over the flash I/O, of the overlap=1 runs with a "
+                             "log", COST),
+    ("repeat_spread", "the largest half-range of one configuration's repeats' decode ms, as a "
+                      "share of their mean (null: no repeats): no band is narrower"),
+    ("leave_one_out", "each run predicted from the fit of the others", ListOf(HELD_OUT))))
 SUMMARY_REPORT = Record("summary report", "`summary`", (
     *REPORT_HEAD, ("keys", "the preamble keys that differ between the runs, in order"),
     ("common", "{key: value} the runs share", MapOf(VALUE)),
     ("sort", "the column the rows are sorted by (null: as given)"),
-    ("runs", "one row per run", ListOf(SUMMARY_ROW)), WARNINGS), later=("warnings",))
+    ("runs", "one row per run", ListOf(SUMMARY_ROW)),
+    ("calibration", "the costs the what-if uses, fitted on these runs", CALIBRATION), WARNINGS),
+    later=("calibration", "warnings"))
 SCHEMA_FIELD = Record("schema field", "schema `records[].fields`", (
     ("name", "the key"), ("holds", "what it holds"),
     ("shape", "the kind of object it holds: `[record]` a list of them, `{key: record}` a map "
@@ -5335,6 +5363,130 @@ def differing_keys(metas, rows):
 PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
+# ── summary: the what-if's costs fitted on the runs (--calibration-out) ──────────────────────────
+# What each run gives the fit, per decoded token: its settings (less those the what-if varies,
+# `model`), lanes, whether it had a cache or overlapped, MiB, the engine's flash I/O (else the
+# estimate), management and stall (the log's, printed to 1 ms), lookups and decode.
+Sample = namedtuple("Sample", "run model lanes cached overlap mib io_ms management_ms lookups "
+                              "stall_ms decode_ms config")
+WHAT_IF_KEYS = ("cache_mb", "cache", "io_threads", "overlap", "o_direct", "prefetch")
+ENGINE_MS_ROUNDING = 0.5  # the engine prints s/token to 3 decimals
+
+
+def calibration_sample(name, report):
+    """A pair's Sample, or None (a trace alone gives no decode beside its reads; a saved report
+    of an older schema may lack what it takes)."""
+    if report.get("kind") != "report" or report.get("schema") != SCHEMA:
+        return None
+    io, pair = report["io"], report["pair"]
+    engine = {key: value["engine"] for key, value in
+              ((report.get("engine") or {}).get("figures") or {}).items()}
+    meta = {**report["compute"]["meta"], **io["meta"]}
+    # a cache that served nothing (0% hit) is one still: it manages, and its reads are a cache's
+    cached = ran_cached(io) or meta.get("cache") == "1" or bool(meta_number(meta, "cache_mb"))
+    own = io["run_cache"] or {}
+    return Sample(name, {k: v for k, v in configuration(meta).items() if k not in WHAT_IF_KEYS},
+                  io["lanes"], cached, meta.get("overlap") == "1", pair["io_mib_per_token"],
+                  engine.get("flash_io_ms_per_token", pair["io_wall_ms_per_token"]["estimate"]),
+                  engine.get("cache_mgmt_ms_per_token"),
+                  own.get("layers", 0) * own.get("top_k", 0) if cached else 0,
+                  engine.get("stall_ms_per_token"), pair["decode_ms_per_token"],
+                  configuration(meta))
+
+
+def cost_of(values, lows=None, highs=None):
+    """A COST over the runs' values (each allowing [low, high]), or None without any."""
+    if not values:
+        return None
+    value = sum(values) / len(values)
+    return COST(value=value, min=min(lows or values), max=max(highs or values), n=len(values),
+                residual=max(abs(one - value) for one in values))
+
+
+def lanes_key(sample):
+    return f"{sample.lanes}{' cached' if sample.cached else ''}"
+
+
+def fitted(samples):
+    """The CALIBRATION of the samples (leave_one_out left empty)."""
+    serial = [one for one in samples if not one.overlap and one.mib]
+    per_mib = defaultdict(list)
+    for one in serial:
+        per_mib[lanes_key(one)].append(one.io_ms / one.mib)
+    managed = [one for one in samples if one.cached and one.lookups
+               and one.management_ms is not None]
+    hidden = [max(0.0, min(1.0, 1 - one.stall_ms / one.io_ms)) for one in samples
+              if one.overlap and one.stall_ms is not None and one.io_ms]
+    return CALIBRATION(
+        runs=[one.run for one in samples],
+        ms_per_mib={key: cost_of(values) for key, values in sorted(per_mib.items())},
+        management_ms_per_lookup=cost_of(
+            [one.management_ms / one.lookups for one in managed],
+            [max(0.0, one.management_ms - ENGINE_MS_ROUNDING) / one.lookups for one in managed],
+            [(one.management_ms + ENGINE_MS_ROUNDING) / one.lookups for one in managed]),
+        overlap_hidden_share=cost_of(hidden), repeat_spread=repeat_spread(samples),
+        leave_one_out=[])
+
+
+def repeat_spread(samples):
+    """The largest half-range of a configuration's repeats' decode, over their mean."""
+    groups = defaultdict(list)
+    for one in samples:
+        groups[tuple(sorted(one.config.items()))].append(one.decode_ms)
+    shares = [(max(group) - min(group)) / 2 / (sum(group) / len(group))
+              for group in groups.values() if len(group) > 1 and sum(group)]
+    return max(shares, default=None)
+
+
+def calibration(samples):
+    """The fit over every run, and each run predicted from the fit of the others."""
+    samples = [one for one in samples if one is not None]
+    fit = fitted(samples)
+    fit["leave_one_out"] = list(filter(None, (
+        held_out(one, [other for other in samples if other is not one],
+                 fit["repeat_spread"] or 0.0) for one in samples)))
+    return fit
+
+
+def held_out(sample, others, noise):
+    """The HELD_OUT of a serial run from the others' fit: its base's decode (the serial runs
+    without a cache of its model and lanes, widened by half their range, and at least by the
+    repeats' spread, `noise`, of their mean) less its reads saved at the fitted ms per MiB, plus
+    management at the fitted cost a lookup; None without a base."""
+    base = [one for one in others if one.model == sample.model and one.lanes == sample.lanes
+            and not one.cached and not one.overlap]
+    if sample.overlap or not base:
+        return None
+    fit = fitted(others)
+    per_mib = fit["ms_per_mib"].get(lanes_key(sample)) or fit["ms_per_mib"].get(f"{sample.lanes}")
+    if per_mib is None:
+        return None
+    decodes = [one.decode_ms for one in base]
+    half = max((max(decodes) - min(decodes)) / 2, noise * sum(decodes) / len(decodes))
+    saved_mib = sum(one.mib for one in base) / len(base) - sample.mib
+    least, most = sorted(saved_mib * rate for rate in (per_mib["min"], per_mib["max"]))
+    managing = fit["management_ms_per_lookup"]
+    cheapest, dearest = (0.0, MANAGEMENT_MS_PER_LOOKUP) if managing is None else \
+        (managing["min"], managing["max"])
+    low = max(0.0, min(decodes) - half - most + sample.lookups * cheapest)
+    high = max(decodes) + half - least + sample.lookups * dearest
+    inside = low <= sample.decode_ms <= high
+    return HELD_OUT(run=sample.run, base=[one.run for one in base],
+                    decode_ms_per_token=sample.decode_ms, min=low, max=high, inside=inside,
+                    why=None if inside else missed_part(sample, base))
+
+
+def missed_part(sample, base):
+    """Why a held-out run missed: its compute outside its base's (no setting's: noise), else
+    its reads and management (the fit's)."""
+    computes = [one.decode_ms - one.io_ms - (one.management_ms or 0.0) for one in base]
+    own = sample.decode_ms - sample.io_ms - (sample.management_ms or 0.0)
+    if not min(computes) <= own <= max(computes):
+        return (f"its compute, {own:.2f} ms, is outside the base's {min(computes):.2f}-"
+                f"{max(computes):.2f}: no setting's cost, the machine's noise")
+    return "its I/O and cache management: the fit's miss"
+
+
 def sorted_rows(rows, sort):
     """Rows by a column or a preamble key, ascending, a missing value last; numbers, and
     preamble values written as plain ASCII numbers, as numbers (str.isdigit takes '²', which
@@ -6885,6 +7037,36 @@ def summary_blocks(report, view):
                            *([Prose(more)] if more else [])])]
 
 
+def calibration_blocks(report, view):
+    """The fitted costs, a line each (value, the runs' range, n, residual), and each run
+    predicted from the others: inside or not, and a miss's part."""
+    fit = report.get("calibration")
+    if not fit or not (fit["ms_per_mib"] or fit["management_ms_per_lookup"]):
+        return []
+    costs = [(f"flash I/O ms per MiB, {key.replace(' cached', ' lanes with a cache')}"
+              + ("" if key.endswith("cached") else " lanes"), cost)
+             for key, cost in fit["ms_per_mib"].items()]
+    costs += [(name, fit[field]) for name, field in (
+        ("cache management ms a lookup", "management_ms_per_lookup"),
+        ("share of the I/O overlap hid", "overlap_hidden_share")) if fit[field]]
+    lines = [f"  {name}: {cost['value']:.3g} ({cost['min']:.3g}-{cost['max']:.3g}), n={cost['n']}, "
+             f"residual {cost['residual']:.3g}" for name, cost in costs]
+    spread = fit["repeat_spread"]
+    lines.append("  repeats: " + ("none" if spread is None else
+                                f"decode within +-{spread:.0%} of their mean (no band is "
+                                f"narrower)"))
+    held = fit["leave_one_out"]
+    if held:
+        inside = sum(1 for one in held if one["inside"])
+        lines.append(f"  leave one out: {inside} of {len(held)} runs inside the band the others "
+                     f"predict")
+        lines += [f"    {one['run']}: {one['decode_ms_per_token']:.2f} ms, predicted "
+                  f"{one['min']:.2f}-{one['max']:.2f}: "
+                  + ("inside" if one["inside"] else f"outside: {one['why']}") for one in held]
+    return [Block(f"calibration, fitted on {len(fit['runs'])} run(s) (--calibration-out FILE "
+                  f"writes it)", [Prose(lines, "        ")])]
+
+
 def schema_blocks(report, view):
     """Each kind of object under its name and where reports hold it, a line per field."""
     return [Block(f"{record['name']} ({record['where']})", [Bullets([
@@ -6913,7 +7095,7 @@ TIMELINE_LAYOUT = layout(
     header_blocks, timeline_headline_blocks, timeline_summary_blocks, timeline_decode_blocks)
 DIFF_LAYOUT = layout(diff_header_blocks, diff_preamble_blocks, diff_section_blocks,
                      prediction_blocks)
-SUMMARY_LAYOUT = layout(summary_header_blocks, summary_blocks)
+SUMMARY_LAYOUT = layout(summary_header_blocks, summary_blocks, calibration_blocks)
 SCHEMA_LAYOUT = layout(header_blocks, schema_blocks)
 LAYOUTS = {"compute": COMPUTE_LAYOUT, "io": IO_LAYOUT, "report": PAIR_LAYOUT,
            "timeline": TIMELINE_LAYOUT, "diff": DIFF_LAYOUT, "summary": SUMMARY_LAYOUT,
@@ -8383,6 +8565,7 @@ def analyze_summary(arguments, reading, sort, logs=True, group=True):
         inputs = Inputs(local, kinds, logs)
         rows = [summary_row(name, run, inputs, reading) for name, run in zip(names, runs)]
     rows = distinct(rows, summary_row_figures, reading.warn)
+    fit = calibration([row.pop("sample") for row in rows])
     rows = grouped(rows, reading.warn, group)
     keys, common = differing_keys([row.pop("meta") for row in rows], rows)
     sortable = SUMMARY_SORTS + tuple(keys) + tuple(common)
@@ -8391,7 +8574,7 @@ def analyze_summary(arguments, reading, sort, logs=True, group=True):
     if sort is not None:
         rows = sorted_rows(rows, sort)
     return SUMMARY_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="summary", keys=keys,
-                          common=common, sort=sort, runs=rows)
+                          common=common, sort=sort, runs=rows, calibration=fit)
 
 
 def run_report(run, inputs, reading):
@@ -8413,8 +8596,10 @@ def summary_row(name, run, inputs, reading):
     """One run's row (its preamble under `meta`, until the keys that differ are known)."""
     report = run_report(run, inputs, reading)
     try:
-        return checked_row(summary_figures(name, run, report),
-                           FIGURE_LIMIT if inputs.kinds.get(run.path) == "json" else math.inf)
+        row = checked_row(summary_figures(name, run, report),
+                          FIGURE_LIMIT if inputs.kinds.get(run.path) == "json" else math.inf)
+        row["sample"] = calibration_sample(name, report)
+        return row
     except NOT_WRITTEN_HERE as exc:
         raise not_written_here(display_name(run.path), exc) from None
 
@@ -8784,6 +8969,10 @@ COMMANDS = {command.name: command for command in (
                     help=f"every figure's column, past {SUMMARY_WIDTH} columns (the default "
                          f"leaves out the percentiles, the engine's hit share, faults, ... "
                          f"first, and says which)"),
+             option("--calibration-out", metavar="FILE",
+                    help="write the costs fitted on the runs (flash I/O ms per MiB at each "
+                         "lane count, cache management a lookup, the share overlap hid, the "
+                         "repeats' spread; each run predicted from the others) as JSON"),
              option("--no-group", action="store_true",
                     help="one row per run: repeats of one configuration (kind, granularity "
                          "and every setting equal) are otherwise one row, n runs, each figure "
@@ -9003,14 +9192,14 @@ def written(out, text, args, report, view):
         write_out(out, text)
 
 
-OUTPUT_OPTIONS = ("output", "svg", "perfetto")
+OUTPUT_OPTIONS = ("output", "svg", "perfetto", "calibration_out")
 
 
 def check_outputs(args, paths):
     """Refused up front: an empty output path, two outputs on one path (one would be lost), an
     output over an input, or --perfetto on an input read only once."""
-    targets = {option: getattr(args, option) for option in OUTPUT_OPTIONS
-               if getattr(args, option) is not None}
+    targets = {option.replace("_", "-"): getattr(args, option, None)
+               for option in OUTPUT_OPTIONS if getattr(args, option, None) is not None}
     seen = {}
     for option, target in targets.items():
         if not target:
@@ -9049,6 +9238,8 @@ def write_pictures(args, report, paths, reading):
                          f"of the selection: the timeline is empty")
     if args.svg is not None:
         write_output(args.svg, svg_of(report))
+    if getattr(args, "calibration_out", None) is not None:
+        write_output(args.calibration_out, json_text(report["calibration"]))
 
 
 def write_out(out, text):

@@ -51,6 +51,8 @@ COMMANDS = {
                       *SESSION, "--sort", "overlap"],
     "summary-repeats": ["summary", *(DATA + f"runs/{side}-{i}-ct.csv" for side in ("base", "new")
                                      for i in range(1, 5))],
+    "summary-calibration": ["summary", *(DATA + "sweep/" + path.name for path in
+                                         sorted((HERE / "data" / "sweep").glob("*.csv")))],
     "schema": ["schema"],
 }
 FORMATS = {"text": "txt", "markdown": "md", "json": "json"}

@@ -2681,11 +2681,13 @@ IO_RUN_SPREAD = 0.30
 MANAGEMENT_MS_PER_LOOKUP = 0.06
 
 
-CACHE_METHOD = (
+CACHE_BYTES_METHOD = (
     "the engine's cache: whole experts (the size over an expert's bytes, rounded down), least "
     "recently used out, prefill lookups counted, speculative reads left out; band: one expert "
     "fewer to one more (near a working set's knee one expert moves the hit share by tens of "
-    "points). ms, in parts: the MiB saved at this run's I/O ms per MiB, within the 30% real "
+    "points)")
+CACHE_METHOD = CACHE_BYTES_METHOD + (
+    ". ms, in parts: the MiB saved at this run's I/O ms per MiB, within the 30% real "
     "repeats' I/O spreads and at most the I/O itself (overlap=1: the stall; undetermined "
     "without one); less the cache's management: a cached run's own from its log (a point), "
     "else 0 to 0.06 ms a lookup, what real cached runs logged, so a cache may be slower")
@@ -2811,6 +2813,28 @@ class WhatIf:
         measured = measured or {}
         self.cap = overlap_cap(report["meta"], measured, self.tokens)  # inf: serial
         self.management = measured.get("cache_mgmt_ms_per_token") or 0.0
+        self.fit = measured.get("calibration")  # summary --calibration-out's, from --calibration
+
+    def fitted_rate(self, key):
+        """(least, most) ms per MiB the calibration gives at `key` (`4`, `4 cached`), widened
+        by the repeats' spread; None without one."""
+        cost = (self.fit or {}).get("ms_per_mib", {}).get(key)
+        if not cost:
+            return None
+        spread = self.fit.get("repeat_spread") or 0.0
+        return cost["min"] * (1 - spread), cost["max"] * (1 + spread)
+
+    def calibrated(self, method):
+        return f"calibrated on {len(self.fit['runs'])} runs (--calibration): {method}"
+
+    def fitted_management(self):
+        """(least, most) ms of management a token, from the calibration; None without it."""
+        cost = (self.fit or {}).get("management_ms_per_lookup")
+        own = self.report["run_cache"]
+        if not cost or not own:
+            return None
+        lookups = own["layers"] * own["top_k"]
+        return cost["min"] * lookups, cost["max"] * lookups
 
     def per_token_mib(self, total_bytes):
         return total_bytes / MIB / self.tokens
@@ -2884,7 +2908,24 @@ class WhatIf:
             "mib_per_token": figure(middle, fewest, most),
             "evictions": spread("evictions"), "rereads": spread("rereads"),
             "resident_mib": point.resident_bytes / MIB},
-            self.bytes_saved(fewest, middle, most), CACHE_METHOD, self.fits(mib))
+            *self.cache_saving(fewest, middle, most), self.fits(mib))
+
+    def cache_saving(self, fewest, middle, most):
+        """(ms_per_token_saved, method) of a cache on an uncached run: from the calibration,
+        where it has a cached run's ms per MiB at this run's lanes (a cache changes the reads'
+        throughput): the I/O now less the MiB left at that rate, less the fitted management;
+        else bytes_saved."""
+        rates = self.fitted_rate(f"{self.report['lanes']} cached")
+        managing = self.fitted_management()
+        if rates is None or managing is None or self.cap != math.inf:
+            return self.bytes_saved(fewest, middle, most), CACHE_METHOD
+        (fast, slow), (cheap, dear) = rates, managing
+        estimate = self.estimate
+        return (figure(None, estimate - most * slow - dear,
+                       min(estimate - fewest * fast, estimate) - cheap),
+                self.calibrated(CACHE_BYTES_METHOD + ". ms: the I/O now less the MiB left at "
+                                "the cached runs' ms per MiB (their range, widened by the "
+                                "repeats' spread), less their management a lookup"))
 
     def bytes_saved(self, fewest, middle, most):
         """The ms per token a cache that reads fewer MiB saves, made of its parts: the MiB
@@ -2932,6 +2973,18 @@ class WhatIf:
         return [self.lanes_setting(lanes) for lanes in (1, 8) if lanes != own_lanes]
 
     def lanes_setting(self, lanes):
+        rates = self.fitted_rate(f"{lanes}")
+        if rates is None:
+            return self.measured_lanes_setting(lanes)
+        fast, slow = (rate * self.report["mib_per_token"] for rate in rates)
+        most = capped(self.estimate - fast, self.cap)
+        return self.setting("io_threads", lanes, {
+            "io_wall_ms_per_token": figure(None, fast, slow)},
+            figure(None, self.estimate - slow, most), self.calibrated(
+                "the MiB at the ms per MiB the runs at that lane count read at (their range, "
+                "widened by the repeats' spread)"))
+
+    def measured_lanes_setting(self, lanes):
         """The I/O at `lanes` lanes, bounded by what the trace measured: with fewer lanes each
         read waits for fewer others, so at most its latency as measured (the summed latencies
         over the lanes left, busy / lanes) and at best about as now; with more, at best each
@@ -2971,6 +3024,12 @@ class WhatIf:
             low = None
             said = ("no lower bound: when the compute threads fill the cores, the readers "
                     "compete with them and the run gets slower (declare --set cores=N)")
+        hidden = (self.fit or {}).get("overlap_hidden_share")
+        if hidden:
+            return [self.setting("overlap", 1, {}, figure(
+                None, low, self.estimate * hidden["max"]), self.calibrated(
+                    f"at most the share of the I/O the overlapped runs hid "
+                    f"({hidden['min']:.0%}-{hidden['max']:.0%}); {said}"))]
         return [self.setting("overlap", 1, {}, figure(None, low, self.estimate),
             f"reads beside compute: at most the whole I/O estimate hidden (after a cache, "
             f"what it leaves); real runs hid 20-60% of it, and on 2 cores one got 103 ms "
@@ -5371,6 +5430,47 @@ Sample = namedtuple("Sample", "run model lanes cached overlap mib io_ms manageme
                               "stall_ms decode_ms config")
 WHAT_IF_KEYS = ("cache_mb", "cache", "io_threads", "overlap", "o_direct", "prefetch")
 ENGINE_MS_ROUNDING = 0.5  # the engine prints s/token to 3 decimals
+
+
+CALIBRATION_MOST_BYTES = 16 << 20  # a hundred runs' fit is some KiB
+
+
+def read_calibration(path):
+    """The calibration a --calibration-out file holds, checked: every cost the what-if reads
+    is a finite number (a file of anything else is refused, with what is wrong)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(CALIBRATION_MOST_BYTES + 1)
+        fit = json.loads(data.decode("utf-8")) if len(data) <= CALIBRATION_MOST_BYTES else None
+    except OSError as exc:
+        raise TraceError(path, 0, f"cannot read the calibration: {exc.strerror or exc}")
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        fit = None
+    problem = calibration_problem(fit)
+    if problem:
+        raise TraceError(path, 0, f"not a calibration summary --calibration-out wrote: {problem}")
+    return fit
+
+
+def calibration_problem(fit):
+    """What is wrong with a calibration read from a file, or None."""
+    if not isinstance(fit, dict) or not isinstance(fit.get("runs"), list) or \
+            not isinstance(fit.get("ms_per_mib"), dict):
+        return "no `runs` list and `ms_per_mib` map"
+    costs = [*fit["ms_per_mib"].values(), fit.get("management_ms_per_lookup"),
+             fit.get("overlap_hidden_share")]
+    for cost in filter(lambda cost: cost is not None, costs):
+        if not isinstance(cost, dict) or not all(
+                is_number(cost.get(bound)) and cost[bound] >= 0 for bound in ("min", "max")):
+            return f"a cost without a min and max >= 0: {str(cost)[:80]!r}"
+    spread = fit.get("repeat_spread")
+    if spread is not None and not (is_number(spread) and 0 <= spread < 1):
+        return f"repeat_spread {str(spread)[:40]!r} is not a share"
+    return None
+
+
+def is_number(value):
+    return type(value) in (int, float) and math.isfinite(value)
 
 
 def calibration_sample(name, report):
@@ -8844,7 +8944,11 @@ def what_if_options(what):
             option("--cache-mb", type=cache_sizes, metavar="N[,N...]",
                    help="the cache sizes the what-if tries, in MiB as the engine's --cache-mb "
                         "(default: the run's own when its preamble names one, else a quarter, "
-                        "a half and all of the experts' footprint)"))
+                        "a half and all of the experts' footprint)"),
+            option("--calibration", metavar="FILE",
+                   help="the costs summary --calibration-out fitted on your runs: the "
+                        "what-if's cache, lanes and overlap bands use them, said 'calibrated "
+                        "on N runs'"))
 
 
 def top_option(default):
@@ -9153,6 +9257,9 @@ def run(args, out, warn):
     log = engine_log([path for _, path in paths], args.engine_log) \
         if ENGINE_LOG_OPTION in command.options and not args.no_engine_log else None
     reading = logged(reading_from(args, warn)._replace(settings=declared), log)
+    if getattr(args, "calibration", None) is not None:  # the user's runs' costs, beside the log's
+        reading = reading._replace(measured={**(reading.measured or {}),
+                                             "calibration": read_calibration(args.calibration)})
     report = command.analyze(args, reading)
     if "engine" in REPORTS[report["kind"]].names:
         report = with_engine_log(report, log, warn)

@@ -119,3 +119,62 @@ def test_a_generated_sweep_gives_back_its_costs():
     held = {one["run"]: one for one in fit["leave_one_out"]}
     assert set(held) == {"serial0", "serial1", "serial3", "cache1.0", "cache0.6"}
     assert all(one["inside"] for one in held.values()), held
+
+
+def setting(what_if, name, value):
+    return next(s for s in what_if["settings"] if s["setting"] == name and s["value"] == value)
+
+
+def test_calibration_makes_the_what_if_use_the_users_costs(tmp_path, fit):
+    """--calibration FILE: a cache's ms is the I/O now less the MiB it leaves at the cached
+    runs' ms per MiB (widened by the repeats' spread), less their management a lookup; a lane
+    count the runs read at is its MiB at their ms per MiB; overlap at most the share they hid.
+    Each is said to be calibrated, and the cache verdict's stake is still the what-if's."""
+    target = tmp_path / "fit.json"
+    made = {**fit, "ms_per_mib": {**fit["ms_per_mib"], "1": {
+        "value": 5.0, "min": 4.0, "max": 6.0, "n": 2, "residual": 1.0}},
+        "overlap_hidden_share": {"value": 0.4, "min": 0.2, "max": 0.6, "n": 2, "residual": 0.2}}
+    target.write_text(json.dumps(made))
+    trace = str(SWEEP / "qwen3moe-l4-greedy-serial-rep1-io.csv")
+    r = report("io", trace, "--what-if", "--cache-mb", "2", "--calibration", str(target))
+    spread = fit["repeat_spread"]
+    cached = fit["ms_per_mib"]["4 cached"]
+    fast, slow = cached["min"] * (1 - spread), cached["max"] * (1 + spread)
+    managing = fit["management_ms_per_lookup"]
+    estimate = r["io_wall_ms_per_token"]["estimate"]
+    two = setting(r["what_if"], "cache_mb", 2)
+    mib = two["figures"]["mib_per_token"]
+    assert two["ms_per_token_saved"] == pytest.approx({
+        "point": None, "min": estimate - mib["max"] * slow - managing["max"] * 8,
+        "max": estimate - mib["min"] * fast - managing["min"] * 8})
+    assert two["method"].startswith("calibrated on 6 runs (--calibration)")
+    one = setting(r["what_if"], "io_threads", 1)["ms_per_token_saved"]
+    assert one == pytest.approx({"point": None,
+                                 "min": estimate - r["mib_per_token"] * 6.0 * (1 + spread),
+                                 "max": estimate - r["mib_per_token"] * 4.0 * (1 - spread)})
+    assert setting(r["what_if"], "overlap", 1)["ms_per_token_saved"]["max"] == \
+        pytest.approx(estimate * 0.6)
+    assert not setting(r["what_if"], "io_threads", 8)["method"].startswith("calibrated")
+    judged = r["reuse"]["judged"]
+    stake = re.search(r"could save at most ([0-9.]+) ms",
+                      next(v for v in r["verdicts"] if v["id"] == "cache")["text"])
+    assert stake and float(stake.group(1)) == pytest.approx(
+        judged["ms_per_token_saved"]["max"], abs=0.006)
+
+
+@pytest.mark.parametrize("content,said", [
+    (b"", "no `runs` list"), (b"{not json", "no `runs` list"), (b"[1, 2]", "no `runs` list"),
+    (b'{"runs": [], "ms_per_mib": {"4": {"min": -1, "max": 2}}}', "a cost without a min"),
+    (b'{"runs": [], "ms_per_mib": {"4": {"min": NaN, "max": 2}}}', "a cost without a min"),
+    (b'{"runs": [], "ms_per_mib": {}, "repeat_spread": 7}', "is not a share"),
+    (b"\xff\xfe\x00", "no `runs` list")])
+def test_a_bad_calibration_file_is_one_line_naming_it(tmp_path, content, said):
+    bad = tmp_path / "fit.json"
+    bad.write_bytes(content)
+    result = run("io", str(SWEEP / "qwen3moe-l4-greedy-serial-rep1-io.csv"), "--what-if",
+                 "--calibration", str(bad))
+    assert result.code == 1 and "Traceback" not in result.err
+    assert result.err.count("\n") == 1 and str(bad) in result.err and said in result.err
+    missing = run("io", str(SWEEP / "qwen3moe-l4-greedy-serial-rep1-io.csv"), "--what-if",
+                  "--calibration", str(tmp_path / "none.json"))
+    assert missing.code == 1 and "cannot read the calibration" in missing.err

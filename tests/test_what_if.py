@@ -418,3 +418,25 @@ def test_a_verdicts_stake_is_its_settings_what_if_figure(inputs):
         assert said == pytest.approx(offered["ms_per_token_saved"]["max"], abs=0.006)
     assert f"{offered['figures']['hit_share']['point']:.0%} of the expert lookups" in \
         found["text"]
+
+
+@pytest.mark.parametrize("inputs", [[name] for name in REAL_TRACES if "-io" in name] + PAIRS,
+                         ids=lambda names: "+".join(names))
+def test_no_saving_exceeds_what_it_could_save_and_no_band_is_wider_than_the_decode(inputs):
+    """On every shared trace: a setting saves at most the I/O (under overlap, the stall); no
+    share is above 100%; in a pair, no band is wider than the run's decode."""
+    paths = [str(REAL_TRACES[name]) for name in inputs]
+    pair = len(paths) == 2
+    r = report_with_warnings("report" if pair else "io", *paths,
+                             *([] if pair else ["--what-if"]))
+    estimate = r["what_if"]["baseline"]["io_wall_ms_per_token"]
+    decode = r["pair"]["decode_ms_per_token"] if pair else None
+    for offered in r["what_if"]["settings"]:
+        saved = offered["ms_per_token_saved"]
+        if saved["max"] is not None:
+            assert saved["max"] <= estimate * (1 + 1e-9), offered
+        for name in ("hit_share", "useful_share"):
+            share = offered["figures"].get(name)
+            assert share is None or all(0 <= v <= 1 for v in share.values() if v is not None)
+        if decode and None not in (saved["min"], saved["max"]):
+            assert saved["max"] - saved["min"] <= decode, offered

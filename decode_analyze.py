@@ -6307,7 +6307,8 @@ Bullets = namedtuple("Bullets", "items")  # one logical line each (the verdicts)
 Grid = namedtuple("Grid", "columns rows indent shown compact", defaults=("  ", None, False))
 Spark = namedtuple("Spark", "values")  # one character per token (or per group of tokens)
 # What the command line asks of the drawing: ops in the by-op table, every layer, ASCII only.
-View = namedtuple("View", "top layers ascii wide", defaults=(12, False, False, False))
+View = namedtuple("View", "top layers ascii wide explain",
+                  defaults=(12, False, False, False, False))
 
 COMPUTE_KEYS = ("model", "arch", "n_layer", "n_threads")
 IO_KEYS = ("model", "io_threads", "o_direct", "overlap")
@@ -6703,11 +6704,13 @@ def what_if_blocks(report, view):
                      + (": " + ", ".join(figures) if figures else ""))
     methods = dict.fromkeys(f"{setting['setting']}: {setting['method']}"
                             for setting in what_if["settings"])
+    told = [Prose(["  how each is estimated:"], "    "), Bullets(list(methods))] \
+        if view.explain else [Prose(["  (how each band is made: --explain; the README's What "
+                                     "would it buy)"], "    ")]
     return [Block(f"what would it buy ({per}, largest saving first; now "
                   f"{baseline['mib_per_token']:.2f} MiB read, I/O estimate "
                   f"{num(baseline['io_wall_ms_per_token'], '.2f')} ms)",
-                  [Prose(lines + ["  how each is estimated:"], "    "),
-                   Bullets(list(methods))])]
+                  [Prose(lines, "    "), *told])]
 
 
 def io_token_blocks(report, view):
@@ -8914,7 +8917,8 @@ PICTURE_OPTIONS = {
                     f"{window_text(PERFETTO_TOKENS)})")),
 }
 # What a command that lacks an option reads in its place: the drawing's view, and no picture.
-ABSENT_OPTIONS = dict(top=View().top, layers=False, wide=False, svg=None, perfetto=None,
+ABSENT_OPTIONS = dict(top=View().top, layers=False, wide=False, explain=False, svg=None,
+                      perfetto=None,
                       tokens=PERFETTO_TOKENS, phase=None, turn=None, steps=None, skip=0,
                       ascii=False, skip_bad_rows=False, jobs=1, engine_log=None,
                       no_engine_log=False, declared=[])
@@ -8945,6 +8949,8 @@ def what_if_options(what):
                    help="the cache sizes the what-if tries, in MiB as the engine's --cache-mb "
                         "(default: the run's own when its preamble names one, else a quarter, "
                         "a half and all of the experts' footprint)"),
+            option("--explain", action="store_true",
+                   help="say how each what-if band is made (its parts and their sources)"),
             option("--calibration", metavar="FILE",
                    help="the costs summary --calibration-out fitted on your runs: the "
                         "what-if's cache, lanes and overlap bands use them, said 'calibrated "
@@ -9265,7 +9271,7 @@ def run(args, out, warn):
         report = with_engine_log(report, log, warn)
     report.setdefault("warnings", list(warn.said))
     write_pictures(args, report, paths, reading)
-    view = View(args.top, args.layers, args.ascii, args.wide)
+    view = View(args.top, args.layers, args.ascii, args.wide, args.explain)
     text = FORMATS[args.format](report, view)
     if args.output is not None:
         write_output(args.output, text)

@@ -53,6 +53,7 @@ COMMANDS = {
                                      for i in range(1, 5))],
     "summary-calibration": ["summary", *(DATA + "sweep/" + path.name for path in
                                          sorted((HERE / "data" / "sweep").glob("*.csv")))],
+    "io-qwen-explain": ["io", DATA + "qwen3moe-l4-io-serial.csv", "--what-if", "--explain"],
     "schema": ["schema"],
 }
 FORMATS = {"text": "txt", "markdown": "md", "json": "json"}

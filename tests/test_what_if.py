@@ -440,3 +440,16 @@ def test_no_saving_exceeds_what_it_could_save_and_no_band_is_wider_than_the_deco
             assert share is None or all(0 <= v <= 1 for v in share.values() if v is not None)
         if decode and None not in (saved["min"], saved["max"]):
             assert saved["max"] - saved["min"] <= decode, offered
+
+
+def test_the_method_prose_is_behind_explain():
+    """About 25 lines of "how each is estimated" followed every report; they are asked for."""
+    trace = str(REAL_TRACES["qwen3moe-l4-io-serial.csv"])
+    plain = run("io", trace, "--what-if", "--no-engine-log").out
+    told = run("io", trace, "--what-if", "--no-engine-log", "--explain").out
+    assert "how each is estimated" not in plain and "--explain" in plain
+    r = report("io", trace, "--what-if", "--no-engine-log")
+    for offered in r["what_if"]["settings"]:
+        head = offered["method"].split()[0]
+        assert f"{offered['setting']}: {head}" in told
+    assert len(told.splitlines()) > len(plain.splitlines()) + 10

@@ -6398,10 +6398,23 @@ def engine_blocks(report, view):
 
 
 def verdict_blocks(report, view):
-    """The verdicts, flagged first, then undetermined, then the calm ones."""
-    verdicts = sorted(all_verdicts(report), key=lambda v: {True: 0, None: 1, False: 2}[
-        v["flagged"]])
+    """The verdicts that ask for a look, flagged first, then undetermined, each with its
+    evidence (the calm ones come after the best changes: calm_blocks)."""
+    verdicts = sorted((v for v in all_verdicts(report) if v["flagged"] is not False),
+                      key=lambda v: not v["flagged"])
     return [Block("verdicts", [Bullets([v["text"] for v in verdicts])])] if verdicts else []
+
+
+def calm_blocks(report, view):
+    """The calm verdicts in one line, by their heads ("no warm-up"); with --explain each with
+    its evidence and threshold."""
+    calm = [v["text"] for v in all_verdicts(report) if v["flagged"] is False]
+    if not calm:
+        return []
+    if view.explain:
+        return [Block("calm", [Bullets(calm)])]
+    heads = "; ".join(head for head, _, _ in (text.partition(":") for text in calm))
+    return [Block("calm", [Prose([f"  {heads} (--explain: each with its evidence)"], "    ")])]
 
 
 def caveat_blocks(report, view):
@@ -7181,16 +7194,19 @@ def schema_blocks(report, view):
 COMPUTE_SECTIONS = (segment_blocks, op_blocks, fault_blocks, category_blocks)
 IO_READ_SECTIONS = (latency_blocks, size_blocks, lane_blocks, spec_blocks)
 COMPUTE_LAYOUT = layout(
-    header_blocks, compute_headline_blocks, verdict_blocks, engine_blocks, caveat_blocks,
+    header_blocks, compute_headline_blocks, verdict_blocks, calm_blocks, engine_blocks,
+    caveat_blocks,
     *COMPUTE_SECTIONS,
     Section(compute_layer_blocks, fold=True), compute_token_blocks)
 IO_LAYOUT = layout(
-    header_blocks, io_headline_blocks, verdict_blocks, best_change_blocks, engine_blocks,
+    header_blocks, io_headline_blocks, verdict_blocks, best_change_blocks, calm_blocks,
+    engine_blocks,
     *IO_READ_SECTIONS,
     io_layer_blocks,
     adjacency_blocks, cache_blocks, what_if_blocks, io_token_blocks)
 PAIR_LAYOUT = layout(
     header_blocks, pair_headline_blocks, per_decoded_blocks, verdict_blocks, best_change_blocks,
+    calm_blocks,
     engine_blocks, caveat_blocks, pair_layer_blocks, *COMPUTE_SECTIONS, compute_token_blocks,
     divider("flash reads"),
     *IO_READ_SECTIONS, adjacency_blocks, cache_blocks, what_if_blocks)

@@ -371,7 +371,7 @@ def test_the_first_screen_has_the_split_the_flagged_verdicts_and_the_best_change
     data = ROOT / "tests" / "data"
     out = run("report", data / "qwen3moe-l4-ct-layers.csv", data / "qwen3moe-l4-io-serial.csv")
     lines = out.out.splitlines()
-    first = "\n".join(lines[:45])
+    first = "\n".join(lines[:30])  # the first screen: calm verdicts wait after the best changes
     assert "decode 42.46 ms = compute 38.16 + flash I/O 4.30" in first
     assert "SLOW STRETCH" in first and "best changes" in first
     verdicts = lines[lines.index("verdicts") + 1:]
@@ -382,8 +382,15 @@ def test_the_first_screen_has_the_split_the_flagged_verdicts_and_the_best_change
                                        data / "qwen3moe-l4-io-serial.csv")
     sure = [s for s in report_json["what_if"]["settings"]
             if (s["ms_per_token_saved"]["min"] or 0) > 0]
-    best = lines[lines.index("best changes (per decoded token, surest first)") + 1]
-    assert best.startswith(f"  {sure[0]['setting']}={sure[0]['value']}: saves")
+    at = lines.index("best changes (per decoded token, surest first)")
+    assert at + 1 < 30 and lines[at + 1].startswith(
+        f"  {sure[0]['setting']}={sure[0]['value']}: saves")
+    calm = [v for v in decode_analyze.all_verdicts(report_json) if v["flagged"] is False]
+    block = lines[lines.index("calm") + 1:]
+    said = " ".join(" ".join(block[:block.index("")]).split())
+    assert calm and said == "; ".join(
+        v["text"].split(":")[0] for v in calm) + " (--explain: each with its evidence)"
+    assert lines.index("calm") > at
 
 
 def stake_of(text):

@@ -5432,20 +5432,10 @@ WHAT_IF_KEYS = ("cache_mb", "cache", "io_threads", "overlap", "o_direct", "prefe
 ENGINE_MS_ROUNDING = 0.5  # the engine prints s/token to 3 decimals
 
 
-CALIBRATION_MOST_BYTES = 16 << 20  # a hundred runs' fit is some KiB
-
-
 def read_calibration(path):
     """The calibration a --calibration-out file holds, checked: every cost the what-if reads
     is a finite number (a file of anything else is refused, with what is wrong)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(CALIBRATION_MOST_BYTES + 1)
-        fit = json.loads(data.decode("utf-8")) if len(data) <= CALIBRATION_MOST_BYTES else None
-    except OSError as exc:
-        raise TraceError(path, 0, f"cannot read the calibration: {exc.strerror or exc}")
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        fit = None
+    fit = trace_io.read_json_object(path, "a calibration")
     problem = calibration_problem(fit)
     if problem:
         raise TraceError(path, 0, f"not a calibration summary --calibration-out wrote: {problem}")
@@ -5454,8 +5444,7 @@ def read_calibration(path):
 
 def calibration_problem(fit):
     """What is wrong with a calibration read from a file, or None."""
-    if not isinstance(fit, dict) or not isinstance(fit.get("runs"), list) or \
-            not isinstance(fit.get("ms_per_mib"), dict):
+    if not isinstance(fit.get("runs"), list) or not isinstance(fit.get("ms_per_mib"), dict):
         return "no `runs` list and `ms_per_mib` map"
     costs = [*fit["ms_per_mib"].values(), fit.get("management_ms_per_lookup"),
              fit.get("overlap_hidden_share")]
@@ -5470,7 +5459,7 @@ def calibration_problem(fit):
 
 
 def is_number(value):
-    return type(value) in (int, float) and math.isfinite(value)
+    return type(value) in (int, float) and math.isfinite(value)  # 1e999 reads as inf
 
 
 def calibration_sample(name, report):
@@ -8613,7 +8602,7 @@ def analyze_input(readable, name, held, reading, asked):
     the input as it was given."""
     try:
         if held == "json":
-            return saved_report(trace_io.read_saved_report(readable), name)
+            return saved_report(trace_io.read_json_object(readable, "a saved report"), name)
         if held == "compute":
             return analyze_compute(readable, reading)
         return analyze_io(readable, reading, asked)

@@ -398,25 +398,25 @@ def _opening_bytes(path, limit):
         return stream.read(limit)
 
 
-def read_saved_report(path):
-    """The dict of a report saved with --format json (compressed too). Only the JSON is
-    checked here; what the report holds is its reader's to check."""
+def read_json_object(path, what):
+    """The dict a JSON file holds (compressed too, or stdin): a report saved with --format
+    json, or a calibration (`what` names it in errors). Only the JSON is checked here; what
+    it holds is its reader's to check."""
     data = _opening_bytes(path, SAVED_REPORT_LIMIT + 1)
     if len(data) > SAVED_REPORT_LIMIT:
-        raise TraceError(path, 0, f"over {SAVED_REPORT_LIMIT >> 20} MiB: not a saved report")
+        raise TraceError(path, 0, f"over {SAVED_REPORT_LIMIT >> 20} MiB: not {what}")
     try:
-        report = json.loads(data.decode("utf-8-sig"), parse_constant=_no_constant)
+        found = json.loads(data.decode("utf-8-sig"), parse_constant=_no_constant)
     except UnicodeDecodeError as exc:
-        raise TraceError(path, 0, f"not UTF-8 text (byte {exc.start}): not a saved report") \
-            from None
+        raise TraceError(path, 0, f"not UTF-8 text (byte {exc.start}): not {what}") from None
     except json.JSONDecodeError as exc:
         raise TraceError(path, exc.lineno, f"not valid JSON: {exc.msg} (column {exc.colno})") \
             from None
     except (ValueError, RecursionError) as exc:
-        raise TraceError(path, 0, f"not a saved report: {exc}") from None
-    if not isinstance(report, dict):
-        raise TraceError(path, 1, "not a saved report: the JSON is not an object")
-    return report
+        raise TraceError(path, 0, f"not {what}: {exc}") from None
+    if not isinstance(found, dict):
+        raise TraceError(path, 1, f"not {what}: the JSON is not an object")
+    return found
 
 
 def _no_constant(name):

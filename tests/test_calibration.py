@@ -163,11 +163,13 @@ def test_calibration_makes_the_what_if_use_the_users_costs(tmp_path, fit):
 
 
 @pytest.mark.parametrize("content,said", [
-    (b"", "no `runs` list"), (b"{not json", "no `runs` list"), (b"[1, 2]", "no `runs` list"),
+    (b"", "not valid JSON"), (b"{not json", "not valid JSON"),
+    (b"[1, 2]", "not a calibration: the JSON is not an object"), (b"{}", "no `runs` list"),
     (b'{"runs": [], "ms_per_mib": {"4": {"min": -1, "max": 2}}}', "a cost without a min"),
-    (b'{"runs": [], "ms_per_mib": {"4": {"min": NaN, "max": 2}}}', "a cost without a min"),
+    (b'{"runs": [], "ms_per_mib": {"4": {"min": 1e999, "max": 2}}}', "a cost without a min"),
+    (b'{"runs": [], "ms_per_mib": {"4": {"min": NaN, "max": 2}}}', "NaN is not a number"),
     (b'{"runs": [], "ms_per_mib": {}, "repeat_spread": 7}', "is not a share"),
-    (b"\xff\xfe\x00", "no `runs` list")])
+    (b"\xff\xfe\x00", "not UTF-8 text")])
 def test_a_bad_calibration_file_is_one_line_naming_it(tmp_path, content, said):
     bad = tmp_path / "fit.json"
     bad.write_bytes(content)
@@ -177,4 +179,4 @@ def test_a_bad_calibration_file_is_one_line_naming_it(tmp_path, content, said):
     assert result.err.count("\n") == 1 and str(bad) in result.err and said in result.err
     missing = run("io", str(SWEEP / "qwen3moe-l4-greedy-serial-rep1-io.csv"), "--what-if",
                   "--calibration", str(tmp_path / "none.json"))
-    assert missing.code == 1 and "cannot read the calibration" in missing.err
+    assert missing.code == 1 and "none.json: no such file" in missing.err

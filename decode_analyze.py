@@ -2710,6 +2710,12 @@ def meta_number(meta, key):
 PLAIN_DECIMAL = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?")
 
 
+def cache_in_settings(meta):
+    """Whether the run's settings (preamble, log, --set) give it a cache: cache=1 or a
+    cache_mb above 0 (one that served nothing, 0% hit, is a cache still: it manages)."""
+    return meta.get("cache") == "1" or (meta_number(meta, "cache_mb") or 0) > 0
+
+
 def held_share(experts, distinct):
     """The share of the distinct experts a cache of `experts` holds: at most all of them (a
     cache larger than the model's experts holds 100%, not 108%)."""
@@ -3965,8 +3971,7 @@ def pressure_remedies(meta):
     limit = meta_number(meta, "mem_limit_mb")
     larger = f"a larger memory limit (it had {limit:g} MiB)" if limit else \
         "more memory (a larger limit)"
-    cached = meta.get("cache") == "1" or (meta_number(meta, "cache_mb") or 0) > 0
-    if cached:
+    if cache_in_settings(meta):
         return f"a smaller expert cache (cache_mb={meta.get('cache_mb', '?')}: it holds RAM the " \
                f"weights need); {larger}; no larger cache"
     if meta.get("moe_stream") == "1":
@@ -5471,8 +5476,7 @@ def calibration_sample(name, report):
     engine = {key: value["engine"] for key, value in
               ((report.get("engine") or {}).get("figures") or {}).items()}
     meta = {**report["compute"]["meta"], **io["meta"]}
-    # a cache that served nothing (0% hit) is one still: it manages, and its reads are a cache's
-    cached = ran_cached(io) or meta.get("cache") == "1" or bool(meta_number(meta, "cache_mb"))
+    cached = ran_cached(io) or cache_in_settings(meta)
     own = io["run_cache"] or {}
     return Sample(name, {k: v for k, v in configuration(meta).items() if k not in WHAT_IF_KEYS},
                   io["lanes"], cached, meta.get("overlap") == "1", pair["io_mib_per_token"],
@@ -5487,7 +5491,7 @@ def cost_of(values, lows=None, highs=None):
     """A COST over the runs' values (each allowing [low, high]), or None without any."""
     if not values:
         return None
-    value = sum(values) / len(values)
+    value = mean_of(values)
     return COST(value=value, min=min(lows or values), max=max(highs or values), n=len(values),
                 residual=max(abs(one - value) for one in values))
 
@@ -5522,7 +5526,7 @@ def repeat_spread(samples):
     groups = defaultdict(list)
     for one in samples:
         groups[tuple(sorted(one.config.items()))].append(one.decode_ms)
-    shares = [(max(group) - min(group)) / 2 / (sum(group) / len(group))
+    shares = [(max(group) - min(group)) / 2 / mean_of(group)
               for group in groups.values() if len(group) > 1 and sum(group)]
     return max(shares, default=None)
 
@@ -5551,8 +5555,8 @@ def held_out(sample, others, noise):
     if per_mib is None:
         return None
     decodes = [one.decode_ms for one in base]
-    half = max((max(decodes) - min(decodes)) / 2, noise * sum(decodes) / len(decodes))
-    saved_mib = sum(one.mib for one in base) / len(base) - sample.mib
+    half = max((max(decodes) - min(decodes)) / 2, noise * mean_of(decodes))
+    saved_mib = mean_of([one.mib for one in base]) - sample.mib
     least, most = sorted(saved_mib * rate for rate in (per_mib["min"], per_mib["max"]))
     managing = fit["management_ms_per_lookup"]
     cheapest, dearest = (0.0, MANAGEMENT_MS_PER_LOOKUP) if managing is None else \

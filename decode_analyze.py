@@ -32,6 +32,8 @@ the sections above it:
   pair          pair_report: both traces of one run, per decoded token
   timeline      v2 traces on one clock: decode spans, unions of intervals
   verdicts      the one-line conclusions and their thresholds (and what is at stake)
+  runs          configuration (what makes runs repeats), Sample (what a pair gives a fit),
+                calibration: the what-if's costs fitted on runs (summary's, diff's sides)
   diff          DiffView (one run, checked), Side (its runs), diff_report (every NEW side
                 against BASE's, tested over runs), the regression gate
   summary       summary_runs (runs found and paired), one row per run, repeats grouped
@@ -720,6 +722,33 @@ PREDICTION = Record("prediction", "diff `prediction_check[]`", (
     ("within", "whether measured lies in the predicted band, widened by the README's "
                "tolerance (null: no band)", Shown("within")),
     ("unit", "the figure's unit (`fraction`, `MiB`, `ms`)")))
+COST = Record("calibration cost", "`calibration` costs", (
+    ("value", "the mean of the runs' values"), ("min", "the least a run's value allows"),
+    ("max", "the most"), ("n", "the runs it is fitted on"),
+    ("residual", "the largest difference of a run's value from `value`, in its unit")))
+HELD_OUT = Record("held-out run", "`calibration.leave_one_out[]`", (
+    ("run", "the run predicted from the others"),
+    ("base", "the others it is predicted from: the serial runs without a cache of its model "
+             "and lanes (the what-if's baseline)"),
+    ("decode_ms_per_token", "what it measured (its compute trace)"),
+    ("min", "the prediction's low end: the base's decode less the reads saved at the fitted "
+            "ms per MiB, plus the fitted management a lookup; widened by half the base's "
+            "spread either way"), ("max", "its high end"),
+    ("inside", "whether the measured decode is in [min, max]"),
+    ("why", "for a miss, the part that missed: its compute (no setting's: the machine's "
+            "noise) or its I/O and management (the fit's)")))
+CALIBRATION = Record("calibration", "summary and diff `calibration`; the file --calibration-out "
+                     "writes", (
+    ("runs", "the runs with an io trace it is fitted on"),
+    ("ms_per_mib", "{lanes (`4`, `4 cached`): the engine's flash I/O ms per MiB read} of the "
+                   "serial runs (their log's, else the I/O estimate)", MapOf(COST)),
+    ("management_ms_per_lookup", "the engine's cache management ms over the lookups of the "
+                                 "cached runs with a log (its printed ms +- half a unit)", COST),
+    ("overlap_hidden_share", "1 - the stall over the flash I/O, of the overlap=1 runs with a "
+                             "log", COST),
+    ("repeat_spread", "the largest half-range of one configuration's repeats' decode ms, as a "
+                      "share of their mean (null: no repeats): no band is narrower"),
+    ("leave_one_out", "each run predicted from the fit of the others", ListOf(HELD_OUT))))
 DIFF_REPORT = Record("diff report", "`diff`", (
     *REPORT_HEAD, ("compares", "`compute`, `io` or `report`"),
     ("alpha", "the significance level"),
@@ -737,7 +766,9 @@ DIFF_REPORT = Record("diff report", "`diff`", (
     ("prediction_check", "for each NEW that changed a setting BASE's what-if covers, its "
                          "prediction beside what NEW measured", ListOf(PREDICTION)),
     ("notes", "what only the comparison tells: the router's read wait under overlap against "
-              "the same model's serial run (README: verdicts)"), WARNINGS))
+              "the same model's serial run (README: verdicts)"),
+    ("calibration", "the costs the what-if uses, fitted on every run of every side that is a "
+                    "pair (null: fewer than two)", CALIBRATION), WARNINGS))
 # What a command writes: its report, the last field the warnings it said on stderr.
 SUMMARY_ROW = Record("summary row", "summary `runs` (one per configuration, or run: --no-group)", (
     ("run", "the run's name: the shortest end of its path(s) that tells it from the others; "
@@ -778,32 +809,6 @@ SUMMARY_ROW = Record("summary row", "summary `runs` (one per configuration, or r
     ("engine_disagrees", "the engine figures the tool's disagree with beyond the tolerance "
                          "(in any of its runs)"),
     ("flagged", "the ids of its flagged verdicts (in any of its runs)")))
-COST = Record("calibration cost", "`calibration` costs", (
-    ("value", "the mean of the runs' values"), ("min", "the least a run's value allows"),
-    ("max", "the most"), ("n", "the runs it is fitted on"),
-    ("residual", "the largest difference of a run's value from `value`, in its unit")))
-HELD_OUT = Record("held-out run", "`calibration.leave_one_out[]`", (
-    ("run", "the run predicted from the others"),
-    ("base", "the others it is predicted from: the serial runs without a cache of its model "
-             "and lanes (the what-if's baseline)"),
-    ("decode_ms_per_token", "what it measured (its compute trace)"),
-    ("min", "the prediction's low end: the base's decode less the reads saved at the fitted "
-            "ms per MiB, plus the fitted management a lookup; widened by half the base's "
-            "spread either way"), ("max", "its high end"),
-    ("inside", "whether the measured decode is in [min, max]"),
-    ("why", "for a miss, the part that missed: its compute (no setting's: the machine's "
-            "noise) or its I/O and management (the fit's)")))
-CALIBRATION = Record("calibration", "summary `calibration`; the file --calibration-out writes", (
-    ("runs", "the runs with an io trace it is fitted on"),
-    ("ms_per_mib", "{lanes (`4`, `4 cached`): the engine's flash I/O ms per MiB read} of the "
-                   "serial runs (their log's, else the I/O estimate)", MapOf(COST)),
-    ("management_ms_per_lookup", "the engine's cache management ms over the lookups of the "
-                                 "cached runs with a log (its printed ms +- half a unit)", COST),
-    ("overlap_hidden_share", "1 - the stall over the flash I/O, of the overlap=1 runs with a "
-                             "log", COST),
-    ("repeat_spread", "the largest half-range of one configuration's repeats' decode ms, as a "
-                      "share of their mean (null: no repeats): no band is narrower"),
-    ("leave_one_out", "each run predicted from the fit of the others", ListOf(HELD_OUT))))
 SUMMARY_REPORT = Record("summary report", "`summary`", (
     *REPORT_HEAD, ("keys", "the preamble keys that differ between the runs, in order"),
     ("common", "{key: value} the runs share", MapOf(VALUE)),
@@ -1291,6 +1296,18 @@ def add_sums(sums, more):
 
 def scaled(value, scale):
     return None if value is None else value / scale
+
+
+def mean_of(values):
+    return fsum(values) / len(values) if values else None
+
+
+def sd_of(values):
+    """The sample standard deviation (n - 1); None for fewer than two values."""
+    if len(values) < 2:
+        return None
+    mean = mean_of(values)
+    return sqrt(fsum((value - mean) ** 2 for value in values) / (len(values) - 1))
 
 
 # ── compute: node classification (../shared/spec/node-names.md) ──────────────────────────────────
@@ -4348,7 +4365,7 @@ def all_verdicts(report):
             + [v for v in io["verdicts"] if v["id"] not in own] + pair["verdicts"])
 
 
-# ── diff: which runs are repeats of one configuration (summary groups by it too) ──────────────────
+# ── runs: which are repeats of one configuration (diff and summary group by it) ──────────────────
 # A configuration is a run's preamble with its settings joined, less the keys that name a run
 # rather than set it (a v2 trace's per-run trace_id). A key one run lacks is unknown there, not
 # a difference: a saved report without a what-if has no `cache`, its trace says cache=0.
@@ -4420,6 +4437,159 @@ def same_figures(one, other):
     return one.keys() == other.keys() and any(value is not None for value in one.values()) \
         and all(a == b for a, b in zip(one.values(), (other[key] for key in one))
                 if a is not None and b is not None)
+
+
+# ── runs: the what-if's costs fitted on them (summary, diff: --calibration-out) ──────────────────
+# What each run gives the fit, per decoded token: its settings (less those the what-if varies,
+# `model`), lanes, whether it had a cache or overlapped, MiB, the engine's flash I/O (else the
+# estimate), management and stall (the log's, printed to 1 ms), lookups and decode.
+Sample = namedtuple("Sample", "run model lanes cached overlap mib io_ms management_ms lookups "
+                              "stall_ms decode_ms config")
+WHAT_IF_KEYS = ("cache_mb", "cache", "io_threads", "overlap", "o_direct", "prefetch")
+ENGINE_MS_ROUNDING = 0.5  # the engine prints s/token to 3 decimals
+
+
+def read_calibration(path):
+    """The calibration a --calibration-out file holds, checked: every cost the what-if reads
+    is a finite number (a file of anything else is refused, with what is wrong)."""
+    fit = trace_io.read_json_object(path, "a calibration")
+    problem = calibration_problem(fit)
+    if problem:
+        raise TraceError(path, 0, f"not a calibration summary --calibration-out wrote: {problem}")
+    return fit
+
+
+def calibration_problem(fit):
+    """What is wrong with a calibration read from a file, or None."""
+    if not isinstance(fit.get("runs"), list) or not isinstance(fit.get("ms_per_mib"), dict):
+        return "no `runs` list and `ms_per_mib` map"
+    costs = [*fit["ms_per_mib"].values(), fit.get("management_ms_per_lookup"),
+             fit.get("overlap_hidden_share")]
+    for cost in filter(lambda cost: cost is not None, costs):
+        if not isinstance(cost, dict) or not all(
+                is_number(cost.get(bound)) and cost[bound] >= 0 for bound in ("min", "max")):
+            return f"a cost without a min and max >= 0: {str(cost)[:80]!r}"
+    spread = fit.get("repeat_spread")
+    if spread is not None and not (is_number(spread) and 0 <= spread < 1):
+        return f"repeat_spread {str(spread)[:40]!r} is not a share"
+    return None
+
+
+def is_number(value):
+    return type(value) in (int, float) and math.isfinite(value)  # 1e999 reads as inf
+
+
+def calibration_sample(name, report):
+    """A pair's Sample, or None (a trace alone gives no decode beside its reads; a saved report
+    of an older schema may lack what it takes)."""
+    if report.get("kind") != "report" or report.get("schema") != SCHEMA:
+        return None
+    io, pair = report["io"], report["pair"]
+    engine = {key: value["engine"] for key, value in
+              ((report.get("engine") or {}).get("figures") or {}).items()}
+    meta = {**report["compute"]["meta"], **io["meta"]}
+    cached = ran_cached(io) or cache_in_settings(meta)
+    own = io["run_cache"] or {}
+    return Sample(name, {k: v for k, v in configuration(meta).items() if k not in WHAT_IF_KEYS},
+                  io["lanes"], cached, meta.get("overlap") == "1", pair["io_mib_per_token"],
+                  engine.get("flash_io_ms_per_token", pair["io_wall_ms_per_token"]["estimate"]),
+                  engine.get("cache_mgmt_ms_per_token"),
+                  own.get("layers", 0) * own.get("top_k", 0) if cached else 0,
+                  engine.get("stall_ms_per_token"), pair["decode_ms_per_token"],
+                  configuration(meta))
+
+
+def cost_of(values, lows=None, highs=None):
+    """A COST over the runs' values (each allowing [low, high]), or None without any."""
+    if not values:
+        return None
+    value = mean_of(values)
+    return COST(value=value, min=min(lows or values), max=max(highs or values), n=len(values),
+                residual=max(abs(one - value) for one in values))
+
+
+def lanes_key(sample):
+    return f"{sample.lanes}{' cached' if sample.cached else ''}"
+
+
+def fitted(samples):
+    """The CALIBRATION of the samples (leave_one_out left empty)."""
+    serial = [one for one in samples if not one.overlap and one.mib]
+    per_mib = defaultdict(list)
+    for one in serial:
+        per_mib[lanes_key(one)].append(one.io_ms / one.mib)
+    managed = [one for one in samples if one.cached and one.lookups
+               and one.management_ms is not None]
+    hidden = [max(0.0, min(1.0, 1 - one.stall_ms / one.io_ms)) for one in samples
+              if one.overlap and one.stall_ms is not None and one.io_ms]
+    return CALIBRATION(
+        runs=[one.run for one in samples],
+        ms_per_mib={key: cost_of(values) for key, values in sorted(per_mib.items())},
+        management_ms_per_lookup=cost_of(
+            [one.management_ms / one.lookups for one in managed],
+            [max(0.0, one.management_ms - ENGINE_MS_ROUNDING) / one.lookups for one in managed],
+            [(one.management_ms + ENGINE_MS_ROUNDING) / one.lookups for one in managed]),
+        overlap_hidden_share=cost_of(hidden), repeat_spread=repeat_spread(samples),
+        leave_one_out=[])
+
+
+def repeat_spread(samples):
+    """The largest half-range of a configuration's repeats' decode, over their mean."""
+    groups = defaultdict(list)
+    for one in samples:
+        groups[tuple(sorted(one.config.items()))].append(one.decode_ms)
+    shares = [(max(group) - min(group)) / 2 / mean_of(group)
+              for group in groups.values() if len(group) > 1 and sum(group)]
+    return max(shares, default=None)
+
+
+def calibration(samples):
+    """The fit over every run, and each run predicted from the fit of the others."""
+    samples = [one for one in samples if one is not None]
+    fit = fitted(samples)
+    fit["leave_one_out"] = list(filter(None, (
+        held_out(one, [other for other in samples if other is not one],
+                 fit["repeat_spread"] or 0.0) for one in samples)))
+    return fit
+
+
+def held_out(sample, others, noise):
+    """The HELD_OUT of a serial run from the others' fit: its base's decode (the serial runs
+    without a cache of its model and lanes, widened by half their range, and at least by the
+    repeats' spread, `noise`, of their mean) less its reads saved at the fitted ms per MiB, plus
+    management at the fitted cost a lookup; None without a base."""
+    base = [one for one in others if one.model == sample.model and one.lanes == sample.lanes
+            and not one.cached and not one.overlap]
+    if sample.overlap or not base:
+        return None
+    fit = fitted(others)
+    per_mib = fit["ms_per_mib"].get(lanes_key(sample)) or fit["ms_per_mib"].get(f"{sample.lanes}")
+    if per_mib is None:
+        return None
+    decodes = [one.decode_ms for one in base]
+    half = max((max(decodes) - min(decodes)) / 2, noise * mean_of(decodes))
+    saved_mib = mean_of([one.mib for one in base]) - sample.mib
+    least, most = sorted(saved_mib * rate for rate in (per_mib["min"], per_mib["max"]))
+    managing = fit["management_ms_per_lookup"]
+    cheapest, dearest = (0.0, MANAGEMENT_MS_PER_LOOKUP) if managing is None else \
+        (managing["min"], managing["max"])
+    low = max(0.0, min(decodes) - half - most + sample.lookups * cheapest)
+    high = max(decodes) + half - least + sample.lookups * dearest
+    inside = low <= sample.decode_ms <= high
+    return HELD_OUT(run=sample.run, base=[one.run for one in base],
+                    decode_ms_per_token=sample.decode_ms, min=low, max=high, inside=inside,
+                    why=None if inside else missed_part(sample, base))
+
+
+def missed_part(sample, base):
+    """Why a held-out run missed: its compute outside its base's (no setting's: noise), else
+    its reads and management (the fit's)."""
+    computes = [one.decode_ms - one.io_ms - (one.management_ms or 0.0) for one in base]
+    own = sample.decode_ms - sample.io_ms - (sample.management_ms or 0.0)
+    if not min(computes) <= own <= max(computes):
+        return (f"its compute, {own:.2f} ms, is outside the base's {min(computes):.2f}-"
+                f"{max(computes):.2f}: no setting's cost, the machine's noise")
+    return "its I/O and cache management: the fit's miss"
 
 
 # ── diff: runs compared ──────────────────────────────────────────────────────────────────────────
@@ -4525,6 +4695,7 @@ class DiffView:
             halves["pair"] = pair_half(report)
         self.kind = kind
         self.decoded = decoded_tokens(report, halves)
+        self.sample = calibration_sample(path, report)  # what it gives a fit of the sides'
         self.parts = {part: self._part(part, half) for part, half in halves.items()}
 
     def figures(self):
@@ -4684,18 +4855,6 @@ def row_key(value):
 # A run's figures: what one side of a diff holds of one figure. runs: each run's figure (a run
 # without it left out); tokens: with one run, its per-token samples of the figure (None without).
 Sampled = namedtuple("Sampled", "runs tokens")
-
-
-def mean_of(values):
-    return fsum(values) / len(values) if values else None
-
-
-def sd_of(values):
-    """The sample standard deviation (n - 1); None for fewer than two values."""
-    if len(values) < 2:
-        return None
-    mean = mean_of(values)
-    return sqrt(fsum((value - mean) ** 2 for value in values) / (len(values) - 1))
 
 
 def relative_sd(values):
@@ -4928,7 +5087,15 @@ def diff_report(sides, alpha, test, gates=()):
                           for row in prediction_check(base.first("io"), side_measured(side),
                                                       side.name)],
         notes=router_notes(sides, sections) if "compute" in parts else [],
-        warnings=warnings)
+        calibration=sides_calibration(runs, names), warnings=warnings)
+
+
+def sides_calibration(runs, names):
+    """The costs fitted on the runs of every side that are pairs (each named as the inputs
+    name it), or None with fewer than two: one run gives no cost another can contradict."""
+    samples = [view.sample._replace(run=name) for view, name in zip(runs, names)
+               if view.sample is not None]
+    return calibration(samples) if len(samples) > 1 else None
 
 
 def router_notes(sides, sections):
@@ -5149,7 +5316,7 @@ def path_parts(path):
     return tuple(part for part in str(path).replace(os.sep, "/").split("/") if part) or ("",)
 
 
-# ── diff: the regression gate ───────────────────────────────────────────────────────────────────
+# ── diff: the regression gate ────────────────────────────────────────────────────────────────────
 # --fail-if-worse FIGURE=SHARE names a headline figure by its field in the report (a part's
 # prefix, `pair.`, picks it where two parts have it); a larger value is worse but for
 # BETTER_HIGHER's.
@@ -5427,159 +5594,6 @@ def differing_keys(metas, rows):
 PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
-# ── summary: the what-if's costs fitted on the runs (--calibration-out) ──────────────────────────
-# What each run gives the fit, per decoded token: its settings (less those the what-if varies,
-# `model`), lanes, whether it had a cache or overlapped, MiB, the engine's flash I/O (else the
-# estimate), management and stall (the log's, printed to 1 ms), lookups and decode.
-Sample = namedtuple("Sample", "run model lanes cached overlap mib io_ms management_ms lookups "
-                              "stall_ms decode_ms config")
-WHAT_IF_KEYS = ("cache_mb", "cache", "io_threads", "overlap", "o_direct", "prefetch")
-ENGINE_MS_ROUNDING = 0.5  # the engine prints s/token to 3 decimals
-
-
-def read_calibration(path):
-    """The calibration a --calibration-out file holds, checked: every cost the what-if reads
-    is a finite number (a file of anything else is refused, with what is wrong)."""
-    fit = trace_io.read_json_object(path, "a calibration")
-    problem = calibration_problem(fit)
-    if problem:
-        raise TraceError(path, 0, f"not a calibration summary --calibration-out wrote: {problem}")
-    return fit
-
-
-def calibration_problem(fit):
-    """What is wrong with a calibration read from a file, or None."""
-    if not isinstance(fit.get("runs"), list) or not isinstance(fit.get("ms_per_mib"), dict):
-        return "no `runs` list and `ms_per_mib` map"
-    costs = [*fit["ms_per_mib"].values(), fit.get("management_ms_per_lookup"),
-             fit.get("overlap_hidden_share")]
-    for cost in filter(lambda cost: cost is not None, costs):
-        if not isinstance(cost, dict) or not all(
-                is_number(cost.get(bound)) and cost[bound] >= 0 for bound in ("min", "max")):
-            return f"a cost without a min and max >= 0: {str(cost)[:80]!r}"
-    spread = fit.get("repeat_spread")
-    if spread is not None and not (is_number(spread) and 0 <= spread < 1):
-        return f"repeat_spread {str(spread)[:40]!r} is not a share"
-    return None
-
-
-def is_number(value):
-    return type(value) in (int, float) and math.isfinite(value)  # 1e999 reads as inf
-
-
-def calibration_sample(name, report):
-    """A pair's Sample, or None (a trace alone gives no decode beside its reads; a saved report
-    of an older schema may lack what it takes)."""
-    if report.get("kind") != "report" or report.get("schema") != SCHEMA:
-        return None
-    io, pair = report["io"], report["pair"]
-    engine = {key: value["engine"] for key, value in
-              ((report.get("engine") or {}).get("figures") or {}).items()}
-    meta = {**report["compute"]["meta"], **io["meta"]}
-    cached = ran_cached(io) or cache_in_settings(meta)
-    own = io["run_cache"] or {}
-    return Sample(name, {k: v for k, v in configuration(meta).items() if k not in WHAT_IF_KEYS},
-                  io["lanes"], cached, meta.get("overlap") == "1", pair["io_mib_per_token"],
-                  engine.get("flash_io_ms_per_token", pair["io_wall_ms_per_token"]["estimate"]),
-                  engine.get("cache_mgmt_ms_per_token"),
-                  own.get("layers", 0) * own.get("top_k", 0) if cached else 0,
-                  engine.get("stall_ms_per_token"), pair["decode_ms_per_token"],
-                  configuration(meta))
-
-
-def cost_of(values, lows=None, highs=None):
-    """A COST over the runs' values (each allowing [low, high]), or None without any."""
-    if not values:
-        return None
-    value = mean_of(values)
-    return COST(value=value, min=min(lows or values), max=max(highs or values), n=len(values),
-                residual=max(abs(one - value) for one in values))
-
-
-def lanes_key(sample):
-    return f"{sample.lanes}{' cached' if sample.cached else ''}"
-
-
-def fitted(samples):
-    """The CALIBRATION of the samples (leave_one_out left empty)."""
-    serial = [one for one in samples if not one.overlap and one.mib]
-    per_mib = defaultdict(list)
-    for one in serial:
-        per_mib[lanes_key(one)].append(one.io_ms / one.mib)
-    managed = [one for one in samples if one.cached and one.lookups
-               and one.management_ms is not None]
-    hidden = [max(0.0, min(1.0, 1 - one.stall_ms / one.io_ms)) for one in samples
-              if one.overlap and one.stall_ms is not None and one.io_ms]
-    return CALIBRATION(
-        runs=[one.run for one in samples],
-        ms_per_mib={key: cost_of(values) for key, values in sorted(per_mib.items())},
-        management_ms_per_lookup=cost_of(
-            [one.management_ms / one.lookups for one in managed],
-            [max(0.0, one.management_ms - ENGINE_MS_ROUNDING) / one.lookups for one in managed],
-            [(one.management_ms + ENGINE_MS_ROUNDING) / one.lookups for one in managed]),
-        overlap_hidden_share=cost_of(hidden), repeat_spread=repeat_spread(samples),
-        leave_one_out=[])
-
-
-def repeat_spread(samples):
-    """The largest half-range of a configuration's repeats' decode, over their mean."""
-    groups = defaultdict(list)
-    for one in samples:
-        groups[tuple(sorted(one.config.items()))].append(one.decode_ms)
-    shares = [(max(group) - min(group)) / 2 / mean_of(group)
-              for group in groups.values() if len(group) > 1 and sum(group)]
-    return max(shares, default=None)
-
-
-def calibration(samples):
-    """The fit over every run, and each run predicted from the fit of the others."""
-    samples = [one for one in samples if one is not None]
-    fit = fitted(samples)
-    fit["leave_one_out"] = list(filter(None, (
-        held_out(one, [other for other in samples if other is not one],
-                 fit["repeat_spread"] or 0.0) for one in samples)))
-    return fit
-
-
-def held_out(sample, others, noise):
-    """The HELD_OUT of a serial run from the others' fit: its base's decode (the serial runs
-    without a cache of its model and lanes, widened by half their range, and at least by the
-    repeats' spread, `noise`, of their mean) less its reads saved at the fitted ms per MiB, plus
-    management at the fitted cost a lookup; None without a base."""
-    base = [one for one in others if one.model == sample.model and one.lanes == sample.lanes
-            and not one.cached and not one.overlap]
-    if sample.overlap or not base:
-        return None
-    fit = fitted(others)
-    per_mib = fit["ms_per_mib"].get(lanes_key(sample)) or fit["ms_per_mib"].get(f"{sample.lanes}")
-    if per_mib is None:
-        return None
-    decodes = [one.decode_ms for one in base]
-    half = max((max(decodes) - min(decodes)) / 2, noise * mean_of(decodes))
-    saved_mib = mean_of([one.mib for one in base]) - sample.mib
-    least, most = sorted(saved_mib * rate for rate in (per_mib["min"], per_mib["max"]))
-    managing = fit["management_ms_per_lookup"]
-    cheapest, dearest = (0.0, MANAGEMENT_MS_PER_LOOKUP) if managing is None else \
-        (managing["min"], managing["max"])
-    low = max(0.0, min(decodes) - half - most + sample.lookups * cheapest)
-    high = max(decodes) + half - least + sample.lookups * dearest
-    inside = low <= sample.decode_ms <= high
-    return HELD_OUT(run=sample.run, base=[one.run for one in base],
-                    decode_ms_per_token=sample.decode_ms, min=low, max=high, inside=inside,
-                    why=None if inside else missed_part(sample, base))
-
-
-def missed_part(sample, base):
-    """Why a held-out run missed: its compute outside its base's (no setting's: noise), else
-    its reads and management (the fit's)."""
-    computes = [one.decode_ms - one.io_ms - (one.management_ms or 0.0) for one in base]
-    own = sample.decode_ms - sample.io_ms - (sample.management_ms or 0.0)
-    if not min(computes) <= own <= max(computes):
-        return (f"its compute, {own:.2f} ms, is outside the base's {min(computes):.2f}-"
-                f"{max(computes):.2f}: no setting's cost, the machine's noise")
-    return "its I/O and cache management: the fit's miss"
-
-
 def sorted_rows(rows, sort):
     """Rows by a column or a preamble key, ascending, a missing value last; numbers, and
     preamble values written as plain ASCII numbers, as numbers (str.isdigit takes '²', which
@@ -5594,7 +5608,7 @@ def sorted_rows(rows, sort):
     return sorted(rows, key=key)
 
 
-# ── engine: the engine's own end-of-run lines ───────────────────────────────────────────────────
+# ── engine: the engine's own end-of-run lines ────────────────────────────────────────────────────
 # NAME.log beside a trace holds the lines the engine printed at the end of the run (their
 # grammar: ../shared/traces/README.md). Each kind of line has its pattern, found anywhere in the
 # file; every other line is ignored. A figure keeps how finely the engine printed it: it agrees
@@ -7206,7 +7220,7 @@ PAIR_LAYOUT = layout(
 TIMELINE_LAYOUT = layout(
     header_blocks, timeline_headline_blocks, timeline_summary_blocks, timeline_decode_blocks)
 DIFF_LAYOUT = layout(diff_header_blocks, diff_preamble_blocks, diff_section_blocks,
-                     prediction_blocks)
+                     prediction_blocks, calibration_blocks)
 SUMMARY_LAYOUT = layout(summary_header_blocks, summary_blocks, calibration_blocks)
 SCHEMA_LAYOUT = layout(header_blocks, schema_blocks)
 LAYOUTS = {"compute": COMPUTE_LAYOUT, "io": IO_LAYOUT, "report": PAIR_LAYOUT,
@@ -8573,9 +8587,9 @@ def diff_view(run, reading, logs, cache_sizes):
     if run.io_path is not None:
         log = engine_log(run.paths) if logs else None
         report = analyze_pair(run.path, run.io_path, logged(reading, log), cache_sizes or ())
-        io_name = os.path.basename(run.io_path) if os.path.dirname(run.io_path) == \
-            os.path.dirname(run.path) else display_name(run.io_path)  # x/a-ct.csv+a-io.csv
-        return DiffView(f"{display_name(run.path)}+{io_name}", "trace", report)
+        report = with_engine_log(report, log, reading.warn) if log else report
+        return DiffView(pair_name(display_name(run.path), display_name(run.io_path)), "trace",
+                        report)
     path = run.path
     name = display_name(path)
     with reopenable(path) as readable:
@@ -8589,6 +8603,22 @@ def diff_view(run, reading, logs, cache_sizes):
         return DiffView(name, "saved report" if held == "json" else "trace", report)
     except NOT_WRITTEN_HERE as exc:
         raise not_written_here(name, exc) from None
+
+
+def pair_name(compute_name, io_name):
+    """A run's two traces named once: what their names differ in braced, as a shell would
+    (x/a-{ct,io}.csv), else both (x/a.csv+b.csv)."""
+    folder, compute_file = os.path.split(compute_name)
+    io_folder, io_file = os.path.split(io_name)
+    if io_folder != folder:
+        return f"{compute_name}+{io_name}"
+    head = os.path.commonprefix([compute_file, io_file])
+    tail = os.path.commonprefix([compute_file[len(head):][::-1], io_file[len(head):][::-1]])
+    compute_part = compute_file[len(head):len(compute_file) - len(tail)]
+    io_part = io_file[len(head):len(io_file) - len(tail)]
+    if not compute_part or not io_part or "," in compute_part + io_part:
+        return os.path.join(folder, f"{compute_file}+{io_file}")
+    return os.path.join(folder, f"{head}{{{compute_part},{io_part}}}{tail[::-1]}")
 
 
 # What reading a report this tool did not write (a hand-edited saved one) raises.
@@ -8938,6 +8968,11 @@ SET_OPTION = option("--set", type=setting_option, action="append", default=[], d
                 "mem_limit_mb (MiB), cache, prefetch, overlap, o_direct, ngram (0 or 1), "
                 "io_threads, n_threads, cores (whole numbers); joined to the preamble, marked "
                 "declared; another key is shown, said to be read by nothing")
+CALIBRATION_OUT_OPTION = option(
+    "--calibration-out", metavar="FILE",
+    help="write the costs fitted on the runs that are pairs (flash I/O ms per MiB at each lane "
+         "count, cache management a lookup, the share overlap hid, the repeats' spread; each "
+         "run predicted from the others) as JSON, for io and report's --calibration")
 NO_ENGINE_LOG_OPTION = option("--no-engine-log", action="store_true",
                               help="ignore any engine log beside the traces")
 ENGINE_LOG_OPTION = option("--engine-log", metavar="FILE",
@@ -9064,7 +9099,7 @@ COMMANDS = {command.name: command for command in (
                          "mib_per_token, io_wall_ms_per_token.estimate, latency_us.p99, ...) is "
                          "worse than BASE's by more than SHARE (5%%, or 0.05) and the test over "
                          "runs says so; repeatable"),
-             SET_OPTION, NO_ENGINE_LOG_OPTION),
+             CALIBRATION_OUT_OPTION, SET_OPTION, NO_ENGINE_LOG_OPTION),
             lambda args, reading: analyze_diff(
                 [args.base] + args.new, reading,
                 DiffAsked(args.alpha, args.test, tuple(args.fail_if_worse or ())),
@@ -9088,10 +9123,7 @@ COMMANDS = {command.name: command for command in (
                     help=f"every figure's column, past {SUMMARY_WIDTH} columns (the default "
                          f"leaves out the percentiles, the engine's hit share, faults, ... "
                          f"first, and says which)"),
-             option("--calibration-out", metavar="FILE",
-                    help="write the costs fitted on the runs (flash I/O ms per MiB at each "
-                         "lane count, cache management a lookup, the share overlap hid, the "
-                         "repeats' spread; each run predicted from the others) as JSON"),
+             CALIBRATION_OUT_OPTION,
              option("--no-group", action="store_true",
                     help="one row per run: repeats of one configuration (kind, granularity "
                          "and every setting equal) are otherwise one row, n runs, each figure "
@@ -9361,6 +9393,9 @@ def write_pictures(args, report, paths, reading):
     if args.svg is not None:
         write_output(args.svg, svg_of(report))
     if getattr(args, "calibration_out", None) is not None:
+        if report["calibration"] is None:  # a diff whose sides hold fewer than two pairs
+            raise UsageError("--calibration-out: a fit takes two runs or more that are pairs "
+                             "(CT+IO, or x-ct.csv beside x-io.csv)")
         write_output(args.calibration_out, json_text(report["calibration"]))
 
 

@@ -6,7 +6,7 @@ import re
 import pytest
 
 import decode_analyze as da
-from helpers import ROOT, report, run
+from helpers import ROOT, report, report_with_warnings, run
 
 SWEEP = ROOT / "tests" / "data" / "sweep"
 RUNS = sorted(str(path) for path in SWEEP.glob("*.csv"))
@@ -90,6 +90,33 @@ def test_calibration_out_writes_the_fit_and_text_prints_it(tmp_path, fit):
     log = SWEEP / "qwen3moe-l4-greedy-serial-rep1.log"
     refused = run("summary", *RUNS, "--calibration-out", str(log))
     assert refused.code != 0 and "not writing over it" in refused.err
+
+
+def test_diff_fits_its_sides_runs_as_summary_does(tmp_path, fit):
+    """The sides of a diff are runs that differ in a setting: the same fit as summary's over
+    the same runs (the runs named as diff names them), written by --calibration-out too."""
+    serial = [path for path in RUNS if "serial" in path]
+    cached = [path for path in RUNS if "cache" in path]
+    target = tmp_path / "calibration.json"
+    result = run("diff", *serial, "vs", *cached, "--calibration-out", str(target))
+    assert result.code == 0, result.err
+    written = json.loads(target.read_text())
+    assert written == report_with_warnings("diff", *serial, "vs", *cached)["calibration"]
+    for name in ("ms_per_mib", "management_ms_per_lookup", "repeat_spread"):
+        assert written[name] == fit[name]
+    assert [one["inside"] for one in written["leave_one_out"]] == [
+        one["inside"] for one in sorted(fit["leave_one_out"], key=lambda one: "cache" in one["run"])]
+    assert "calibration, fitted on 6 run(s)" in result.out
+
+
+def test_diff_of_fewer_than_two_pairs_fits_nothing(tmp_path):
+    serial, overlap = (ROOT / "tests" / "data" / f"qwen3moe-l4-io-{mode}.csv"
+                       for mode in ("serial", "overlap"))
+    assert report_with_warnings("diff", str(serial), str(overlap))["calibration"] is None
+    refused = run("diff", str(serial), str(overlap), "--calibration-out",
+                  str(tmp_path / "fit.json"))
+    assert refused.code == 2 and "a fit takes two runs or more that are pairs" in refused.err
+    assert not (tmp_path / "fit.json").exists()
 
 
 def sample(name, lanes, mib, cached=False, decode=None, lookups=0, management=None, io=None):

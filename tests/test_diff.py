@@ -10,7 +10,7 @@ import pytest
 
 from helpers import (REAL_TRACES, ROOT, ct_text, error_of, io_text, report,
                      report_with_warnings, run)
-from decode_analyze import mann_whitney_p
+from decode_analyze import mann_whitney_p, pair_name
 
 CT_NODE = REAL_TRACES["qwen3moe-l4-ct-node.csv"]
 IO_SERIAL = REAL_TRACES["qwen3moe-l4-io-serial.csv"]
@@ -548,9 +548,18 @@ def test_a_runs_two_traces_are_one_run_on_each_side():
         assert diff["compares"] == "report" and "pair headline" in [
             s["title"] for s in diff["sections"]]
         assert [source["path"] for source in diff["inputs"]] == [
-            f"{a}-ct.csv+{a.name}-io.csv", f"{b}-ct.csv+{b.name}-io.csv"]
+            f"{a}-{{ct,io}}.csv", f"{b}-{{ct,io}}.csv"]
     assert {(c["key"], c["base"], c["new"]) for found in paired["preamble_changes"]
             for c in found} >= {("cache", "0", "1")}
+
+
+@pytest.mark.parametrize("compute, io, named", [
+    ("x/a-ct.csv", "x/a-io.csv", "x/a-{ct,io}.csv"), ("ct.csv", "io.csv", "{ct,io}.csv"),
+    ("x/a.csv", "x/a-io.csv", "x/a.csv+a-io.csv"), ("x/a-ct.csv", "y/a-io.csv",
+                                                    "x/a-ct.csv+y/a-io.csv"),
+    ("x/ct,1.csv", "x/io,2.csv", "x/ct,1.csv+io,2.csv")])
+def test_a_runs_two_traces_are_named_once(compute, io, named):
+    assert pair_name(compute, io) == named
 
 
 def test_unchanged_tables_are_one_line():

@@ -18,6 +18,11 @@ GOLDEN = HERE / "golden"
 SESSION = ("examples/session-ct.csv", "examples/session-io.csv")
 DATA = "tests/data/"
 
+def sweep_run(name):
+    """A run of the shared sweep as CT+IO."""
+    return "+".join(DATA + f"sweep/qwen3moe-l4-greedy-{name}-{kind}.csv" for kind in ("ct", "io"))
+
+
 # name -> the command's arguments (paths relative to the repository's root)
 COMMANDS = {
     "compute-session": ["compute", SESSION[0], "--layers"],
@@ -44,6 +49,8 @@ COMMANDS = {
     "diff-runs": ["diff", *(DATA + f"runs/base-{i}-ct.csv" for i in range(1, 5)), "vs",
                   *(DATA + f"runs/new-{i}-ct.csv" for i in range(1, 5)),
                   "--fail-if-worse", "ms_per_token=20%"],
+    "diff-sweep": ["diff", *(sweep_run(f"serial-rep{i}") for i in (1, 2, 3)), "vs",
+                   sweep_run("cache2mb")],
     "timeline-pair": ["timeline", DATA + "v2/ct.csv", DATA + "v2/io.csv"],
     "timeline-compute": ["timeline", DATA + "v2/ct.csv"],
     "summary-sweep": ["summary", DATA + "qwen3moe-l4-io-serial.csv",

@@ -2837,18 +2837,28 @@ class WhatIf:
         self.cap = overlap_cap(report["meta"], measured, self.tokens)  # inf: serial
         self.management = measured.get("cache_mgmt_ms_per_token") or 0.0
         self.fit = measured.get("calibration")  # summary --calibration-out's, from --calibration
+        # a run repeated decodes anywhere in the range its repeats show (twice their spread:
+        # a half-range), so a saving, the difference of two runs, does: of its decode (the
+        # log's, else at least its I/O)
+        self.noise_ms = 2 * ((self.fit or {}).get("repeat_spread") or 0.0) * \
+            (measured.get("decode_ms_per_token") or self.estimate or 0.0)
 
     def fitted_rate(self, key):
-        """(least, most) ms per MiB the calibration gives at `key` (`4`, `4 cached`), widened
-        by the repeats' spread; None without one."""
+        """(least, most) ms per MiB the calibration gives at `key` (`4`, `4 cached`); None
+        without one."""
         cost = (self.fit or {}).get("ms_per_mib", {}).get(key)
-        if not cost:
-            return None
-        spread = self.fit.get("repeat_spread") or 0.0
-        return cost["min"] * (1 - spread), cost["max"] * (1 + spread)
+        return (cost["min"], cost["max"]) if cost else None
 
-    def calibrated(self, method):
-        return f"calibrated on {len(self.fit['runs'])} runs (--calibration): {method}"
+    def calibrated(self, least, most, method):
+        """A calibrated saving: [least, most] widened by the repeats' noise, never above the
+        I/O estimate (nor the stall: `cap`), and its method."""
+        return (figure(None, least - self.noise_ms,
+                       capped(min(most + self.noise_ms, self.estimate), self.cap)),
+                f"{self.fitted_on()}: {method}, +-{self.noise_ms:.2f} ms (the range of the "
+                f"decode its repeats show)")
+
+    def fitted_on(self):
+        return f"calibrated on {len(self.fit['runs'])} runs (--calibration)"
 
     def fitted_management(self):
         """(least, most) ms of management a token, from the calibration; None without it."""
@@ -2944,11 +2954,10 @@ class WhatIf:
             return self.bytes_saved(fewest, middle, most), CACHE_METHOD
         (fast, slow), (cheap, dear) = rates, managing
         estimate = self.estimate
-        return (figure(None, estimate - most * slow - dear,
-                       min(estimate - fewest * fast, estimate) - cheap),
-                self.calibrated(CACHE_BYTES_METHOD + ". ms: the I/O now less the MiB left at "
-                                "the cached runs' ms per MiB (their range, widened by the "
-                                "repeats' spread), less their management a lookup"))
+        return self.calibrated(
+            estimate - most * slow - dear, min(estimate - fewest * fast, estimate) - cheap,
+            CACHE_BYTES_METHOD + ". ms: the I/O now less the MiB left at the cached runs' ms "
+            "per MiB (their range), less their management a lookup")
 
     def bytes_saved(self, fewest, middle, most):
         """The ms per token a cache that reads fewer MiB saves, made of its parts: the MiB
@@ -3000,12 +3009,10 @@ class WhatIf:
         if rates is None:
             return self.measured_lanes_setting(lanes)
         fast, slow = (rate * self.report["mib_per_token"] for rate in rates)
-        most = capped(self.estimate - fast, self.cap)
         return self.setting("io_threads", lanes, {
-            "io_wall_ms_per_token": figure(None, fast, slow)},
-            figure(None, self.estimate - slow, most), self.calibrated(
-                "the MiB at the ms per MiB the runs at that lane count read at (their range, "
-                "widened by the repeats' spread)"))
+            "io_wall_ms_per_token": figure(None, fast, slow)}, *self.calibrated(
+                self.estimate - slow, self.estimate - fast,
+                "the MiB at the ms per MiB the runs at that lane count read at (their range)"))
 
     def measured_lanes_setting(self, lanes):
         """The I/O at `lanes` lanes, bounded by what the trace measured: with fewer lanes each
@@ -3050,8 +3057,8 @@ class WhatIf:
         hidden = (self.fit or {}).get("overlap_hidden_share")
         if hidden:
             return [self.setting("overlap", 1, {}, figure(
-                None, low, self.estimate * hidden["max"]), self.calibrated(
-                    f"at most the share of the I/O the overlapped runs hid "
+                None, low, self.estimate * hidden["max"]), self.fitted_on() + (
+                    f": at most the share of the I/O the overlapped runs hid "
                     f"({hidden['min']:.0%}-{hidden['max']:.0%}); {said}"))]
         return [self.setting("overlap", 1, {}, figure(None, low, self.estimate),
             f"reads beside compute: at most the whole I/O estimate hidden (after a cache, "
@@ -4554,9 +4561,11 @@ def calibration(samples):
 
 
 def held_out(sample, others, noise):
-    """The HELD_OUT of a serial run from the others' fit: its base's decode (the serial runs
-    without a cache of its model and lanes, widened by half their range, and at least by the
-    repeats' spread, `noise`, of their mean) less its reads saved at the fitted ms per MiB, plus
+    """The HELD_OUT of a serial run from the others' fit: its base's decode less its flash I/O
+    (the serial runs without a cache of its model and lanes: their compute, widened by their
+    decodes' range, and at least by twice the repeats' spread, `noise`, of their mean: a run
+    repeated falls anywhere in the whole range of the others), plus
+    its own MiB at the fitted ms per MiB of its lanes (with a cache: the cached runs'), plus
     management at the fitted cost a lookup; None without a base."""
     base = [one for one in others if one.model == sample.model and one.lanes == sample.lanes
             and not one.cached and not one.overlap]
@@ -4567,14 +4576,14 @@ def held_out(sample, others, noise):
     if per_mib is None:
         return None
     decodes = [one.decode_ms for one in base]
-    half = max((max(decodes) - min(decodes)) / 2, noise * mean_of(decodes))
-    saved_mib = mean_of([one.mib for one in base]) - sample.mib
-    least, most = sorted(saved_mib * rate for rate in (per_mib["min"], per_mib["max"]))
+    rests = [one.decode_ms - one.io_ms for one in base]
+    half = max(max(decodes) - min(decodes), 2 * noise * mean_of(decodes))
     managing = fit["management_ms_per_lookup"]
     cheapest, dearest = (0.0, MANAGEMENT_MS_PER_LOOKUP) if managing is None else \
         (managing["min"], managing["max"])
-    low = max(0.0, min(decodes) - half - most + sample.lookups * cheapest)
-    high = max(decodes) + half - least + sample.lookups * dearest
+    low = max(0.0, mean_of(rests) - half + sample.mib * per_mib["min"]
+              + sample.lookups * cheapest)
+    high = mean_of(rests) + half + sample.mib * per_mib["max"] + sample.lookups * dearest
     inside = low <= sample.decode_ms <= high
     return HELD_OUT(run=sample.run, base=[one.run for one in base],
                     decode_ms_per_token=sample.decode_ms, min=low, max=high, inside=inside,

@@ -143,3 +143,119 @@ def write(path, lines, compress=False):
     with opener(path, "wt", newline="") as f:
         f.writelines(lines)
     return path
+
+
+# A sweep whose costs are known.
+# One small model (8 layers of 16 experts, top-4, an expert 3 x 256 KiB), one routing for every
+# run (a seeded skew: some experts are hot), as the engine's repeats of one prompt read the same
+# experts. A run's decode token takes compute + its flash I/O (its MiB at the lane count's ms per
+# MiB) + cache management (a cost per lookup): the costs a calibration must give back.
+SWEEP_LAYERS, SWEEP_EXPERTS, SWEEP_TOP_K, SWEEP_PROJ_BYTES = 8, 16, 4, 262144
+SWEEP_EXPERT_MIB = 3 * SWEEP_PROJ_BYTES / 1048576
+
+
+def sweep_routing(tokens, seed=7):
+    """[(phase, step, [(layer, [experts])])]: the prefill batch, then each decoded token."""
+    rng = random.Random(seed)
+    weights = [1 / (rank + 1) for rank in range(SWEEP_EXPERTS)]
+    routed = []
+    for phase, step in [(0, 63)] + [(1, 64 + index) for index in range(tokens)]:
+        layers = []
+        for layer in range(SWEEP_LAYERS):
+            chosen = []
+            while len(chosen) < SWEEP_TOP_K:
+                expert = (rng.choices(range(SWEEP_EXPERTS), weights)[0] + 3 * layer) \
+                    % SWEEP_EXPERTS
+                if expert not in chosen:
+                    chosen.append(expert)
+            layers.append((layer, chosen))
+        routed.append((phase, step, layers))
+    return routed
+
+
+def sweep_misses(routed, cache_experts):
+    """The routing with only the experts an LRU cache of `cache_experts` missed (0: no cache,
+    every expert read), and the cache's resident MiB at the end."""
+    from collections import OrderedDict
+    held, missed = OrderedDict(), []
+    for phase, step, layers in routed:
+        kept = []
+        for layer, experts in layers:
+            read = []
+            for expert in experts:
+                if (layer, expert) in held:
+                    held.move_to_end((layer, expert))
+                    continue
+                read.append(expert)
+                if cache_experts:
+                    held[layer, expert] = True
+                    if len(held) > cache_experts:
+                        held.popitem(last=False)
+            kept.append((layer, read))
+        missed.append((phase, step, kept))
+    return missed, len(held) * SWEEP_EXPERT_MIB
+
+
+def sweep_run(folder, name, compute_ms, lanes=4, ms_per_mib=1.5, cache_experts=0,
+              management_ms_per_lookup=0.0, tokens=48):
+    """Write NAME-ct.csv, NAME-io.csv and NAME.log of one run into `folder`; its decode
+    ms per token."""
+    missed, resident_mib = sweep_misses(sweep_routing(tokens), cache_experts)
+    io_rows, walls, total_mib, io_ms = [], [], 0.0, []
+    for phase, step, layers in missed:
+        token_ms = [0.0] * SWEEP_LAYERS
+        for layer, experts in layers:
+            reads = [(expert, proj) for expert in experts for proj in range(3)]
+            token_ms[layer] = len(reads) * SWEEP_PROJ_BYTES / 1048576 * ms_per_mib
+            # round-robin on the lanes: the busiest one's reads take the layer's time
+            read_ns = round(token_ms[layer] * 1e6 / max(1, -(-len(reads) // lanes)))
+            for index, (expert, proj) in enumerate(reads):
+                offset = 4096 * (1 + (layer * SWEEP_EXPERTS + expert) * 3 + proj) * 64
+                io_rows.append(f"0,{phase},{step},{layer},{expert},{proj},{index % lanes},0,"
+                               f"{offset},{SWEEP_PROJ_BYTES},{SWEEP_PROJ_BYTES},"
+                               f"{read_ns}\n")
+            total_mib += len(reads) * SWEEP_PROJ_BYTES / 1048576
+        managing = management_ms_per_lookup * SWEEP_TOP_K if cache_experts else 0.0
+        walls.append((phase, step, token_ms, managing))
+        if phase == 1:
+            io_ms.append(sum(token_ms))
+    ct = [f"{0},{phase},{step},{seq},{layer},LAYER,{segment},{round(ns)},0\n"
+          for phase, step, token_ms, managing in walls
+          for seq, (layer, segment, ns) in enumerate(sweep_segments(
+              compute_ms * (20 if phase == 0 else 1), token_ms, managing))]
+    head = f" n_layer={SWEEP_LAYERS} n_threads=2 io_threads={lanes} o_direct=1 overlap=0"
+    model = "# model=sweep-moe.gguf arch=qwen3moe"
+    write(f"{folder}/{name}-ct.csv", [f"# compute_trace v1\n{model}{head}\n",
+                                      COMPUTE_HEADER + "\n", *ct])
+    write(f"{folder}/{name}-io.csv", [f"# io_trace v1\n{model}{head}\n", IO_HEADER + "\n",
+                                      *io_rows])
+    flash = sum(io_ms) / tokens
+    managing = management_ms_per_lookup * SWEEP_TOP_K * SWEEP_LAYERS if cache_experts else 0.0
+    decode = compute_ms + flash + managing
+    lines = [f"generation: {tokens} tokens, {decode / 1e3:.3f} s/token "
+             f"({1e3 / decode:.3f} tok/s)\n",
+             f"moe-stream: read {total_mib:.1f} MiB ({total_mib / tokens:.2f} MiB/token), "
+             f"decode {decode / 1e3:.3f} s/token (compute {compute_ms / 1e3:.3f} + cache mgmt "
+             f"{managing / 1e3:.3f} + flash I/O {flash / 1e3:.3f} s/token, "
+             f"{total_mib / tokens / flash * 1e3:.0f} MiB/s)\n"]
+    if cache_experts:
+        lines.append(f"moe-cache: {hit_pct(missed):.1f}% hit, resident {resident_mib:.1f} MiB\n")
+    write(f"{folder}/{name}.log", lines)
+    return decode
+
+
+def sweep_segments(compute_ms, token_ms, managing_per_layer):
+    """A token's layer rows (pre, each layer's attention and MoE halves, post) in ns: compute
+    spread over them, each layer's reads and management in its MoE half (it waits for them)."""
+    share = compute_ms / (2 * SWEEP_LAYERS + 2)
+    yield -1, "pre", share * 1e6
+    for layer, read_ms in enumerate(token_ms):
+        yield layer, f"blk.{layer}", share * 1e6
+        yield layer, f"blk.{layer}", (share + read_ms + managing_per_layer) * 1e6
+    yield -1, "post", share * 1e6
+
+
+def hit_pct(missed):
+    demanded = SWEEP_TOP_K * SWEEP_LAYERS * len(missed)
+    read = sum(len(experts) for _, _, layers in missed for _, experts in layers)
+    return 100 * (demanded - read) / demanded

@@ -6322,9 +6322,13 @@ Bullets = namedtuple("Bullets", "items")  # one logical line each (the verdicts)
 # their summary and the layers that stand out, unless the view asks for all.
 Grid = namedtuple("Grid", "columns rows indent shown compact", defaults=("  ", None, False))
 Spark = namedtuple("Spark", "values")  # one character per token (or per group of tokens)
-# What the command line asks of the drawing: ops in the by-op table, every layer, ASCII only.
-View = namedtuple("View", "top layers ascii wide explain",
-                  defaults=(12, False, False, False, False))
+# A part the text shows with --full only, `instead` (a part, or None) without it, the part's
+# name in the line that ends the text ("--full adds: ..."); Markdown and JSON always have it.
+Full = namedtuple("Full", "name part instead", defaults=(None,))
+# What the command line asks of the drawing: ops in the by-op table, every layer, ASCII only,
+# the method prose, every table.
+View = namedtuple("View", "top layers ascii wide explain full",
+                  defaults=(12, False, False, False, False, False))
 
 COMPUTE_KEYS = ("model", "arch", "n_layer", "n_threads")
 IO_KEYS = ("model", "io_threads", "o_direct", "overlap")
@@ -6397,8 +6401,13 @@ def engine_blocks(report, view):
              "agrees": AGREEMENT[figure["agrees"]] if not figure["note"] else "remainder"
              if name in REMAINDERS else "not alike"}
             for name, figure in engine["figures"].items()]
-    parts = [Grid((text_column("figure", "figure"), *table_of(ENGINE_FIGURE)), rows)] \
-        if rows else []
+    table = (text_column("figure", "figure"), *table_of(ENGINE_FIGURE))
+    odd = [row for row in rows if row["agrees"] in ("NO", "not alike")]  # what to look at
+    agreeing = sum(row["agrees"] == "yes" for row in rows)
+    parts = [Full("every engine figure", Grid(table, rows), Grid(table, odd) if odd else None),
+             Prose([f"  {agreeing} of {len(rows)} agree with the tool's"
+                    + (f", {len(odd)} differ{'s' if len(odd) == 1 else ''} (above)" if odd else "")
+                    + "; the rest the tool derives or lacks"])] if rows else []
     turns = [f"  turn {turn['turn']} (trace {num(turn['trace_turn'], 'd', '?')}): "
              f"{turn['generated']} generated, hit {turn['cache_hit_pct']}% (traced "
              f"{num(turn['tool_cache_hit_pct'], '.1f')}), read {turn['read_mib']} MiB (traced "
@@ -6414,23 +6423,31 @@ def engine_blocks(report, view):
 
 
 def verdict_blocks(report, view):
-    """The verdicts that ask for a look, flagged first, then undetermined, each with its
-    evidence (the calm ones come after the best changes: calm_blocks)."""
-    verdicts = sorted((v for v in all_verdicts(report) if v["flagged"] is not False),
-                      key=lambda v: not v["flagged"])
+    """The flagged verdicts, each with its evidence (the undetermined and calm ones come after
+    the best changes: calm_blocks); with --explain the undetermined ones too, each in full."""
+    verdicts = [v for v in all_verdicts(report)
+                if v["flagged"] or (view.explain and v["flagged"] is None)]
     return [Block("verdicts", [Bullets([v["text"] for v in verdicts])])] if verdicts else []
 
 
 def calm_blocks(report, view):
-    """The calm verdicts in one line, by their heads ("no warm-up"); with --explain each with
-    its evidence and threshold."""
-    calm = [v["text"] for v in all_verdicts(report) if v["flagged"] is False]
-    if not calm:
-        return []
+    """The verdicts that could not be made and the calm ones, a line each by their heads
+    ("no warm-up"); with --explain the calm ones with their evidence and threshold."""
+    verdicts = all_verdicts(report)
+    undetermined = [v["text"] for v in verdicts if v["flagged"] is None]
+    calm = [v["text"] for v in verdicts if v["flagged"] is False]
     if view.explain:
-        return [Block("calm", [Bullets(calm)])]
-    heads = "; ".join(head for head, _, _ in (text.partition(":") for text in calm))
-    return [Block("calm", [Prose([f"  {heads} (--explain: each with its evidence)"], "    ")])]
+        return [Block("calm", [Bullets(calm)])] if calm else []
+    lines = [f"  {label}: {'; '.join(heads(texts))} (--explain: {why})" for label, texts, why in (
+        ("undetermined", undetermined, "why each could not be told"),
+        ("calm", calm, "each with its evidence")) if texts]
+    return [Block("the other verdicts", [Prose(lines, "    ")])] if lines else []
+
+
+def heads(texts):
+    """A verdict's head: its text up to the colon ("no warm-up", "cache undetermined")."""
+    return [head.replace(" undetermined", "") for head, _, _ in
+            (text.partition(":") for text in texts)]
 
 
 def caveat_blocks(report, view):
@@ -6474,8 +6491,14 @@ def segment_blocks(report, view):
     if compute["granularity"] != "layer":
         return []
     rows = compute["segments"]
-    return [Block("by segment", [Grid(segment_table(rows), rows, indent=""),
-                                 *tail_note(compute)])]
+    table = Grid(segment_table(rows), rows, indent="")
+    if len(rows) > COMPACT_LAYERS:  # the by-layer table has them, compacted, layer by layer
+        spread = percentile_summary([row["ms_per_token"] for row in rows])
+        least = min(row["ms_per_token"] for row in rows)
+        table = Full("every segment", table, Prose([
+            f"  {len(rows)} segments, ms/token min/median/max {least:.2f}/{spread['p50']:.2f}/"
+            f"{spread['max']:.2f}"]))
+    return [Block("by segment", [table, *tail_note(compute)])]
 
 
 def tail_note(compute):
@@ -6608,8 +6631,9 @@ def io_headline_blocks(report, view):
 def latency_blocks(report, view):
     io = io_part(report)
     hist = io["latency_hist"]
-    return [Block("per-read latency (us)", [Grid(table_of(LATENCY), [io["latency_us"]]),
-                                            Grid(histogram_table(hist), hist)])]
+    return [Block("per-read latency (us)", [
+        Grid(table_of(LATENCY), [io["latency_us"]]),
+        Full("the latency histogram", Grid(histogram_table(hist), hist))])]
 
 
 def size_blocks(report, view):
@@ -6620,7 +6644,19 @@ def size_blocks(report, view):
 def lane_blocks(report, view):
     return [Block("by lane (a lane busy far less than the others is waiting for work: the drive "
                   "is not the limit there)",
-                  [Grid(table_of(LANE_ROW), io_part(report)["by_lane"])])]
+                  [lane_table(io_part(report)["by_lane"])])]
+
+
+def lane_table(lanes):
+    """The by-lane table; without --full, its range in a line (the lanes verdict says whether
+    they are balanced)."""
+    if not lanes:
+        return Grid(table_of(LANE_ROW), lanes)
+    busy = [row["busy_ms_per_token"] for row in lanes]
+    speeds = [row["mib_per_s"] or 0.0 for row in lanes]
+    return Full("every lane", Grid(table_of(LANE_ROW), lanes), Prose([
+        f"  {len(lanes)} lanes, each busy {min(busy):.2f}-{max(busy):.2f} ms a token at "
+        f"{min(speeds):.0f}-{max(speeds):.0f} MiB/s"]))
 
 
 def spec_blocks(report, view):
@@ -6660,7 +6696,11 @@ def cache_blocks(report, view):
     return [Block(f"re-reads: {reuse['lookups']} expert lookups of {reuse['experts']} experts "
                   f"({reuse['expert_mib'] * 1024:.0f} KiB each); footprint "
                   f"{reuse['unique_mib']:.1f} MiB, {reuse['reread_mib']:.1f} MiB read again",
-                  [Grid(CACHE_TABLE, reuse["lru"])] if reuse["lru"] else [Prose([
+                  [Full("the cache curve", Grid(CACHE_TABLE, reuse["lru"]), Prose([
+                      "  a cache of " + ", ".join(f"{point['cache_mib']:.1f}" for point in
+                                                  reuse["lru"]) + " MiB would have served "
+                      + ", ".join(pct(point["hit_share"]) for point in reuse["lru"])]))]
+                  if reuse["lru"] else [Prose([
                       "  (this run had a cache: its trace holds the misses alone, so no curve; "
                       "a trace of a run without a cache gives it)"])])]
 
@@ -6780,10 +6820,27 @@ def per_decoded_blocks(report, view):
              f"the engine counts as flash I/O then); ")
     return [Block("per decoded token", [Prose([
         f"  {split}in the decode, faulting nodes {pair['faulting_ms_per_token']:.2f} ms, {inside}",
+        *engine_split(report),
         "  " + io_range_text({**pair, "lanes": io["lanes"], "meta": io["meta"]}, ""),
         f"  reads {pair['io_reads_per_token']:.1f}, {pair['io_mib_per_token']:.2f} MiB; lanes "
         f"busy {pair['io_busy_ms_per_token']:.2f} ms summed over lanes; alignment waste "
         f"{pair['waste_mib_per_token']:.2f} MiB"])])]
+
+
+def engine_split(report):
+    """The engine's own split of the decode, from its log's moe-stream line (and moe-overlap's
+    stall), beside the tool's: a line, or none without them."""
+    figures = {name: figure["engine"] for name, figure in
+               ((report.get("engine") or {}).get("figures") or {}).items()}
+    names = ("decode_ms_per_token", "compute_ms_per_token", "cache_mgmt_ms_per_token",
+             "flash_io_ms_per_token")
+    if not all(name in figures for name in names):
+        return []
+    decode, compute, managing, flash = map(figures.get, names)
+    stall = figures.get("stall_ms_per_token")
+    return [f"  the engine's log: decode {decode:.2f} ms = compute {compute:.2f} + cache mgmt "
+            f"{managing:.2f} + flash I/O {flash:.2f}"
+            + ("" if stall is None else f"; stall {stall:.2f} ms")]
 
 
 def pair_layer_blocks(report, view):
@@ -7245,8 +7302,9 @@ def drawn_sections(report, view):
 
 # ── rendering: text ──────────────────────────────────────────────────────────────────────────────
 def text_of(report, view):
-    """The report as text: every line at most TEXT_WIDTH columns, trace strings escaped."""
-    lines, divided = [], False
+    """The report as text: every line at most TEXT_WIDTH columns, trace strings escaped; the
+    tables left for --full named in its last line."""
+    lines, divided, left_out = [], False, []
     for _, blocks in drawn_sections(report, view):
         for block in blocks:
             if block.gap and not divided:
@@ -7254,9 +7312,18 @@ def text_of(report, view):
             if block.heading:
                 lines += wrap(block.heading, "")
             for part in block.parts:
+                if isinstance(part, Full) and not view.full:
+                    left_out.append(part.name)
                 lines += TEXT_PARTS[type(part)](part, view)
             divided = block.heading is not None and not block.parts
+    if left_out:
+        lines += ["", *wrap(f"(--full adds: {', '.join(dict.fromkeys(left_out))})", "  ")]
     return "\n".join(lines) + "\n"
+
+
+def text_full(full, view):
+    shown = full.part if view.full else full.instead
+    return [] if shown is None else TEXT_PARTS[type(shown)](shown, view)
 
 
 def text_header(header, view):
@@ -7290,6 +7357,7 @@ TEXT_PARTS = {
                                     for line in wrap(f"  {safe(item)}")],
     Grid: text_grid,
     Spark: lambda spark, view: [f"  run |{sparkline(spark.values, view.ascii)}|"],
+    Full: text_full,
 }
 
 
@@ -7310,6 +7378,7 @@ def md(text):
 
 
 def markdown_of(report, view):
+    view = view._replace(full=True)  # Markdown folds its long tables instead
     pieces = []
     for section, blocks in drawn_sections(report, view):
         pieces += [md_block(block, section.fold) for block in blocks]
@@ -7380,6 +7449,7 @@ MD_PARTS = {
     Bullets: lambda bullets, heading, fold: "\n".join(f"- {md(item)}" for item in bullets.items),
     Grid: md_grid,
     Spark: lambda spark, heading, fold: f"run `{sparkline(spark.values)}`",
+    Full: lambda full, heading, fold: MD_PARTS[type(full.part)](full.part, heading, fold),
 }
 
 
@@ -8965,7 +9035,8 @@ PICTURE_OPTIONS = {
                     f"{window_text(PERFETTO_TOKENS)})")),
 }
 # What a command that lacks an option reads in its place: the drawing's view, and no picture.
-ABSENT_OPTIONS = dict(top=View().top, layers=False, wide=False, explain=False, svg=None,
+ABSENT_OPTIONS = dict(top=View().top, layers=False, wide=False, explain=False, full=False,
+                      svg=None,
                       perfetto=None,
                       tokens=PERFETTO_TOKENS, phase=None, turn=None, steps=None, skip=0,
                       ascii=False, skip_bad_rows=False, jobs=1, engine_log=None,
@@ -9008,6 +9079,12 @@ def what_if_options(what):
                    help="the costs summary --calibration-out fitted on your runs: the "
                         "what-if's cache, lanes and overlap bands use them, said 'calibrated "
                         "on N runs'"))
+
+
+FULL_OPTION = option("--full", action="store_true",
+                     help="every table in full (the text's default shows a line for the "
+                          "engine's figures that agree, the latency histogram, the lanes and "
+                          "the cache curve, and says which it left; Markdown and JSON have all)")
 
 
 def top_option(default):
@@ -9061,7 +9138,8 @@ COMMANDS = {command.name: command for command in (
             "where compute goes: by op, node category, layer and token; page faults",
             "Where a token's compute time goes, from a compute trace (ct.csv).",
             (Input("path", "compute", "the compute trace (ct.csv)"),),
-            (top_option(12), layers_option("also the by-layer table"), *ENGINE_LOG_OPTIONS),
+            (top_option(12), layers_option("also the by-layer table"), FULL_OPTION,
+             *ENGINE_LOG_OPTIONS),
             lambda args, reading: analyze_compute(args.path, reading), ("svg", "perfetto")),
     Command("io", "io IO",
             "the flash reads: latency, sizes, alignment, lanes, layers, experts, speculation",
@@ -9073,7 +9151,7 @@ COMMANDS = {command.name: command for command in (
                     help="re-reads, and what the engine's expert cache would have served at "
                          "sizes up to the footprint"),
              *what_if_options("what each engine setting would buy (--cache-mb implies it)"),
-             layers_option(FULL_LAYERS), *ENGINE_LOG_OPTIONS),
+             layers_option(FULL_LAYERS), FULL_OPTION, *ENGINE_LOG_OPTIONS),
             lambda args, reading: analyze_io(args.path, reading, IoAsked.of(args)),
             ("svg", "perfetto")),
     Command("report", "report CT IO",
@@ -9085,7 +9163,7 @@ COMMANDS = {command.name: command for command in (
              Input("io_path", "io", "the io trace of the same run (io.csv)")),
             (top_option(8), *what_if_options("what each engine setting would buy (always "
                                              "in report: accepted for io's sake)"),
-             layers_option(FULL_LAYERS), *ENGINE_LOG_OPTIONS),
+             layers_option(FULL_LAYERS), FULL_OPTION, *ENGINE_LOG_OPTIONS),
             lambda args, reading: analyze_pair(args.compute_path, args.io_path, reading,
                                                args.cache_mb or ()),
             ("svg", "perfetto")),
@@ -9321,7 +9399,8 @@ def run(args, out, warn):
         report = with_engine_log(report, log, warn)
     report.setdefault("warnings", list(warn.said))
     write_pictures(args, report, paths, reading)
-    view = View(args.top, args.layers, args.ascii, args.wide, args.explain)
+    view = View(args.top, args.layers or args.full, args.ascii, args.wide, args.explain,
+                args.full)
     text = FORMATS[args.format](report, view)
     if args.output is not None:
         write_output(args.output, text)

@@ -111,7 +111,7 @@ def test_a_selection_of_some_tokens_is_not_compared():
 
 
 def test_the_text_shows_the_log_in_the_header_and_the_figures_beside_each_other():
-    out = run("io", DATA / "qwen3moe-l4-io-serial.csv").out
+    out = run("io", DATA / "qwen3moe-l4-io-serial.csv", "--full").out
     assert f"  engine log: {DATA / 'qwen3moe-l4-io-serial.log'}" in out
     line = next(line for line in out.splitlines() if line.lstrip().startswith("read_mib"))
     assert line.split() == ["read_mib", "204.000", "203.958", "1.000", "yes"]

@@ -27,7 +27,8 @@ def golden(name, ending):
 def view_of(argv):
     top = int(argv[argv.index("--top") + 1]) if "--top" in argv else \
         8 if argv[0] == "report" else 12
-    return da.View(top, "--layers" in argv, False)
+    full = "--full" in argv
+    return da.View(top, "--layers" in argv or full, False, False, "--explain" in argv, full)
 
 
 def parse(text):

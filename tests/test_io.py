@@ -165,7 +165,7 @@ def test_latency_histogram_and_ladder(reads):
     assert r["latency_us"] == pytest.approx({"min": 0.5, "mean": 3504.5 / 6, "p50": 1000,
                                              "p90": 1500, "p99": 1500, "p999": 1500,
                                              "max": 1500})
-    out = run("io", reads).out
+    out = run("io", reads, "--full").out
     assert re.search(r"^ +512 -> 1023 +2 +\|#+ *\|$", out, re.M)
     header, values = out.split("per-read latency (us)\n")[1].splitlines()[:2]
     assert header.split() == ["min", "mean", "p50", "p90", "p99", "p99.9", "max"]

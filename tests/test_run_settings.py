@@ -65,7 +65,7 @@ def test_the_session_says_it_had_a_cache_and_its_hit_share_per_turn():
     for turn, own in zip(engine_turns, r["io"]["run_cache"]["turns"]):
         assert abs(turn["tool_cache_hit_pct"] - turn["cache_hit_pct"]) < 1
         assert turn["tool_cache_hit_pct"] == own["hit_share"] * 100
-    assert "cache: this run had one" in run("report", *SESSION).out
+    assert "cache: this run had one" in run("report", *SESSION, "--explain").out
 
 
 def test_the_engines_cache_figures_agree_on_the_cached_run():

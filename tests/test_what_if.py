@@ -385,12 +385,38 @@ def test_the_first_screen_has_the_split_the_flagged_verdicts_and_the_best_change
     at = lines.index("best changes (per decoded token, surest first)")
     assert at + 1 < 30 and lines[at + 1].startswith(
         f"  {sure[0]['setting']}={sure[0]['value']}: saves")
-    calm = [v for v in decode_analyze.all_verdicts(report_json) if v["flagged"] is False]
-    block = lines[lines.index("calm") + 1:]
+    verdicts = decode_analyze.all_verdicts(report_json)
+    block = lines[lines.index("the other verdicts") + 1:]
     said = " ".join(" ".join(block[:block.index("")]).split())
-    assert calm and said == "; ".join(
-        v["text"].split(":")[0] for v in calm) + " (--explain: each with its evidence)"
-    assert lines.index("calm") > at
+    heads = {kind: "; ".join(v["text"].split(":")[0].replace(" undetermined", "")
+                             for v in verdicts if v["flagged"] is kind) for kind in (None, False)}
+    assert heads[False] and said == (
+        f"undetermined: {heads[None]} (--explain: why each could not be told) "
+        f"calm: {heads[False]} (--explain: each with its evidence)")
+    assert lines.index("the other verdicts") > at
+
+
+def test_the_default_text_is_under_120_lines_and_full_has_every_table():
+    """On real pairs with their logs the answer (the engine's split beside the tool's) is on
+    the first screen and the text is under 120 lines; --full adds each table it named."""
+    data = ROOT / "tests" / "data"
+    pair = (data / "qwen3moe-l4-ct-node.csv", data / "qwen3moe-l4-io-serial.csv")
+    short, full = (run("report", *pair, *more).out.splitlines() for more in ((), ("--full",)))
+    log = (data / "qwen3moe-l4-ct-node.log").read_text()
+    decode, compute, managing = (float(value) * 1e3 for value in re.search(
+        r"decode ([0-9.]+) s/token \(compute ([0-9.]+) \+ cache mgmt ([0-9.]+)", log).groups())
+    # the flash I/O to more digits than its 0.004 s: the MiB a token over the MiB/s printed
+    tokens, mib, rate = (float(re.search(pattern, log).group(1)) for pattern in (
+        r"generation: ([0-9]+) tokens", r"read ([0-9.]+) MiB", r"([0-9.]+) MiB/s\)"))
+    flash = mib / tokens / rate * 1e3
+    assert (f"  the engine's log: decode {decode:.2f} ms = compute {compute:.2f} + cache mgmt "
+            f"{managing:.2f} + flash I/O {flash:.2f}") in short[:30]
+    assert len(short) < 120 and short[-1] == (
+        "(--full adds: every engine figure, the latency histogram, every lane, the cache curve)")
+    assert len(full) > len(short) + 20 and "--full adds" not in "\n".join(full)
+    for row in ("  read_mib ", "   512 -> 1023 ", "     0        5.8 ", "   1/2 of them "):
+        assert not any(line.startswith(row) for line in short), row
+        assert any(line.startswith(row) for line in full), row
 
 
 def stake_of(text):

@@ -6019,7 +6019,7 @@ SPARK_UNICODE = "▁▂▃▄▅▆▇█"
 SPARK_ASCII = "_.-=+*#@"
 COMPACT_LAYERS = 12  # more layers than this are shown compactly unless --layers
 STANDS_OUT = 1.25  # a layer whose figure is this far from the median (either way) is shown
-STANDOUTS_SHOWN = 12  # at most, the furthest first
+STANDOUTS_SHOWN = 6  # at most, the furthest first (--layers: all)
 
 
 def safe(text):
@@ -6260,9 +6260,9 @@ def compact_layer_lines(columns, rows, full):
     if not merged:
         return lines + ["  no layer stands out (all within "
                         f"{STANDS_OUT}x of the median); --layers shows them all"]
-    most = f", the {STANDOUTS_SHOWN} furthest of {len(shown) + hidden}" if hidden else ""
-    return lines + wrap(f"  layers that stand out (a figure beyond {STANDS_OUT}x of the median"
-                        f"{most}; --layers shows all):") + table_lines(columns, merged)
+    most = f"; the {STANDOUTS_SHOWN} furthest of {len(shown) + hidden}" if hidden else ""
+    return lines + wrap(f"  layers that stand out (beyond {STANDS_OUT}x of a median{most}; "
+                        f"--layers: all):") + table_lines(columns, merged)
 
 
 class LayerRun:
@@ -6334,8 +6334,8 @@ COMPUTE_KEYS = ("model", "arch", "n_layer", "n_threads")
 IO_KEYS = ("model", "io_threads", "o_direct", "overlap")
 PAIR_KEYS = ("model", "arch", "n_layer", "n_threads", "io_threads", "o_direct", "overlap")
 TIMELINE_KEYS = ("model", "trace_id", "io_threads", "overlap")
-NODE_CAVEAT = ("note: every node was isolated and synchronized to be measured; the barriers "
-               "inflate the absolutes. Trust the proportions.")
+NODE_CAVEAT = ("note: each node was measured behind a barrier, which inflates the absolutes: "
+               "trust the proportions.")
 LAYER_CAVEAT = ("note: one barrier per layer, so these absolutes sit close to an untraced run; "
                 "there is no per-op detail inside a segment.")
 
@@ -6523,16 +6523,30 @@ def op_blocks(report, view):
                                        indent="", shown=view.top)])]
 
 
+def pair_op_blocks(report, view):
+    """report's by-op table: its slowest ops in a line (the categories below say more of a
+    pair); the table with --full."""
+    ops = report["compute"]["by_op"]
+    slowest = ", ".join(f"{row['op']} {row['ms_per_token']:.2f} ms ({pct(row['share'])})"
+                        for row in ops[:OPS_IN_A_LINE])
+    return [block._replace(parts=[Full("every op", *block.parts, Prose(
+        [f"  of {len(ops)}, the slowest: {slowest}"], "    "))])
+        for block in op_blocks(report, view)]
+
+
+OPS_IN_A_LINE = 3
+
+
 def fault_blocks(report, view):
     compute = report_halves(report)["compute"]
     faults = compute["faults"]
     if compute["granularity"] == "layer" or not faults["by_op"]:
         return []
-    rows = faults["by_op"][:FAULT_OPS_SHOWN] + [{"op": "TOTAL", **faults}]
-    return [Block("fault attribution: nodes that took major page faults (flash reads billed as "
-                  "compute)", [Grid(table_of(FAULT_ROW), rows), Prose([
-                      "  ^ the time of faulting nodes is mostly flash wait, not arithmetic: take "
-                      "it out before calling the model compute-bound."])])]
+    rows = faults["by_op"][:FAULT_OPS_SHOWN]
+    rows += [{"op": "TOTAL", **faults}] if len(faults["by_op"]) > 1 else []
+    return [Block("fault attribution: nodes that took major page faults (their time is mostly "
+                  "flash wait billed as compute, not arithmetic)",
+                  [Grid(table_of(FAULT_ROW), rows)])]
 
 
 def category_blocks(report, view):
@@ -6545,8 +6559,8 @@ def category_blocks(report, view):
         parts.append(Items("  unclassified base names, ms/token (extend CATEGORY_NAMES):",
                            [f"{safe(u['name']) or '(empty)'} {u['ms_per_token']:.2f}"
                             for u in compute["unclassified"][:UNCLASSIFIED_SHOWN]]))
-    return [Block("by node category (names classified as in llama.cpp; unnamed node_<N> nodes "
-                  "take the category of the named node before them)", parts)]
+    return [Block("by node category (llama.cpp's names; a node_<N> is of the named node's "
+                  "before it)", parts)]
 
 
 def compute_layer_blocks(report, view):
@@ -6701,8 +6715,8 @@ def cache_blocks(report, view):
                                                   reuse["lru"]) + " MiB would have served "
                       + ", ".join(pct(point["hit_share"]) for point in reuse["lru"])]))]
                   if reuse["lru"] else [Prose([
-                      "  (this run had a cache: its trace holds the misses alone, so no curve; "
-                      "a trace of a run without a cache gives it)"])])]
+                      "  (no curve: a cached run's trace holds its misses alone; an uncached "
+                      "run's gives it)"])])]
 
 
 # How each what-if figure reads in a line: (label before, format, label after); shares in %.
@@ -7280,7 +7294,8 @@ IO_LAYOUT = layout(
 PAIR_LAYOUT = layout(
     header_blocks, pair_headline_blocks, per_decoded_blocks, verdict_blocks, best_change_blocks,
     calm_blocks,
-    engine_blocks, caveat_blocks, pair_layer_blocks, *COMPUTE_SECTIONS, compute_token_blocks,
+    engine_blocks, caveat_blocks, pair_layer_blocks, segment_blocks, pair_op_blocks,
+    fault_blocks, category_blocks, compute_token_blocks,
     divider("flash reads"),
     *IO_READ_SECTIONS, adjacency_blocks, cache_blocks, what_if_blocks)
 TIMELINE_LAYOUT = layout(

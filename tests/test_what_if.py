@@ -411,10 +411,12 @@ def test_the_default_text_is_under_120_lines_and_full_has_every_table():
     flash = mib / tokens / rate * 1e3
     assert (f"  the engine's log: decode {decode:.2f} ms = compute {compute:.2f} + cache mgmt "
             f"{managing:.2f} + flash I/O {flash:.2f}") in short[:30]
-    assert len(short) < 120 and short[-1] == (
-        "(--full adds: every engine figure, the latency histogram, every lane, the cache curve)")
+    assert len(short) < 120 and " ".join(short[-2:]).split() == (
+        "(--full adds: every engine figure, every op, the latency histogram, every lane, the "
+        "cache curve)").split()
     assert len(full) > len(short) + 20 and "--full adds" not in "\n".join(full)
-    for row in ("  read_mib ", "   512 -> 1023 ", "     0        5.8 ", "   1/2 of them "):
+    for row in ("  read_mib ", "   512 -> 1023 ", "     0        5.8 ", "   1/2 of them ",
+                "MUL_MAT_ID   "):
         assert not any(line.startswith(row) for line in short), row
         assert any(line.startswith(row) for line in full), row
 

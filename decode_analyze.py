@@ -668,7 +668,11 @@ DIFF_INPUT = Record("diff input", "diff `inputs` (one per run)", (
 DIFF_SIDE = Record("diff side", "diff `sides`: BASE, then each NEW", (
     ("name", f"its run's name when it has one run, else `base`, `new` or `new #i`: its "
              f"columns' head (when at most {GROUP_NAME_WIDTH} characters)"),
-    ("runs", "how many runs it holds (its `n`)")))
+    ("runs", "how many runs it holds (its `n`)"),
+    ("engine", "the engine's own split of its decode, per decoded token, the mean of its runs' "
+               "logs: decode, compute, cache_mgmt, flash_io and, under overlap, stall "
+               "`_ms_per_token` (null: a run without its log's moe-stream line)",
+     MapOf(VALUE))))
 PREAMBLE_CHANGE = Record("preamble change", "diff `preamble_changes` (a list per NEW side)", (
     ("key", "the preamble key or setting"),
     ("base", "its value in BASE's runs (null: absent; `a|b` when they differ)"),
@@ -717,7 +721,8 @@ PREDICTION = Record("prediction", "diff `prediction_check[]`", (
     ("figure", "hit_share, mib_per_token or io_wall_ms_per_token (the I/O estimate: BASE's "
                "less the ms the what-if saves)", Shown("figure", "text")),
     ("predicted", "the what-if of BASE's first run for that value", FIGURE),
-    ("measured", "NEW's own figure (per read-token, as the what-if's; the mean of its runs')",
+    ("measured", "NEW's own figure (per decoded token as the prediction, per read-token when a "
+                 "run's decode is unknown; the mean of its runs')",
      Shown("measured", 3)),
     ("within", "whether measured lies in the predicted band, widened by the README's "
                "tolerance (null: no band)", Shown("within")),
@@ -4705,6 +4710,7 @@ class DiffView:
         self.kind = kind
         self.decoded = decoded_tokens(report, halves)
         self.sample = calibration_sample(path, report)  # what it gives a fit of the sides'
+        self.engine = engine_split_of(report, self.limit)
         self.parts = {part: self._part(part, half) for part, half in halves.items()}
 
     def figures(self):
@@ -4747,6 +4753,29 @@ class DiffView:
                                                hi_us=figure_value(row["hi_us"], limit),
                                                count=figure_value(row["count"], limit))
                                  for row in report.get("latency_hist") or ()]}
+
+
+ENGINE_SPLIT = ("decode_ms_per_token", "compute_ms_per_token", "cache_mgmt_ms_per_token",
+                "flash_io_ms_per_token")
+
+
+def engine_split_of(report, limit):
+    """{figure: ms} of the engine's split its log gave (the stall too, when it did); None
+    without the whole split."""
+    figures = (report.get("engine") or {}).get("figures") or {}
+    held = {name: figure_value(figures[name].get("engine"), limit) for name in
+            (*ENGINE_SPLIT, "stall_ms_per_token") if isinstance(figures.get(name), dict)}
+    return held if all(held.get(name) is not None for name in ENGINE_SPLIT) else None
+
+
+def side_engine(side):
+    """A side's engine split: each figure's mean over its runs, when every run has it."""
+    splits = [view.engine for view in side.views]
+    if not all(splits):
+        return None
+    first, *_ = splits
+    return {name: mean_of([split[name] for split in splits]) for name in first
+            if all(split.get(name) is not None for split in splits)}
 
 
 def decoded_tokens(report, halves):
@@ -5081,7 +5110,8 @@ def diff_report(sides, alpha, test, gates=()):
     return DIFF_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="diff", compares=COMPARES[tuple(parts)],
         alpha=alpha, test=test, runs_to_decide=runs_to_decide(alpha),
-        sides=[DIFF_SIDE(name=side.name, runs=len(side.views)) for side in sides],
+        sides=[DIFF_SIDE(name=side.name, runs=len(side.views), engine=side_engine(side))
+               for side in sides],
         inputs=[DIFF_INPUT(path=view.path, name=name, side=index, source=view.source,
                            kind=view.kind,
                            tokens={part: view.parts[part]["tokens"] for part in parts})
@@ -6994,22 +7024,29 @@ def input_label(index, inputs):
 
 
 def diff_header_blocks(report, view):
-    sides, paths = report["sides"], []
-    at_in_side = Counter()
-    for source in report["inputs"]:
-        at_in_side[source["side"]] += 1
-        tokens = ", ".join(f"{n} {part} tokens" for part, n in source["tokens"].items())
+    """A line a run: its side (and number in it), its path, what it is and its tokens."""
+    paths = []
+    for source, label in zip(report["inputs"], run_labels(report)):
+        counts = set(source["tokens"].values())
+        tokens = f"{counts.pop()} tokens" if len(counts) == 1 else ", ".join(
+            f"{n} {part} tokens" for part, n in source["tokens"].items())
         what = f"{source['kind']} trace" if source["source"] == "trace" else \
             f"saved JSON of decode-analyze {source['kind']}"
-        head = input_label(source["side"], len(sides))
-        if sides[source["side"]]["runs"] > 1:
-            named = f"{head} run {at_in_side[source['side']]}" + (
-                f" = {source['name']}" if source["name"] != source["path"] else "")
-        else:
-            named = f"{head} = {source['name']}" if source["name"] != source["path"] else head
-        paths.append((named, source["path"], f" ({what}, {tokens})"))
+        paths.append((label, source["path"], f" ({what}, {tokens})"))
     return [Block(None, [Header(f"diff ({report['compares']}, n={runs_text(report)})", paths,
                                 {}, ())], gap=False)]
+
+
+def run_labels(report):
+    """Each input's label, in order: its side (base, new, new #i), and its number there when
+    the side has several runs (base 2)."""
+    sides, labels, at_in_side = report["sides"], [], Counter()
+    for source in report["inputs"]:
+        at_in_side[source["side"]] += 1
+        head = input_label(source["side"], len(sides))
+        labels.append(f"{head} {at_in_side[source['side']]}"
+                      if sides[source["side"]]["runs"] > 1 else head)
+    return labels
 
 
 def runs_text(report):
@@ -7044,10 +7081,12 @@ def drift_lines(report):
     if not unstable:
         return [f"drift: no run's second half of tokens differs from its first by "
                 f"{DRIFT_SHARE:.0%} or more"]
-    return [f"drift: {safe(d['input'])}: {d['figure']} {figure_text(d['first_half_ms'])} in its "
-            f"first half of tokens, {figure_text(d['second_half_ms'])} in its second "
-            f"({d['ratio']:.2f}x, p{p_words(d['p'])}): the run itself was unstable"
-            for d in unstable]
+    labels = dict(zip((source["name"] for source in report["inputs"]), run_labels(report)))
+    return ["drift, runs unstable in themselves (their first half of tokens -> their second): "
+            + "; ".join(f"{labels.get(d['input']) or safe(d['input'])} {d['figure']} "
+                        f"{figure_text(d['first_half_ms'])} -> "
+                        f"{figure_text(d['second_half_ms'])} ({d['ratio']:.2f}x, "
+                        f"p{p_words(d['p'])})" for d in unstable)]
 
 
 def p_words(p):
@@ -7074,17 +7113,87 @@ def gate_lines(report):
 
 
 def diff_preamble_blocks(report, view):
-    parts = []
-    names = [side["name"] for side in report["sides"]]
-    for i, changes in enumerate(report["preamble_changes"]):
-        who = "" if len(report["preamble_changes"]) == 1 else f" ({safe(names[i + 1])})"
-        parts.append(Items(f"preamble{who}:", [
-            f"{safe(c['key'])} {safe(c['base'] or '(none)')} -> {safe(c['new'] or '(none)')}"
-            for c in changes] or ["none differ"]))
-    parts.append(Prose([f"warning: {message}" for message in report["warnings"]]
-                       + [test_legend(report)] + drift_lines(report) + gate_lines(report)
-                       + [f"note: {note}" for note in report["notes"]]))
-    return [Block(None, parts, gap=False)]
+    return [Block(None, [Prose([f"warning: {message}" for message in report["warnings"]]
+                               + [test_legend(report)] + drift_lines(report) + gate_lines(report)
+                               + [f"note: {note}" for note in report["notes"]])])]
+
+
+# The figure a diff's headline leads with, per what it compares: the decode, else the I/O.
+DECODE_LABELS = (("pair", headline_of(PAIR, "decode_ms_per_token").label),
+                 ("compute", headline_of(COMPUTE_REPORT, "ms_per_token").label),
+                 ("io", ESTIMATE_WORDS))
+SIGNIFICANT_SHOWN = 6  # the headline's significant changes, largest first; the tables have all
+
+
+def diff_headline_blocks(report, view):
+    """The first screen: the decode on each side (its ms per token and its test), the engine's
+    split of each side's decode (their logs), the figures that changed significantly, the
+    settings that differ."""
+    sides = report["sides"]
+    labels = [input_label(index, len(sides)) for index in range(len(sides))]
+    lines = decode_lines(report, labels)
+    lines += [f"  {label}, its log{'s' if side['runs'] > 1 else ''}: {engine_split_text(side)}"
+              for label, side in zip(labels, sides) if side["engine"]]
+    lines += changed_lines(report, labels)
+    for label, changes in zip(labels[1:], report["preamble_changes"]):
+        said = ", ".join(f"{c['key']} {c['base'] or '(none)'} -> {c['new'] or '(none)'}"
+                         for c in changes) or "none"
+        lines.append(f"  settings that differ{'' if len(sides) == 2 else ' in ' + label}: {said}")
+    return [Block(f"headline (n={runs_text(report)})", [Prose(lines, "    ")])]
+
+
+def decode_lines(report, labels):
+    """The decode's ms per token, base -> each NEW, with its ratio and test."""
+    rows = {(section["part"], row["name"]): row for section in report["sections"]
+            if section["title"].endswith(" headline") for row in section["rows"]}
+    row = next((rows[key] for key in DECODE_LABELS if key in rows), None)
+    if row is None:
+        return []
+    lines = []
+    for label, change in zip(labels[1:], row["changes"]):
+        tested = "" if change["p"] is None else \
+            f", p{p_words(change['p'])}{'' if change['significant'] else ' ~'}"
+        lines.append(f"  {row['name']}: base {figure_text(row['base'])} -> {label} "
+                     f"{figure_text(change['new'])} ({num(change['ratio'], '.2f')}x{tested})")
+    return lines
+
+
+def engine_split_text(side):
+    split = side["engine"]
+    stall = split.get("stall_ms_per_token")
+    return (f"decode {split['decode_ms_per_token']:.2f} ms = compute "
+            f"{split['compute_ms_per_token']:.2f} + cache mgmt "
+            f"{split['cache_mgmt_ms_per_token']:.2f} + flash I/O "
+            f"{split['flash_io_ms_per_token']:.2f}"
+            + ("" if stall is None else f"; stall {stall:.2f}"))
+
+
+Moved = namedtuple("Moved", "title name change")  # a row's change against one NEW
+
+
+def changed_lines(report, labels):
+    """The figures that changed significantly against each NEW, largest first; without a
+    test, that none was tested."""
+    lines = []
+    for index, label in enumerate(labels[1:]):
+        found = [Moved(section["title"], row["name"], row["changes"][index])
+                 for section in report["sections"] for row in section["rows"]]
+        tested = [one for one in found if one.change["significant"] is not None]
+        moved = sorted((one for one in tested if one.change["significant"]), key=lambda one: (
+            not one.title.endswith(" headline"), -abs(math.log(one.change["ratio"] or 1.0))))
+        who = "" if len(labels) == 2 else f" ({label})"
+        if not tested:
+            lines.append(f"  changed significantly{who}: not tested (one run a side: repeat "
+                         f"each {report['runs_to_decide']} times at least to test)")
+            continue
+        shown = [f"{name if title.endswith(' headline') else f'{title} ({name})'} "
+                 f"{num(change['ratio'], '.2f')}x" for title, name, change in
+                 moved[:SIGNIFICANT_SHOWN]]
+        more = len(moved) - len(shown)
+        lines.append(f"  changed significantly{who}: " + (
+            "; ".join(shown) + (f"; and {more} more" if more else "") if shown else
+            f"none of {len(tested)} figures"))
+    return lines
 
 
 def prediction_blocks(report, view):
@@ -7092,7 +7201,7 @@ def prediction_blocks(report, view):
     rows = report.get("prediction_check") or []
     if not rows:
         return []
-    several = len(report["inputs"]) > 2
+    several = len(report["sides"]) > 2
 
     def written(row, value):
         return formatter(WHAT_IF_FIGURES.field(row["figure"]).shown.format)(value)
@@ -7108,7 +7217,8 @@ def prediction_blocks(report, view):
         + (column("predicted", band), column("measured", lambda row: written(row, row["measured"])),
            column("within", lambda row: AGREEMENT[row["within"]]))
     return [Block(f"did the prediction hold? the base's what-if beside what the new run measured "
-                  f"(per read-token; within: inside the band, widened by "
+                  f"(per decoded token, per read-token without one; within: inside the band, "
+                  f"widened by "
                   f"{PREDICTION_TOLERANCE:.0%})", [Grid(columns, rows)])]
 
 
@@ -7116,18 +7226,33 @@ def diff_section_blocks(report, view):
     """Each section as one table, or, with several NEWs, as tables of as many NEW column groups
     as fit TEXT_WIDTH side by side (the name and base columns repeated)."""
     names = group_names([side["name"] for side in report["sides"]])
-    changed = [section for section in report["sections"] if section["title"].endswith(
-        " headline") or any(change["delta"] or change["status"] != "both"
-                            for row in section["rows"] for change in row["changes"])]
+    changed = [section for section in report["sections"]
+               if view.full or section_changed(section)]
     blocks = [Block(section["title"], [Grid(diff_columns(section["key"], shown, names, section),
                                             section["rows"])
                                        for shown in new_groups(section, names)])
               for section in changed]
     same = [section["title"] for section in report["sections"] if section not in changed]
-    if same:  # a table whose every row is the same on every side: one line for all of them
-        blocks.append(Block(None, [Prose([f"unchanged (every row equal; JSON has them): "
-                                          f"{', '.join(same)}"], "    ")]))
+    if same:  # the tables with no change to show: one line for all of them
+        said = "no significant change" if any_tested(report) else "not tested, one run a side"
+        blocks.append(Block(None, [Prose([f"{said} (--full: each table): {', '.join(same)}"],
+                                         "    ")]))
     return blocks
+
+
+def any_tested(report):
+    return any(change["significant"] is not None for section in report["sections"]
+               for row in section["rows"] for change in row["changes"])
+
+
+def section_changed(section):
+    """Whether a table shows a change: a row changed significantly, or, untested (one run a
+    side, where any figure may differ by chance), a headline, or a row on one side only."""
+    changes = [change for row in section["rows"] for change in row["changes"]]
+    if any(change["significant"] is not None for change in changes):
+        return any(change["significant"] for change in changes)
+    return section["title"].endswith(" headline") or any(
+        change["status"] in ("added", "removed") for change in changes)
 
 
 def new_groups(section, names):
@@ -7300,7 +7425,8 @@ PAIR_LAYOUT = layout(
     *IO_READ_SECTIONS, adjacency_blocks, cache_blocks, what_if_blocks)
 TIMELINE_LAYOUT = layout(
     header_blocks, timeline_headline_blocks, timeline_summary_blocks, timeline_decode_blocks)
-DIFF_LAYOUT = layout(diff_header_blocks, diff_preamble_blocks, diff_section_blocks,
+DIFF_LAYOUT = layout(diff_header_blocks, diff_headline_blocks, diff_preamble_blocks,
+                     diff_section_blocks,
                      prediction_blocks, calibration_blocks)
 SUMMARY_LAYOUT = layout(summary_header_blocks, summary_blocks, calibration_blocks)
 SCHEMA_LAYOUT = layout(header_blocks, schema_blocks)
@@ -9201,7 +9327,7 @@ COMMANDS = {command.name: command for command in (
                          "mib_per_token, io_wall_ms_per_token.estimate, latency_us.p99, ...) is "
                          "worse than BASE's by more than SHARE (5%%, or 0.05) and the test over "
                          "runs says so; repeatable"),
-             CALIBRATION_OUT_OPTION, SET_OPTION, NO_ENGINE_LOG_OPTION),
+             CALIBRATION_OUT_OPTION, FULL_OPTION, SET_OPTION, NO_ENGINE_LOG_OPTION),
             lambda args, reading: analyze_diff(
                 [args.base] + args.new, reading,
                 DiffAsked(args.alpha, args.test, tuple(args.fail_if_worse or ())),

@@ -4,6 +4,7 @@ import gzip
 import json
 import random
 import re
+import statistics
 from itertools import combinations
 
 import pytest
@@ -142,8 +143,11 @@ def test_every_op_one_percent_slower_on_a_noisy_trace_is_not_significant(tmp_pat
     assert ms["significant"] is False and ms["p"] > 0.5
     assert not any(row["changes"][0]["significant"]
                    for row in section(diff, "ms per token by op")["rows"])
-    line = next(l for l in run("diff", CT_NODE, scaled, "--test", "tokens").out.splitlines()
-                if l.strip().startswith("ms per token"))
+    out = run("diff", CT_NODE, scaled, "--test", "tokens").out.splitlines()
+    assert "  ms per token: base 20.25 -> new 20.45 (1.01x, p=0.785 ~)" in out
+    assert any(line.startswith("  changed significantly: none of ") for line in out)
+    line = next(l for l in run("diff", CT_NODE, scaled, "--test", "tokens", "--full").out
+                .splitlines() if l.startswith("  ms per token "))
     assert line.endswith(" ~")
 
 
@@ -152,7 +156,7 @@ def test_serial_against_overlap_names_the_preamble_key():
     assert diff["compares"] == "io"
     assert diff["preamble_changes"] == [[{"key": "overlap", "base": "0", "new": "1"}]]
     text = run("diff", IO_SERIAL, IO_OVERLAP).out
-    assert "\npreamble: overlap 0 -> 1\n" in text
+    assert "\n  settings that differ: overlap 0 -> 1\n" in text
     base, new = report("io", IO_SERIAL, "--adjacent"), report("io", IO_OVERLAP, "--adjacent")
     headline = rows_by_name(section(diff, "io headline"))
     for label, key in (("MiB per token", "mib_per_token"),
@@ -243,7 +247,8 @@ def test_several_new_runs_one_column_group_each(tmp_path):
     assert by_op["MUL_MAT_ID"]["changes"][0]["ratio"] == pytest.approx(1.5, abs=1e-4)
     assert by_op["GET_ROWS"]["changes"][1]["ratio"] == pytest.approx(0.5, abs=1e-4)
     assert section(diff, "ms per token by op")["rows"][0]["name"] == "GET_ROWS"  # -2.25 ms
-    header = run("diff", CT_NODE, slower, faster).out.split("\nms per token by op\n")[1]
+    header = run("diff", CT_NODE, slower, faster, "--full").out.split(
+        "\nms per token by op\n")[1]
     # the columns are headed by each input's name; the base's (23 characters) by "base"; each
     # with its tokens' spread, one run a side: no p
     assert re.match(r"  op +base +± +slower\.csv +± +delta +ratio\n", header)
@@ -367,9 +372,10 @@ def test_a_different_model_is_a_warning(write):
     result = run("diff", base, other)
     assert result.code == 0
     assert f"warning: {other}: model big.gguf is not the base's m.gguf" in result.err
-    assert "preamble: model m.gguf -> big.gguf, arch qwen3moe -> gemma4\n" in result.out
+    assert "settings that differ: model m.gguf -> big.gguf, arch qwen3moe -> gemma4\n" in \
+        result.out
     # b.csv's preamble does not say its n_threads: unknown there, not a change
-    assert "n_threads" not in result.out.split("preamble: ")[1].splitlines()[0]
+    assert "n_threads" not in result.out.split("settings that differ: ")[1].splitlines()[0]
 
 
 def test_alpha_decides_what_is_significant(tmp_path):
@@ -526,12 +532,12 @@ def test_inputs_are_named_by_the_shortest_end_of_their_path_and_shown_whole(tmp_
     other.write_bytes(IO_SERIAL.read_bytes())
     result = run("diff", deep / "io.csv", other, "--format", "json")
     assert [i["name"] for i in result.json["inputs"]] == ["io.csv", "io8.csv"]
-    text = run("diff", deep / "io.csv", other).out
+    text = run("diff", deep / "io.csv", other, "--full").out
     lines = text.splitlines()
     assert all(len(line) <= 100 for line in lines)
     head = "".join(line.strip() for line in lines[1:lines.index(
-        next(line for line in lines if line.startswith("  new = io8.csv")))])
-    assert str(deep / "io.csv") in head and "…" not in text.split("preamble")[0]
+        next(line for line in lines if line.startswith("  new:")))])
+    assert str(deep / "io.csv") in head and "…" not in text.split("headline")[0]
     assert re.search(r"^  figure +io\.csv +± +io8\.csv +± +delta", text, re.M)
 
 
@@ -571,6 +577,50 @@ def test_unchanged_tables_are_one_line():
             all(c["delta"] == 0 for row in s["rows"] for c in row["changes"])]
     assert same  # the same reads: the layers' and sizes' reads and MiB
     out = run("diff", serial, overlap).out
-    line = " ".join(out.split("unchanged (every row equal; JSON has them): ")[1].split())
+    line = " ".join(out.split("not tested, one run a side (--full: each table): ")[1].split())
     for title in same:
         assert f"\n{title}\n" not in out and title in line
+
+
+@pytest.mark.parametrize("bases", [["serial-rep1"], ["serial-rep1", "serial-rep2", "serial-rep3"]])
+def test_the_headline_is_on_the_first_screen_with_both_sides_engine_split(bases):
+    """A diff of real pairs with their logs was 211-325 lines, its headline at line 315, and it
+    never showed the engine's split. Now: decode, each side's split as its log(s) give it (the
+    mean of the runs'), what changed significantly and the settings that differ, in 25 lines;
+    the whole under 120."""
+    sweep = ROOT / "tests" / "data" / "sweep"
+    runs = [f"{sweep}/qwen3moe-l4-greedy-{name}-{part}.csv" for name in bases
+            for part in ("ct", "io")]
+    new = [f"{sweep}/qwen3moe-l4-greedy-cache2mb-{part}.csv" for part in ("ct", "io")]
+    lines = run("diff", *runs, "vs", *new).out.splitlines()
+    assert len(lines) < 120
+    first = lines[:25]
+
+    def split(names):
+        found = [re.search(r"decode ([0-9.]+) s/token \(compute ([0-9.]+) \+ cache mgmt ([0-9.]+)"
+                           r" \+ flash I/O [0-9.]+ s/token, ([0-9.]+) MiB/s", (
+                               sweep / f"qwen3moe-l4-greedy-{name}.log").read_text())
+                 for name in names]
+        mib = [float(re.search(r"read ([0-9.]+) MiB", (sweep / f"qwen3moe-l4-greedy-{name}.log")
+                               .read_text()).group(1)) / 128 for name in names]
+        decode, compute, managing = (statistics.mean(float(one.group(i)) * 1e3 for one in found)
+                                     for i in (1, 2, 3))
+        flash = statistics.mean(m / float(one.group(4)) * 1e3 for m, one in zip(mib, found))
+        return (f"decode {decode:.2f} ms = compute {compute:.2f} + cache mgmt {managing:.2f} + "
+                f"flash I/O {flash:.2f}")
+    several = "s" if len(bases) > 1 else ""
+    assert f"  base, its log{several}: {split(bases)}" in first
+    assert f"  new, its log: {split(['cache2mb'])}" in first
+    assert "  settings that differ: cache 0 -> 1" in first
+    said = next(line for line in first if line.startswith("  changed significantly: "))
+    assert said.startswith("  changed significantly: not tested" if len(bases) == 1 else
+                           "  changed significantly: none of ")
+    decode = next(line for line in first if line.startswith("  decode ms per decoded token: "))
+    diff = report_with_warnings("diff", *runs, "vs", *new)
+    row = rows_by_name(section(diff, "pair headline"))["decode ms per decoded token"]
+    base, new, ratio = map(float, re.match(
+        r"  decode ms per decoded token: base ([0-9.]+) -> new ([0-9.]+) \(([0-9.]+)x", decode)
+        .groups())
+    change, = row["changes"]
+    assert (base, new, ratio) == pytest.approx((row["base"], change["new"], change["ratio"]),
+                                               rel=0.005)

@@ -318,7 +318,7 @@ def test_diff_heads_columns_with_names_up_to_the_stated_width(tmp_path):
     fits, too_long = "a" * (width - 4) + ".csv", "b" * (width - 3) + ".csv"
     for name in (fits, too_long):
         shutil.copy(SERIAL, tmp_path / name)
-    out = run("diff", tmp_path / fits, tmp_path / too_long).out
+    out = run("diff", tmp_path / fits, tmp_path / too_long, "--full").out
     head = next(line for line in out.splitlines() if line.lstrip().startswith("figure"))
     assert fits in head and too_long not in head and " new " in f"{head} "
     reference = run("schema").out  # the JSON reference says the same

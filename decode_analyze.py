@@ -4610,8 +4610,7 @@ def missed_part(sample, base):
 # What `diff` compares, per kind of report. A headline figure is (label, path in the report,
 # the per_token field that samples it or None); a table is rows of one figure keyed by a
 # column. Every figure is per token, so runs of different lengths compare.
-READ_SCHEMAS = (2, 3, 4, 5, 6, 7)  # saved reports diff can read (2 lacks the per-op samples, 3
-# the I/O estimate, 4 the what-ifs, 5 the settings)
+READ_SCHEMAS = (SCHEMA - 1, SCHEMA)  # saved reports diff and summary read: this one, the last
 DEFAULT_ALPHA = 0.05
 FIGURE_LIMIT = 1e15  # no figure of a real run comes near; past it, a saved report was edited
 # The headline figures of each part, in the order diff gives them; what each is called, and
@@ -4681,13 +4680,6 @@ ESTIMATE_WORDS = next(headline.label for headline in HEADLINES["io"]
 # A per-node trace against a per-layer one: what both have (by layer; the headline, untested).
 NODE_ONLY_FIGURES = ("nodes per token",)
 SHARED_ACROSS_GRANULARITIES = ("ms per token by layer",)
-LATER_FIGURES = {  # a figure -> the schema that added it
-    ("io_wall_ms_per_token", "estimate"): 4, ("decode_ms_per_token",): 4,
-    ("compute_ms_per_token",): 4, ("faulting_ms_per_token",): 4, ("per_position", "decode_ms"): 4,
-    ("per_position", "compute_ms"): 4, ("per_position", "mib"): 4}
-# per-token samples a saved report of an older schema lacks (4 added io_ms and busy_ms, 5 the
-# latencies): its figure is shown untested
-LATER_SAMPLES = ("io_ms", "busy_ms", "latency_mean_us", "latency_p99_us")
 DIFF_PARTS = ("compute", "io", "pair")  # a pair report's split: only against another pair
 COMPARES = {("compute",): "compute", ("io",): "io", ("compute", "io"): "report",
             ("compute", "io", "pair"): "report"}
@@ -4727,12 +4719,11 @@ class DiffView:
         if type(tokens) is not int or tokens < 1 or tokens != len(per_token):
             raise ValueError("tokens is not the number of per_token entries")
         limit = self.limit
-        samples = {field: None if field in LATER_SAMPLES and any(field not in t for t in per_token)
-                   else [sample_value(t[field], limit) for t in per_token]
+        samples = {field: [sample_value(t[field], limit) for t in per_token]
                    for field in SAMPLE_FIELDS[part]}
         op_samples = {str(op): [sample_value(v, limit) for v in values]
                       for op, values in report.get("op_us_by_token", {}).items()}
-        headline = {label: figure_value(dated(report, path, report.get("schema")), limit)
+        headline = {label: figure_value(dig(report, path), limit)
                     for label, path, _ in HEADLINES[part]}
         tables = {}
         for table in DIFF_TABLES[part]:  # a figure an older report lacks: shown as n/a
@@ -4812,8 +4803,7 @@ def predictions(report, limit, per_decoded=1.0):
                for setting in (report.get("what_if") or {}).get("settings", ())]
     own = report.get("run_cache")
     hit = None if not own else own["hit_share"] if ran_cached(report) else 0.0
-    wall = figure_value(dated(report, ("io_wall_ms_per_token", "estimate"),
-                              report.get("schema")), limit)
+    wall = figure_value(dig(report, ("io_wall_ms_per_token", "estimate")), limit)
     return {"what_if": offered, "measured": {
         "hit_share": figure_value(hit, limit),
         "mib_per_token": figure_value(report["mib_per_token"], limit) * per_decoded,
@@ -4855,14 +4845,6 @@ def dig(report, path):
             return None
         report = report[key]
     return report
-
-
-def dated(report, path, schema):
-    """The figure at `path` (as dig finds it), or None where the report's schema predates it
-    (an older report may hold another figure under the name)."""
-    if path in LATER_FIGURES and not (type(schema) is int and schema >= LATER_FIGURES[path]):
-        return None
-    return dig(report, path)
 
 
 def figure_value(value, limit=FIGURE_LIMIT):
@@ -5502,7 +5484,6 @@ def summary_figures(name, run, report):
     what_if = report.get("what_if")
     hit = own_hit_share(io, what_if) if io else None
     verdicts = all_verdicts(report)
-    schema = report.get("schema")
     decodes = (compute or {}).get("decodes") or {}
     per_decode = decodes["positions"] / decodes["decodes"] \
         if decodes.get("speculative") and decodes.get("decodes") else None
@@ -5514,9 +5495,8 @@ def summary_figures(name, run, report):
         decode_ms_per_token=compute["ms_per_token"] if compute else None,
         decode_ms_p50=compute["token_ms"]["p50"] if compute else None,
         decode_ms_p99=compute["token_ms"]["p99"] if compute else None,
-        compute_ms_per_token=dated(pair, ("compute_ms_per_token",), schema) if pair else None,
-        io_ms_per_token=dated(pair or io, ("io_wall_ms_per_token", "estimate"), schema)
-        if io else None,
+        compute_ms_per_token=pair["compute_ms_per_token"] if pair else None,
+        io_ms_per_token=(pair or io)["io_wall_ms_per_token"]["estimate"] if io else None,
         mib_per_token=(pair["io_mib_per_token"] if pair else io["mib_per_token"]) if io else None,
         hit_share=hit,
         majflt_per_token=compute["majflt_per_token"] if compute else None,

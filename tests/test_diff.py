@@ -11,6 +11,7 @@ import pytest
 
 from helpers import (REAL_TRACES, ROOT, ct_text, error_of, io_text, report,
                      report_with_warnings, run)
+import decode_analyze
 from decode_analyze import mann_whitney_p, pair_name
 
 CT_NODE = REAL_TRACES["qwen3moe-l4-ct-node.csv"]
@@ -310,28 +311,31 @@ def test_the_engines_split_is_compared_between_pair_reports(tmp_path):
     assert rows["decode ms per decoded token"]["changes"][0]["p"] is not None  # sampled
 
 
-def test_a_schema_2_report_compares_without_op_tests(tmp_path):
+def test_a_saved_report_of_the_last_schema_is_read_and_an_older_one_refused(tmp_path):
+    """Saved reports of this schema and the one before it compare; older ones (a tool whose
+    whole history is days) are refused with what to do, not half read."""
     saved = json.loads(run("compute", CT_NODE, "--format", "json").out)
-    saved["schema"] = 2
-    del saved["op_us_by_token"]
-    old = tmp_path / "old.json"
-    old.write_text(json.dumps(saved))
-    diff = report("diff", old, CT_NODE, "--test", "tokens")
-    assert all(row["changes"][0]["p"] is None
-               for row in section(diff, "ms per token by op")["rows"])
-    assert rows_by_name(section(diff, "compute headline"))["ms per token"]["changes"][0]["p"] \
-        == 1.0
+    for schema, readable in ((decode_analyze.SCHEMA - 1, True), (decode_analyze.SCHEMA - 2, False)):
+        old = tmp_path / f"schema{schema}.json"
+        old.write_text(json.dumps({**saved, "schema": schema}))
+        if readable:
+            diff = report("diff", old, CT_NODE)
+            ms = rows_by_name(section(diff, "compute headline"))["ms per token"]
+            assert ms["base"] == ms["changes"][0]["new"] == saved["ms_per_token"]
+        else:
+            assert f"a schema {schema} report" in error_of("diff", old, CT_NODE)
+            assert "write it again from its traces" in error_of("summary", old)
 
 
 @pytest.mark.parametrize("content, expected", [
     ('{"schema": 1, "kind": "compute"}', "a schema 1 report (decode-analyze ?); this version "
-                                         "reads schemas 2, 3"),
-    ('{"schema": 3, "kind": "diff"}', "a diff report cannot be compared again"),
-    ('{"schema": 3, "kind": "pie"}', "not a decode-analyze report (kind pie)"),
-    ('{"schema": 3, "kind": "compute", "tokens": 5}', "not a report this tool wrote (KeyError: "
+                                         "reads schemas 6, 7"),
+    ('{"schema": 7, "kind": "diff"}', "a diff report cannot be compared again"),
+    ('{"schema": 7, "kind": "pie"}', "not a decode-analyze report (kind pie)"),
+    ('{"schema": 7, "kind": "compute", "tokens": 5}', "not a report this tool wrote (KeyError: "
                                                       "'per_token')"),
-    ('{"schema": 3,\n "kind": NaN}', "NaN is not a number a report holds"),
-    ('{"schema": 3,\n "kind": [', ":2: not valid JSON: Expecting value"),
+    ('{"schema": 7,\n "kind": NaN}', "NaN is not a number a report holds"),
+    ('{"schema": 7,\n "kind": [', ":2: not valid JSON: Expecting value"),
     ('[1, 2]', ":1: not a saved report: the JSON is not an object"),
 ])
 def test_a_bad_saved_report_is_one_line(write, content, expected):

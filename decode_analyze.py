@@ -1896,14 +1896,8 @@ def compute_stretch(tokens, total_ns, segment_totals):
     if len(walls) < 2 * STRETCH_TOKENS:
         return None
     slow = STRETCH_FACTOR * walls[len(walls) // 4]
-    best = current = range(0)
-    for index, token in enumerate(tokens):
-        if not slow or token.wall_ns < slow:
-            current = range(0)
-            continue
-        same_turn = current and tokens[current.start].turn == token.turn
-        current = range(current.start if same_turn else index, index + 1)
-        best = max(best, current, key=len)
+    best = longest_run([bool(slow) and token.wall_ns >= slow for token in tokens],
+                       [token.turn for token in tokens])
     if len(best) < STRETCH_TOKENS:
         return None
     inside = [tokens[index] for index in best]
@@ -1915,6 +1909,20 @@ def compute_stretch(tokens, total_ns, segment_totals):
         share=ratio(sum(t.wall_ns for t in inside), total_ns),
         slowed=slowed_groups(*group_walls(inside, others, segment_totals), len(inside),
                              len(others)))
+
+
+def longest_run(flags, turns):
+    """The longest range of consecutive indexes flagged and of one turn (the first of the
+    longest; empty when none is flagged): a slow stretch, in compute and in the pair."""
+    best = current = range(0)
+    for index, (flagged, turn) in enumerate(zip(flags, turns)):
+        if not flagged:
+            current = range(0)
+            continue
+        same_turn = current and turns[current.start] == turn
+        current = range(current.start if same_turn else index, index + 1)
+        best = max(best, current, key=len)
+    return best
 
 
 def group_walls(inside, others, segment_totals):
@@ -3237,10 +3245,6 @@ def throughput(mib, seconds):
     return ratio(mib, seconds)
 
 
-def mib_per_s(read_bytes, latency_ns):
-    return throughput(read_bytes / MIB, latency_ns / 1e9)
-
-
 def lanes_read(meta, by_lane):
     """The preamble with the lanes the trace read on where they are more than it names (the
     trace's stand), and how many lanes there are; by_lane gets a row for every named lane,
@@ -3277,7 +3281,7 @@ def io_report(trace, fold, selection, settings, cache_sizes=None, measured=None)
         reads_per_token=per.count(reads), mib_per_token=per.count(read_bytes / MIB), lanes=lanes,
         **io_ranges(IoWall(busy_ms, per.count(sum(t.io_ns for t in tokens) / NS_PER_MS)),
                     per.count(read_bytes / MIB), lanes),
-        busy_ms_per_token=busy_ms, busy_mib_per_s=mib_per_s(read_bytes, busy_ns),
+        busy_ms_per_token=busy_ms, busy_mib_per_s=throughput(read_bytes / MIB, busy_ns / 1e9),
         waste_pct=None if not read_bytes else (read_bytes - req_bytes) / read_bytes * 100,
         waste_mib_per_token=per.count((read_bytes - req_bytes) / MIB),
         median_read_bytes=weighted_percentile(read_sizes, "p50"),
@@ -3374,13 +3378,13 @@ def read_groups(tables, latency, read_bytes, per):
     return {
         "by_size": [SIZE_ROW(kib=kib, label=bucket_label(kib), reads=sums.reads,
                              mib=sums.read_bytes / MIB,
-                             mib_per_s=mib_per_s(sums.read_bytes, sums.latency_ns),
+                             mib_per_s=throughput(sums.read_bytes / MIB, sums.latency_ns / 1e9),
                              us_per_read=sums.latency_ns / sums.reads / 1e3)
                     for kib, sums in sorted(tables["size"].items())],
         "by_lane": [LANE_ROW(lane=lane, reads_per_token=per.count(sums.reads),
                              mib_per_token=per.count(sums.read_bytes / MIB),
                              busy_ms_per_token=per.count(sums.latency_ns / NS_PER_MS),
-                             mib_per_s=mib_per_s(sums.read_bytes, sums.latency_ns))
+                             mib_per_s=throughput(sums.read_bytes / MIB, sums.latency_ns / 1e9))
                     for lane, sums in sorted(tables["lane"].items())],
         "spec": SPEC(reads=speculative.reads,
                      mib_per_token=per.count(speculative.read_bytes / MIB),
@@ -3569,19 +3573,10 @@ def slow_stretch(per_token, io_ms, idle_median):
     """The longest run of consecutive decoded tokens of one turn slower than READ_SPLIT_RATIO x
     the median token that read nothing, when it holds at least half of the slow tokens."""
     slow = [READ_SPLIT_RATIO * idle_median < token["ms"] for token in per_token]
-    best, start = None, None
-    for index, token in enumerate(per_token + [None]):
-        ends = token is None or not slow[index] or \
-            (start is not None and token["turn"] != per_token[start]["turn"])
-        if ends and start is not None:
-            if best is None or index - start > best.end - best.start:
-                best = Span(start, index)
-            start = None
-        if token is not None and slow[index] and start is None:
-            start = index
-    if best is None or best.end - best.start < 2 or 2 * (best.end - best.start) < sum(slow):
+    best = longest_run(slow, [token["turn"] for token in per_token])
+    if len(best) < 2 or 2 * len(best) < sum(slow):
         return None
-    stretch = per_token[best.start:best.end]
+    stretch = per_token[best.start:best.stop]
     first, *_, last = stretch
     return SLOW_STRETCH(turn=first["turn"], first_step=first["step"], last_step=last["step"],
                         tokens=len(stretch),
@@ -5954,7 +5949,6 @@ def with_engine_log(report, log, warn):
 # lookups, speculative reads). Each joins the report's `meta`, so whatever reads a setting
 # reads it there (the what-if, summary's columns, diff's preamble); `settings` says where each
 # came from. A declared value replaces the preamble's; the log's and the trace's fill gaps.
-SETTING_SOURCES = ("declared", "log", "trace")
 SETTING_KEY = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 SETTING_VALUE = re.compile(r"[A-Za-z0-9_.+-]{1,40}")
 Setting = namedtuple("Setting", "key value source")
@@ -6224,12 +6218,9 @@ def table_of(record, *then):
     return tuple(map(shown_column, record.shown())) + then
 
 
-def layer_table(rows):
-    return table_of(LAYER_ROW, bar_column(share_of_peak(rows)))
-
-
-def segment_table(rows):
-    return table_of(SEGMENT_ROW, bar_column(share_of_peak(rows)))
+def bar_table(record, rows):
+    """A table of `record`'s rows with a bar of each row's share of the largest."""
+    return table_of(record, bar_column(share_of_peak(rows)))
 
 
 CACHE_TABLE = (column("expert cache", lambda point: "all experts" if point["fraction"] == 1 else
@@ -6501,7 +6492,7 @@ def segment_blocks(report, view):
     if compute["granularity"] != "layer":
         return []
     rows = compute["segments"]
-    table = Grid(segment_table(rows), rows, indent="")
+    table = Grid(bar_table(SEGMENT_ROW, rows), rows, indent="")
     if len(rows) > COMPACT_LAYERS:  # the by-layer table has them, compacted, layer by layer
         spread = percentile_summary([row["ms_per_token"] for row in rows])
         least = min(row["ms_per_token"] for row in rows)
@@ -6581,7 +6572,7 @@ def compute_layer_blocks(report, view):
     return [Block("by layer (layer -1: outside every layer, i.e. embeddings and output head; "
                   "nodes with no layer index that run inside a layer are counted in it, "
                   f"{report['reattributed_ms_per_token']:.2f} ms/token re-attributed)",
-                  [Grid(layer_table(rows), rows)])]
+                  [Grid(bar_table(LAYER_ROW, rows), rows)])]
 
 
 def sparkline(values, ascii_only=False, width=SPARK_WIDTH):
@@ -9359,12 +9350,6 @@ COMMANDS = {command.name: command for command in (
 )}
 
 
-def command_list():
-    """The commands, a line each: the help's list and the module docstring's."""
-    return "\n".join(f"  {command.synopsis:<18} {command.summary}"
-                     for command in COMMANDS.values())
-
-
 def input_paths(command, args):
     """(kind, path) of every input the command line names, in order (both parts of a CT+IO)."""
     paths = []
@@ -9405,10 +9390,6 @@ exit status: {exit_status}
 EXIT_STATUS = {0: "ok", 1: "bad input, unwritable output, or a regression (diff --fail-if-worse)",
                2: "usage", 130: "interrupted",
                141: "output closed by its reader", 143: "terminated"}
-
-
-def exit_status_text():
-    return ", ".join(f"{status} {meaning}" for status, meaning in EXIT_STATUS.items())
 
 
 def exit_status_lines(width):

@@ -35,9 +35,15 @@ def _is_zombie(pid):
         return True
 
 
+def command_list():
+    """The commands, a line each, as the module docstring and the README list them."""
+    return "\n".join(f"  {command.synopsis:<18} {command.summary}"
+                     for command in da.COMMANDS.values())
+
+
 def test_the_module_docstring_lists_every_command_as_the_registry_does():
-    assert da.command_list() in da.__doc__
-    assert [line.split()[0] for line in da.command_list().splitlines()] == list(da.COMMANDS)
+    assert command_list() in da.__doc__
+    assert [line.split()[0] for line in command_list().splitlines()] == list(da.COMMANDS)
 
 
 def test_the_help_lists_every_command_with_its_summary(capsys):
@@ -45,7 +51,8 @@ def test_the_help_lists_every_command_with_its_summary(capsys):
     assert max(map(len, text.splitlines())) <= da.TEXT_WIDTH
     for command in da.COMMANDS.values():
         assert command.name in text and command.summary in text
-    assert da.exit_status_text() in " ".join(text.split())
+    assert ", ".join(f"{status} {meaning}" for status, meaning in da.EXIT_STATUS.items()) in \
+        " ".join(text.split())
 
 
 def test_each_command_draws_only_the_pictures_it_declares(capsys):
@@ -170,7 +177,7 @@ def test_sigterm_ends_both_processes(tmp_path):
 
 def test_the_readme_lists_the_commands_as_the_registry_does():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "```\n" + da.command_list() + "\n```" in readme
+    assert "```\n" + command_list() + "\n```" in readme
 
 
 def test_every_name_in_the_readme_layout_map_exists():

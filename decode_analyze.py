@@ -1905,7 +1905,9 @@ def compute_stretch(tokens, total_ns, segment_totals):
     return COMPUTE_STRETCH(
         turn=tokens[best.start].turn, first_step=tokens[best.start].step,
         last_step=tokens[best.stop - 1].step, tokens=len(inside),
-        ms_per_token=mean_ms(inside), others_ms_per_token=mean_ms(others),
+        ms_per_token=mean_of([t.wall_ns for t in inside]) / NS_PER_MS,
+        others_ms_per_token=mean_of([t.wall_ns for t in others]) / NS_PER_MS if others
+        else None,
         share=ratio(sum(t.wall_ns for t in inside), total_ns),
         slowed=slowed_groups(*group_walls(inside, others, segment_totals), len(inside),
                              len(others)))
@@ -1941,10 +1943,6 @@ def group_walls(inside, others, segment_totals):
             within[name] += wall_ns
     return within, {name: segment_totals.get(name, 0) - wall_ns for name, wall_ns in
                     within.items()}
-
-
-def mean_ms(tokens):
-    return ratio(sum(token.wall_ns for token in tokens), len(tokens) * NS_PER_MS)
 
 
 def slowed_groups(within_ns, others_ns, inside, others):
@@ -2022,8 +2020,7 @@ def warmup(tokens, book, value):
             from_start = False
         (first if seen[token.turn] < WARMUP_TOKENS else rest).append(value(token))
         seen[token.turn] += 1
-    first_mean = sum(first) / len(first) if first else None
-    rest_mean = sum(rest) / len(rest) if rest else None
+    first_mean, rest_mean = mean_of(first), mean_of(rest)
     return WARMUP(tokens=WARMUP_TOKENS, first_mean=first_mean, rest_mean=rest_mean,
                   ratio=None if first_mean is None or not rest_mean else first_mean / rest_mean,
                   from_turn_start=from_start)

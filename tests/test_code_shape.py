@@ -10,7 +10,7 @@ import pytest
 from helpers import ROOT
 
 MODULES = ("decode_analyze.py", "trace_io.py")
-MOST_LINES, MOST_PARAMETERS, MOST_INTEGER_SUBSCRIPTS = 40, 6, 35
+MOST_LINES, MOST_PARAMETERS, MOST_INTEGER_SUBSCRIPTS = 60, 6, 35
 
 
 def functions():

@@ -71,7 +71,7 @@ from operator import add, gt, itemgetter, mod, neg, not_, sub
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trace_io  # noqa: E402
 from trace_io import (HOLD_ROWS, KEPT_VALUES, Columns, Drop, Forked, Reading, Trace,  # noqa: E402
-                      TraceError, display_name, fold_file, usable_cores)
+                      TraceError, display_name, fold_file, idle_cores)
 
 SCHEMA = 7  # of the JSON report: 2 added the I/O ranges, tool_version, undetermined verdicts;
 # 3 the per-token samples: op_us_by_token, category_us_by_token, lane_bytes_by_token; 4 the
@@ -9128,9 +9128,10 @@ READING_OPTIONS = (  # a command that reads traces
            help="plain ASCII sparklines (no Unicode block characters)"),
     option("--skip-bad-rows", action="store_true",
            help="skip malformed rows (counted on stderr) instead of stopping"),
-    option("--jobs", type=positive, default=min(MAX_JOBS, usable_cores()), metavar="N",
-           help=f"processes reading a large plain file at once (default: the usable cores, at "
-                f"most {MAX_JOBS}; report shares them between its files)"))
+    option("--jobs", type=positive, default=min(MAX_JOBS, idle_cores()), metavar="N",
+           help=f"processes reading a large plain file at once (default: the usable cores "
+                f"less the 1-minute load average, at least 1, at most {MAX_JOBS}; report "
+                f"shares them between its files)"))
 PICTURE_OPTIONS = {
     "svg": (option("--svg", metavar="FILE", help="also write the report's pictures to FILE: "
                                                  "one self-contained SVG"),),

@@ -848,6 +848,17 @@ def usable_cores():
         return os.cpu_count() or 1
 
 
+def idle_cores():
+    """The usable cores that no other work holds: less the 1-minute load average (at least
+    one). A second process wins only on an idle core: on a busy one it costs more than it
+    saves (tests/bench.py measures both)."""
+    try:
+        load, _, _ = os.getloadavg()
+    except (AttributeError, OSError):
+        load = 0.0
+    return max(1, usable_cores() - int(load + 0.5))
+
+
 def fold_file(path, columns, make_fold, reading, check=None):
     """Open the trace at `path`, check it is `columns.kind` with the required columns (and
     passes check(trace), which raises TraceError), and fold the batches of `columns` into

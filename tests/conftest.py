@@ -18,7 +18,7 @@ def small_split(monkeypatch):
         monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 1 << 60)
         single = run(*argv)
         monkeypatch.setattr(trace_io, "PARALLEL_MIN_BYTES", 1024)
-        return single, run(*argv)
+        return single, run(*argv, "--jobs", "2")  # the default is 1 when the cores are busy
     return both
 
 

@@ -156,7 +156,7 @@ def test_sigterm_ends_both_processes(tmp_path):
                                                                       decode_tokens=160))
     assert path.stat().st_size > 16 << 20
     child = subprocess.Popen([sys.executable, str(ROOT / "decode_analyze.py"), "compute",
-                              str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                              str(path), "--jobs", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     workers = []
     deadline = time.time() + 20
     while not workers and time.time() < deadline:

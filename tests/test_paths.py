@@ -551,3 +551,12 @@ def test_one_answer_for_every_jobs_and_path_on_generated_traces(tokens, nodes, s
         gzipped = compressed(path, Path(folder))
         assert difference(answer(["compute", gzipped, "--skip-bad-rows", "--layers"],
                                  Path(folder)), one) is None, "gzip"
+
+
+def test_the_default_jobs_are_the_idle_cores(monkeypatch):
+    """A second process wins only on an idle core (issue 39: 0.74x idle, 1.26-1.42x busy):
+    the default is the usable cores less the load average, at least one."""
+    monkeypatch.setattr(trace_io, "usable_cores", lambda: 4)
+    for load, idle in ((0.0, 4), (1.4, 3), (1.6, 2), (3.9, 1), (9.0, 1)):
+        monkeypatch.setattr(trace_io.os, "getloadavg", lambda load=load: (load, 0.0, 0.0))
+        assert trace_io.idle_cores() == idle

@@ -2700,7 +2700,7 @@ def cache_shares(counts):
 LANE_BOUND = 0.25  # io_threads 1 or 8: the I/O time within this share of now either way
 # Repeats of one command on one machine: the shared sweep's three serial runs read the same
 # bytes in an estimated 1.94, 3.24 and 3.60 ms a token (the engine: 2.13-3.85), so a saving's
-# ms is known within this share either way, not the 5% once assumed.
+# ms is known within this share either way.
 IO_RUN_SPREAD = 0.30
 # What a cache's management costs a lookup, at most, where the run had none to measure: the
 # most real cached runs logged, 23 ms a token at 64 MiB on a 48-layer top-8 model (384 lookups

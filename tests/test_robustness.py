@@ -1,5 +1,5 @@
 """Robustness: whatever the input, no traceback, no hang, time linear and memory bounded; a
-bounded fuzz run of a fixed set of cases; a large run re-enters as a module."""
+bounded fuzz run of a fixed set of cases (a larger one by hand: tests/fuzz.py)."""
 import gzip
 import json
 import sys

@@ -71,7 +71,7 @@ from operator import add, gt, itemgetter, mod, neg, not_, sub
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trace_io  # noqa: E402
 from trace_io import (HOLD_ROWS, KEPT_VALUES, Columns, Drop, Forked, Reading, Trace,  # noqa: E402
-                      TraceError, display_name, fold_file, idle_cores)
+                      TraceError, default_jobs, display_name, fold_file)
 
 SCHEMA = 7  # of the JSON report: 2 added the I/O ranges, tool_version, undetermined verdicts;
 # 3 the per-token samples: op_us_by_token, category_us_by_token, lane_bytes_by_token; 4 the
@@ -9128,10 +9128,10 @@ READING_OPTIONS = (  # a command that reads traces
            help="plain ASCII sparklines (no Unicode block characters)"),
     option("--skip-bad-rows", action="store_true",
            help="skip malformed rows (counted on stderr) instead of stopping"),
-    option("--jobs", type=positive, default=min(MAX_JOBS, idle_cores()), metavar="N",
-           help=f"processes reading a large plain file at once (default: the usable cores "
-                f"less the 1-minute load average, at least 1, at most {MAX_JOBS}; report "
-                f"shares them between its files)"))
+    option("--jobs", type=positive, metavar="N",
+           help=f"processes reading a large plain file at once (default: the cores idle now, "
+                f"sampled for 50 ms when an input is over {trace_io.PARALLEL_MIN_BYTES >> 20} MiB, "
+                f"at most {MAX_JOBS}; report shares them between its files)"))
 PICTURE_OPTIONS = {
     "svg": (option("--svg", metavar="FILE", help="also write the report's pictures to FILE: "
                                                  "one self-contained SVG"),),
@@ -9463,11 +9463,12 @@ def output_identity(path):
         return ("path", os.path.realpath(path))
 
 
-def reading_from(args, warn):
-    """The Reading the command line asks for."""
+def reading_from(args, warn, paths=()):
+    """The Reading the command line asks for (of the inputs at `paths`)."""
     selection = Selection(phase=args.phase, turns=set(args.turn) if args.turn else None,
                           steps=args.steps or (None, None), skip=args.skip)
-    return Reading(selection, args.skip_bad_rows, warn, args.jobs, per_lane=args.svg is not None)
+    jobs = args.jobs or default_jobs(paths, MAX_JOBS)
+    return Reading(selection, args.skip_bad_rows, warn, jobs, per_lane=args.svg is not None)
 
 
 FORMATS = {"text": text_of,  # Markdown's tables scroll on GitHub: every column there
@@ -9490,7 +9491,8 @@ def run(args, out, warn):
     declared = checked_declarations(args.declared, warn)
     log = engine_log([path for _, path in paths], args.engine_log) \
         if ENGINE_LOG_OPTION in command.options and not args.no_engine_log else None
-    reading = logged(reading_from(args, warn)._replace(settings=declared), log)
+    reading = logged(reading_from(args, warn, [path for _, path in paths])._replace(
+        settings=declared), log)
     if getattr(args, "calibration", None) is not None:  # the user's runs' costs, beside the log's
         reading = reading._replace(measured={**(reading.measured or {}),
                                              "calibration": read_calibration(args.calibration)})

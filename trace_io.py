@@ -49,6 +49,7 @@ import re
 import signal
 import stat
 import sys
+import time
 import zipfile
 import zlib
 from collections import namedtuple
@@ -848,15 +849,40 @@ def usable_cores():
         return os.cpu_count() or 1
 
 
-def idle_cores():
-    """The usable cores that no other work holds: less the 1-minute load average (at least
-    one). A second process wins only on an idle core: on a busy one it costs more than it
-    saves (tests/bench.py measures both)."""
+def idle_cores(window=0.05):
+    """The usable cores that no other work holds now, at least one, from the machine's idle
+    time over `window` seconds (/proc/stat; all of them where it cannot be read): a second
+    process wins only on an idle core, and costs more than it saves on a busy one."""
+    cores = usable_cores()
     try:
-        load, _, _ = os.getloadavg()
-    except (AttributeError, OSError):
-        load = 0.0
-    return max(1, usable_cores() - int(load + 0.5))
+        idle, total = _cpu_ticks()
+        time.sleep(window)
+        later_idle, later_total = _cpu_ticks()
+    except (OSError, ValueError):
+        return cores
+    if later_total <= total:
+        return cores
+    return max(1, min(cores, round(cores * (later_idle - idle) / (later_total - total))))
+
+
+def _cpu_ticks():
+    """(idle, all) clock ticks the machine's CPUs have spent, from /proc/stat's first line."""
+    with open("/proc/stat", encoding="ascii") as f:
+        _, *fields = f.readline().split()
+    ticks = list(map(int, fields))
+    _, _, _, idle, waiting, *_ = ticks
+    return idle + waiting, sum(ticks)
+
+
+def default_jobs(paths, most):
+    """--jobs when not given: one process for inputs too small to split (no wait at all),
+    else the idle cores, at most `most`."""
+    def large(path):
+        try:
+            return os.stat(path).st_size >= PARALLEL_MIN_BYTES
+        except (OSError, TypeError, ValueError):
+            return False
+    return min(most, idle_cores()) if any(map(large, paths)) else 1
 
 
 def fold_file(path, columns, make_fold, reading, check=None):

@@ -553,10 +553,27 @@ def test_one_answer_for_every_jobs_and_path_on_generated_traces(tokens, nodes, s
                                  Path(folder)), one) is None, "gzip"
 
 
-def test_the_default_jobs_are_the_idle_cores(monkeypatch):
+def test_the_default_jobs_are_the_idle_cores(monkeypatch, tmp_path):
     """A second process wins only on an idle core (issue 39: 0.74x idle, 1.26-1.42x busy):
-    the default is the usable cores less the load average, at least one."""
+    without --jobs, one for small inputs (no sampling), else the cores idle over 50 ms of the
+    machine's /proc/stat ticks, at least one."""
+    ticks = trace_io._cpu_ticks
+    assert not os.path.exists("/proc/stat") or ticks()[1] > 0
     monkeypatch.setattr(trace_io, "usable_cores", lambda: 4)
-    for load, idle in ((0.0, 4), (1.4, 3), (1.6, 2), (3.9, 1), (9.0, 1)):
-        monkeypatch.setattr(trace_io.os, "getloadavg", lambda load=load: (load, 0.0, 0.0))
+    monkeypatch.setattr(trace_io.time, "sleep", lambda seconds: None)
+    for idle_ticks, idle in ((40, 4), (30, 3), (10, 1), (0, 1)):
+        samples = iter([(0, 0), (idle_ticks, 40)])
+        monkeypatch.setattr(trace_io, "_cpu_ticks", lambda: next(samples))
         assert trace_io.idle_cores() == idle
+    small, large = tmp_path / "small.csv", tmp_path / "large.csv"
+    small.write_bytes(b"x")
+    with open(large, "wb") as f:
+        f.truncate(trace_io.PARALLEL_MIN_BYTES)
+
+    def never():
+        raise AssertionError("sampled for a small input")
+    monkeypatch.setattr(trace_io, "idle_cores", never)
+    assert trace_io.default_jobs([str(small), "-"], 8) == 1
+    monkeypatch.setattr(trace_io, "idle_cores", lambda: 3)
+    assert trace_io.default_jobs([str(small), str(large)], 8) == 3
+    assert trace_io.default_jobs([str(large)], 2) == 2

@@ -34,11 +34,11 @@ the sections above it:
   verdicts      the one-line conclusions and their thresholds (and what is at stake)
   runs          configuration (what makes runs repeats), Sample (what a pair gives a fit),
                 calibration: the what-if's costs fitted on runs (summary's, diff's sides)
-  diff          DiffView (one run, checked), Side (its runs), diff_report (every NEW side
+  diff          DiffView (one run, checked), DiffSide (its runs), diff_report (every NEW side
                 against BASE's, tested over runs), the regression gate
   summary       summary_runs (runs found and paired), one row per run, repeats grouped
   engine        the engine's own end-of-run lines (NAME.log) beside the tool's figures
-  settings      settled: the settings a preamble lacks (--set, the log's, the trace's) joined
+  settings      merged_settings: what a preamble lacks (--set, the log's, the trace's) joined
   rendering     Column and table_lines (every text table); LAYOUTS (every report's sections,
                 drawn by text_of and markdown_of); json_text; csv_of (tidy CSV)
   output files  write_output: whole or not at all, never over an input
@@ -4715,7 +4715,7 @@ class DiffView:
                    for field in SAMPLE_FIELDS[part]}
         op_samples = {str(op): [sample_value(v, limit) for v in values]
                       for op, values in report.get("op_us_by_token", {}).items()}
-        headline = {label: figure_value(dig(report, path), limit)
+        headline = {label: figure_value(value_at(report, path), limit)
                     for label, path, _ in HEADLINES[part]}
         tables = {}
         for table in DIFF_TABLES[part]:  # a figure an older report lacks: shown as n/a
@@ -4795,7 +4795,7 @@ def predictions(report, limit, per_decoded=1.0):
                for setting in (report.get("what_if") or {}).get("settings", ())]
     own = report.get("run_cache")
     hit = None if not own else own["hit_share"] if ran_cached(report) else 0.0
-    wall = figure_value(dig(report, ("io_wall_ms_per_token", "estimate")), limit)
+    wall = figure_value(value_at(report, ("io_wall_ms_per_token", "estimate")), limit)
     return {"what_if": offered, "measured": {
         "hit_share": figure_value(hit, limit),
         "mib_per_token": figure_value(report["mib_per_token"], limit) * per_decoded,
@@ -4830,7 +4830,7 @@ def pair_half(report):
             "schema": report.get("schema")}
 
 
-def dig(report, path):
+def value_at(report, path):
     """report[path[0]][path[1]]...; None past a null part (a pair's per_position)."""
     for key in path:
         if report is None:
@@ -4866,7 +4866,7 @@ def row_key(value):
 
 # A run's figures: what one side of a diff holds of one figure. runs: each run's figure (a run
 # without it left out); tokens: with one run, its per-token samples of the figure (None without).
-Sampled = namedtuple("Sampled", "runs tokens")
+SideSamples = namedtuple("SideSamples", "runs tokens")
 
 
 def relative_sd(values):
@@ -4896,7 +4896,7 @@ def tested(base, new, test):
 
 
 def compared(base, new, alpha, test):
-    """One figure of one NEW side against BASE (each a Sampled): the CHANGE of the means of
+    """One figure of one NEW side against BASE (each a SideSamples): the CHANGE of the means of
     their runs, tested as `test` says."""
     base_mean, new_mean = mean_of(base.runs), mean_of(new.runs)
     if new_mean is None and base_mean is None:
@@ -4913,7 +4913,7 @@ def compared(base, new, alpha, test):
 
 
 def diff_rows(figures, alpha, test, unit=None):
-    """One row per name, in the figures' order: figures {name: [Sampled per side]}, BASE
+    """One row per name, in the figures' order: figures {name: [SideSamples per side]}, BASE
     first; unit: a table's, else each figure's name states its own."""
     rows = []
     for name, (base, *news) in figures.items():
@@ -4938,7 +4938,7 @@ def ordered_rows(rows):
                                          str(row["name"])))
 
 
-class Side:
+class DiffSide:
     """The runs of one configuration: one side of a diff (one run each, without `vs`)."""
 
     def __init__(self, name, views):
@@ -4963,11 +4963,11 @@ class Side:
         return first
 
     def sampled(self, part, value, tokens):
-        """A figure of every run as a Sampled: value(half) its figure, tokens(half) its
+        """A figure of every run as a SideSamples: value(half) its figure, tokens(half) its
         per-token samples (or None)."""
         first, *more = halves = self.halves(part)
         runs = [figure for figure in map(value, halves) if figure is not None]
-        return Sampled(runs, None if more else tokens(first))
+        return SideSamples(runs, None if more else tokens(first))
 
 
 def diff_part(part, sides, alpha, test):
@@ -4997,7 +4997,7 @@ def diff_part(part, sides, alpha, test):
 
 
 def table_figures(part, sides, table):
-    """{row name: [Sampled per side]} of one table, rows in the order the runs first name
+    """{row name: [SideSamples per side]} of one table, rows in the order the runs first name
     them; tokens: an op's per-token samples (zero in a token without it)."""
     keys = {}
     for side in sides:
@@ -5975,7 +5975,7 @@ def trace_settings(report):
     return shown
 
 
-def logged(reading, log):
+def reading_with_log(reading, log):
     """The reading with the run's settings (those declared on the command line, then those
     its log implies) and what its log measured."""
     declared = tuple(setting for setting in reading.settings if setting.source == "declared")
@@ -5984,13 +5984,13 @@ def logged(reading, log):
                             if log else None)
 
 
-def settle(trace, reading):
+def join_settings(trace, reading):
     """Join the reading's settings to the trace's preamble: its `settings`."""
-    trace.meta, settings = settled(trace.meta, reading.settings, reading.warn, trace.name)
+    trace.meta, settings = merged_settings(trace.meta, reading.settings, reading.warn, trace.name)
     return settings
 
 
-def settled(meta, given, warn, name):
+def merged_settings(meta, given, warn, name):
     """The preamble with the given Settings joined, and the report's `settings`: a declared
     value wins over the preamble's (a source said first wins over a later one); a log's that
     contradicts the preamble is left out, with a warning."""
@@ -8584,12 +8584,12 @@ class UsageError(Exception):
 def analyze_compute(path, reading):
     """Read, sum up and judge a compute trace: its report dict."""
     trace, fold = read_compute(path, reading)
-    report = compute_report(trace, fold, reading.selection, settle(trace, reading))
+    report = compute_report(trace, fold, reading.selection, join_settings(trace, reading))
     report["verdicts"] = compute_verdicts(report)
     return report
 
 
-class IoAsked(namedtuple("IoAsked", "adjacent cache cache_sizes")):
+class IoOptions(namedtuple("IoOptions", "adjacent cache cache_sizes")):
     """What an io analysis computes beyond the tables: adjacency, the --cache curve, and
     the what-if at these cache sizes (() for the default sizes, None for no what-if)."""
 
@@ -8600,7 +8600,7 @@ class IoAsked(namedtuple("IoAsked", "adjacent cache cache_sizes")):
                    (args.cache_mb or ()) if what_if else None)
 
 
-def analyze_io(path, reading, asked=IoAsked(True, True, None)):
+def analyze_io(path, reading, asked=IoOptions(True, True, None)):
     """Read, sum up and judge an io trace: its report dict."""
     report, _ = weighed_io(path, reading, asked)
     return report
@@ -8612,7 +8612,7 @@ def weighed_io(path, reading, asked):
     reading = with_trace_stall(path, reading)
     trace, fold = read_io(path, reading, asked.adjacent, asked.cache)
     preamble = trace.meta
-    settings = settle(trace, reading)
+    settings = join_settings(trace, reading)
     report = io_report(trace, fold, reading.selection, settings, asked.cache_sizes,
                        reading.measured)
     if cache_contradicted(report, reading):  # the trace's word over the log's: again without
@@ -8624,7 +8624,7 @@ def weighed_io(path, reading, asked):
             setting for setting in reading.settings
             if setting.source != "log" or setting.key not in ("cache", "cache_mb")))
         trace.meta = preamble
-        settings = settle(trace, reading)
+        settings = join_settings(trace, reading)
         report = io_report(trace, fold, reading.selection, settings, asked.cache_sizes,
                            reading.measured)
     if trace_io.read_once(path) and "kind" in trace.columns and \
@@ -8637,7 +8637,7 @@ def weighed_io(path, reading, asked):
         said = "declared" if "io_threads" in settings else "in the preamble"
         reading.warn(f"{trace.name}: io_threads={named} {said}, but the trace read on "
                      f"{report['lanes']} lanes: the trace's lanes stand")
-    report["meta"], shown = settled(report["meta"], trace_settings(report), reading.warn,
+    report["meta"], shown = merged_settings(report["meta"], trace_settings(report), reading.warn,
                                     trace.name)
     report["settings"].update(shown)
     report["verdicts"] = io_verdicts(report, reading.measured)
@@ -8662,7 +8662,7 @@ def analyze_pair(compute_path, io_path, reading, cache_sizes=()):
     child process with half of the jobs, the io trace here with the rest. Warnings and the
     first error come in the order a one-after-the-other reading gives (compute first)."""
     jobs = reading.jobs
-    analyze_reads = partial(weighed_io, asked=IoAsked(True, True, cache_sizes))
+    analyze_reads = partial(weighed_io, asked=IoOptions(True, True, cache_sizes))
     compute_reading = reading._replace(jobs=max(1, jobs // 2))
     child = Forked(_outcome, analyze_compute, compute_path, compute_reading) \
         if jobs > 1 and hasattr(os, "fork") else None
@@ -8710,7 +8710,7 @@ def analyze_diff(arguments, reading, asked, logs=True):
         raise TraceError(last.path, 0, f"nothing to compare: {described} (diff compares "
                                        f"compute with compute, io with io)")
     names = side_names(views)
-    report = diff_report([Side(name, side) for name, side in zip(names, views)], asked.alpha,
+    report = diff_report([DiffSide(name, side) for name, side in zip(names, views)], asked.alpha,
                          asked.test, asked.gates)
     for gate in asked.gates:
         if not any(row["figure"] == gate.figure for row in report["gate"]):
@@ -8774,7 +8774,8 @@ def diff_view(run, reading, logs, cache_sizes):
     checked."""
     if run.io_path is not None:
         log = engine_log(run.paths) if logs else None
-        report = analyze_pair(run.path, run.io_path, logged(reading, log), cache_sizes or ())
+        report = analyze_pair(run.path, run.io_path, reading_with_log(reading, log),
+                              cache_sizes or ())
         report = with_engine_log(report, log, reading.warn) if log else report
         return DiffView(pair_name(display_name(run.path), display_name(run.io_path)), "trace",
                         report)
@@ -8783,8 +8784,8 @@ def diff_view(run, reading, logs, cache_sizes):
     with reopenable(path) as readable:
         held = trace_io.sniff(readable)
         log = engine_log([path]) if logs and held != "json" else None
-        report = analyze_input(readable, name, held, logged(reading, log),
-                               IoAsked(True, True, cache_sizes))
+        report = analyze_input(readable, name, held, reading_with_log(reading, log),
+                               IoOptions(True, True, cache_sizes))
     if log:  # its decoded tokens, as the engine counts them, for the prediction check
         report = with_engine_log(report, log, reading.warn)
     try:
@@ -8912,13 +8913,13 @@ def run_report(run, inputs, reading):
     its traces."""
     log = engine_log(run.paths) if inputs.logs and inputs.kinds.get(run.path) != "json" \
         else None
-    reading = logged(reading, log)
+    reading = reading_with_log(reading, log)
     if run.io_path is not None:
         report = analyze_pair(*(inputs.local.get(path, path) for path in run.paths), reading)
     else:
         report = analyze_input(inputs.local[run.path], display_name(run.path),
                                inputs.kinds[run.path], reading,
-                               IoAsked(True, True, ()))  # alone: as io --what-if
+                               IoOptions(True, True, ()))  # alone: as io --what-if
     return with_engine_log(report, log, reading.warn) if log else report
 
 
@@ -9262,7 +9263,7 @@ COMMANDS = {command.name: command for command in (
                          "sizes up to the footprint"),
              *what_if_options("what each engine setting would buy (--cache-mb implies it)"),
              layers_option(FULL_LAYERS), FULL_OPTION, *ENGINE_LOG_OPTIONS),
-            lambda args, reading: analyze_io(args.path, reading, IoAsked.of(args)),
+            lambda args, reading: analyze_io(args.path, reading, IoOptions.of(args)),
             ("svg", "perfetto")),
     Command("report", "report CT IO",
             "both traces of one run on one screen, I/O per decoded token",
@@ -9491,7 +9492,7 @@ def run(args, out, warn):
     declared = checked_declarations(args.declared, warn)
     log = engine_log([path for _, path in paths], args.engine_log) \
         if ENGINE_LOG_OPTION in command.options and not args.no_engine_log else None
-    reading = logged(reading_from(args, warn, [path for _, path in paths])._replace(
+    reading = reading_with_log(reading_from(args, warn, [path for _, path in paths])._replace(
         settings=declared), log)
     if getattr(args, "calibration", None) is not None:  # the user's runs' costs, beside the log's
         reading = reading._replace(measured={**(reading.measured or {}),

@@ -6354,26 +6354,34 @@ def per_words(report):
 
 
 # ── rendering: the sections every command shares ─────────────────────────────────────────────────
-def header_blocks(report, view):
-    """What produced the report, from which files, the run's preamble."""
-    kind = report["kind"]
-    if kind == "compute":
-        header = Header("compute", [("trace", report["path"], "")], report["meta"], COMPUTE_KEYS)
-    elif kind == "io":
-        header = Header("io", [("trace", report["path"], "")], report["meta"], IO_KEYS)
-    elif kind == "report":
-        compute, io = report["compute"], report["io"]
-        header = Header("report", [("compute", compute["path"], ""), ("io", io["path"], "")],
-                        {**io["meta"], **compute["meta"]}, PAIR_KEYS)
-    elif kind == "timeline":
-        paths = [(label, path, "") for label, path in zip(("compute", "io"), report["paths"])]
-        header = Header("timeline", paths, report["meta"], TIMELINE_KEYS)
-    else:
-        header = Header(kind, [], {}, ())
-    engine = report.get("engine")
-    if engine:
-        header = header._replace(paths=header.paths + [("engine log", engine["log"], "")])
-    return [Block(None, [with_settings(header, report)], gap=False)]
+def header_section(header_of):
+    """The section that says what produced the report, from which files, the run's preamble:
+    header_of(report) is the Header of its kind, joined here by the engine's log and the
+    settings the preamble lacked."""
+    def header_blocks(report, view):
+        header = header_of(report)
+        engine = report.get("engine")
+        if engine:
+            header = header._replace(paths=header.paths + [("engine log", engine["log"], "")])
+        return [Block(None, [with_settings(header, report)], gap=False)]
+    return header_blocks
+
+
+def pair_header(report):
+    compute, io = report["compute"], report["io"]
+    return Header("report", [("compute", compute["path"], ""), ("io", io["path"], "")],
+                  {**io["meta"], **compute["meta"]}, PAIR_KEYS)
+
+
+def trace_header(keys):
+    """The Header of a report of one trace (compute, io) whose preamble shows `keys`."""
+    return lambda report: Header(report["kind"], [("trace", report["path"], "")],
+                                 report["meta"], keys)
+
+
+def timeline_header(report):
+    paths = [(label, path, "") for label, path in zip(("compute", "io"), report["paths"])]
+    return Header("timeline", paths, report["meta"], TIMELINE_KEYS)
 
 
 def with_settings(header, report):
@@ -7374,30 +7382,26 @@ def schema_blocks(report, view):
 COMPUTE_SECTIONS = (segment_blocks, op_blocks, fault_blocks, category_blocks)
 IO_READ_SECTIONS = (latency_blocks, size_blocks, lane_blocks, spec_blocks)
 COMPUTE_LAYOUT = layout(
-    header_blocks, compute_headline_blocks, verdict_blocks, calm_blocks, engine_blocks,
-    caveat_blocks,
-    *COMPUTE_SECTIONS,
+    header_section(trace_header(COMPUTE_KEYS)), compute_headline_blocks, verdict_blocks,
+    calm_blocks, engine_blocks, caveat_blocks, *COMPUTE_SECTIONS,
     Section(compute_layer_blocks, fold=True), compute_token_blocks)
 IO_LAYOUT = layout(
-    header_blocks, io_headline_blocks, verdict_blocks, best_change_blocks, calm_blocks,
-    engine_blocks,
-    *IO_READ_SECTIONS,
-    io_layer_blocks,
+    header_section(trace_header(IO_KEYS)), io_headline_blocks, verdict_blocks,
+    best_change_blocks, calm_blocks, engine_blocks, *IO_READ_SECTIONS, io_layer_blocks,
     adjacency_blocks, cache_blocks, what_if_blocks, io_token_blocks)
 PAIR_LAYOUT = layout(
-    header_blocks, pair_headline_blocks, per_decoded_blocks, verdict_blocks, best_change_blocks,
-    calm_blocks,
-    engine_blocks, caveat_blocks, pair_layer_blocks, segment_blocks, pair_op_blocks,
-    fault_blocks, category_blocks, compute_token_blocks,
-    divider("flash reads"),
-    *IO_READ_SECTIONS, adjacency_blocks, cache_blocks, what_if_blocks)
+    header_section(pair_header), pair_headline_blocks, per_decoded_blocks, verdict_blocks,
+    best_change_blocks, calm_blocks, engine_blocks, caveat_blocks, pair_layer_blocks,
+    segment_blocks, pair_op_blocks, fault_blocks, category_blocks, compute_token_blocks,
+    divider("flash reads"), *IO_READ_SECTIONS, adjacency_blocks, cache_blocks, what_if_blocks)
 TIMELINE_LAYOUT = layout(
-    header_blocks, timeline_headline_blocks, timeline_summary_blocks, timeline_decode_blocks)
+    header_section(timeline_header), timeline_headline_blocks, timeline_summary_blocks,
+    timeline_decode_blocks)
 DIFF_LAYOUT = layout(diff_header_blocks, diff_headline_blocks, diff_preamble_blocks,
-                     diff_section_blocks,
-                     prediction_blocks, calibration_blocks)
+                     diff_section_blocks, prediction_blocks, calibration_blocks)
 SUMMARY_LAYOUT = layout(summary_header_blocks, summary_blocks, calibration_blocks)
-SCHEMA_LAYOUT = layout(header_blocks, schema_blocks)
+SCHEMA_LAYOUT = layout(header_section(lambda report: Header("schema", [], {}, ())),
+                       schema_blocks)
 LAYOUTS = {"compute": COMPUTE_LAYOUT, "io": IO_LAYOUT, "report": PAIR_LAYOUT,
            "timeline": TIMELINE_LAYOUT, "diff": DIFF_LAYOUT, "summary": SUMMARY_LAYOUT,
            "schema": SCHEMA_LAYOUT}

@@ -8540,23 +8540,31 @@ def side_by_side(index, section, inputs, unit):
 FOOTER_CHAR_PX = 6.0  # a 10 px sans-serif character at its widest on average: the footer fits
 
 
+def pair_pictures(report):
+    panels = compute_panels(report["compute"], 0)
+    return (panels + io_panels(report["io"], len(panels), report["compute"]["per_token"]),
+            [report["compute"]["path"], report["io"]["path"]])
+
+
+def diff_pictures(report):
+    """The diff's panels, its sides named by their run's path, or by their name and runs:
+    `base (4 runs) vs new (4 runs)`."""
+    first_path = {source["side"]: str(source["path"]) for source in reversed(report["inputs"])}
+    return diff_panels(report, 0), [
+        f"{side['name']} ({side['runs']} runs)" if side["runs"] > 1 else first_path[i]
+        for i, side in enumerate(report["sides"])]
+
+
+# What each kind of report draws in its SVG: (its panels, the paths it was made from).
+SVG_PICTURES = {"compute": lambda report: (compute_panels(report, 0), [report["path"]]),
+                "io": lambda report: (io_panels(report, 0), [report["path"]]),
+                "report": pair_pictures, "diff": diff_pictures}
+
+
 def svg_of(report):
     """The SVG of a compute, io, report or diff report."""
     kind = report["kind"]
-    if kind == "compute":
-        panels, paths = compute_panels(report, 0), [report["path"]]
-    elif kind == "io":
-        panels, paths = io_panels(report, 0), [report["path"]]
-    elif kind == "report":
-        panels = compute_panels(report["compute"], 0)
-        panels += io_panels(report["io"], len(panels), report["compute"]["per_token"])
-        paths = [report["compute"]["path"], report["io"]["path"]]
-    else:
-        panels = diff_panels(report, 0)
-        # a side by its run's path, or by its name and runs: `base (4 runs) vs new (4 runs)`
-        first_path = {source["side"]: str(source["path"]) for source in reversed(report["inputs"])}
-        paths = [f"{side['name']} ({side['runs']} runs)" if side["runs"] > 1 else first_path[i]
-                 for i, side in enumerate(report["sides"])]
+    panels, paths = SVG_PICTURES[kind](report)
     joiner = " vs " if kind == "diff" else " + "
     source = joiner.join(map(str, paths))  # whole in the title; the footer names them
     height = len(panels) * SVG_PANEL + 24

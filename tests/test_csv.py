@@ -41,9 +41,28 @@ def leaves(value):
 
 def find_row(rows, name):
     """The row a CSV `row` names: the one whose naming field says so, else by index."""
-    named = [row for row in rows if isinstance(row, dict) and "/" not in name
-             and any(field in row and text_of(row[field]) == name for field in NAMES)]
-    return named[0] if len(named) == 1 else rows[int(name)]
+    named = [] if "/" in name else row_names(rows).get(name, [])
+    return rows[named[0]] if len(named) == 1 else rows[int(name)]
+
+
+_NAMED_ROWS = {}  # id of a table -> (the table, {a naming field's text: its rows' indexes})
+
+
+def row_names(rows):
+    """{text: the indexes of the rows a naming field of which says it}, once per table: a
+    table is looked up for each of its CSV lines (looking through it each time was quadratic,
+    a tenth of the suite)."""
+    held = _NAMED_ROWS.get(id(rows))
+    if held is None or held[0] is not rows:
+        index = {}
+        for position, row in enumerate(rows):
+            if isinstance(row, dict):
+                for text in {text_of(row[field]) for field in NAMES if field in row}:
+                    index.setdefault(text, []).append(position)
+        if len(_NAMED_ROWS) > 4096:
+            _NAMED_ROWS.clear()
+        held = _NAMED_ROWS[id(rows)] = (rows, index)
+    return held[1]
 
 
 def text_of(value):

@@ -510,14 +510,14 @@ NAMES = ["attn_norm-0", "ffn_moe_up-0", "node_3", "Qcur-0 (view)", "a,b", ' x "y
 BAD = ["x", "-2", "", "1 ", "\r", "9" * 25]
 
 
-@settings(max_examples=15, deadline=None, derandomize=True)  # the same cases on every machine
+@settings(max_examples=10, deadline=None, derandomize=True)  # the same cases on every machine
 @given(tokens=st.integers(2, 30), nodes=st.integers(3, 40), seed=st.integers(0, 10 ** 6),
        bad=st.lists(st.tuples(st.integers(0, 10 ** 6), st.integers(0, 8),
                               st.sampled_from(BAD)), max_size=5))
 def test_one_answer_for_every_jobs_and_path_on_generated_traces(tokens, nodes, seed, bad):
     """Generated compute traces with duplicated and awkward names (quoted, commas, spaces) and
-    bad rows (--skip-bad-rows; never all of them): --jobs 1 to 8 over parts of a few hundred
-    bytes, the line-by-line path and gzip give one report."""
+    bad rows (--skip-bad-rows; never all of them): --jobs 1, 2, 3 and 8 over parts of a few
+    hundred bytes, the line-by-line path and gzip give one report."""
     import random
     import tempfile
     rng = random.Random(seed)
@@ -540,7 +540,7 @@ def test_one_answer_for_every_jobs_and_path_on_generated_traces(tokens, nodes, s
             one = answer(["compute", path, "--skip-bad-rows", "--layers", "--jobs", "1"],
                          Path(folder))
             trace_io.PARALLEL_MIN_BYTES = 512
-            for jobs in range(2, 9):
+            for jobs in (2, 3, 8):  # two parts, an odd count, more parts than rows allow
                 argv = ["compute", path, "--skip-bad-rows", "--layers", "--jobs", str(jobs)]
                 assert difference(answer(argv, Path(folder)), one) is None, jobs
             trace_io.Trace._fast_batch = lambda self, *args, **kwargs: None

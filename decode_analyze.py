@@ -4558,12 +4558,12 @@ def calibration(samples):
 
 
 def held_out(sample, others, noise):
-    """The HELD_OUT of a serial run from the others' fit: its base's decode less its flash I/O
-    (the serial runs without a cache of its model and lanes: their compute, widened by their
-    decodes' range, and at least by twice the repeats' spread, `noise`, of their mean: a run
-    repeated falls anywhere in the whole range of the others), plus
-    its own MiB at the fitted ms per MiB of its lanes (with a cache: the cached runs'), plus
-    management at the fitted cost a lookup; None without a base."""
+    """The HELD_OUT of a serial run from the others' fit: its base's compute (the serial runs
+    without a cache of its model and lanes: decode less flash I/O), widened by their decodes'
+    range and at least by twice the repeats' spread, `noise`, of their mean (a repeat falls
+    anywhere in the others' whole range); plus its own MiB at the fitted ms per MiB of its
+    lanes (with a cache: the cached runs'), plus management at the fitted cost a lookup;
+    None without a base."""
     base = [one for one in others if one.model == sample.model and one.lanes == sample.lanes
             and not one.cached and not one.overlap]
     if sample.overlap or not base:
@@ -6431,8 +6431,9 @@ def engine_blocks(report, view):
 def verdict_blocks(report, view):
     """The flagged verdicts, each with its evidence (the undetermined and calm ones come after
     the best changes: calm_blocks); with --explain the undetermined ones too, each in full."""
-    verdicts = [v for v in all_verdicts(report)
-                if v["flagged"] or (view.explain and v["flagged"] is None)]
+    verdicts = sorted((v for v in all_verdicts(report)
+                       if v["flagged"] or (view.explain and v["flagged"] is None)),
+                      key=lambda v: not v["flagged"])  # flagged first
     return [Block("verdicts", [Bullets([v["text"] for v in verdicts])])] if verdicts else []
 
 
@@ -6848,19 +6849,10 @@ def per_decoded_blocks(report, view):
 
 
 def engine_split(report):
-    """The engine's own split of the decode, from its log's moe-stream line (and moe-overlap's
-    stall), beside the tool's: a line, or none without them."""
-    figures = {name: figure["engine"] for name, figure in
-               ((report.get("engine") or {}).get("figures") or {}).items()}
-    names = ("decode_ms_per_token", "compute_ms_per_token", "cache_mgmt_ms_per_token",
-             "flash_io_ms_per_token")
-    if not all(name in figures for name in names):
-        return []
-    decode, compute, managing, flash = map(figures.get, names)
-    stall = figures.get("stall_ms_per_token")
-    return [f"  the engine's log: decode {decode:.2f} ms = compute {compute:.2f} + cache mgmt "
-            f"{managing:.2f} + flash I/O {flash:.2f}"
-            + ("" if stall is None else f"; stall {stall:.2f} ms")]
+    """The engine's own split of the decode, from its log, beside the tool's: a line, or none
+    without it."""
+    split = engine_split_of(report, FIGURE_LIMIT)
+    return [f"  the engine's log: {engine_split_text(split)}"] if split else []
 
 
 def pair_layer_blocks(report, view):
@@ -7108,7 +7100,8 @@ def diff_headline_blocks(report, view):
     sides = report["sides"]
     labels = [input_label(index, len(sides)) for index in range(len(sides))]
     lines = decode_lines(report, labels)
-    lines += [f"  {label}, its log{'s' if side['runs'] > 1 else ''}: {engine_split_text(side)}"
+    lines += [f"  {label}, its log{'s' if side['runs'] > 1 else ''}: "
+              f"{engine_split_text(side['engine'])}"
               for label, side in zip(labels, sides) if side["engine"]]
     lines += changed_lines(report, labels)
     for label, changes in zip(labels[1:], report["preamble_changes"]):
@@ -7134,14 +7127,14 @@ def decode_lines(report, labels):
     return lines
 
 
-def engine_split_text(side):
-    split = side["engine"]
+def engine_split_text(split):
+    """decode = compute + cache mgmt + flash I/O (and the stall), as the engine's log says."""
     stall = split.get("stall_ms_per_token")
     return (f"decode {split['decode_ms_per_token']:.2f} ms = compute "
             f"{split['compute_ms_per_token']:.2f} + cache mgmt "
             f"{split['cache_mgmt_ms_per_token']:.2f} + flash I/O "
             f"{split['flash_io_ms_per_token']:.2f}"
-            + ("" if stall is None else f"; stall {stall:.2f}"))
+            + ("" if stall is None else f"; stall {stall:.2f} ms"))
 
 
 Moved = namedtuple("Moved", "title name change")  # a row's change against one NEW

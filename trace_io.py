@@ -854,6 +854,8 @@ def idle_cores(window=0.05):
     time over `window` seconds (/proc/stat; all of them where it cannot be read): a second
     process wins only on an idle core, and costs more than it saves on a busy one."""
     cores = usable_cores()
+    if cores < 2:  # one process whatever the load: nothing to wait for
+        return cores
     try:
         idle, total = _cpu_ticks()
         time.sleep(window)

@@ -565,6 +565,9 @@ def test_the_default_jobs_are_the_idle_cores(monkeypatch, tmp_path):
         samples = iter([(0, 0), (idle_ticks, 40)])
         monkeypatch.setattr(trace_io, "_cpu_ticks", lambda: next(samples))
         assert trace_io.idle_cores() == idle
+    monkeypatch.setattr(trace_io, "usable_cores", lambda: 1)
+    monkeypatch.setattr(trace_io, "_cpu_ticks", lambda: 1 / 0)  # one core: nothing sampled
+    assert trace_io.idle_cores() == 1
     small, large = tmp_path / "small.csv", tmp_path / "large.csv"
     small.write_bytes(b"x")
     with open(large, "wb") as f:

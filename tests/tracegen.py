@@ -7,6 +7,7 @@ by the tool itself.
 """
 import gzip
 import random
+from collections import OrderedDict
 
 # (layer_is_set, op, name) for one qwen3moe layer; '{il}' is the layer index. None = unnamed.
 QWEN3MOE_LAYER = [
@@ -176,7 +177,6 @@ def sweep_routing(tokens, seed=7):
 def sweep_misses(routed, cache_experts):
     """The routing with only the experts an LRU cache of `cache_experts` missed (0: no cache,
     every expert read), and the cache's resident MiB at the end."""
-    from collections import OrderedDict
     held, missed = OrderedDict(), []
     for phase, step, layers in routed:
         kept = []
@@ -201,6 +201,7 @@ def sweep_run(folder, name, compute_ms, lanes=4, ms_per_mib=1.5, cache_experts=0
     """Write NAME-ct.csv, NAME-io.csv and NAME.log of one run into `folder`; its decode
     ms per token."""
     missed, resident_mib = sweep_misses(sweep_routing(tokens), cache_experts)
+    layer_managing = management_ms_per_lookup * SWEEP_TOP_K if cache_experts else 0.0
     io_rows, walls, total_mib, io_ms = [], [], 0.0, []
     for phase, step, layers in missed:
         token_ms = [0.0] * SWEEP_LAYERS
@@ -215,14 +216,13 @@ def sweep_run(folder, name, compute_ms, lanes=4, ms_per_mib=1.5, cache_experts=0
                                f"{offset},{SWEEP_PROJ_BYTES},{SWEEP_PROJ_BYTES},"
                                f"{read_ns}\n")
             total_mib += len(reads) * SWEEP_PROJ_BYTES / 1048576
-        managing = management_ms_per_lookup * SWEEP_TOP_K if cache_experts else 0.0
-        walls.append((phase, step, token_ms, managing))
+        walls.append((phase, step, token_ms))
         if phase == 1:
             io_ms.append(sum(token_ms))
-    ct = [f"{0},{phase},{step},{seq},{layer},LAYER,{segment},{round(ns)},0\n"
-          for phase, step, token_ms, managing in walls
+    ct = [f"0,{phase},{step},{seq},{layer},LAYER,{segment},{round(ns)},0\n"
+          for phase, step, token_ms in walls
           for seq, (layer, segment, ns) in enumerate(sweep_segments(
-              compute_ms * (20 if phase == 0 else 1), token_ms, managing))]
+              compute_ms * (20 if phase == 0 else 1), token_ms, layer_managing))]
     head = f" n_layer={SWEEP_LAYERS} n_threads=2 io_threads={lanes} o_direct=1 overlap=0"
     model = "# model=sweep-moe.gguf arch=qwen3moe"
     write(f"{folder}/{name}-ct.csv", [f"# compute_trace v1\n{model}{head}\n",
@@ -230,7 +230,7 @@ def sweep_run(folder, name, compute_ms, lanes=4, ms_per_mib=1.5, cache_experts=0
     write(f"{folder}/{name}-io.csv", [f"# io_trace v1\n{model}{head}\n", IO_HEADER + "\n",
                                       *io_rows])
     flash = sum(io_ms) / tokens
-    managing = management_ms_per_lookup * SWEEP_TOP_K * SWEEP_LAYERS if cache_experts else 0.0
+    managing = layer_managing * SWEEP_LAYERS
     decode = compute_ms + flash + managing
     lines = [f"generation: {tokens} tokens, {decode / 1e3:.3f} s/token "
              f"({1e3 / decode:.3f} tok/s)\n",

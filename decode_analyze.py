@@ -16,32 +16,37 @@ Standard library only.
 Tracing isolates every graph node behind a barrier (no operator fusion) and locks every read, so
 a traced token is slower than an untraced one: its proportions are what to trust.
 
-Map of this file, in the order the data flows (trace_io.py reads the files, checks every integer,
-states the fold contract and splits a large file between processes); each section calls only
-the sections above it:
+Map of this file. The foundations come first; then one part per report, each holding its
+records, its fold, its report, its verdicts and its text and Markdown sections, in that order;
+then what every report is written as. trace_io.py reads the files, checks every integer, states
+the fold contract and splits a large file between processes. Each section calls only the
+sections above it:
 
   units         unit_named (what a figure is counted in, from its name), num
-  records       Record: every JSON object's fields, declared once (REPORTS; the schema command)
+  records       Record: every JSON object's fields, declared once; a run's meta read
   tokens        Selection (which tokens a report covers), TokenBook, TokenFold (the fold base)
   statistics    SortedParts and percentile_index (the one percentile rule), PerToken, ratio,
                 mann_whitney_p
+  rendering     Column and table_lines (every text table), json_text; the layout's pieces (Section,
+                Block, View); the sections every report shares (header, engine, caveats)
+  verdicts      verdict and compare: a one-line conclusion and its threshold; verdict_blocks
   compute       CATEGORY_NAMES and classify_graph (node categories), TokenGraph, ComputeFold,
-                compute_report
+                compute_report, compute_verdicts, COMPUTE_LAYOUT
   io            PhaseReads, IoFold, ExpertLookups and ExpertCache (the engine's cache, every
-                size in one pass), WhatIf (what each setting would buy), io_report
-  pair          pair_report: both traces of one run, per decoded token
-  timeline      v2 traces on one clock: decode spans, unions of intervals
-  verdicts      the one-line conclusions and their thresholds (and what is at stake)
+                size in one pass), WhatIf (what each setting would buy), io_report, io_verdicts,
+                IO_LAYOUT
+  pair          pair_report: both traces of one run, per decoded token; PAIR_LAYOUT
+  timeline      v2 traces on one clock: decode spans, unions of intervals; TIMELINE_LAYOUT
+  engine        the engine's own end-of-run lines (NAME.log) beside the tool's figures
+  settings      merged_settings: what a preamble lacks (--set, the log's, the trace's) joined
   runs          configuration (what makes runs repeats), Sample (what a pair gives a fit),
                 calibration: the what-if's costs fitted on runs (summary's, diff's sides)
   diff          DiffView (one run, checked), DiffSide (its runs), diff_report (every NEW side
-                against BASE's, tested over runs), the regression gate
+                against BASE's, tested over runs), the regression gate, DIFF_LAYOUT
   summary       summary_runs (runs found and paired), one row per run, repeats grouped
-  engine        the engine's own end-of-run lines (NAME.log) beside the tool's figures
-  settings      merged_settings: what a preamble lacks (--set, the log's, the trace's) joined
-  rendering     Column and table_lines (every text table); LAYOUTS (every report's sections,
-                drawn by text_of and markdown_of); json_text; csv_of (tidy CSV)
-  output files  write_output: whole or not at all, never over an input
+  schema        REPORTS (every kind's record) and the schema command drawn from them
+  outputs       LAYOUTS drawn by text_of and markdown_of; csv_of (tidy CSV);
+                write_output: whole or not at all, never over an input
   pictures      Perfetto (export_perfetto) and SVG (svg_of)
   command line  COMMANDS (the registry), build_parser, analyze_* (read, sum up, judge), main
 """
@@ -201,9 +206,7 @@ VERDICT = Record("verdict", "one line of the verdicts", (
 TOKEN_SPREAD = Record("token spread", "percentiles of a per-token figure", (
     ("p50", "median"), ("p90", "90th percentile"), ("p99", "99th percentile"),
     ("max", "largest")))
-RANGE = Record("range", "a figure a v1 trace bounds but cannot measure", (
-    ("min", "the lower bound"), ("max", "the upper bound"),
-    ("estimate", "the busiest-lane estimate (README: the I/O estimate)")))
+
 # A report's verdicts are judged from it once it is built; a command's report ends with the
 # warnings the run said on stderr (a pair's halves have none of their own).
 WARNINGS = ("warnings", "every warning the run said on stderr (a command's report only)")
@@ -227,12 +230,6 @@ TRACE_HEAD = (
     ("phase", "the rows used: `decode`, `prefill` or `all`"),
     ("selection", "what was asked for", SELECTION))
 
-MS_PER_TOKEN = ("ms_per_token", "its wall_ns / tokens / 10^6",
-                Shown("ms/token", 2, "ms per token"), PER_TOKEN)
-SHARE = ("share", "its share of all wall_ns", Shown("share", "%"))
-MAJFLT_PER_TOKEN = ("majflt_per_token", "its major faults / tokens",
-                    Shown("majflt/tok", 1), PER_TOKEN)
-NODES_PER_TOKEN = ("nodes_per_token", "its nodes / tokens", Shown("nodes/tok", 1), PER_TOKEN)
 ENGINE_FIGURE = Record("engine figure", "`engine.figures.<figure>`", (
     ("engine", "the engine's own figure, from its end-of-run lines", Shown("engine", 3)),
     ("tool", "the tool's figure for the same thing (null: the traces do not show it)",
@@ -263,589 +260,10 @@ ENGINE = Record("engine", "a run's `engine` (null without the engine's log)", (
 ENGINE_FIELD = ("engine", "the engine's own figures beside the tool's (null without its log)",
                 ENGINE)
 
-OP_ROW = Record("op row", "compute `by_op`", (
-    ("op", "the ggml op", Shown("op", "text")), ("count", "its nodes in the selection", TOTAL),
-    ("ms_per_token", "its wall_ns / tokens / 10^6",
-     Shown("ms/token", 2, "ms per token", samples="op"), PER_TOKEN), SHARE,
-    MAJFLT_PER_TOKEN[:2] + (Shown("majflt/tok", 1, "major faults per token"), PER_TOKEN),
-    NODES_PER_TOKEN, ("avg_us", "one node's mean wall time", Shown("avg us", 1)),
-    ("p50_us", "one node's median wall time", Shown("p50 us", 1)),
-    ("p99_us", "one node's p99 wall time", Shown("p99 us", 1)),
-    ("max_us", "one node's longest wall time", Shown("max us", 1))), key="op", by="by op")
-FAULT_ROW = Record("fault row", "compute `faults.by_op`", (
-    ("op", "the ggml op", Shown("op", "text")),
-    ("majflt_per_token", "faults of its faulting nodes / tokens", Shown("majflt/tok", 1),
-     PER_TOKEN),
-    ("ms_per_token", "wall_ns of its faulting nodes / tokens / 10^6", Shown("ms/tok", 2),
-     PER_TOKEN),
-    ("share", "that wall time's share of all wall_ns", Shown("of compute", "%"))))
-FAULTS = Record("faults", "compute `faults`", (
-    ("majflt_per_token", "major faults / tokens", PER_TOKEN),
-    ("ms_per_token", "wall_ns of every node that faulted / tokens / 10^6",
-     Shown(diff="faulting nodes' ms per token"), PER_TOKEN),
-    ("share", "that wall time's share of all wall_ns"),
-    ("by_op", "per op, most faults first", ListOf(FAULT_ROW))))
-GROUP_FIGURES = (MS_PER_TOKEN, SHARE, MAJFLT_PER_TOKEN)
-LAYER_ROW = Record("layer row", "compute `by_layer` (inferred layers), `by_layer_column` (as "
-                                "written)",
-                   (("layer", "the layer (-1: outside every layer)", Shown("layer")),
-                    *GROUP_FIGURES), key="layer", by="by layer")
-SEGMENT_ROW = Record("segment row", "compute `segments` (layer granularity; `[]` for a node "
-                                    "trace)",
-                     (("name", "`pre`, `blk.N` or `post`", Shown("segment", "text")),
-                      *GROUP_FIGURES), key="name", by="by segment")
-CATEGORY_ROW = Record("category row", "compute `by_category` (`[]` for a layer trace)", (
-    ("category", "the node category (the README's categories)", Shown("category", "text")),
-    MS_PER_TOKEN, SHARE, MAJFLT_PER_TOKEN, NODES_PER_TOKEN), key="category",
-    by="by node category")
-UNCLASSIFIED_ROW = Record("unclassified row", "compute `unclassified`", (
-    ("name", "a base name that landed in `other`"), ("ms_per_token", "its wall_ns / tokens")))
-COMPUTE_TOKEN = Record("compute token", "compute `slowest`, `per_token`", (
-    ("turn", "session turn"), ("phase", "1 decode, 0 prefill"), ("step", "the token's step"),
-    ("ms", "its summed wall_ns / 10^6"), ("majflt", "its major faults"),
-    ("faulting_ms", "the wall time of its nodes that took major faults")))
-DECODES = Record("decodes", "compute `decodes`", (
-    ("decodes", "decode tokens selected"),
-    ("positions", "generated positions they cover (next step - step; a turn's last: 1)"),
-    ("speculative", "whether any decode covers more than one position"),
-    ("ms_per_decode", "decode wall time / decodes"),
-    ("ms_per_position", "decode wall time / positions",
-     Shown(diff="ms per generated position"))))
-PREFILL_BATCHES = Record("prefill", "compute `prefill`", (
-    ("batches", "prefill batches selected"), ("prompt_tokens", "step + 1 summed over them"),
-    ("ms_per_batch", "their wall time / batches"),
-    ("ms_per_prompt_token", "their wall time / prompt tokens")))
-WARMUP = Record("warmup", "compute `warmup`", (
-    ("tokens", "how many first decode tokens of a turn count as warm-up"),
-    ("first_mean", "their mean ms"), ("rest_mean", "the other decode tokens' mean ms"),
-    ("ratio", "first_mean / rest_mean"),
-    ("from_turn_start", "whether each turn's selected decode tokens start at its first decode "
-                        "(not so with --skip, or --steps past it): else the first tokens "
-                        "selected are not a warm-up")))
-TAIL_IN_POST = Record("tail in post", "compute `tail_in_post` (null unless a layer trace shows "
-                                      "it)", (
-    ("layer", "the last layer, whose MoE tail the engine wrote into `post` (layer -1)"),
-    ("segments_per_token", "its blk.N segments per token"),
-    ("others_per_token", "the other layers' (their median)")))
-STRETCH_GROUP = Record("stretch group", "compute `slow_stretch.slowed`", (
-    ("name", "a node category, or a layer trace's segment (`pre`, `blk.N`, `post`)"),
-    ("ms_per_token", "its ms per token in the stretch"),
-    ("others_ms_per_token", "outside it"), ("ratio", "in / outside")))
-COMPUTE_STRETCH = Record("compute slow stretch", "compute `slow_stretch` (null without one)", (
-    ("turn", "its turn"), ("first_step", "its first token's step"),
-    ("last_step", "its last token's step"), ("tokens", "its tokens"),
-    ("ms_per_token", "their mean ms"), ("others_ms_per_token", "the other tokens' mean ms"),
-    ("share", "its share of the selection's time"),
-    ("slowed", "the groups that slowed with it (README: verdicts), the most added ms first; "
-               "null when a layer trace did not keep every stretch token's segments",
-     ListOf(STRETCH_GROUP))))
-COMPUTE_REPORT = Record("compute report", "`compute`; a pair's `compute`", (
-    *REPORT_HEAD, *TRACE_HEAD,
-    ("tokens", "distinct (turn, phase, step) selected"),
-    ("granularity", "`layer` when every selected row is a LAYER row, else `node`"),
-    ("rows", "selected rows", TOTAL),
-    ("nodes_per_token", "rows / tokens", Shown(diff="nodes per token"), PER_TOKEN),
-    ("ms_per_token", "sum of wall_ns / tokens / 10^6: the decode's wall time, waits included",
-     Shown(diff="ms per token", samples="ms"), PER_TOKEN),
-    ("majflt_per_token", "sum of majflt / tokens",
-     Shown(diff="major faults per token", samples="majflt"), PER_TOKEN),
-    ("by_op", "every op, slowest first", ListOf(OP_ROW), COMPARED),
-    ("faults", "the nodes that took major faults", FAULTS),
-    ("by_layer", "per inferred layer", ListOf(LAYER_ROW), COMPARED),
-    ("by_layer_column", "per layer as the trace wrote it", ListOf(LAYER_ROW)),
-    ("reattributed_ms_per_token", "wall_ns of layer -1 nodes counted in a layer / tokens"),
-    ("segments", "per segment, in layer order", ListOf(SEGMENT_ROW), COMPARED),
-    ("tail_in_post", "the last layer's MoE tail written into post", TAIL_IN_POST),
-    ("by_category", "per node category, slowest first", ListOf(CATEGORY_ROW), COMPARED),
-    ("unclassified", "base names in `other`, slowest first", ListOf(UNCLASSIFIED_ROW)),
-    ("token_ms", "each token's ms", TOKEN_SPREAD,
-     Shown(diff={"p50": "token ms p50", "p99": "token ms p99"})),
-    ("slowest", "the five slowest tokens", ListOf(COMPUTE_TOKEN)),
-    ("per_token", "every token, in trace order", ListOf(COMPUTE_TOKEN)),
-    ("decodes", "decodes and the positions they generate", DECODES),
-    ("prefill", "prefill batches and their prompt tokens", PREFILL_BATCHES),
-    ("warmup", "the first decode tokens of each turn against the rest", WARMUP),
-    ("slow_stretch", "the longest run of consecutive slow tokens (README: verdicts)",
-     COMPUTE_STRETCH),
-    ("op_us_by_token", "{op: each token's wall time in it, whole µs, in per_token's order}: "
-                       "the samples diff tests an op with", MapOf(VALUE)),
-    ("category_us_by_token", "the same per node category (`{}` for a layer trace): what the "
-                             "SVG stacks", MapOf(VALUE)),
-    ENGINE_FIELD, ("verdicts", "the compute verdicts", ListOf(VERDICT)), WARNINGS),
-    later=LATER)
-
-LATENCY = Record("latency", "io `latency_us`", (
-    ("min", "shortest read (µs)", Shown("min", 1)),
-    ("mean", "mean read", Shown("mean", 1, "read latency us, mean", "latency_mean_us")),
-    ("p50", "median read", Shown("p50", 1, "read latency us, p50")),
-    ("p90", "90th percentile", Shown("p90", 1)),
-    ("p99", "99th percentile", Shown("p99", 1, "read latency us, p99", "latency_p99_us")),
-    ("p999", "99.9th percentile", Shown("p99.9", 1)), ("max", "longest read", Shown("max", 1))))
-HISTOGRAM_ROW = Record("histogram row", "io `latency_hist` (non-empty buckets, in order)", (
-    ("lo_us", "the bucket's lower bound, µs"), ("hi_us", "its upper bound (excluded)"),
-    ("count", "reads in it")))
-SIZE_ROW = Record("size row", "io `by_size`", (
-    ("kib", "the bucket: the largest power of two <= KiB read (0 under 1 KiB)"),
-    ("label", "its range, e.g. `64-127 KiB`", Shown("size", "text")),
-    ("reads", "reads in it", Shown("reads", None, "reads per token"), TOTAL),
-    ("mib", "MiB they read", Shown("MiB", 1, "MiB per token"), TOTAL),
-    ("mib_per_s", "those MiB over their summed latency", Shown("MiB/s", 0)),
-    ("us_per_read", "their mean latency, µs", Shown("us/read", 1, "us per read"))),
-    key="label", by="by read size")
-MIB_PER_TOKEN = ("mib_per_token", "its MiB / tokens", Shown("MiB/tok", 2, "MiB per token"),
-                 PER_TOKEN)
-LANE_ROW = Record("lane row", "io `by_lane`; a pair's `by_lane` (per decoded token)", (
-    ("lane", "the read lane", Shown("lane")),
-    ("reads_per_token", "its reads / tokens", Shown("reads/tok", 1), PER_TOKEN), MIB_PER_TOKEN,
-    ("busy_ms_per_token", "its summed latency / tokens",
-     Shown("busy ms/tok", 2, "lane-busy ms per token"), PER_TOKEN),
-    ("mib_per_s", "its MiB over its summed latency", Shown("MiB/s", 0))), key="lane",
-    by="by lane")
-SPEC = Record("spec", "io `spec`", (
-    ("reads", "speculative reads (spec = 1)", TOTAL),
-    ("mib_per_token", "their MiB / tokens", Shown(diff="speculative MiB per token"), PER_TOKEN),
-    ("share_of_bytes", "their share of all bytes read")))
-KIND_ROW = Record("read kind row", "io `demand_vs_spec`; a pair's (per decoded token)", (
-    ("kind", "`demand` or `speculative`", Shown("", "text")),
-    ("reads", "its reads", Shown("reads"), TOTAL), MIB_PER_TOKEN,
-    ("share_of_bytes", "its share of bytes read", Shown("share", "%")),
-    ("p50_us", "its median latency", Shown("p50 us", 1)),
-    ("p99_us", "its p99 latency", Shown("p99 us", 1))), key="kind",
-    by=", demand and speculative")
-IO_LAYER_ROW = Record("io layer row", "io `by_layer`", (
-    ("layer", "the layer", Shown("layer")),
-    ("reads_per_token", "its reads / tokens", Shown("reads/tok", 1, "reads per token"),
-     PER_TOKEN), MIB_PER_TOKEN,
-    ("mean_latency_us", "its mean read latency", Shown("mean us", 1)),
-    ("busy_ms_per_token", "its summed latency / tokens",
-     Shown("busy ms/tok", 2, "lane-busy ms per token"), PER_TOKEN)), key="layer", by="by layer")
-EXPERT_ROW = Record("expert row", "io `hot_experts` (the ten with the most bytes)", (
-    ("layer", "the layer"), ("expert", "the expert"), ("reads", "its reads"),
-    ("mib", "the MiB read of it")))
-ADJACENCY = Record("adjacency", "io `adjacency`; a pair's (per decoded token)", (
-    ("reads_per_token", "reads / tokens", PER_TOKEN),
-    ("runs_per_token", "contiguous runs of requested extents / tokens (null without "
-                       "--adjacent)", PER_TOKEN),
-    ("coalesce_factor", "reads / runs: how many times fewer requests perfect merging would "
-                        "issue (null without --adjacent)", Shown(diff="reads per contiguous run"))))
-LRU_POINT = Record("LRU point", "io `reuse.lru`", (
-    ("fraction", "the cache's size as a fraction of the distinct experts"),
-    ("experts", "the whole experts it holds (at least 1)", Shown("experts")),
-    ("cache_mib", "its size: experts x expert bytes, MiB", Shown("MiB", 1)),
-    ("hit_share", "the share of expert lookups it would have served",
-     Shown("would have served", "%"))))
-RUN_CACHE_TURN = Record("run cache turn", "io `run_cache.turns`", (
-    ("turn", "the turn as the trace numbers it"),
-    ("decode_tokens", "its decode tokens: from its steps, or more where the compute trace or "
-                      "the log's generation: line knows of tokens served whole from cache "
-                      "after its last read"),
-    ("decode_misses", "its demanded decode experts traced (misses)"),
-    ("prefill_lookups", "its prefill's demanded experts"),
-    ("decode_hit_share", "its decode lookups served (not traced) / its decode lookups"),
-    ("hit_share", "the same with its prefill lookups counted, as the engine counts")))
-RUN_CACHE = Record("run cache", "io `run_cache`: the run's own cache, as its trace shows it", (
-    ("detected", "whether the run had a cache: decode tokens (two at least) show fewer "
-                 "experts in a layer than top_k"),
-    ("top_k", "k: the most experts a decode (token, layer) demands"),
-    ("layers", "the layers whose experts decode reads demand"),
-    ("decode_lookups", "decode tokens (counted from each turn's steps: a token served "
-                       "entirely from cache has no rows) x layers x top_k"),
-    ("lookups", "decode_lookups + the prefill's demanded experts (a cold cache misses them)"),
-    ("decode_hit_share", "(decode_lookups - the demanded experts traced) / decode_lookups"),
-    ("hit_share", "the same hits / lookups: the engine's hit %"),
-    ("rereads", "lookups traced of an expert traced before: on a cached run, the engine's "
-                "re-reads"),
-    ("evictions", "lookups traced less the whole experts its cache_mb holds: on a cached run, "
-                  "the engine's evictions (null: its size unknown)"),
-    ("turns", "per turn of a session (one row for a single run)", ListOf(RUN_CACHE_TURN))))
 FIGURE = Record("what-if figure", "`what_if.settings[].figures.*`, `ms_per_token_saved`", (
     ("point", "the figure (null where only a bound is honest)", PER_TOKEN),
     ("min", "its lower bound", PER_TOKEN), ("max", "its upper bound (null: none known)",
                                             PER_TOKEN)))
-# What a what-if setting changes: each setting holds the figures it changes (so every field may
-# be absent); a figure's head is the words around its value in the text ("hit {}").
-WHAT_IF_FIGURE_FIELDS = (
-    ("experts", "whole experts the cache holds", FIGURE),
-    ("experts_share", "of the experts the trace shows (the model's, over a long run), the "
-                      "share it holds (a plain number)", Shown("{} of the experts", "%")),
-    ("hit_share", "the share of expert lookups it serves", FIGURE, Shown("hit {}", "%")),
-    ("reads_per_token", "reads per token", FIGURE, Shown("{} reads/tok", 1), PER_TOKEN),
-    ("mib_per_token", "MiB read per token", FIGURE, Shown("{} MiB/tok", 2), PER_TOKEN),
-    ("evictions", "experts the cache evicts", FIGURE, Shown("{} evictions", "d")),
-    ("rereads", "lookups that read an expert again", FIGURE, Shown("{} re-reads", "d")),
-    ("resident_mib", "MiB the cache holds at the end (a plain number)",
-     Shown("resident {} MiB", 1)),
-    ("io_wall_ms_per_token", "the I/O estimate per token", FIGURE, Shown("I/O {} ms", 2),
-     PER_TOKEN),
-    ("speculative_mib_per_token", "MiB read speculatively per token", FIGURE,
-     Shown("{} MiB/tok speculative", 2), PER_TOKEN),
-    ("useful_share", "the share of speculatively read experts routed at that token or the "
-                     "next", FIGURE, Shown("{} routed then or next", "%")))
-WHAT_IF_FIGURES = Record("what-if figures", "`what_if.settings[].figures`",
-                         WHAT_IF_FIGURE_FIELDS,
-                         later=tuple(name for name, *_ in WHAT_IF_FIGURE_FIELDS))
-WHAT_IF_BASELINE = Record("what-if baseline", "`what_if.baseline`: the run as traced", (
-    ("tokens", "the tokens figures are per (a pair's: decoded)"),
-    ("mib_per_token", "MiB read per token", PER_TOKEN),
-    ("io_threads", "its lanes (null: not named)"),
-    ("o_direct", "0/1 (null: not named)"), ("overlap", "0/1 (null: not named)"),
-    ("expert_bytes", "an expert's bytes, as the cache counts them"),
-    ("io_wall_ms_per_token", "the I/O estimate per token", PER_TOKEN)))
-WHAT_IF_SETTING = Record("what-if setting", "`what_if.settings[]`, largest saving first", (
-    ("setting", "the engine setting: cache_mb, o_direct, io_threads, overlap, coalesce, "
-                "prefetch"),
-    ("value", "its value in the engine's own unit"),
-    ("figures", "the figures it changes, and only those", WHAT_IF_FIGURES),
-    ("ms_per_token_saved", "the decode time it would save per token", FIGURE),
-    ("method", "how the figures were got, and what they assume"),
-    ("fits", "false when its MiB exceed a declared mem_limit_mb, else null (no limit known, "
-             "or not a size)")))
-REUSE = Record("reuse", "io `reuse` (null without --cache or --what-if)", (
-    ("lookups", "expert lookups: (token, layer, expert) demanded, prefill included"),
-    ("experts", "distinct (layer, expert) looked up"),
-    ("expert_mib", "an expert's size: its projections' req_bytes (the most common sum)"),
-    ("unique_mib", "MiB read by each expert's first lookup: the footprint"),
-    ("reread_mib", "MiB read by the other lookups"),
-    ("lru", "the engine's cache (README: what would it buy)", ListOf(LRU_POINT)),
-    ("judged", "the cache the cache verdict judges: the what-if of --cache-mb half the "
-               "experts' footprint (whole MiB), its stake that setting's ms_per_token_saved "
-               "max (null for a run that had a cache)", WHAT_IF_SETTING)))
-WHAT_IF = Record("what if", "`what_if` (io: with --what-if; report: always)", (
-    ("schema", "the JSON schema"), ("baseline", "the run as traced", WHAT_IF_BASELINE),
-    ("settings", "one per setting, largest ms_per_token_saved first (README: rank)",
-     ListOf(WHAT_IF_SETTING))))
-IO_TOKEN = Record("io token", "io `heaviest`, `per_token`", (
-    ("turn", "session turn"), ("phase", "1 decode, 0 prefill"), ("step", "the token's step"),
-    ("mib", "MiB it read"), ("reads", "its reads"),
-    ("io_ms", "its I/O estimate: per layer its busiest lane's summed latency, summed"),
-    ("busy_ms", "its reads' summed latency (lanes busy, summed over lanes)"),
-    ("latency_mean_us", "its reads' mean latency (diff's sample for the mean)"),
-    ("latency_p99_us", "its reads' p99 latency (diff's sample for the p99)")))
-IO_REPORT = Record("io report", "`io`; a pair's `io` (its own per-read-token figures)", (
-    *REPORT_HEAD, *TRACE_HEAD,
-    ("tokens", "read-tokens: distinct (turn, phase, step) among the selected reads"),
-    ("reads", "selected reads"), ("read_bytes", "bytes they read"),
-    ("req_bytes", "bytes they asked for"),
-    ("reads_per_token", "reads / tokens", Shown(diff="reads per token", samples="reads"),
-     PER_TOKEN),
-    ("mib_per_token", "MiB / tokens", Shown(diff="MiB per token", samples="mib"), PER_TOKEN),
-    ("lanes", "`io_threads` of the preamble, or the lanes seen"),
-    ("io_wall_ms_per_token", "a token's I/O wall time: the estimate, within [lane-busy / "
-                             "lanes, lane-busy]", RANGE, Shown(diff={
-                                 "estimate": ("I/O wall ms per token, estimated", "io_ms"),
-                                 "min": "I/O wall ms per token, all lanes at once",
-                                 "max": "I/O wall ms per token, one read at a time"}), PER_TOKEN),
-    ("throughput_mib_per_s", "MiB per token over each of them", RANGE),
-    ("busy_ms_per_token", "summed latency / tokens: lanes busy, summed over lanes",
-     Shown(diff="lanes busy ms per token (summed over lanes)", samples="busy_ms"), PER_TOKEN),
-    ("busy_mib_per_s", "MiB over summed latency: one lane's rate",
-     Shown(diff="lane-busy MiB/s")),
-    ("waste_pct", "(read_bytes - req_bytes) / read_bytes x 100"),
-    ("waste_mib_per_token", "(read_bytes - req_bytes) / 2^20 / tokens",
-     Shown(diff="alignment waste MiB per token"), PER_TOKEN),
-    ("median_read_bytes", "the median read's read_bytes"),
-    ("latency_us", "per-read latency", LATENCY),
-    ("latency_hist", "reads per log2 bucket of µs", ListOf(HISTOGRAM_ROW)),
-    ("by_size", "per read-size bucket", ListOf(SIZE_ROW), COMPARED),
-    ("by_lane", "per lane (every lane of io_threads)", ListOf(LANE_ROW), COMPARED),
-    ("spec", "the speculative reads", SPEC),
-    ("demand_vs_spec", "demand and speculative reads", ListOf(KIND_ROW), COMPARED),
-    ("by_layer", "per layer", ListOf(IO_LAYER_ROW), COMPARED),
-    ("hot_experts", "the (layer, expert) pairs read most", ListOf(EXPERT_ROW)),
-    ("adjacency", "the coalescing ceiling", ADJACENCY),
-    ("run_cache", "what the trace shows of the run's own cache (null without --cache or "
-                  "--what-if)", RUN_CACHE),
-    ("reuse", "re-reads and the cache curve", REUSE),
-    ("what_if", "what each engine setting would buy (null without --what-if)", WHAT_IF),
-    ("token_mib", "each token's MiB", TOKEN_SPREAD),
-    ("token_reads", "each token's reads", TOKEN_SPREAD),
-    ("heaviest", "the five tokens that read most", ListOf(IO_TOKEN)),
-    ("per_token", "every read-token, in trace order", ListOf(IO_TOKEN)),
-    ("lane_bytes_by_token", "{lane: bytes each token read on it, in per_token's order} (with "
-                            "--svg, which draws it; null otherwise)", MapOf(VALUE)),
-    ENGINE_FIELD, ("verdicts", "the io verdicts", ListOf(VERDICT)), WARNINGS), later=LATER)
-
-READ_GROUP = Record("read group", "a pair's `read_split.read`, `read_split.no_read`", (
-    ("tokens", "decoded tokens that read (that read nothing)"),
-    ("ms_per_token", "their mean compute ms")))
-SLOW_STRETCH = Record("slow stretch", "a pair's `read_split.slow_stretch`", (
-    ("turn", "its turn"), ("first_step", "its first step"), ("last_step", "its last step"),
-    ("tokens", "its decoded tokens, all slow (> 2x the median of those that read nothing)"),
-    ("without_reads", "how many of them read nothing"), ("ms_per_token", "their mean ms")))
-READ_SPLIT = Record("read split", "a pair's `read_split`", (
-    ("read", "the tokens that read", READ_GROUP),
-    ("no_read", "the tokens that read nothing", READ_GROUP),
-    ("io_ms_per_token", "the reading tokens' mean I/O estimate (their own reads' ms)"),
-    ("slow_stretch", "the longest run of consecutive slow tokens, when it holds at least half "
-                     "of them (else null)", SLOW_STRETCH)))
-PAIR_LAYER_ROW = Record("pair layer row", "a pair's `by_layer`", (
-    ("layer", "the layer (compute: inferred)", Shown("layer")),
-    ("compute_ms_per_token", "its compute ms", Shown("compute ms", 2)),
-    ("majflt_per_token", "its major faults", Shown("majflt", 1)),
-    ("reads_per_token", "its reads per decoded token", Shown("reads", 1)),
-    ("mib_per_token", "its MiB per decoded token", Shown("MiB", 2))), key="layer")
-PER_POSITION = Record("per position", "report `pair.per_position` (null unless a decode covers "
-                                      "several positions: speculative decoding)", (
-    ("positions", "generated positions the decodes cover (compute `decodes.positions`)"),
-    ("decode_ms", "the decodes' wall time / positions",
-     Shown(diff="decode ms per generated position")),
-    ("compute_ms", "decode - I/O estimate, / positions (null with overlap=1)",
-     Shown(diff="compute ms per generated position")),
-    ("io_ms", "the I/O estimate / positions"),
-    ("mib", "MiB read / positions", Shown(diff="MiB per generated position"))))
-PAIR = Record("pair", "report `pair`: per decoded token", (
-    ("tokens", "decoded tokens (the compute trace's)"),
-    ("tokens_without_reads", "of them, those with no read"),
-    ("per_position", "the headline per generated position", PER_POSITION),
-    ("decode_ms_per_token", "the compute trace's ms per token: the decode's wall time, every "
-                            "node's time, waits for reads included",
-     Shown(diff="decode ms per decoded token", samples="ms")),
-    ("compute_ms_per_token", "decode - the I/O estimate, as the engine splits it (null with "
-                             "overlap=1: reads ran beside compute)",
-     Shown(diff="compute ms (decode - I/O estimate)")),
-    ("faulting_ms_per_token", "of the decode, the faulting nodes'",
-     Shown(diff="faulting nodes' ms per decoded token")),
-    ("experts_ms_per_token", "of the decode, the `experts` category's (null for a layer "
-                             "trace)"),
-    ("router_ms_per_token", "of the decode, the `router` category's (null for a layer trace)"),
-    ("io_reads_per_token", "reads / decoded tokens"),
-    ("io_mib_per_token", "MiB / decoded tokens", Shown(diff="MiB per decoded token")),
-    ("io_wall_ms_per_token", "the I/O wall time per decoded token: the estimate, within "
-                             "[lane-busy / lanes, lane-busy], the upper bound no more than each "
-                             "token's decode wall", RANGE,
-     Shown(diff={"estimate": "I/O estimate ms per decoded token"})),
-    ("throughput_mib_per_s", "MiB per decoded token over each of them", RANGE),
-    ("io_busy_ms_per_token", "summed latency / decoded tokens"),
-    ("waste_mib_per_token", "alignment waste / decoded tokens"),
-    ("by_lane", "per lane, per decoded token", ListOf(LANE_ROW)),
-    ("demand_vs_spec", "per read kind, per decoded token", ListOf(KIND_ROW)),
-    ("adjacency", "per decoded token", ADJACENCY),
-    ("read_split", "compute of the tokens that read and of those that did not", READ_SPLIT),
-    ("by_layer", "compute and reads side by side", ListOf(PAIR_LAYER_ROW)),
-    ("warnings", "what makes the two files a doubtful pair"),
-    ("verdicts", "the pair's own verdicts", ListOf(VERDICT))), later=("verdicts",))
-PAIR_REPORT = Record("pair report", "`report`", (
-    *REPORT_HEAD, ("compute", "the compute report", COMPUTE_REPORT),
-    ("io", "the io report", IO_REPORT), ("pair", "what only the pair can tell", PAIR),
-    ("what_if", "what each engine setting would buy, per decoded token", WHAT_IF),
-    ENGINE_FIELD, WARNINGS), later=LATER)
-
-TIMELINE_STATS = Record("timeline figure", "timeline `summary.<figure>` (null when no decode "
-                                           "has it)", (
-    ("p50", "median over the decodes", Shown("p50")), ("p99", "99th percentile", Shown("p99")),
-    ("total", "sum over the decodes (read_share: all read busy / all decode time)",
-     Shown("total"))))
-OUTSIDE = Record("outside decodes", "timeline `outside_decodes` (null without an io trace)", (
-    ("read_busy_ms", "read busy time outside every selected decode's span"),))
-TIMELINE_DECODE = Record("timeline decode", "timeline `decodes`", (
-    ("turn", "session turn", Shown("turn")), ("phase", "1 decode, 0 prefill"),
-    ("step", "the decode's step", Shown("step")),
-    ("span_from", "`BMOE_DECODE`, `graph` or `callbacks`: what its span is"),
-    ("decode_ms", "its span", Shown("decode ms", 3)),
-    ("graph_ms", "its graph nodes' span", Shown("graph ms", 3)),
-    ("read_busy_ms", "the union of reads inside its span (null without io)",
-     Shown("read busy", 3)), ("read_share", "read_busy_ms / decode_ms", Shown("share", "%")),
-    ("wait_ms", "the union of waits inside it", Shown("wait ms", 3)),
-    ("overlap_ms", "read time inside it while compute was not waiting", Shown("overlap ms", 3)),
-    ("callback_ms", "the union of its callbacks", Shown("callback ms", 3))))
-TIMELINE_REPORT = Record("timeline report", "`timeline`", (
-    *REPORT_HEAD, ("paths", "the compute trace, and the io trace when given"),
-    ("meta", "both preambles (the compute trace's keys win)", MapOf(VALUE)),
-    ("phase", "the rows used"), ("selection", "what was asked for", SELECTION),
-    ("decodes_count", "decodes selected"),
-    ("summary", "{figure: p50, p99, total}", MapOf(TIMELINE_STATS)),
-    ("outside_decodes", "read time between decodes", OUTSIDE),
-    ("decodes", "every decode", ListOf(TIMELINE_DECODE)), WARNINGS), later=LATER)
-
-GROUP_NAME_WIDTH = 16  # an input's name heads its columns when no longer (else base, new #i)
-DIFF_INPUT = Record("diff input", "diff `inputs` (one per run)", (
-    ("path", "the input as given"),
-    ("name", "the shortest end of its path that tells it from the other inputs"),
-    ("side", "the side it is a run of: 0 BASE, i the i-th NEW (`sides[i]`)"),
-    ("source", "`trace` or `saved report`"),
-    ("kind", "`compute`, `io` or `report`"),
-    ("tokens", "{part: its tokens}", MapOf(VALUE))))
-DIFF_SIDE = Record("diff side", "diff `sides`: BASE, then each NEW", (
-    ("name", f"its run's name when it has one run, else `base`, `new` or `new #i`: its "
-             f"columns' head (when at most {GROUP_NAME_WIDTH} characters)"),
-    ("runs", "how many runs it holds (its `n`)"),
-    ("engine", "the engine's own split of its decode, per decoded token, the mean of its runs' "
-               "logs: decode, compute, cache_mgmt, flash_io and, under overlap, stall "
-               "`_ms_per_token` (null: a run without its log's moe-stream line)",
-     MapOf(VALUE))))
-PREAMBLE_CHANGE = Record("preamble change", "diff `preamble_changes` (a list per NEW side)", (
-    ("key", "the preamble key or setting"),
-    ("base", "its value in BASE's runs (null: absent; `a|b` when they differ)"),
-    ("new", "its value in the NEW's runs (likewise)")))
-SIDE_FIGURE = Record("side figure", "diff `rows[].base_side`, `changes[].new_side`", (
-    ("per_run", "each run's figure, as given (a run without it left out)"),
-    ("spread_share", "the runs' standard deviation over their mean (null with one run)"),
-    ("within_run_share", "with one run, its tokens' standard deviation over their mean (figures "
-                   "sampled per token; null otherwise)")))
-CHANGE = Record("change", "diff `sections[].rows[].changes` (one per NEW side)", (
-    ("new", "the NEW's figure: the mean of its runs'"), ("new_side", "its runs", SIDE_FIGURE),
-    ("delta", "new - base"), ("ratio", "new / base"),
-    ("p", "two-sided Mann-Whitney U p-value over `test_unit` (null: not tested)"),
-    ("significant", "p < alpha (null without a test, as with one run a side)"),
-    ("n", "[BASE's, NEW's] samples of the test: runs (or tokens); null without a test"),
-    ("test_unit", "`runs` or `tokens` (--test tokens); null when not tested"),
-    ("status", "`both`, `added`, `removed` or `n/a`")))
-DIFF_ROW = Record("diff row", "diff `sections[].rows`", (
-    ("name", "the figure, or the table's row name"),
-    ("unit", "what the figure is counted in, as its name or its table's title states it "
-             "(`ms`, `MiB`, `reads`, ...)"),
-    ("base", "BASE's figure: the mean of its runs'"), ("base_side", "its runs", SIDE_FIGURE),
-    ("changes", "against each NEW", ListOf(CHANGE))))
-DIFF_SECTION = Record("diff section", "diff `sections`", (
-    ("part", "`compute`, `io` or `pair`"), ("title", "the headline, or a table's figure"),
-    ("key", "what a row names"), ("rows", "largest change first", ListOf(DIFF_ROW))))
-DRIFT = Record("drift", "diff `drift[]`: each run's first half of tokens against its second", (
-    ("input", "the run (as `inputs[].name`)"), ("part", "`compute` or `io`"),
-    ("figure", "the figure its tokens sample (ms per token, the I/O estimate)"),
-    ("first_half_ms", "the mean of its first half of tokens"),
-    ("second_half_ms", "of its second half"), ("ratio", "second / first"),
-    ("p", "Mann-Whitney U p-value of the halves' tokens"),
-    ("unstable", "p < alpha and the halves differ by the README's drift share or more")))
-GATE = Record("gate", "diff `gate[]` (--fail-if-worse): each figure asked, against each NEW", (
-    ("new", "the NEW side's name"), ("figure", "the figure as asked (`ms_per_token`)"),
-    ("limit_share", "the share it may worsen by"),
-    ("worse_share", "how much worse NEW is, as a share of BASE (negative: better)"),
-    ("p", "the test over runs"), ("n", "[BASE's, NEW's] runs"),
-    ("failed", "worse by more than the limit and significant over runs: exit status 1"),
-    ("decided", "whether the runs can decide it (false: too few runs, or not tested)")))
-PREDICTION = Record("prediction", "diff `prediction_check[]`", (
-    ("new", "the NEW side's name (as `sides[].name`)"),
-    ("setting", "the what-if setting NEW changed from BASE (its settings: the preamble, "
-                "declared, the log's, the trace's)", Shown("setting", "text")),
-    ("value", "NEW's value of it", Shown("value")),
-    ("figure", "hit_share, mib_per_token or io_wall_ms_per_token (the I/O estimate: BASE's "
-               "less the ms the what-if saves)", Shown("figure", "text")),
-    ("predicted", "the what-if of BASE's first run for that value", FIGURE),
-    ("measured", "NEW's own figure (per decoded token as the prediction, per read-token when a "
-                 "run's decode is unknown; the mean of its runs')",
-     Shown("measured", 3)),
-    ("within", "whether measured lies in the predicted band, widened by the README's "
-               "tolerance (null: no band)", Shown("within")),
-    ("unit", "the figure's unit (`fraction`, `MiB`, `ms`)")))
-COST = Record("calibration cost", "`calibration` costs", (
-    ("value", "the mean of the runs' values"), ("min", "the least a run's value allows"),
-    ("max", "the most"), ("n", "the runs it is fitted on"),
-    ("residual", "the largest difference of a run's value from `value`, in its unit")))
-HELD_OUT = Record("held-out run", "`calibration.leave_one_out[]`", (
-    ("run", "the run predicted from the others"),
-    ("base", "the others it is predicted from: the serial runs without a cache of its model "
-             "and lanes (the what-if's baseline)"),
-    ("decode_ms_per_token", "what it measured (its compute trace)"),
-    ("min", "the prediction's low end: the base's decode less the reads saved at the fitted "
-            "ms per MiB, plus the fitted management a lookup; widened by half the base's "
-            "spread either way"), ("max", "its high end"),
-    ("inside", "whether the measured decode is in [min, max]"),
-    ("why", "for a miss, the part that missed: its compute (no setting's: the machine's "
-            "noise) or its I/O and management (the fit's)")))
-CALIBRATION = Record("calibration", "summary and diff `calibration`; the file --calibration-out "
-                     "writes", (
-    ("runs", "the runs with an io trace it is fitted on"),
-    ("ms_per_mib", "{lanes (`4`, `4 cached`): the engine's flash I/O ms per MiB read} of the "
-                   "serial runs (their log's, else the I/O estimate)", MapOf(COST)),
-    ("management_ms_per_lookup", "the engine's cache management ms over the lookups of the "
-                                 "cached runs with a log (its printed ms +- half a unit)", COST),
-    ("overlap_hidden_share", "1 - the stall over the flash I/O, of the overlap=1 runs with a "
-                             "log", COST),
-    ("repeat_spread", "the largest half-range of one configuration's repeats' decode ms, as a "
-                      "share of their mean (null: no repeats): no band is narrower"),
-    ("leave_one_out", "each run predicted from the fit of the others", ListOf(HELD_OUT))))
-DIFF_REPORT = Record("diff report", "`diff`", (
-    *REPORT_HEAD, ("compares", "`compute`, `io` or `report`"),
-    ("alpha", "the significance level"),
-    ("test", "what p is over: `runs` (the default) or `tokens` (--test tokens, one run a side)"),
-    ("runs_to_decide", "the fewest runs a side for which the test over runs can reach p < "
-                       "alpha"),
-    ("sides", "BASE, then each NEW", ListOf(DIFF_SIDE)),
-    ("inputs", "every run, side by side", ListOf(DIFF_INPUT)),
-    ("preamble_changes", "the keys that differ, one list per NEW", ListOf(PREAMBLE_CHANGE)),
-    ("latency_hist", "io: each side's read latency histogram (its runs' reads together), a "
-                     "list of {lo_us, hi_us, count} per side; `[]` without io", VALUE),
-    ("sections", "the headline and every table", ListOf(DIFF_SECTION)),
-    ("drift", "each run's within-run drift check", ListOf(DRIFT)),
-    ("gate", "the regression gate's figures (`[]` without --fail-if-worse)", ListOf(GATE)),
-    ("prediction_check", "for each NEW that changed a setting BASE's what-if covers, its "
-                         "prediction beside what NEW measured", ListOf(PREDICTION)),
-    ("notes", "what only the comparison tells: the router's read wait under overlap against "
-              "the same model's serial run (README: verdicts)"),
-    ("calibration", "the costs the what-if uses, fitted on every run of every side that is a "
-                    "pair (null: fewer than two)", CALIBRATION), WARNINGS))
-# What a command writes: its report, the last field the warnings it said on stderr.
-SUMMARY_ROW = Record("summary row", "summary `runs` (one per configuration, or run: --no-group)", (
-    ("run", "the run's name: the shortest end of its path(s) that tells it from the others; "
-            "of repeats, their names joined by `, `"),
-    ("paths", "its inputs as given (every repeat's)"),
-    ("kind", "what it was read as: `compute`, `io` or `report` (a pair)"),
-    ("n", "its runs: repeats of one configuration (kind, granularity and every setting equal) "
-          "are one row, each figure the mean of theirs", Shown("n")),
-    ("spread", "{figure: the standard deviation of its runs' values} (null with one run), in "
-               "the figure's unit", MapOf(VALUE)),
-    ("figure_runs", "{figure: how many of its runs have it}, for the figures fewer than n of "
-                    "them have (the engine's, from the runs with a log): their mean is of "
-                    "those; text shows (k/n)", MapOf(VALUE)),
-    ("settings", "{key: value} of the preamble keys that differ between the runs",
-     MapOf(VALUE)),
-    ("tokens", "its tokens (a pair's and a compute trace's: decoded; io: read-tokens; of "
-               "repeats, all of theirs)", Shown("tokens"), TOTAL),
-    ("decode_ms_per_token", "the decode wall per token (compute `ms_per_token`)",
-     Shown("decode ms", 2), PER_TOKEN),
-    ("decode_ms_p50", "the median token's ms", Shown("p50", 2)),
-    ("decode_ms_p99", "the 99th percentile's", Shown("p99", 2)),
-    ("compute_ms_per_token", "the engine's split: decode - I/O estimate (a serial pair only)",
-     Shown("compute", 2), PER_TOKEN),
-    ("io_ms_per_token", "the I/O estimate per token (io: per read-token)",
-     Shown("I/O est", 2), PER_TOKEN),
-    ("mib_per_token", "MiB read per token", Shown("MiB", 2), PER_TOKEN),
-    ("hit_share", "the expert cache's hit share at the run's own cache_mb (when its preamble "
-                  "names one)", Shown("hit", "%")),
-    ("majflt_per_token", "major faults per token", Shown("majflt", 1), PER_TOKEN),
-    ("positions_per_decode", "generated positions per decode, when a decode covers several "
-                             "(speculative decoding): the per-token figures are then per "
-                             "generated position", Shown("pos/dec", 2)),
-    ("engine_ms_per_token", "the engine's own decode ms per token (its log beside the run; "
-                            "null without one; per generated token, as the engine counts)",
-     Shown("eng ms", 2)),
-    ("engine_hit_share", "the engine's own cache hit share (its log's moe-cache line)",
-     Shown("eng hit", "%")),
-    ("engine_disagrees", "the engine figures the tool's disagree with beyond the tolerance "
-                         "(in any of its runs)"),
-    ("flagged", "the ids of its flagged verdicts (in any of its runs)")))
-SUMMARY_REPORT = Record("summary report", "`summary`", (
-    *REPORT_HEAD, ("keys", "the preamble keys that differ between the runs, in order"),
-    ("common", "{key: value} the runs share", MapOf(VALUE)),
-    ("sort", "the column the rows are sorted by (null: as given)"),
-    ("runs", "one row per run", ListOf(SUMMARY_ROW)),
-    ("calibration", "the costs the what-if uses, fitted on these runs", CALIBRATION), WARNINGS),
-    later=("calibration", "warnings"))
-SCHEMA_FIELD = Record("schema field", "schema `records[].fields`", (
-    ("name", "the key"), ("holds", "what it holds"),
-    ("shape", "the kind of object it holds: `[record]` a list of them, `{key: record}` a map "
-              "of them, `(record)` one; null for a value")))
-SCHEMA_RECORD = Record("schema record", "schema `records`", (
-    ("name", "the kind of object"), ("where", "where the reports hold it"),
-    ("fields", "its fields, in the order a report writes them", ListOf(SCHEMA_FIELD))))
-SCHEMA_REPORT = Record("schema report", "`schema`", (
-    *REPORT_HEAD, ("records", "every kind of object a report holds, the reports first",
-                   ListOf(SCHEMA_RECORD)), WARNINGS), later=("warnings",))
-REPORTS = {"compute": COMPUTE_REPORT, "io": IO_REPORT, "report": PAIR_REPORT,
-           "timeline": TIMELINE_REPORT, "diff": DIFF_REPORT, "summary": SUMMARY_REPORT,
-           "schema": SCHEMA_REPORT}
-
-
-def declared_records():
-    """Every Record a report holds, once each: the reports first, then each record in the
-    order the ones before it name it."""
-    records, queue = [], list(REPORTS.values())
-    while queue:
-        record = queue.pop(0)
-        if record not in records:
-            records.append(record)
-            queue += [inner for inner in map(inner_record, record.fields) if inner is not None]
-    return records
 
 
 def inner_record(field):
@@ -853,24 +271,61 @@ def inner_record(field):
     return getattr(field.shape, "record", field.shape)
 
 
-def shape_text(field):
-    """How a field's shape is written: [record], {key: record}, (record), or None."""
-    inner = inner_record(field)
-    name = "value" if inner is None else inner.name
-    if isinstance(field.shape, ListOf):
-        return f"[{name}]"
-    if isinstance(field.shape, MapOf):
-        return f"{{key: {name}}}"
-    return None if field.shape is None else f"({name})"
+def meta_int(meta, key):
+    """A small whole number from the preamble (io_threads, cache_mb), else 0."""
+    value = meta.get(key, "")
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 4 else 0
 
 
-def schema_report():
-    """The `schema` command's report: every record and field, from their declarations."""
-    return SCHEMA_REPORT(
-        schema=SCHEMA, tool_version=TOOL_VERSION, kind="schema",
-        records=[SCHEMA_RECORD(name=record.name, where=record.where, fields=[
-            SCHEMA_FIELD(name=field.name, holds=field.doc, shape=shape_text(field))
-            for field in record.fields]) for record in declared_records()])
+def meta_number(meta, key):
+    """A plain decimal number from the meta (cache_mb=1.9 from a log), else None."""
+    value = meta.get(key, "")
+    return float(value) if PLAIN_DECIMAL.fullmatch(value) else None
+
+
+PLAIN_DECIMAL = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?")
+
+
+def cache_in_settings(meta):
+    """Whether the run's settings (preamble, log, --set) give it a cache: cache=1 or a
+    cache_mb above 0 (one that served nothing, 0% hit, is a cache still: it manages)."""
+    return meta.get("cache") == "1" or (meta_number(meta, "cache_mb") or 0) > 0
+
+
+def meta_flag(meta, key):
+    """A 0/1 preamble key as an int, None when absent or anything else."""
+    return {"0": 0, "1": 1}.get(meta.get(key))
+
+
+FIGURE_LIMIT = 1e15  # no figure of a real run comes near; past it, a saved report was edited
+
+
+def report_halves(report):
+    """{part: its report}: a pair's compute and io reports, or the report itself."""
+    kind = report["kind"]
+    return {"compute": report["compute"], "io": report["io"]} if kind == "report" \
+        else {kind: report}
+
+
+def figure_value(value, limit=FIGURE_LIMIT):
+    """A number from a report, or None; anything else (a string, 1e400, a figure no run
+    reaches, whose delta or ratio would overflow) is not a report this tool wrote."""
+    if value is None:
+        return value
+    if type(value) not in (int, float):
+        raise ValueError(f"{value!r:.40} is not a number")
+    if not abs(value) <= limit:
+        raise ValueError(f"{value!r:.40} is out of range")
+    return value
+
+
+ENGINE_TOLERANCE = 0.10  # the engine's figure and the tool's agree within this share of it
+
+# What the engine prints but does not measure: the moe-stream line's compute is the decode less
+# the flash I/O and the cache management, so its rounding is theirs summed (0.000 stands for up
+# to 1.5 ms), and the compute trace's time holds the cache management it books apart. Shown
+# beside the tool's, never compared.
+REMAINDERS = {"compute_ms_per_token": "a remainder: decode - flash I/O - cache mgmt"}
 
 
 # ── tokens: selection, the book of tokens, the fold base ─────────────────────────────────────────
@@ -1315,6 +770,538 @@ def sd_of(values):
     return sqrt(fsum((value - mean) ** 2 for value in values) / (len(values) - 1))
 
 
+# ── rendering ────────────────────────────────────────────────────────────────────────────────────
+TEXT_WIDTH = 100  # every line of the text output fits a terminal and a bug report
+BAR_WIDTH = 20
+OP_BAR_WIDTH = 10  # the by-op table is wide already
+HIST_WIDTH = 40
+UNCLASSIFIED_SHOWN = 5
+FAULT_OPS_SHOWN = 8
+SPARK_WIDTH = 64
+SPARK_UNICODE = "▁▂▃▄▅▆▇█"
+SPARK_ASCII = "_.-=+*#@"
+COMPACT_LAYERS = 12  # more layers than this are shown compactly unless --layers
+STANDS_OUT = 1.25  # a layer whose figure is this far from the median (either way) is shown
+STANDOUTS_SHOWN = 6  # at most, the furthest first (--layers: all)
+
+
+def safe(text):
+    """Trace strings are untrusted: control characters (an ANSI escape, a newline in a node
+    name) are shown as escapes, never sent to the terminal."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def json_text(report, ascii_only=False):
+    """The report as JSON text, an object's fields a line each, a list of numbers (a per-token
+    series) or a table row of plain values on one line: a saved report, and its diff, are read
+    row by row. Trace strings are untrusted: besides what JSON escapes, every character that is
+    not printable (DEL, C1 controls, line and paragraph separators, bidi overrides, zero-width
+    marks) is written as a \\u escape; with ascii_only, every non-ASCII character is."""
+    dump = partial(json.dumps, ensure_ascii=ascii_only, allow_nan=False)
+    text = "".join(json_pieces(report, dump, "\n")) + "\n"
+    text = text.replace("\x7f", "\\u007f")
+    if text.isascii():
+        return text
+    return _NON_ASCII.sub(lambda match: match.group() if match.group().isprintable()
+                          else json.dumps(match.group())[1:-1], text)
+
+
+def json_pieces(value, dump, newline, in_list=False):
+    """The pieces of `value` as JSON, indented one space a level (newline: the line break and
+    the indent of the value's own line)."""
+    if not isinstance(value, (list, dict)):
+        yield dump(value)
+        return
+    is_object = isinstance(value, dict)
+    members = list(value.values()) if is_object else value
+    flat = not any(isinstance(member, (list, dict)) for member in members)
+    if not value or flat and (in_list or not is_object):  # empty, a series, a table row
+        yield dump(value)
+        return
+    inner = newline + " "
+    items = value.items() if is_object else ((None, member) for member in value)
+    yield "{" if is_object else "["
+    for index, (key, member) in enumerate(items):
+        yield ("," if index else "") + inner + ("" if key is None else dump(str(key)) + ": ")
+        yield from json_pieces(member, dump, inner, in_list=not is_object)
+    yield newline + ("}" if is_object else "]")
+
+
+def wrap(text, indent="  "):
+    """Prose lines folded to TEXT_WIDTH columns, continuation lines indented. A line that
+    fits, with nothing textwrap would change (trailing or unprintable white space), is kept
+    as it is: most lines fit, and textwrap's pass was a fifth of a small report's time."""
+    if len(text) <= TEXT_WIDTH and text.isprintable() and not text.endswith(" "):
+        return [text] if text.strip() else [""]
+    return textwrap.wrap(text, TEXT_WIDTH, subsequent_indent=indent + "  ",
+                         break_on_hyphens=False) or [""]
+
+
+def wrap_items(prefix, items, indent="    ", separator=","):
+    """`prefix` then the items, separated, folded between items only."""
+    lines, line = [], prefix
+    for i, item in enumerate(items):
+        piece = item + (separator if i < len(items) - 1 else "")
+        if len(line) + 1 + len(piece) > TEXT_WIDTH and line.strip():
+            lines.append(line)
+            line = indent + piece
+        else:
+            line = f"{line} {piece}" if line else piece
+    return lines + [line]
+
+
+def path_lines(lead, path, detail):
+    """An input's path whole: on the lead's line with its detail when they fit, else on lines
+    of its own, cut after a / where it must be (a path is never shortened)."""
+    if len(lead) + len(path) + len(detail) <= TEXT_WIDTH:
+        return [lead + path + detail]
+    lines, line = [lead.rstrip()], "    "
+    for piece in re.findall(r"[^/]*/|[^/]+$", path) or [path]:
+        if len(line) + len(piece) > TEXT_WIDTH and line.strip():
+            lines.append(line)
+            line = "      "
+        line += piece
+        while len(line) > TEXT_WIDTH:  # a piece longer than a line: cut where the line ends
+            lines.append(line[:TEXT_WIDTH])
+            line = "      " + line[TEXT_WIDTH:]
+    return lines + [line] + ([f"    {detail.strip()}"] if detail else [])
+
+
+def fit(text, width=TEXT_WIDTH):
+    """A single entry (a path) kept whole on its line: shortened in the middle if need be."""
+    text = safe(text)
+    if len(text) <= width:
+        return text
+    half = (width - 1) // 2
+    return text[:half] + "…" + text[-(width - 1 - half):]
+
+
+def pct(fraction, spec=".1f"):
+    return "n/a" if fraction is None else format(fraction * 100, spec) + "%"
+
+
+def bar(fraction, width=BAR_WIDTH):
+    filled = int(round(max(0.0, min(1.0, fraction or 0.0)) * width))
+    return "#" * filled + "." * (width - filled)
+
+
+# A table is data: its columns, each a header, where its value comes from (a row key, or a
+# function of the row), how the value is written and which way it aligns. table_lines() draws
+# every table of the text output from these definitions.
+# width: a bar column's width (Markdown draws a bar as a code span, text as the format says).
+Column = namedtuple("Column", "header key format align width", defaults=(">", None))
+
+
+def formatter(form):
+    """How a value is written in a Shown format: digits (int), "%" a share, another format
+    spec ("d"), or None as it is."""
+    if form is None:
+        return str
+    if form == "%":
+        return pct
+    spec = f".{form}f" if isinstance(form, int) else form
+    return lambda value: num(value, spec)
+
+
+def column(header, key, format=str, align=">"):
+    return Column(header, key, format, align)
+
+
+def text_column(header, key):
+    return Column(header, key, safe, "<")
+
+
+def bar_column(key, width=BAR_WIDTH):
+    return Column("", key, lambda fraction: bar(fraction, width), "<", width)
+
+
+def value_of(col, row):
+    return row[col.key] if isinstance(col.key, str) else col.key(row)
+
+
+def cell(col, row):
+    return col.format(value_of(col, row))
+
+
+NAME_WIDTH_LEAST = 12  # a name column is never elided below this
+
+
+def table_lines(columns, rows, indent="  "):
+    """The header and one line per row, each column as wide as its widest cell; past
+    TEXT_WIDTH, the widest name columns are narrowed and their long names elided in the middle
+    (the JSON has them whole)."""
+    heads = [safe(col.header) for col in columns]  # a preamble key or a file name heads some
+    cells = [[cell(col, row) for col in columns] for row in rows]
+    widths = [max([len(head)] + [len(line[i]) for line in cells]) for i, head in enumerate(heads)]
+    names = [i for i, col in enumerate(columns) if col.align == "<" and col.width is None]
+    excess = len(indent) + sum(widths) + 2 * (len(widths) - 1) - TEXT_WIDTH
+    while excess > 0 and names:
+        widest = max(names, key=widths.__getitem__)
+        narrower = max(NAME_WIDTH_LEAST, widths[widest] - excess, len(heads[widest]))
+        if narrower >= widths[widest]:
+            break
+        excess -= widths[widest] - narrower
+        widths[widest] = narrower
+        for line in cells:
+            line[widest] = fit(line[widest], narrower)
+
+    def line(values):
+        text = "  ".join(f"{value:{col.align}{width}}"
+                         for value, col, width in zip(values, columns, widths))
+        return (indent + text).rstrip()
+    return [line(heads)] + [line(values) for values in cells]
+
+
+def share_of_peak(rows):
+    """key function: a row's ms/token as a fraction of the largest, for bars."""
+    peak = max((row["ms_per_token"] for row in rows), default=0) or 1
+    return lambda row: row["ms_per_token"] / peak
+
+
+def shown_column(field):
+    """A figure's column, as its declaration shows it (Shown: its head and its format)."""
+    header, form = field.shown.header, field.shown.format
+    if form == "text":
+        return text_column(header, field.name)
+    return column(header, field.name, formatter(form))
+
+
+def table_of(record, *then):
+    """The columns of a table of `record`s: each shown field in its order, then `then`."""
+    return tuple(map(shown_column, record.shown())) + then
+
+
+def bar_table(record, rows):
+    """A table of `record`'s rows with a bar of each row's share of the largest."""
+    return table_of(record, bar_column(share_of_peak(rows)))
+
+
+def histogram_table(rows):
+    peak = max((row["count"] for row in rows), default=0) or 1
+    return (column("us", lambda row: f"{row['lo_us']} -> {row['hi_us'] - 1}"),
+            column("count", "count"),
+            Column("distribution", lambda row: row["count"] / peak,
+                   lambda fraction: "|" + bar(fraction, HIST_WIDTH).replace(".", " ") + "|", "<",
+                   HIST_WIDTH))
+
+
+def deviation(value, median):
+    """How many times away from the median a figure is, either way (inf from a zero one)."""
+    if not median or not value:
+        return 1.0 if value == median else float("inf")
+    return max(value / median, median / value)
+
+def selection_text(report):
+    return ", ".join([f"phase {report['phase']}"] + describe_selection(report["selection"]))
+
+
+# ── rendering: layouts, every report's sections declared once ────────────────────────────────────
+# A layout is the ordered sections of one kind of report. A section is a function that draws
+# it from the report and the view, a list of Blocks (empty when this report has nothing for
+# it), and whether Markdown folds its table away. A Block is an optional heading (the one place
+# a section's title is written) and its parts. The text and Markdown renderers walk the same
+# layout and differ only in how they draw each kind of part, so that a section added here
+# appears in both.
+Section = namedtuple("Section", "draw fold", defaults=(False,))
+# gap: a blank line before it in text (the header and the lines right under it have none).
+# A block with a heading and no parts is a divider: the block after it follows without a gap.
+Block = namedtuple("Block", "heading parts gap", defaults=((), True))
+# paths: (label, path, detail) each; the detail (diff's "(io trace, 128 io tokens)") is shown
+# beside the path.
+Header = namedtuple("Header", "command paths meta keys")
+# logical lines; hang: the wrap's indent; clip: text cuts a line at the width (a legend: a line
+# a run), where Markdown keeps it whole
+Prose = namedtuple("Prose", "lines hang clip", defaults=("  ", False))
+Items = namedtuple("Items", "prefix items")  # one logical line of items, folded between items
+Bullets = namedtuple("Bullets", "items")  # one logical line each (the verdicts)
+# shown: the rows text shows (Markdown folds the rest away); compact: many layers shown as
+# their summary and the layers that stand out, unless the view asks for all.
+Grid = namedtuple("Grid", "columns rows indent shown compact", defaults=("  ", None, False))
+Spark = namedtuple("Spark", "values")  # one character per token (or per group of tokens)
+# A part the text shows with --full only, `instead` (a part, or None) without it, the part's
+# name in the line that ends the text ("--full adds: ..."); Markdown and JSON always have it.
+Full = namedtuple("Full", "name part instead", defaults=(None,))
+# What the command line asks of the drawing: ops in the by-op table, every layer, ASCII only,
+# the method prose, every table.
+View = namedtuple("View", "top layers ascii wide explain full",
+                  defaults=(12, False, False, False, False, False))
+
+NODE_CAVEAT = ("note: each node was measured behind a barrier, which inflates the absolutes: "
+               "trust the proportions.")
+LAYER_CAVEAT = ("note: one barrier per layer, so these absolutes sit close to an untraced run; "
+                "there is no per-op detail inside a segment.")
+
+
+# ── rendering: the sections every command shares ─────────────────────────────────────────────────
+ENGINE_SPLIT = ("decode_ms_per_token", "compute_ms_per_token", "cache_mgmt_ms_per_token",
+                "flash_io_ms_per_token")
+
+
+def engine_split_of(report, limit):
+    """{figure: ms} of the engine's split its log gave (the stall too, when it did); None
+    without the whole split."""
+    figures = (report.get("engine") or {}).get("figures") or {}
+    held = {name: figure_value(figures[name].get("engine"), limit) for name in
+            (*ENGINE_SPLIT, "stall_ms_per_token") if isinstance(figures.get(name), dict)}
+    return held if all(held.get(name) is not None for name in ENGINE_SPLIT) else None
+
+
+def header_section(header_of):
+    """The section that says what produced the report, from which files, the run's preamble:
+    header_of(report) is the Header of its kind, joined here by the engine's log and the
+    settings the preamble lacked."""
+    def header_blocks(report, view):
+        header = header_of(report)
+        engine = report.get("engine")
+        if engine:
+            header = header._replace(paths=header.paths + [("engine log", engine["log"], "")])
+        return [Block(None, [with_settings(header, report)], gap=False)]
+    return header_blocks
+
+
+def with_settings(header, report):
+    """The header with the settings the preamble lacked, each with where it came from."""
+    settings = {}
+    for half in report_halves(report).values():
+        settings.update(half.get("settings") or {})
+    shown = {key: f"{setting['value']} ({setting['source']})"
+             for key, setting in settings.items()}
+    return header._replace(meta={**header.meta, **shown},
+                           keys=header.keys + tuple(key for key in shown if key not in header.keys))
+
+
+AGREEMENT = {True: "yes", False: "NO", None: "-"}
+
+
+def engine_blocks(report, view):
+    """The engine's own figures beside the tool's, and a session's turns."""
+    engine = report.get("engine")
+    if not engine:
+        return []
+    rows = [{"figure": name, **figure,
+             "agrees": AGREEMENT[figure["agrees"]] if not figure["note"] else "remainder"
+             if name in REMAINDERS else "not alike"}
+            for name, figure in engine["figures"].items()]
+    table = (text_column("figure", "figure"), *table_of(ENGINE_FIGURE))
+    odd = [row for row in rows if row["agrees"] in ("NO", "not alike")]  # what to look at
+    agreeing = sum(row["agrees"] == "yes" for row in rows)
+    parts = [Full("every engine figure", Grid(table, rows), Grid(table, odd) if odd else None),
+             Prose([f"  {agreeing} of {len(rows)} agree with the tool's"
+                    + (f", {len(odd)} differ{'s' if len(odd) == 1 else ''} (above)" if odd else "")
+                    + "; the rest the tool derives or lacks"])] if rows else []
+    turns = [f"  turn {turn['turn']} (trace {num(turn['trace_turn'], 'd', '?')}): "
+             f"{turn['generated']} generated, hit {turn['cache_hit_pct']}% (traced "
+             f"{num(turn['tool_cache_hit_pct'], '.1f')}), read {turn['read_mib']} MiB (traced "
+             f"{num(turn['tool_read_mib'], '.1f')})" + (
+                 f", {turn['ms_per_token']:.2f} ms/token (traced "
+                 f"{num(turn['tool_ms_per_token'], '.2f')})" if turn["ms_per_token"] else "")
+             for turn in engine["turns"]]
+    notes = [f"  {name}: {figure['note']}" for name, figure in engine["figures"].items()
+             if figure["note"] and name not in REMAINDERS]
+    return [Block(f"the engine's own figures (ms, MiB, % as named; agrees: within "
+                  f"{ENGINE_TOLERANCE:.0%} or the engine's rounding)",
+                  parts + ([Prose(notes + turns, "    ")] if notes or turns else []))]
+
+
+def heads(texts):
+    """A verdict's head: its text up to the colon ("no warm-up", "cache undetermined")."""
+    return [head.replace(" undetermined", "") for head, _, _ in
+            (text.partition(":") for text in texts)]
+
+
+def caveat_blocks(report, view):
+    """How far the compute trace's absolutes can be trusted, by its granularity."""
+    layered = report_halves(report)["compute"]["granularity"] == "layer"
+    return [Block(None, [Prose([LAYER_CAVEAT if layered else NODE_CAVEAT], "    ")])]
+
+
+def layout(*sections):
+    """The Sections of a layout: each a draw function, or a Section (one that folds)."""
+    return tuple(section if isinstance(section, Section) else Section(section)
+                 for section in sections)
+
+
+def engine_split_text(split):
+    """decode = compute + cache mgmt + flash I/O (and the stall), as the engine's log says."""
+    stall = split.get("stall_ms_per_token")
+    return (f"decode {split['decode_ms_per_token']:.2f} ms = compute "
+            f"{split['compute_ms_per_token']:.2f} + cache mgmt "
+            f"{split['cache_mgmt_ms_per_token']:.2f} + flash I/O "
+            f"{split['flash_io_ms_per_token']:.2f}"
+            + ("" if stall is None else f"; stall {stall:.2f} ms"))
+
+
+# ── verdicts ─────────────────────────────────────────────────────────────────────────────────────
+# One line each, with the figures it rests on. flagged: True (said in capitals), False (the calm
+# statement, with its threshold) or None (undetermined: the data cannot decide, and says why).
+def verdict(verdict_id, flagged, text):
+    return VERDICT(id=verdict_id, flagged=flagged, text=text)
+
+
+def compare(flagged):
+    return ">" if flagged else "<="
+
+
+def all_verdicts(report):
+    """The verdicts a report shows: a pair's router verdict is its own (it has the reads),
+    not the compute trace's."""
+    if report["kind"] != "report":
+        return report["verdicts"]
+    compute, io, pair = report["compute"], report["io"], report["pair"]
+    own = {v["id"] for v in pair["verdicts"]}  # what the pair judged again
+    return ([v for v in compute["verdicts"] if v["id"] != "router_wait"]
+            + [v for v in io["verdicts"] if v["id"] not in own] + pair["verdicts"])
+
+
+def verdict_blocks(report, view):
+    """The flagged verdicts, each with its evidence (the undetermined and calm ones come after
+    the best changes: calm_blocks); with --explain the undetermined ones too, each in full."""
+    verdicts = sorted((v for v in all_verdicts(report)
+                       if v["flagged"] or (view.explain and v["flagged"] is None)),
+                      key=lambda v: not v["flagged"])  # flagged first
+    return [Block("verdicts", [Bullets([v["text"] for v in verdicts])])] if verdicts else []
+
+
+def calm_blocks(report, view):
+    """The verdicts that could not be made and the calm ones, a line each by their heads
+    ("no warm-up"); with --explain the calm ones with their evidence and threshold."""
+    verdicts = all_verdicts(report)
+    undetermined = [v["text"] for v in verdicts if v["flagged"] is None]
+    calm = [v["text"] for v in verdicts if v["flagged"] is False]
+    if view.explain:
+        return [Block("calm", [Bullets(calm)])] if calm else []
+    lines = [f"  {label}: {'; '.join(heads(texts))} (--explain: {why})" for label, texts, why in (
+        ("undetermined", undetermined, "why each could not be told"),
+        ("calm", calm, "each with its evidence")) if texts]
+    return [Block("the other verdicts", [Prose(lines, "    ")])] if lines else []
+
+
+# ── compute: its records ─────────────────────────────────────────────────────────────────────────
+MS_PER_TOKEN = ("ms_per_token", "its wall_ns / tokens / 10^6",
+                Shown("ms/token", 2, "ms per token"), PER_TOKEN)
+SHARE = ("share", "its share of all wall_ns", Shown("share", "%"))
+MAJFLT_PER_TOKEN = ("majflt_per_token", "its major faults / tokens",
+                    Shown("majflt/tok", 1), PER_TOKEN)
+NODES_PER_TOKEN = ("nodes_per_token", "its nodes / tokens", Shown("nodes/tok", 1), PER_TOKEN)
+
+OP_ROW = Record("op row", "compute `by_op`", (
+    ("op", "the ggml op", Shown("op", "text")), ("count", "its nodes in the selection", TOTAL),
+    ("ms_per_token", "its wall_ns / tokens / 10^6",
+     Shown("ms/token", 2, "ms per token", samples="op"), PER_TOKEN), SHARE,
+    MAJFLT_PER_TOKEN[:2] + (Shown("majflt/tok", 1, "major faults per token"), PER_TOKEN),
+    NODES_PER_TOKEN, ("avg_us", "one node's mean wall time", Shown("avg us", 1)),
+    ("p50_us", "one node's median wall time", Shown("p50 us", 1)),
+    ("p99_us", "one node's p99 wall time", Shown("p99 us", 1)),
+    ("max_us", "one node's longest wall time", Shown("max us", 1))), key="op", by="by op")
+FAULT_ROW = Record("fault row", "compute `faults.by_op`", (
+    ("op", "the ggml op", Shown("op", "text")),
+    ("majflt_per_token", "faults of its faulting nodes / tokens", Shown("majflt/tok", 1),
+     PER_TOKEN),
+    ("ms_per_token", "wall_ns of its faulting nodes / tokens / 10^6", Shown("ms/tok", 2),
+     PER_TOKEN),
+    ("share", "that wall time's share of all wall_ns", Shown("of compute", "%"))))
+FAULTS = Record("faults", "compute `faults`", (
+    ("majflt_per_token", "major faults / tokens", PER_TOKEN),
+    ("ms_per_token", "wall_ns of every node that faulted / tokens / 10^6",
+     Shown(diff="faulting nodes' ms per token"), PER_TOKEN),
+    ("share", "that wall time's share of all wall_ns"),
+    ("by_op", "per op, most faults first", ListOf(FAULT_ROW))))
+GROUP_FIGURES = (MS_PER_TOKEN, SHARE, MAJFLT_PER_TOKEN)
+LAYER_ROW = Record("layer row", "compute `by_layer` (inferred layers), `by_layer_column` (as "
+                                "written)",
+                   (("layer", "the layer (-1: outside every layer)", Shown("layer")),
+                    *GROUP_FIGURES), key="layer", by="by layer")
+SEGMENT_ROW = Record("segment row", "compute `segments` (layer granularity; `[]` for a node "
+                                    "trace)",
+                     (("name", "`pre`, `blk.N` or `post`", Shown("segment", "text")),
+                      *GROUP_FIGURES), key="name", by="by segment")
+CATEGORY_ROW = Record("category row", "compute `by_category` (`[]` for a layer trace)", (
+    ("category", "the node category (the README's categories)", Shown("category", "text")),
+    MS_PER_TOKEN, SHARE, MAJFLT_PER_TOKEN, NODES_PER_TOKEN), key="category",
+    by="by node category")
+UNCLASSIFIED_ROW = Record("unclassified row", "compute `unclassified`", (
+    ("name", "a base name that landed in `other`"), ("ms_per_token", "its wall_ns / tokens")))
+COMPUTE_TOKEN = Record("compute token", "compute `slowest`, `per_token`", (
+    ("turn", "session turn"), ("phase", "1 decode, 0 prefill"), ("step", "the token's step"),
+    ("ms", "its summed wall_ns / 10^6"), ("majflt", "its major faults"),
+    ("faulting_ms", "the wall time of its nodes that took major faults")))
+DECODES = Record("decodes", "compute `decodes`", (
+    ("decodes", "decode tokens selected"),
+    ("positions", "generated positions they cover (next step - step; a turn's last: 1)"),
+    ("speculative", "whether any decode covers more than one position"),
+    ("ms_per_decode", "decode wall time / decodes"),
+    ("ms_per_position", "decode wall time / positions",
+     Shown(diff="ms per generated position"))))
+PREFILL_BATCHES = Record("prefill", "compute `prefill`", (
+    ("batches", "prefill batches selected"), ("prompt_tokens", "step + 1 summed over them"),
+    ("ms_per_batch", "their wall time / batches"),
+    ("ms_per_prompt_token", "their wall time / prompt tokens")))
+WARMUP = Record("warmup", "compute `warmup`", (
+    ("tokens", "how many first decode tokens of a turn count as warm-up"),
+    ("first_mean", "their mean ms"), ("rest_mean", "the other decode tokens' mean ms"),
+    ("ratio", "first_mean / rest_mean"),
+    ("from_turn_start", "whether each turn's selected decode tokens start at its first decode "
+                        "(not so with --skip, or --steps past it): else the first tokens "
+                        "selected are not a warm-up")))
+TAIL_IN_POST = Record("tail in post", "compute `tail_in_post` (null unless a layer trace shows "
+                                      "it)", (
+    ("layer", "the last layer, whose MoE tail the engine wrote into `post` (layer -1)"),
+    ("segments_per_token", "its blk.N segments per token"),
+    ("others_per_token", "the other layers' (their median)")))
+STRETCH_GROUP = Record("stretch group", "compute `slow_stretch.slowed`", (
+    ("name", "a node category, or a layer trace's segment (`pre`, `blk.N`, `post`)"),
+    ("ms_per_token", "its ms per token in the stretch"),
+    ("others_ms_per_token", "outside it"), ("ratio", "in / outside")))
+COMPUTE_STRETCH = Record("compute slow stretch", "compute `slow_stretch` (null without one)", (
+    ("turn", "its turn"), ("first_step", "its first token's step"),
+    ("last_step", "its last token's step"), ("tokens", "its tokens"),
+    ("ms_per_token", "their mean ms"), ("others_ms_per_token", "the other tokens' mean ms"),
+    ("share", "its share of the selection's time"),
+    ("slowed", "the groups that slowed with it (README: verdicts), the most added ms first; "
+               "null when a layer trace did not keep every stretch token's segments",
+     ListOf(STRETCH_GROUP))))
+COMPUTE_REPORT = Record("compute report", "`compute`; a pair's `compute`", (
+    *REPORT_HEAD, *TRACE_HEAD,
+    ("tokens", "distinct (turn, phase, step) selected"),
+    ("granularity", "`layer` when every selected row is a LAYER row, else `node`"),
+    ("rows", "selected rows", TOTAL),
+    ("nodes_per_token", "rows / tokens", Shown(diff="nodes per token"), PER_TOKEN),
+    ("ms_per_token", "sum of wall_ns / tokens / 10^6: the decode's wall time, waits included",
+     Shown(diff="ms per token", samples="ms"), PER_TOKEN),
+    ("majflt_per_token", "sum of majflt / tokens",
+     Shown(diff="major faults per token", samples="majflt"), PER_TOKEN),
+    ("by_op", "every op, slowest first", ListOf(OP_ROW), COMPARED),
+    ("faults", "the nodes that took major faults", FAULTS),
+    ("by_layer", "per inferred layer", ListOf(LAYER_ROW), COMPARED),
+    ("by_layer_column", "per layer as the trace wrote it", ListOf(LAYER_ROW)),
+    ("reattributed_ms_per_token", "wall_ns of layer -1 nodes counted in a layer / tokens"),
+    ("segments", "per segment, in layer order", ListOf(SEGMENT_ROW), COMPARED),
+    ("tail_in_post", "the last layer's MoE tail written into post", TAIL_IN_POST),
+    ("by_category", "per node category, slowest first", ListOf(CATEGORY_ROW), COMPARED),
+    ("unclassified", "base names in `other`, slowest first", ListOf(UNCLASSIFIED_ROW)),
+    ("token_ms", "each token's ms", TOKEN_SPREAD,
+     Shown(diff={"p50": "token ms p50", "p99": "token ms p99"})),
+    ("slowest", "the five slowest tokens", ListOf(COMPUTE_TOKEN)),
+    ("per_token", "every token, in trace order", ListOf(COMPUTE_TOKEN)),
+    ("decodes", "decodes and the positions they generate", DECODES),
+    ("prefill", "prefill batches and their prompt tokens", PREFILL_BATCHES),
+    ("warmup", "the first decode tokens of each turn against the rest", WARMUP),
+    ("slow_stretch", "the longest run of consecutive slow tokens (README: verdicts)",
+     COMPUTE_STRETCH),
+    ("op_us_by_token", "{op: each token's wall time in it, whole µs, in per_token's order}: "
+                       "the samples diff tests an op with", MapOf(VALUE)),
+    ("category_us_by_token", "the same per node category (`{}` for a layer trace): what the "
+                             "SVG stacks", MapOf(VALUE)),
+    ENGINE_FIELD, ("verdicts", "the compute verdicts", ListOf(VERDICT)), WARNINGS),
+    later=LATER)
+
+
 # ── compute: node classification (../shared/spec/node-names.md) ──────────────────────────────────
 # Base names, matched exactly after decorations and the -<il> suffix are stripped; a trailing
 # '*' matches by prefix (the spec's own wildcards only). One edit here covers a new architecture.
@@ -1441,6 +1428,60 @@ def segment_order(name):
     if match:
         return (1, int(match.group(1)), "")
     return (2, 0, "") if name == "post" else (3, 0, name)
+
+
+def compact_layer_lines(columns, rows, full):
+    """The by-layer table, or for many layers a compact view of it: a summary line (min,
+    median, max of each figure), the layers that stand out (a figure over STANDS_OUT times
+    the median, or under it by as much), and runs of layers whose lines read the same folded
+    into one line (`0-46`)."""
+    if full or len(rows) <= COMPACT_LAYERS:
+        return table_lines(columns, rows)
+    figures = [col for col in columns[1:] if isinstance(col.key, str)]
+    medians = {col.key: sorted(row[col.key] for row in rows)[len(rows) // 2] for col in figures}
+    summary = [f"{col.header} {cell(col, {col.key: min(row[col.key] for row in rows)})}"
+               f"/{cell(col, {col.key: medians[col.key]})}"
+               f"/{cell(col, {col.key: max(row[col.key] for row in rows)})}" for col in figures]
+    distance = {id(row): max(deviation(row[col.key], medians[col.key]) for col in figures)
+                for row in rows}
+    shown = [row for row in rows if row["layer"] == NO_LAYER or distance[id(row)] > STANDS_OUT]
+    hidden = max(0, len(shown) - STANDOUTS_SHOWN)
+    if hidden:  # keep the layers furthest from the median, in layer order
+        keep = {id(row) for row in sorted(shown, key=lambda r: -distance[id(r)])
+                [:STANDOUTS_SHOWN]}
+        shown = [row for row in shown if id(row) in keep]
+    merged = folded_runs(shown, figures)
+    lines = wrap_items(f"  {len(rows)} layers, min/median/max:", summary)
+    if not merged:
+        return lines + ["  no layer stands out (all within "
+                        f"{STANDS_OUT}x of the median); --layers shows them all"]
+    most = f"; the {STANDOUTS_SHOWN} furthest of {len(shown) + hidden}" if hidden else ""
+    return lines + wrap(f"  layers that stand out (beyond {STANDS_OUT}x of a median{most}; "
+                        f"--layers: all):") + table_lines(columns, merged)
+
+
+class LayerRun:
+    """Consecutive layers low..high whose lines read as `row`'s."""
+
+    __slots__ = ("low", "high", "row")
+
+    def __init__(self, row):
+        self.low = self.high = row["layer"]
+        self.row = row
+
+
+def folded_runs(rows, figures):
+    """Runs of consecutive layers whose figures read the same, one row each (layer `0-46`)."""
+    runs = []
+    for row in rows:
+        last = runs[-1] if runs else None
+        if last and last.high == row["layer"] - 1 and all(
+                cell(col, row) == cell(col, last.row) for col in figures):
+            last.high = row["layer"]
+        else:
+            runs.append(LayerRun(row))
+    return [{**run.row, "layer": f"{run.low}-{run.high}" if run.high != run.low else run.low}
+            for run in runs]
 
 
 # ── compute: the fold ────────────────────────────────────────────────────────────────────────────
@@ -2071,15 +2112,508 @@ def steady_tokens(compute):
     return steady
 
 
+# ── compute: its verdicts ────────────────────────────────────────────────────────────────────────
+FAULT_BOUND_SHARE = 0.30  # faulting nodes' share of compute
+ROUTER_SHARE = 0.20  # router category's share of compute (a pair: its read wait's, of the decode)
+
+OUTLIER_FACTOR = 10  # a token this many times the median token ...
+OUTLIER_SHARE = 0.10  # ... is an outlier; flagged when the outliers hold this share of the time
+
+WARMUP_RATIO = 1.5  # first WARMUP_TOKENS decode tokens' mean over the rest's
+
+
+def compute_verdicts(report):
+    verdicts = []
+    share = report["faults"]["share"]
+    if share is not None and report["majflt_per_token"]:
+        flagged = share > FAULT_BOUND_SHARE
+        verdicts.append(verdict("fault_bound", flagged,
+            f"{'FAULT-BOUND' if flagged else 'not fault-bound'}: nodes that took major faults "
+            f"are {share:.0%} of compute ({compare(flagged)} "
+            f"{FAULT_BOUND_SHARE:.0%}){': flash wait billed as compute' if flagged else ''}"))
+    router = next((c for c in report["by_category"] if c["category"] == "router"), None)
+    if router and router["share"] is not None:
+        verdicts.append(router_alone_verdict(router))
+    warm = report["warmup"]
+    if warm["ratio"] is not None and not warm["from_turn_start"]:
+        verdicts.append(verdict("warmup", None,
+            f"warm-up undetermined: the selection starts past the first decode token of a turn "
+            f"(--steps or --skip), so its first {warm['tokens']} tokens are not a warm-up"))
+    elif warm["ratio"] is not None:
+        flagged = warm["ratio"] > WARMUP_RATIO
+        verdicts.append(verdict("warmup", flagged,
+            f"{'WARM-UP' if flagged else 'no warm-up'}: the first {warm['tokens']} decode tokens "
+            f"of each turn average {warm['first_mean']:.2f} ms, {warm['ratio']:.2f}x the rest "
+            f"({compare(flagged)} {WARMUP_RATIO}x)"))
+    verdicts.append(memory_verdict(report))
+    verdicts.append(stretch_verdict(report) or outlier_verdict(report))
+    return [v for v in verdicts if v]
+
+
+def memory_verdict(report):
+    """Pages of the weights do not stay in memory: named, its cost as a lower bound (the
+    faulting nodes' time: every op slows), and the remedies the run's mode allows."""
+    faults = report["majflt_per_token"]
+    if not faults:
+        return None  # no fault at all: fault_bound is not judged either
+    if not under_pressure(report):
+        return verdict("memory_pressure", False,
+            f"no memory pressure: {faults:.1f} major faults per token (< "
+            f"{MEMORY_PRESSURE_FAULTS}), and not on {STEADY_FAULTING:.0%} of the tokens past "
+            f"the warm-up")
+    steady = steady_tokens(report)
+    faulting = sum(1 for token in steady if token["majflt"])
+    return verdict("memory_pressure", True,
+        f"MEMORY PRESSURE: {faults:.1f} major faults per token"
+        + (f", on {faulting} of the {len(steady)} decode tokens past the warm-up" if steady
+           else "") + f": pages of the weights are dropped and read again, so at least "
+        f"{report['faults']['ms_per_token']:.2f} ms per token (the faulting nodes', "
+        f"{num(report['faults']['share'], '.0%')} of compute) is lost, more as every op slows. "
+        f"Remedies: {pressure_remedies(report['meta'])}")
+
+
+def pressure_remedies(meta):
+    """What relieves memory pressure, by the run's mode (its settings, the log's included)."""
+    limit = meta_number(meta, "mem_limit_mb")
+    larger = f"a larger memory limit (it had {limit:g} MiB)" if limit else \
+        "more memory (a larger limit)"
+    if cache_in_settings(meta):
+        return f"a smaller expert cache (cache_mb={meta.get('cache_mb', '?')}: it holds RAM the " \
+               f"weights need); {larger}; no larger cache"
+    if meta.get("moe_stream") == "1":
+        return f"{larger}; no expert cache (it would take RAM the weights need)"
+    return f"if the experts were mmapped (no --moe-stream), stream them: --moe-stream; with a " \
+           f"cache, a smaller one; {larger}"
+
+
+def stretch_verdict(report):
+    """A contiguous stretch of slow tokens is one event (not scattered outliers): where it
+    starts and ends, and what slowed in it."""
+    stretch = report["slow_stretch"]
+    if stretch is None or (stretch["share"] or 0) < OUTLIER_SHARE:
+        return None
+    groups = stretch["slowed"]
+    kind = "segment" if report["granularity"] == "layer" else "category"
+    every = groups and len(groups) == len(set(report["category_us_by_token"]) or
+                                          {row["name"] for row in report["segments"]})
+    named = ", ".join(f"{g['name']} {num(g['ratio'], '.0f')}x" for g in (groups or ())[:SLOWEST])
+    slowed = f"every {kind} ({named})" if every else named or (
+        f"no one {kind} alone" if groups is not None else
+        f"its {kind}s unknown (kept for the {KEPT_SLOW_TOKENS} slowest tokens only)")
+    return verdict("slow_stretch", True,
+        f"SLOW STRETCH: turn {stretch['turn']} steps {stretch['first_step']}-"
+        f"{stretch['last_step']} ({stretch['tokens']} tokens in a row) take "
+        f"{stretch['ms_per_token']:.2f} ms each, "
+        f"{num(ratio(stretch['ms_per_token'], stretch['others_ms_per_token']), '.1f')}x the "
+        f"other tokens ({num(stretch['others_ms_per_token'], '.2f')} ms), {stretch['share']:.0%} "
+        f"of the time: one stretch, not scattered outliers; slowed in it: {slowed}")
+
+
+def router_alone_verdict(router):
+    """From the compute trace alone, router time cannot be told from a wait for reads."""
+    if router["share"] <= ROUTER_SHARE:
+        return verdict("router_wait", False,
+            f"router not heavy: routing nodes take {router['ms_per_token']:.2f} ms per token, "
+            f"{router['share']:.0%} of compute (<= {ROUTER_SHARE:.0%})")
+    return verdict("router_wait", None,
+        f"router wait undetermined: routing nodes take {router['ms_per_token']:.2f} ms per "
+        f"token, {router['share']:.0%} of compute (> {ROUTER_SHARE:.0%}); with expert streaming "
+        f"that can be the wait for expert reads, billed to ffn_moe_weights after the top-k. "
+        f"Give this run's io trace to 'decode-analyze report' to tell")
+
+
+def outlier_verdict(report):
+    median = report["token_ms"]["p50"]
+    if not median or len(report["per_token"]) < 2:
+        return None
+    outliers = sorted((t for t in report["per_token"] if t["ms"] >= OUTLIER_FACTOR * median),
+                      key=lambda t: -t["ms"])
+    total = sum(t["ms"] for t in report["per_token"])
+    share = ratio(sum(t["ms"] for t in outliers), total) or 0.0
+    mean_ratio = total / len(report["per_token"]) / median
+    if not outliers or share < OUTLIER_SHARE:
+        return verdict("outliers", False,
+            f"no outlier tokens: the slowest token is {report['token_ms']['max'] / median:.1f}x "
+            f"the median ({median:.2f} ms); tokens >= {OUTLIER_FACTOR}x the median hold "
+            f"{share:.0%} of the time (< {OUTLIER_SHARE:.0%})")
+    named = ", ".join(f"turn {t['turn']} step {t['step']} {t['ms']:.2f} ms"
+                      for t in outliers[:SLOWEST])
+    more = f" and {len(outliers) - SLOWEST} more" if len(outliers) > SLOWEST else ""
+    return verdict("outliers", True,
+        f"OUTLIER TOKENS: {len(outliers)} token(s) >= {OUTLIER_FACTOR}x the median "
+        f"({median:.2f} ms) hold {share:.0%} of the time (>= {OUTLIER_SHARE:.0%}): {named}{more}; "
+        f"the mean token is {mean_ratio:.2f}x the median")
+
+
+# ── compute: its text and Markdown sections ──────────────────────────────────────────────────────
+COMPUTE_KEYS = ("model", "arch", "n_layer", "n_threads")
+
+
+def trace_header(keys):
+    """The Header of a report of one trace (compute, io) whose preamble shows `keys`."""
+    return lambda report: Header(report["kind"], [("trace", report["path"], "")],
+                                 report["meta"], keys)
+
+
+def compute_headline(report):
+    """What a token costs, framed for the run: per decode and per generated position when a
+    decode covers several positions, per batch and per prompt token for prefill."""
+    fallback = " (no decode rows: all rows used)" if report["phase"] == "all" and \
+        report["selection"]["phase"] == "default" else ""
+    decodes, prefill = report["decodes"], report["prefill"]
+    unit, units = ("batch", "batches") if report["phase"] == "prefill" else ("token", "tokens")
+    lines = [f"{units}={report['tokens']} ({selection_text(report)}){fallback}  "
+             f"{report['granularity']} granularity  nodes/{unit}={report['nodes_per_token']:.0f}"]
+    if report["phase"] == "prefill":
+        lines.append(f"prefill: {prefill['batches']} batch(es) of {prefill['prompt_tokens']} "
+                     f"prompt tokens: {num(prefill['ms_per_batch'], '.2f')} ms per batch, "
+                     f"{num(prefill['ms_per_prompt_token'], '.3f')} ms per prompt token")
+    elif decodes["speculative"]:
+        lines.append(f"speculative decoding: {decodes['decodes']} decodes generated "
+                     f"{decodes['positions']} positions: {num(decodes['ms_per_decode'], '.2f')} "
+                     f"ms per decode, {num(decodes['ms_per_position'], '.2f')} ms per generated "
+                     f"position")
+    else:
+        lines.append(f"decode wall {report['ms_per_token']:.2f} ms per token (every node's "
+                     f"time, waits for reads included)")
+    lines.append(f"major faults {report['majflt_per_token']:.1f} per {unit}")
+    return lines
+
+
+def compute_headline_blocks(report, view):
+    return [Block(None, [Prose(compute_headline(report), "")], gap=False)]
+
+
+def segment_blocks(report, view):
+    compute = report_halves(report)["compute"]
+    if compute["granularity"] != "layer":
+        return []
+    rows = compute["segments"]
+    table = Grid(bar_table(SEGMENT_ROW, rows), rows, indent="")
+    if len(rows) > COMPACT_LAYERS:  # the by-layer table has them, compacted, layer by layer
+        spread = percentile_summary([row["ms_per_token"] for row in rows])
+        least = min(row["ms_per_token"] for row in rows)
+        table = Full("every segment", table, Prose([
+            f"  {len(rows)} segments, ms/token min/median/max {least:.2f}/{spread['p50']:.2f}/"
+            f"{spread['max']:.2f}"]))
+    return [Block("by segment", [table, *tail_note(compute)])]
+
+
+def tail_note(compute):
+    """What the engine's layer-trace shape means for layer -1 and the last layer."""
+    tail = compute["tail_in_post"]
+    if tail is None:
+        return []
+    return [Prose([f"  post (layer -1) holds layer {tail['layer']}'s MoE tail: blk."
+                   f"{tail['layer']} has {tail['segments_per_token']:.0f} segment(s) per token "
+                   f"where the other layers have {tail['others_per_token']:.0f} (the engine "
+                   f"writes the last layer's routing and experts into post): read "
+                   f"{tail['layer']} and -1 together"])]
+
+
+def op_blocks(report, view):
+    compute = report_halves(report)["compute"]
+    if compute["granularity"] == "layer":
+        return []
+    ops = compute["by_op"]
+    return [Block(f"by op ({len(ops[:view.top])} of {len(ops)}, slowest first; us = one node's "
+                  f"wall time)", [Grid(table_of(OP_ROW, bar_column("share", OP_BAR_WIDTH)), ops,
+                                       indent="", shown=view.top)])]
+
+
+def pair_op_blocks(report, view):
+    """report's by-op table: its slowest ops in a line (the categories below say more of a
+    pair); the table with --full."""
+    ops = report["compute"]["by_op"]
+    slowest = ", ".join(f"{row['op']} {row['ms_per_token']:.2f} ms ({pct(row['share'])})"
+                        for row in ops[:OPS_IN_A_LINE])
+    return [block._replace(parts=[Full("every op", *block.parts, Prose(
+        [f"  of {len(ops)}, the slowest: {slowest}"], "    "))])
+        for block in op_blocks(report, view)]
+
+
+OPS_IN_A_LINE = 3
+
+
+def fault_blocks(report, view):
+    compute = report_halves(report)["compute"]
+    faults = compute["faults"]
+    if compute["granularity"] == "layer" or not faults["by_op"]:
+        return []
+    rows = faults["by_op"][:FAULT_OPS_SHOWN]
+    rows += [{"op": "TOTAL", **faults}] if len(faults["by_op"]) > 1 else []
+    return [Block("fault attribution: nodes that took major page faults (their time is mostly "
+                  "flash wait billed as compute, not arithmetic)",
+                  [Grid(table_of(FAULT_ROW), rows)])]
+
+
+def category_blocks(report, view):
+    compute = report_halves(report)["compute"]
+    rows = compute["by_category"]
+    if not rows:
+        return []
+    parts = [Grid(table_of(CATEGORY_ROW, bar_column("share")), rows)]
+    if compute["unclassified"]:
+        parts.append(Items("  unclassified base names, ms/token (extend CATEGORY_NAMES):",
+                           [f"{safe(u['name']) or '(empty)'} {u['ms_per_token']:.2f}"
+                            for u in compute["unclassified"][:UNCLASSIFIED_SHOWN]]))
+    return [Block("by node category (llama.cpp's names; a node_<N> is of the named node's "
+                  "before it)", parts)]
+
+
+def compute_layer_blocks(report, view):
+    """compute --layers only, in every format."""
+    if not view.layers:
+        return []
+    rows = report["by_layer"]
+    return [Block("by layer (layer -1: outside every layer, i.e. embeddings and output head; "
+                  "nodes with no layer index that run inside a layer are counted in it, "
+                  f"{report['reattributed_ms_per_token']:.2f} ms/token re-attributed)",
+                  [Grid(bar_table(LAYER_ROW, rows), rows)])]
+
+
+def sparkline(values, ascii_only=False, width=SPARK_WIDTH):
+    """One character per token (per group of tokens, the group's maximum, past `width`),
+    scaled from 0 to the largest value."""
+    if not values:
+        return ""
+    group = -(-len(values) // width)
+    peaks = [max(values[i:i + group]) for i in range(0, len(values), group)]
+    levels = SPARK_ASCII if ascii_only else SPARK_UNICODE
+    top = max(peaks) or 1
+    return "".join(levels[min(len(levels) - 1, int(peak / top * len(levels)))] for peak in peaks)
+
+
+def token_block(report, value, unit):
+    """Per-token distribution, the slowest (heaviest) tokens and a sparkline of the run."""
+    dist = report[f"token_{value}"]
+    name = "heaviest" if "heaviest" in report else "slowest"
+    per_token = [t[value] for t in report["per_token"]]
+    group = -(-len(per_token) // SPARK_WIDTH)
+    each = f"each mark the max of {group} tokens, " if group > 1 else ""
+    parts = []
+    reads = report.get("token_reads")
+    if reads:
+        parts.append(Prose([f"per token (reads): p50 {reads['p50']}  p90 {reads['p90']}  "
+                            f"p99 {reads['p99']}  max {reads['max']}"], ""))
+    parts += [Spark(per_token),
+              Prose([f"      (trace order; {each}scaled 0 to {dist['max']:.2f} {unit})"]),
+              Items(f"  {name}:", [f"turn {t['turn']} step {t['step']} {t[value]:.2f}"
+                                   + (f" ({t['majflt']} majflt)" if t.get("majflt") else "")
+                                   for t in report[name]])]
+    return Block(f"per token ({unit}): p50 {dist['p50']:.2f}  p90 {dist['p90']:.2f}  "
+                 f"p99 {dist['p99']:.2f}  max {dist['max']:.2f}", parts)
+
+
+def compute_token_blocks(report, view):
+    return [token_block(report_halves(report)["compute"], "ms", "ms")]
+
+
+COMPUTE_SECTIONS = (segment_blocks, op_blocks, fault_blocks, category_blocks)
+
+COMPUTE_LAYOUT = layout(
+    header_section(trace_header(COMPUTE_KEYS)), compute_headline_blocks, verdict_blocks,
+    calm_blocks, engine_blocks, caveat_blocks, *COMPUTE_SECTIONS,
+    Section(compute_layer_blocks, fold=True), compute_token_blocks)
+
+
+# ── io: its records ──────────────────────────────────────────────────────────────────────────────
+RANGE = Record("range", "a figure a v1 trace bounds but cannot measure", (
+    ("min", "the lower bound"), ("max", "the upper bound"),
+    ("estimate", "the busiest-lane estimate (README: the I/O estimate)")))
+
+LATENCY = Record("latency", "io `latency_us`", (
+    ("min", "shortest read (µs)", Shown("min", 1)),
+    ("mean", "mean read", Shown("mean", 1, "read latency us, mean", "latency_mean_us")),
+    ("p50", "median read", Shown("p50", 1, "read latency us, p50")),
+    ("p90", "90th percentile", Shown("p90", 1)),
+    ("p99", "99th percentile", Shown("p99", 1, "read latency us, p99", "latency_p99_us")),
+    ("p999", "99.9th percentile", Shown("p99.9", 1)), ("max", "longest read", Shown("max", 1))))
+HISTOGRAM_ROW = Record("histogram row", "io `latency_hist` (non-empty buckets, in order)", (
+    ("lo_us", "the bucket's lower bound, µs"), ("hi_us", "its upper bound (excluded)"),
+    ("count", "reads in it")))
+SIZE_ROW = Record("size row", "io `by_size`", (
+    ("kib", "the bucket: the largest power of two <= KiB read (0 under 1 KiB)"),
+    ("label", "its range, e.g. `64-127 KiB`", Shown("size", "text")),
+    ("reads", "reads in it", Shown("reads", None, "reads per token"), TOTAL),
+    ("mib", "MiB they read", Shown("MiB", 1, "MiB per token"), TOTAL),
+    ("mib_per_s", "those MiB over their summed latency", Shown("MiB/s", 0)),
+    ("us_per_read", "their mean latency, µs", Shown("us/read", 1, "us per read"))),
+    key="label", by="by read size")
+MIB_PER_TOKEN = ("mib_per_token", "its MiB / tokens", Shown("MiB/tok", 2, "MiB per token"),
+                 PER_TOKEN)
+LANE_ROW = Record("lane row", "io `by_lane`; a pair's `by_lane` (per decoded token)", (
+    ("lane", "the read lane", Shown("lane")),
+    ("reads_per_token", "its reads / tokens", Shown("reads/tok", 1), PER_TOKEN), MIB_PER_TOKEN,
+    ("busy_ms_per_token", "its summed latency / tokens",
+     Shown("busy ms/tok", 2, "lane-busy ms per token"), PER_TOKEN),
+    ("mib_per_s", "its MiB over its summed latency", Shown("MiB/s", 0))), key="lane",
+    by="by lane")
+SPEC = Record("spec", "io `spec`", (
+    ("reads", "speculative reads (spec = 1)", TOTAL),
+    ("mib_per_token", "their MiB / tokens", Shown(diff="speculative MiB per token"), PER_TOKEN),
+    ("share_of_bytes", "their share of all bytes read")))
+KIND_ROW = Record("read kind row", "io `demand_vs_spec`; a pair's (per decoded token)", (
+    ("kind", "`demand` or `speculative`", Shown("", "text")),
+    ("reads", "its reads", Shown("reads"), TOTAL), MIB_PER_TOKEN,
+    ("share_of_bytes", "its share of bytes read", Shown("share", "%")),
+    ("p50_us", "its median latency", Shown("p50 us", 1)),
+    ("p99_us", "its p99 latency", Shown("p99 us", 1))), key="kind",
+    by=", demand and speculative")
+IO_LAYER_ROW = Record("io layer row", "io `by_layer`", (
+    ("layer", "the layer", Shown("layer")),
+    ("reads_per_token", "its reads / tokens", Shown("reads/tok", 1, "reads per token"),
+     PER_TOKEN), MIB_PER_TOKEN,
+    ("mean_latency_us", "its mean read latency", Shown("mean us", 1)),
+    ("busy_ms_per_token", "its summed latency / tokens",
+     Shown("busy ms/tok", 2, "lane-busy ms per token"), PER_TOKEN)), key="layer", by="by layer")
+EXPERT_ROW = Record("expert row", "io `hot_experts` (the ten with the most bytes)", (
+    ("layer", "the layer"), ("expert", "the expert"), ("reads", "its reads"),
+    ("mib", "the MiB read of it")))
+ADJACENCY = Record("adjacency", "io `adjacency`; a pair's (per decoded token)", (
+    ("reads_per_token", "reads / tokens", PER_TOKEN),
+    ("runs_per_token", "contiguous runs of requested extents / tokens (null without "
+                       "--adjacent)", PER_TOKEN),
+    ("coalesce_factor", "reads / runs: how many times fewer requests perfect merging would "
+                        "issue (null without --adjacent)", Shown(diff="reads per contiguous run"))))
+LRU_POINT = Record("LRU point", "io `reuse.lru`", (
+    ("fraction", "the cache's size as a fraction of the distinct experts"),
+    ("experts", "the whole experts it holds (at least 1)", Shown("experts")),
+    ("cache_mib", "its size: experts x expert bytes, MiB", Shown("MiB", 1)),
+    ("hit_share", "the share of expert lookups it would have served",
+     Shown("would have served", "%"))))
+RUN_CACHE_TURN = Record("run cache turn", "io `run_cache.turns`", (
+    ("turn", "the turn as the trace numbers it"),
+    ("decode_tokens", "its decode tokens: from its steps, or more where the compute trace or "
+                      "the log's generation: line knows of tokens served whole from cache "
+                      "after its last read"),
+    ("decode_misses", "its demanded decode experts traced (misses)"),
+    ("prefill_lookups", "its prefill's demanded experts"),
+    ("decode_hit_share", "its decode lookups served (not traced) / its decode lookups"),
+    ("hit_share", "the same with its prefill lookups counted, as the engine counts")))
+RUN_CACHE = Record("run cache", "io `run_cache`: the run's own cache, as its trace shows it", (
+    ("detected", "whether the run had a cache: decode tokens (two at least) show fewer "
+                 "experts in a layer than top_k"),
+    ("top_k", "k: the most experts a decode (token, layer) demands"),
+    ("layers", "the layers whose experts decode reads demand"),
+    ("decode_lookups", "decode tokens (counted from each turn's steps: a token served "
+                       "entirely from cache has no rows) x layers x top_k"),
+    ("lookups", "decode_lookups + the prefill's demanded experts (a cold cache misses them)"),
+    ("decode_hit_share", "(decode_lookups - the demanded experts traced) / decode_lookups"),
+    ("hit_share", "the same hits / lookups: the engine's hit %"),
+    ("rereads", "lookups traced of an expert traced before: on a cached run, the engine's "
+                "re-reads"),
+    ("evictions", "lookups traced less the whole experts its cache_mb holds: on a cached run, "
+                  "the engine's evictions (null: its size unknown)"),
+    ("turns", "per turn of a session (one row for a single run)", ListOf(RUN_CACHE_TURN))))
+
+# What a what-if setting changes: each setting holds the figures it changes (so every field may
+# be absent); a figure's head is the words around its value in the text ("hit {}").
+WHAT_IF_FIGURE_FIELDS = (
+    ("experts", "whole experts the cache holds", FIGURE),
+    ("experts_share", "of the experts the trace shows (the model's, over a long run), the "
+                      "share it holds (a plain number)", Shown("{} of the experts", "%")),
+    ("hit_share", "the share of expert lookups it serves", FIGURE, Shown("hit {}", "%")),
+    ("reads_per_token", "reads per token", FIGURE, Shown("{} reads/tok", 1), PER_TOKEN),
+    ("mib_per_token", "MiB read per token", FIGURE, Shown("{} MiB/tok", 2), PER_TOKEN),
+    ("evictions", "experts the cache evicts", FIGURE, Shown("{} evictions", "d")),
+    ("rereads", "lookups that read an expert again", FIGURE, Shown("{} re-reads", "d")),
+    ("resident_mib", "MiB the cache holds at the end (a plain number)",
+     Shown("resident {} MiB", 1)),
+    ("io_wall_ms_per_token", "the I/O estimate per token", FIGURE, Shown("I/O {} ms", 2),
+     PER_TOKEN),
+    ("speculative_mib_per_token", "MiB read speculatively per token", FIGURE,
+     Shown("{} MiB/tok speculative", 2), PER_TOKEN),
+    ("useful_share", "the share of speculatively read experts routed at that token or the "
+                     "next", FIGURE, Shown("{} routed then or next", "%")))
+WHAT_IF_FIGURES = Record("what-if figures", "`what_if.settings[].figures`",
+                         WHAT_IF_FIGURE_FIELDS,
+                         later=tuple(name for name, *_ in WHAT_IF_FIGURE_FIELDS))
+WHAT_IF_BASELINE = Record("what-if baseline", "`what_if.baseline`: the run as traced", (
+    ("tokens", "the tokens figures are per (a pair's: decoded)"),
+    ("mib_per_token", "MiB read per token", PER_TOKEN),
+    ("io_threads", "its lanes (null: not named)"),
+    ("o_direct", "0/1 (null: not named)"), ("overlap", "0/1 (null: not named)"),
+    ("expert_bytes", "an expert's bytes, as the cache counts them"),
+    ("io_wall_ms_per_token", "the I/O estimate per token", PER_TOKEN)))
+WHAT_IF_SETTING = Record("what-if setting", "`what_if.settings[]`, largest saving first", (
+    ("setting", "the engine setting: cache_mb, o_direct, io_threads, overlap, coalesce, "
+                "prefetch"),
+    ("value", "its value in the engine's own unit"),
+    ("figures", "the figures it changes, and only those", WHAT_IF_FIGURES),
+    ("ms_per_token_saved", "the decode time it would save per token", FIGURE),
+    ("method", "how the figures were got, and what they assume"),
+    ("fits", "false when its MiB exceed a declared mem_limit_mb, else null (no limit known, "
+             "or not a size)")))
+REUSE = Record("reuse", "io `reuse` (null without --cache or --what-if)", (
+    ("lookups", "expert lookups: (token, layer, expert) demanded, prefill included"),
+    ("experts", "distinct (layer, expert) looked up"),
+    ("expert_mib", "an expert's size: its projections' req_bytes (the most common sum)"),
+    ("unique_mib", "MiB read by each expert's first lookup: the footprint"),
+    ("reread_mib", "MiB read by the other lookups"),
+    ("lru", "the engine's cache (README: what would it buy)", ListOf(LRU_POINT)),
+    ("judged", "the cache the cache verdict judges: the what-if of --cache-mb half the "
+               "experts' footprint (whole MiB), its stake that setting's ms_per_token_saved "
+               "max (null for a run that had a cache)", WHAT_IF_SETTING)))
+WHAT_IF = Record("what if", "`what_if` (io: with --what-if; report: always)", (
+    ("schema", "the JSON schema"), ("baseline", "the run as traced", WHAT_IF_BASELINE),
+    ("settings", "one per setting, largest ms_per_token_saved first (README: rank)",
+     ListOf(WHAT_IF_SETTING))))
+IO_TOKEN = Record("io token", "io `heaviest`, `per_token`", (
+    ("turn", "session turn"), ("phase", "1 decode, 0 prefill"), ("step", "the token's step"),
+    ("mib", "MiB it read"), ("reads", "its reads"),
+    ("io_ms", "its I/O estimate: per layer its busiest lane's summed latency, summed"),
+    ("busy_ms", "its reads' summed latency (lanes busy, summed over lanes)"),
+    ("latency_mean_us", "its reads' mean latency (diff's sample for the mean)"),
+    ("latency_p99_us", "its reads' p99 latency (diff's sample for the p99)")))
+IO_REPORT = Record("io report", "`io`; a pair's `io` (its own per-read-token figures)", (
+    *REPORT_HEAD, *TRACE_HEAD,
+    ("tokens", "read-tokens: distinct (turn, phase, step) among the selected reads"),
+    ("reads", "selected reads"), ("read_bytes", "bytes they read"),
+    ("req_bytes", "bytes they asked for"),
+    ("reads_per_token", "reads / tokens", Shown(diff="reads per token", samples="reads"),
+     PER_TOKEN),
+    ("mib_per_token", "MiB / tokens", Shown(diff="MiB per token", samples="mib"), PER_TOKEN),
+    ("lanes", "`io_threads` of the preamble, or the lanes seen"),
+    ("io_wall_ms_per_token", "a token's I/O wall time: the estimate, within [lane-busy / "
+                             "lanes, lane-busy]", RANGE, Shown(diff={
+                                 "estimate": ("I/O wall ms per token, estimated", "io_ms"),
+                                 "min": "I/O wall ms per token, all lanes at once",
+                                 "max": "I/O wall ms per token, one read at a time"}), PER_TOKEN),
+    ("throughput_mib_per_s", "MiB per token over each of them", RANGE),
+    ("busy_ms_per_token", "summed latency / tokens: lanes busy, summed over lanes",
+     Shown(diff="lanes busy ms per token (summed over lanes)", samples="busy_ms"), PER_TOKEN),
+    ("busy_mib_per_s", "MiB over summed latency: one lane's rate",
+     Shown(diff="lane-busy MiB/s")),
+    ("waste_pct", "(read_bytes - req_bytes) / read_bytes x 100"),
+    ("waste_mib_per_token", "(read_bytes - req_bytes) / 2^20 / tokens",
+     Shown(diff="alignment waste MiB per token"), PER_TOKEN),
+    ("median_read_bytes", "the median read's read_bytes"),
+    ("latency_us", "per-read latency", LATENCY),
+    ("latency_hist", "reads per log2 bucket of µs", ListOf(HISTOGRAM_ROW)),
+    ("by_size", "per read-size bucket", ListOf(SIZE_ROW), COMPARED),
+    ("by_lane", "per lane (every lane of io_threads)", ListOf(LANE_ROW), COMPARED),
+    ("spec", "the speculative reads", SPEC),
+    ("demand_vs_spec", "demand and speculative reads", ListOf(KIND_ROW), COMPARED),
+    ("by_layer", "per layer", ListOf(IO_LAYER_ROW), COMPARED),
+    ("hot_experts", "the (layer, expert) pairs read most", ListOf(EXPERT_ROW)),
+    ("adjacency", "the coalescing ceiling", ADJACENCY),
+    ("run_cache", "what the trace shows of the run's own cache (null without --cache or "
+                  "--what-if)", RUN_CACHE),
+    ("reuse", "re-reads and the cache curve", REUSE),
+    ("what_if", "what each engine setting would buy (null without --what-if)", WHAT_IF),
+    ("token_mib", "each token's MiB", TOKEN_SPREAD),
+    ("token_reads", "each token's reads", TOKEN_SPREAD),
+    ("heaviest", "the five tokens that read most", ListOf(IO_TOKEN)),
+    ("per_token", "every read-token, in trace order", ListOf(IO_TOKEN)),
+    ("lane_bytes_by_token", "{lane: bytes each token read on it, in per_token's order} (with "
+                            "--svg, which draws it; null otherwise)", MapOf(VALUE)),
+    ENGINE_FIELD, ("verdicts", "the io verdicts", ListOf(VERDICT)), WARNINGS), later=LATER)
+
+
 # ── io: the fold ─────────────────────────────────────────────────────────────────────────────────
 IO_COLUMNS = ("turn", "phase", "step", "layer", "expert", "lane", "spec", "offset", "req_bytes",
               "read_bytes", "latency_ns")
-
-
-def meta_int(meta, key):
-    """A small whole number from the preamble (io_threads, cache_mb), else 0."""
-    value = meta.get(key, "")
-    return int(value) if value.isascii() and value.isdigit() and len(value) < 4 else 0
 
 
 class IoToken:
@@ -2429,6 +2963,10 @@ def read_io(path, reading, adjacent=False, lookups=False):
                      in_parts_if_it_may(reading))
 
 
+CACHE_TABLE = (column("expert cache", lambda point: "all experts" if point["fraction"] == 1 else
+                      f"1/{round(1 / point['fraction'])} of them"), *table_of(LRU_POINT))
+
+
 # ── io: the overlap's stall, from a v2 trace's wait rows ─────────────────────────────────────────
 class WaitToken:
     """One selected token of a v2 io trace: how long compute threads waited for its experts."""
@@ -2726,21 +3264,6 @@ CACHED_CACHE_METHOD = (
     "from the trace); larger, at least that (a larger LRU serves every lookup a smaller one "
     "does) and at most every expert kept once read; smaller, at most its own. A trace of a run "
     "without a cache gives the curve")
-
-
-def meta_number(meta, key):
-    """A plain decimal number from the meta (cache_mb=1.9 from a log), else None."""
-    value = meta.get(key, "")
-    return float(value) if PLAIN_DECIMAL.fullmatch(value) else None
-
-
-PLAIN_DECIMAL = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?")
-
-
-def cache_in_settings(meta):
-    """Whether the run's settings (preamble, log, --set) give it a cache: cache=1 or a
-    cache_mb above 0 (one that served nothing, 0% hit, is a cache still: it manages)."""
-    return meta.get("cache") == "1" or (meta_number(meta, "cache_mb") or 0) > 0
 
 
 def held_share(experts, distinct):
@@ -3136,11 +3659,6 @@ WHAT_IF_SETTINGS = {"cache_mb": WhatIf.cache_settings, "o_direct": WhatIf.o_dire
                     "coalesce": WhatIf.coalesce_settings, "prefetch": WhatIf.prefetch_settings}
 
 
-def meta_flag(meta, key):
-    """A 0/1 preamble key as an int, None when absent or anything else."""
-    return {"0": 0, "1": 1}.get(meta.get(key))
-
-
 def setting_rank(setting):
     """By the conservative end of its band, largest first (what it saves for sure); those
     without a lower bound after them, by their point, else their upper bound."""
@@ -3430,6 +3948,474 @@ def token_p99(latencies):
     return p99 / 1e3
 
 
+# ── io: its verdicts ─────────────────────────────────────────────────────────────────────────────
+LATENCY_BOUND_KIB = 256  # median read below this ...
+LATENCY_BOUND_RATE = 0.25  # ... and its bucket below this fraction of the best bucket's MiB/s
+LANE_IMBALANCE = 1.5  # busiest lane's busy time over the least busy lane's
+COALESCE_WORTH = 1.2  # coalescing factor
+CACHE_WORTH = 0.20  # share of read bytes an LRU of half the footprint would serve
+IO_MATERIAL = 0.10  # io alone: a remedy is at stake when it could save this share of the I/O
+
+PAGE_CACHE_US = 50  # buffered reads (o_direct=0) with a median this fast came from memory
+
+
+def io_verdicts(report, measured=None):
+    """The io verdicts, those whose remedy saves I/O time weighed in I/O time (io_stakes)."""
+    return weighed_io_verdicts(report, report["io_wall_ms_per_token"],
+                               io_stakes(report, measured or {}))
+
+
+def io_findings(report):
+    """What the reads show on their own: latency-bound, lanes, coalescing, cache; before the
+    stakes (what their remedies could save) are weighed."""
+    verdicts = [latency_verdict(report)]
+    busy = [row["busy_ms_per_token"] for row in report["by_lane"]]
+    if len(busy) > 1:
+        spread = ratio(max(busy), min(busy))
+        flagged = spread is None or spread > LANE_IMBALANCE
+        verdicts.append(verdict("lanes_unbalanced", flagged,
+            f"{'UNBALANCED lanes' if flagged else 'lanes balanced'}: the busiest lane is busy "
+            + ("while the least busy never read" if spread is None else
+               f"{spread:.2f}x as long as the least busy") +
+            f" ({compare(flagged)} {LANE_IMBALANCE}x)"))
+    factor = report["adjacency"]["coalesce_factor"]
+    if factor is not None:
+        flagged = factor > COALESCE_WORTH
+        verdicts.append(verdict("coalescing", flagged,
+            f"{'coalescing WORTHWHILE' if flagged else 'coalescing not worthwhile'}: perfect "
+            f"merging would issue {factor:.2f}x fewer requests ({compare(flagged)} "
+            f"{COALESCE_WORTH}x)"))
+    own = report.get("run_cache")
+    if ran_cached(report):
+        verdicts.append(verdict("cache", None,
+            f"cache: this run had one, its trace shows it served {own['hit_share']:.1%} of the "
+            f"expert lookups ({own['decode_hit_share']:.1%} of the decode's); whether a larger "
+            f"one would be worthwhile, a trace of a run without a cache tells"))
+    elif (report["reuse"] or {}).get("judged"):  # a saved report before it: none
+        verdicts.append(cache_verdict(report["reuse"]["judged"]))
+    return [v for v in verdicts if v]
+
+
+def cache_verdict(judged):
+    """Whether a cache of half the experts' footprint serves CACHE_WORTH of the lookups: the
+    what-if's setting at that size (its stake is that setting's saving)."""
+    figures = judged["figures"]
+    hit = figures["hit_share"]["point"]
+    flagged = hit > CACHE_WORTH
+    return verdict("cache", flagged,
+        f"{'cache WORTHWHILE' if flagged else 'cache not worthwhile'}: the engine's cache at "
+        f"--cache-mb {judged['value']:g} (half the experts' footprint: "
+        f"{figures['experts']['point']} experts) would serve {hit:.0%} of the expert lookups "
+        f"({compare(flagged)} {CACHE_WORTH:.0%})")
+
+
+def latency_verdict(report):
+    median = report["median_read_bytes"]
+    moving = [row for row in report["by_size"] if row["mib_per_s"]]
+    if median is None or not moving:
+        return None
+    median_kib = median / 1024
+    if len(moving) < 2:
+        only, = moving
+        return verdict("latency_bound", None,
+            f"latency-bound undetermined: every read is in one size class "
+            f"({only['label']}, median {median_kib:.0f} KiB), so there is no other "
+            f"size to compare its MiB/s with")
+    best = max(moving, key=itemgetter("mib_per_s"))
+    home = next(row for row in report["by_size"] if row["kib"] == size_bucket(median))
+    fraction = ratio(home["mib_per_s"] or 0, best["mib_per_s"])
+    flagged = median_kib < LATENCY_BOUND_KIB and fraction < LATENCY_BOUND_RATE
+    return verdict("latency_bound", flagged,
+        f"{'LATENCY-BOUND reads' if flagged else 'reads not latency-bound'}: the median "
+        f"read is {median_kib:.0f} KiB and its size class moves {fraction:.0%} of the best "
+        f"class's MiB/s ({best['label']}; flagged below {LATENCY_BOUND_KIB} KiB and "
+        f"{LATENCY_BOUND_RATE:.0%})")
+
+
+# What a remedy is weighed against. whole_ms: what its saving is a share of (ms per token),
+# `whole` in words; threshold: the share that is at stake; cap: the most the reads cost it
+# (serial: all of them, inf; overlap=1: the stall, None when no log gives it); moot: why
+# nothing the reads do is at stake (they came from the page cache), or None; pressure: the
+# decode is inflated by memory pressure, so a small share is no answer.
+Stakes = namedtuple("Stakes", "whole_ms whole threshold cap moot pressure")
+
+
+def io_stakes(io, measured):
+    """io alone: a remedy weighed against the I/O time itself (IO_MATERIAL of it)."""
+    estimate = io["io_wall_ms_per_token"]["estimate"]
+    return Stakes(estimate, f"the {estimate:.2f} ms of I/O per read-token", IO_MATERIAL,
+                  overlap_cap(io["meta"], measured, io["tokens"]), page_cache_words(io),
+                  False)
+
+
+def page_cache_words(io):
+    """Why the reads are no flash reads: buffered, and their median faster than flash."""
+    median = io["latency_us"]["p50"]
+    if io["meta"].get("o_direct") != "0" or median is None or median >= PAGE_CACHE_US:
+        return None
+    return (f"the reads came from the page cache (o_direct=0, median {median:.0f} us a read, "
+            f"< {PAGE_CACHE_US} us), {io['io_wall_ms_per_token']['estimate']:.2f} ms per "
+            f"read-token in all: the drive was not measured")
+
+
+# What an io verdict's remedy could save at most, in ms per token, from the I/O estimate (ms)
+# and the io report: even lanes bring each layer down to its mean lane (the lower bound);
+# merged requests save the requests' fixed cost (request_overhead); a cache at most its hit
+# share of the reads.
+AT_STAKE = {
+    "lanes_unbalanced": ("lanes unbalanced", "evening the lanes",
+                         lambda io, wall: wall["estimate"] - wall["min"]),
+    "coalescing": ("coalescing", "merging requests (their fixed cost)",
+                   lambda io, wall: merging_saves(io, wall["estimate"],
+                                                  io["adjacency"]["coalesce_factor"])),
+    "cache": ("cache", "that cache", lambda io, wall: judged_cache_saves(io, wall)),
+}
+
+
+def judged_cache_saves(io, wall):
+    """The most the judged cache saves (its what-if's ms_per_token_saved max), per token of
+    `wall`: a pair's decoded tokens scale it as they scale the what-if."""
+    most = io["reuse"]["judged"]["ms_per_token_saved"]["max"] or 0.0
+    return most * (ratio(wall["estimate"], io["io_wall_ms_per_token"]["estimate"]) or 0.0)
+
+
+def weighed_io_verdicts(io, wall, stakes, pair=None):
+    """The io findings, those flagged weighed: flagged only when their remedy could save
+    `stakes.threshold` of what it acts on; the pair's say replaces io's (all_verdicts)."""
+    weighed = []
+    for judged in io_findings(io):
+        if judged["id"] not in AT_STAKE or not judged["flagged"]:
+            weighed.append(judged)
+            continue
+        name, remedy, saving = AT_STAKE[judged["id"]]
+        _, _, why = judged["text"].partition(": ")
+        if stakes.moot:
+            weighed.append(verdict(judged["id"], False, f"{name} not at stake: {stakes.moot}; "
+                                                        f"{why}"))
+            continue
+        if stakes.cap is None:
+            weighed.append(verdict(judged["id"], None,
+                f"{name} undetermined: {why}; overlap=1 ran the reads beside compute, so what "
+                f"{remedy} could save is at most the stall, which the engine's log gives "
+                f"(moe-overlap: give its NAME.log), not found here"))
+            continue
+        weighed.append(stake_verdict(judged, name, remedy, saving(io, wall), stakes, pair))
+    return weighed
+
+
+def stake_verdict(judged, name, remedy, saving, stakes, pair):
+    """A flagged finding, flagged still when its remedy's saving (at most the overlap's stall)
+    is at least the threshold of the whole; else not at stake, or undetermined when memory
+    pressure inflates the whole."""
+    at_most = max(0.0, capped(saving, stakes.cap))
+    share = ratio(at_most, stakes.whole_ms)
+    stalled = " (the overlap's stall)" if at_most < saving else ""
+    per_position = per_position_words(pair, at_most, stakes.whole_ms) if pair else ""
+    stake = (f"{remedy} could save at most {at_most:.2f} ms{stalled} of {stakes.whole}"
+             f"{per_position} ({num(share, '.1%')}")
+    _, _, why = judged["text"].partition(": ")
+    if share is None or share >= stakes.threshold:
+        return verdict(judged["id"], True, f"{judged['text']}; {stake}, >= "
+                                           f"{stakes.threshold:.0%})")
+    if stakes.pressure:
+        return verdict(judged["id"], None,
+            f"{name} undetermined: {why}; {stake}, < {stakes.threshold:.0%}), but memory "
+            f"pressure inflates the decode: judge it again once the pressure is relieved")
+    return verdict(judged["id"], False, f"{name} not at stake: {why}; but {stake}, < "
+                                        f"{stakes.threshold:.0%} of it)")
+
+
+def per_position_words(pair, *ms):
+    """', per generated position A of B ms' when a decode covers several positions."""
+    position = pair["per_position"]
+    if not position:
+        return ""
+    per = position["positions"] / pair["tokens"]
+    return f" (per generated position {' of '.join(f'{value / per:.2f}' for value in ms)} ms)"
+
+
+# ── io: its text and Markdown sections ───────────────────────────────────────────────────────────
+IO_KEYS = ("model", "io_threads", "o_direct", "overlap")
+
+
+def io_part(report):
+    """The io report a section draws: an io report's figures are per read-token; a pair's
+    lanes, demand/speculative and adjacency are per decoded token, as the pair computed them."""
+    if report["kind"] != "report":
+        return report
+    pair = report["pair"]
+    return {**report["io"], "by_lane": pair["by_lane"], "demand_vs_spec": pair["demand_vs_spec"],
+            "adjacency": pair["adjacency"]}
+
+
+def per_words(report):
+    """What io_part's per-token figures are per."""
+    return "per decoded token" if report["kind"] == "report" else "per read-token"
+
+
+def io_range_text(figures, per):
+    """A token's I/O time: the busiest-lane estimate, within the range a v1 trace allows, and
+    the throughput; under overlap=1 the reads ran beside compute: read time, not a wait."""
+    wall, rate = figures["io_wall_ms_per_token"], figures["throughput_mib_per_s"]
+    what = "read time" if figures["meta"].get("overlap") == "1" else "I/O"
+    estimate = num(wall.get("estimate"), ".2f")
+    head = (f"{what}{' ' + per if per else ''}: {estimate} ms estimated (per layer, its "
+            f"busiest lane)")
+    if figures["lanes"] == 1:
+        return f"{head}; one lane, so reads one at a time; {num(rate['estimate'], '.0f')} MiB/s"
+    return (f"{head}, within {wall['min']:.2f} ({figures['lanes']} lanes at once) and "
+            f"{wall['max']:.2f} ms (one at a time); throughput {num(rate['estimate'], '.0f')} "
+            f"MiB/s (between {num(rate['min'], '.0f')} and {num(rate['max'], '.0f')})")
+
+
+def io_headline_blocks(report, view):
+    per = "per read-token"
+    return [Block(None, [Prose([
+        f"read-tokens={report['tokens']} ({selection_text(report)}; tokens that read: a token "
+        f"served entirely from cache has no rows)",
+        io_range_text(report, per),
+        f"reads {report['reads_per_token']:.1f} {per}, {report['mib_per_token']:.2f} MiB {per} "
+        f"({report['reads']} read{'s' if report['reads'] != 1 else ''})",
+        f"per read: lanes busy {report['busy_ms_per_token']:.2f} ms {per} summed over lanes, "
+        f"{num(report['busy_mib_per_s'], '.0f')} MiB/s while a lane is busy",
+        f"alignment waste {num(report['waste_pct'], '.1f')}% "
+        f"({report['waste_mib_per_token']:.2f} MiB {per} read but not wanted)"], "")],
+        gap=False)]
+
+
+def latency_blocks(report, view):
+    io = io_part(report)
+    hist = io["latency_hist"]
+    return [Block("per-read latency (us)", [
+        Grid(table_of(LATENCY), [io["latency_us"]]),
+        Full("the latency histogram", Grid(histogram_table(hist), hist))])]
+
+
+def size_blocks(report, view):
+    return [Block("by read size (bucket: largest power of two <= KiB read)",
+                  [Grid(table_of(SIZE_ROW), io_part(report)["by_size"])])]
+
+
+def lane_blocks(report, view):
+    return [Block("by lane (a lane busy far less than the others is waiting for work: the drive "
+                  "is not the limit there)",
+                  [lane_table(io_part(report)["by_lane"])])]
+
+
+def lane_table(lanes):
+    """The by-lane table; without --full, its range in a line (the lanes verdict says whether
+    they are balanced)."""
+    if not lanes:
+        return Grid(table_of(LANE_ROW), lanes)
+    busy = [row["busy_ms_per_token"] for row in lanes]
+    speeds = [row["mib_per_s"] or 0.0 for row in lanes]
+    return Full("every lane", Grid(table_of(LANE_ROW), lanes), Prose([
+        f"  {len(lanes)} lanes, each busy {min(busy):.2f}-{max(busy):.2f} ms a token at "
+        f"{min(speeds):.0f}-{max(speeds):.0f} MiB/s"]))
+
+
+def spec_blocks(report, view):
+    io, per = io_part(report), per_words(report)
+    spec = io["spec"]
+    if not spec["reads"]:
+        return []
+    return [Block(f"speculative: {spec['reads']} reads ({pct(spec['share_of_bytes'])} of bytes "
+                  f"read); MiB/tok is {per}", [Grid(table_of(KIND_ROW), io["demand_vs_spec"])])]
+
+
+def io_layer_blocks(report, view):
+    parts = [Grid(table_of(IO_LAYER_ROW), report["by_layer"], compact=True)]
+    if report["hot_experts"]:
+        parts.append(Items("  hottest (layer, expert) by bytes read:",
+                           [f"({row['layer']}, {row['expert']}) {row['mib']:.1f} MiB"
+                            for row in report["hot_experts"]]))
+    return [Block("by layer", parts)]
+
+
+def adjacency_blocks(report, view):
+    io, per = io_part(report), per_words(report)
+    figures = io["adjacency"]
+    if figures["runs_per_token"] is None:
+        return []
+    return [Block("adjacency: requested extents, merged where they touch or overlap", [Prose([
+        f"  {figures['reads_per_token']:.1f} reads {per} span {figures['runs_per_token']:.1f} "
+        f"contiguous runs",
+        f"  coalescing factor {num(figures['coalesce_factor'], '.2f')}: perfectly coalesced, "
+        f"that many times fewer requests for the same bytes"])])]
+
+
+def cache_blocks(report, view):
+    reuse = io_part(report)["reuse"]
+    if reuse is None:
+        return []
+    return [Block(f"re-reads: {reuse['lookups']} expert lookups of {reuse['experts']} experts "
+                  f"({reuse['expert_mib'] * 1024:.0f} KiB each); footprint "
+                  f"{reuse['unique_mib']:.1f} MiB, {reuse['reread_mib']:.1f} MiB read again",
+                  [Full("the cache curve", Grid(CACHE_TABLE, reuse["lru"]), Prose([
+                      "  a cache of " + ", ".join(f"{point['cache_mib']:.1f}" for point in
+                                                  reuse["lru"]) + " MiB would have served "
+                      + ", ".join(pct(point["hit_share"]) for point in reuse["lru"])]))]
+                  if reuse["lru"] else [Prose([
+                      "  (no curve: a cached run's trace holds its misses alone; an uncached "
+                      "run's gives it)"])])]
+
+
+# How each what-if figure reads in a line: (label before, format, label after); shares in %.
+def what_if_figure(name, value):
+    """'hit 29.7% (26.1%-31.0%)': a figure in the words its Record shows it with, and its band
+    where the bounds differ."""
+    shown = WHAT_IF_FIGURES.field(name).shown
+    write = formatter(shown.format)
+    if not isinstance(value, dict):
+        return shown.header.format(write(value))
+    point, low, high = (write(value[bound]) for bound in ("point", "min", "max"))
+    if value["point"] is None:  # only bounds are honest
+        return shown.header.format(f"{low}-{high}")
+    return shown.header.format(point) + (f" ({low}-{high})" if low != high else "")
+
+
+def saving_text(saved):
+    """What a setting saves, in ms per token, as honestly as its bounds allow; a negative
+    saving is said as a cost, and what rounds to zero as 0.00 (never -0.00)."""
+    point, low, high = (None if saved[bound] is None else round(saved[bound], 2) + 0.0
+                        for bound in ("point", "min", "max"))
+    if point is not None:
+        said = f"saves {point:.2f} ms" if point >= 0 else f"costs {-point:.2f} ms"
+        return said + ("" if low == high else f" ({low:+.2f} to {high:+.2f})")
+    if low is not None and high is not None:
+        return f"saves {low:.2f} to {high:.2f} ms" + (
+            " (uncertain: it may be slower)" if low < 0 < high else "")
+    return "ms saved not predicted" if high is None else \
+        f"saves up to {high:.2f} ms (no lower bound)"
+
+
+BEST_SHOWN = 3  # changes on the first screen; the what-if section has them all
+
+
+def best_change_blocks(report, view):
+    """The answer to 'what do I change', up front: the settings surest to save (a lower end
+    above 0), best first, each with what it saves; else that none is a sure win."""
+    what_if = report.get("what_if")
+    if not what_if:
+        return []
+    sure = [setting for setting in what_if["settings"]
+            if (setting["ms_per_token_saved"]["min"] or 0) > 0]
+    lines = [f"  {setting['setting']}={setting['value']}: "
+             f"{saving_text(setting['ms_per_token_saved'])}" for setting in sure[:BEST_SHOWN]]
+    if not lines:
+        lines = ["  none is a sure win: no setting's saving has a lower end above 0 (the "
+                 "what-if below gives each band)"]
+    return [Block(f"best changes ({per_words(report) or 'per token'}, surest first)",
+                  [Prose(lines, "    ")])]
+
+
+def what_if_blocks(report, view):
+    what_if = report["what_if"]
+    if what_if is None:
+        return []
+    baseline = what_if["baseline"]
+    per = "per generated position" if (report.get("pair") or {}).get("per_position") \
+        else per_words(report)
+    lines = []
+    for setting in what_if["settings"]:
+        figures = [what_if_figure(name, value) for name, value in setting["figures"].items()
+                   if name != "experts"]
+        experts = setting["figures"].get("experts")
+        if experts:
+            figures.insert(0, f"{experts['point']} expert{'s' if experts['point'] != 1 else ''}")
+        lines.append(f"  {setting['setting'] + '=' + str(setting['value']):<13} "
+                     f"{saving_text(setting['ms_per_token_saved'])}"
+                     + (": " + ", ".join(figures) if figures else ""))
+    methods = dict.fromkeys(f"{setting['setting']}: {setting['method']}"
+                            for setting in what_if["settings"])
+    told = [Prose(["  how each is estimated:"], "    "), Bullets(list(methods))] \
+        if view.explain else [Prose(["  (how each band is made: --explain; the README's What "
+                                     "would it buy)"], "    ")]
+    return [Block(f"what would it buy ({per}, largest saving first; now "
+                  f"{baseline['mib_per_token']:.2f} MiB read, I/O estimate "
+                  f"{num(baseline['io_wall_ms_per_token'], '.2f')} ms)",
+                  [Prose(lines, "    "), *told])]
+
+
+def io_token_blocks(report, view):
+    return [token_block(report, "mib", "MiB")]
+
+
+IO_READ_SECTIONS = (latency_blocks, size_blocks, lane_blocks, spec_blocks)
+
+IO_LAYOUT = layout(
+    header_section(trace_header(IO_KEYS)), io_headline_blocks, verdict_blocks,
+    best_change_blocks, calm_blocks, engine_blocks, *IO_READ_SECTIONS, io_layer_blocks,
+    adjacency_blocks, cache_blocks, what_if_blocks, io_token_blocks)
+
+
+# ── pair: its records ────────────────────────────────────────────────────────────────────────────
+READ_GROUP = Record("read group", "a pair's `read_split.read`, `read_split.no_read`", (
+    ("tokens", "decoded tokens that read (that read nothing)"),
+    ("ms_per_token", "their mean compute ms")))
+SLOW_STRETCH = Record("slow stretch", "a pair's `read_split.slow_stretch`", (
+    ("turn", "its turn"), ("first_step", "its first step"), ("last_step", "its last step"),
+    ("tokens", "its decoded tokens, all slow (> 2x the median of those that read nothing)"),
+    ("without_reads", "how many of them read nothing"), ("ms_per_token", "their mean ms")))
+READ_SPLIT = Record("read split", "a pair's `read_split`", (
+    ("read", "the tokens that read", READ_GROUP),
+    ("no_read", "the tokens that read nothing", READ_GROUP),
+    ("io_ms_per_token", "the reading tokens' mean I/O estimate (their own reads' ms)"),
+    ("slow_stretch", "the longest run of consecutive slow tokens, when it holds at least half "
+                     "of them (else null)", SLOW_STRETCH)))
+PAIR_LAYER_ROW = Record("pair layer row", "a pair's `by_layer`", (
+    ("layer", "the layer (compute: inferred)", Shown("layer")),
+    ("compute_ms_per_token", "its compute ms", Shown("compute ms", 2)),
+    ("majflt_per_token", "its major faults", Shown("majflt", 1)),
+    ("reads_per_token", "its reads per decoded token", Shown("reads", 1)),
+    ("mib_per_token", "its MiB per decoded token", Shown("MiB", 2))), key="layer")
+PER_POSITION = Record("per position", "report `pair.per_position` (null unless a decode covers "
+                                      "several positions: speculative decoding)", (
+    ("positions", "generated positions the decodes cover (compute `decodes.positions`)"),
+    ("decode_ms", "the decodes' wall time / positions",
+     Shown(diff="decode ms per generated position")),
+    ("compute_ms", "decode - I/O estimate, / positions (null with overlap=1)",
+     Shown(diff="compute ms per generated position")),
+    ("io_ms", "the I/O estimate / positions"),
+    ("mib", "MiB read / positions", Shown(diff="MiB per generated position"))))
+PAIR = Record("pair", "report `pair`: per decoded token", (
+    ("tokens", "decoded tokens (the compute trace's)"),
+    ("tokens_without_reads", "of them, those with no read"),
+    ("per_position", "the headline per generated position", PER_POSITION),
+    ("decode_ms_per_token", "the compute trace's ms per token: the decode's wall time, every "
+                            "node's time, waits for reads included",
+     Shown(diff="decode ms per decoded token", samples="ms")),
+    ("compute_ms_per_token", "decode - the I/O estimate, as the engine splits it (null with "
+                             "overlap=1: reads ran beside compute)",
+     Shown(diff="compute ms (decode - I/O estimate)")),
+    ("faulting_ms_per_token", "of the decode, the faulting nodes'",
+     Shown(diff="faulting nodes' ms per decoded token")),
+    ("experts_ms_per_token", "of the decode, the `experts` category's (null for a layer "
+                             "trace)"),
+    ("router_ms_per_token", "of the decode, the `router` category's (null for a layer trace)"),
+    ("io_reads_per_token", "reads / decoded tokens"),
+    ("io_mib_per_token", "MiB / decoded tokens", Shown(diff="MiB per decoded token")),
+    ("io_wall_ms_per_token", "the I/O wall time per decoded token: the estimate, within "
+                             "[lane-busy / lanes, lane-busy], the upper bound no more than each "
+                             "token's decode wall", RANGE,
+     Shown(diff={"estimate": "I/O estimate ms per decoded token"})),
+    ("throughput_mib_per_s", "MiB per decoded token over each of them", RANGE),
+    ("io_busy_ms_per_token", "summed latency / decoded tokens"),
+    ("waste_mib_per_token", "alignment waste / decoded tokens"),
+    ("by_lane", "per lane, per decoded token", ListOf(LANE_ROW)),
+    ("demand_vs_spec", "per read kind, per decoded token", ListOf(KIND_ROW)),
+    ("adjacency", "per decoded token", ADJACENCY),
+    ("read_split", "compute of the tokens that read and of those that did not", READ_SPLIT),
+    ("by_layer", "compute and reads side by side", ListOf(PAIR_LAYER_ROW)),
+    ("warnings", "what makes the two files a doubtful pair"),
+    ("verdicts", "the pair's own verdicts", ListOf(VERDICT))), later=("verdicts",))
+PAIR_REPORT = Record("pair report", "`report`", (
+    *REPORT_HEAD, ("compute", "the compute report", COMPUTE_REPORT),
+    ("io", "the io report", IO_REPORT), ("pair", "what only the pair can tell", PAIR),
+    ("what_if", "what each engine setting would buy, per decoded token", WHAT_IF),
+    ENGINE_FIELD, WARNINGS), later=LATER)
+
+
 # ── pair: the two traces of one run ──────────────────────────────────────────────────────────────
 PAIR_META = ("model", "arch", "n_layer")
 
@@ -3628,6 +4614,242 @@ def trace_id_warning(compute, io):
 
 
 READ_SPLIT_RATIO = 2.0  # compute ms of tokens that read over that of tokens that did not
+
+
+# ── pair: its verdicts ───────────────────────────────────────────────────────────────────────────
+ROUTER_EXPLAINED = 0.5  # a pair: the share of the router's time the reads can account for
+
+READS_EXPLAIN = 0.5  # ... and the reads' own time must cover this share of the difference
+MATERIAL = 0.05  # a pair: an I/O verdict is flagged when it could save this share of the decode
+
+IO_SHARE = 0.20  # a pair: I/O-bound when the reads cost the decode this share of it
+
+
+def pair_verdicts(compute, io, pair, measured=None):
+    """What only the pair can decide: whether the reads bound the decode, whether routing
+    waits for them, whether the tokens that read are the slow ones, and whether the io
+    verdicts are at stake in the decode."""
+    stakes = pair_stakes(compute, io, pair, measured or {})
+    judged = [io_bound_verdict(pair, stakes), router_pair_verdict(compute, pair, stakes),
+              read_split_verdict(pair, ran_overlapped(compute, io))]
+    return [v for v in judged if v] + [
+        v for v in weighed_io_verdicts(io, pair["io_wall_ms_per_token"], stakes, pair)
+        if v["id"] in AT_STAKE]
+
+
+def pair_stakes(compute, io, pair, measured):
+    """A pair: a remedy weighed against the decode (MATERIAL of it)."""
+    decode = pair["decode_ms_per_token"]
+    meta = {**compute["meta"], **io["meta"]}
+    return Stakes(decode, f"the {decode:.2f} ms decode per token", MATERIAL,
+                  overlap_cap(meta, measured, pair["tokens"]), page_cache_words(io),
+                  under_pressure(compute))
+
+
+def io_bound_verdict(pair, stakes):
+    """Whether the reads bound the decode: what they cost it (serial: the I/O estimate;
+    overlap=1: the stall) against the decode. Node and layer traces of one run agree: it reads
+    neither routing nodes nor segments."""
+    estimate, decode = pair["io_wall_ms_per_token"]["estimate"], pair["decode_ms_per_token"]
+    if stakes.cap is None:
+        return verdict("io_bound", None,
+            f"I/O share undetermined: overlap=1 ran the reads ({estimate:.2f} ms estimated) "
+            f"beside compute, so what they cost the {decode:.2f} ms decode is the stall, which "
+            f"the engine's log gives (moe-overlap), not found here")
+    cost = estimate if stakes.cap == math.inf else stakes.cap  # the wait the reads caused
+    what = "the overlap's stall" if stakes.cap < math.inf else "the I/O estimate"
+    share = ratio(cost, decode)
+    flagged = share is not None and share > IO_SHARE
+    moot = f"; {stakes.moot}" if stakes.moot else ""
+    return verdict("io_bound", flagged,
+        f"{'I/O-BOUND' if flagged else 'not I/O-bound'}: the reads cost {cost:.2f} ms ({what}) "
+        f"of the {decode:.2f} ms decode per token ({num(share, '.0%')}, {compare(flagged)} "
+        f"{IO_SHARE:.0%}){moot}")
+
+
+def router_pair_verdict(compute, pair, stakes):
+    """Whether the routing nodes' time is the wait for expert reads, in ms: the reads can
+    account for at most what they cost (serial: their estimated I/O time, each layer's
+    busiest lane; overlap=1: the stall), so the router's read wait is at most the smaller of
+    the two; faulting time does not dilute it. Under overlap without a stall: undetermined
+    (routing takes as long without any wait)."""
+    router_ms = pair["router_ms_per_token"]
+    if router_ms is None:
+        return None  # a layer-granularity trace has no routing nodes
+    estimate = pair["io_wall_ms_per_token"]["estimate"]
+    if stakes.cap is None:
+        return verdict("router_wait", None,
+            f"router wait undetermined: routing nodes take {router_ms:.2f} ms per decoded "
+            f"token, but overlap=1 ran the reads beside compute, so routing time is not read "
+            f"wait: the stall (the engine's log, moe-overlap) bounds it, or diff against the "
+            f"same model's serial run")
+    stake = pair["decode_ms_per_token"] - pair["faulting_ms_per_token"]
+    wait = min(router_ms, estimate, stakes.cap)
+    bound = f"the overlap's stall, {stakes.cap:.2f} ms" if stakes.cap < estimate else \
+        f"the reads, estimated at {estimate:.2f} ms (each layer's busiest lane)"
+    reads = (f"routing nodes take {router_ms:.2f} ms per decoded token"
+             f"{per_position_words(pair, router_ms)}; {bound}, can account for {wait:.2f} of "
+             f"them")
+    if not stake or wait <= ROUTER_SHARE * stake:
+        calm = verdict("router_wait", False,
+            f"router not waiting much: {reads}, {ratio(wait, stake) or 0:.0%} of the decode "
+            f"outside faulting nodes (<= {ROUTER_SHARE:.0%})")
+        return calm if not stakes.pressure else verdict("router_wait", None,
+            f"router wait undetermined: {reads}, {ratio(wait, stake) or 0:.0%} of a decode "
+            f"that memory pressure inflates: judge it once the pressure is relieved")
+    if wait >= ROUTER_EXPLAINED * router_ms:
+        return verdict("router_wait", True,
+            f"ROUTER WAITS FOR READS: {reads} ({wait / router_ms:.0%} of the router's time, "
+            f">= {ROUTER_EXPLAINED:.0%}), {wait / stake:.0%} of the decode outside faulting "
+            f"nodes")
+    return verdict("router_wait", False,
+        f"router time is mostly not read wait: {reads} ({wait / router_ms:.0%} of the router's "
+        f"time, < {ROUTER_EXPLAINED:.0%})")
+
+
+def read_split_verdict(pair, overlapped):
+    """Whether the tokens that read are slow because they read: their difference from the
+    tokens that read nothing is held against their own reads' time (the I/O estimate)."""
+    split = pair["read_split"]
+    read, idle = split["read"], split["no_read"]
+    if not read["tokens"] or not idle["tokens"] or not idle["ms_per_token"]:
+        return None
+    factor = read["ms_per_token"] / idle["ms_per_token"]
+    groups = (f"the {read['tokens']} tokens that read take {read['ms_per_token']:.2f} ms each, "
+              f"the {idle['tokens']} that read nothing {idle['ms_per_token']:.2f} ms "
+              f"({factor:.2f}x")
+    if factor <= READ_SPLIT_RATIO:
+        return verdict("read_split", False, f"reads do not split the tokens: {groups}; <= "
+                                            f"{READ_SPLIT_RATIO}x)")
+    difference = read["ms_per_token"] - idle["ms_per_token"]
+    own = split["io_ms_per_token"] or 0.0
+    reads = (f"{groups}), a difference of {difference:.2f} ms against their reads' own "
+             f"{own:.2f} ms (I/O estimate, {own / difference:.0%} of it")
+    if own >= READS_EXPLAIN * difference:
+        if overlapped:
+            return verdict("read_split", None,
+                f"read split undetermined: {reads}); overlap=1: the reads ran beside compute, "
+                f"so how much of them the tokens waited for is not in a v1 trace (a v2 "
+                f"trace's timeline measures it)")
+        return verdict("read_split", True, f"READS SPLIT THE TOKENS: {reads}, >= "
+                                           f"{READS_EXPLAIN:.0%})")
+    return verdict("read_split", False,
+        f"the reads do not explain the split: {reads}, < {READS_EXPLAIN:.0%})"
+        f"{stretch_text(split['slow_stretch'])}")
+
+
+def stretch_text(stretch):
+    """What else differs: the slow tokens as one stretch, with tokens that read nothing."""
+    if stretch is None:
+        return ""
+    return (f"; the slow tokens are one stretch, turn {stretch['turn']} steps "
+            f"{stretch['first_step']}-{stretch['last_step']} ({stretch['tokens']} tokens, "
+            f"{stretch['ms_per_token']:.2f} ms each), {stretch['without_reads']} of which read "
+            f"nothing: something else slowed that stretch")
+
+
+# ── pair: its text and Markdown sections ─────────────────────────────────────────────────────────
+PAIR_KEYS = ("model", "arch", "n_layer", "n_threads", "io_threads", "o_direct", "overlap")
+
+
+def pair_header(report):
+    compute, io = report["compute"], report["io"]
+    return Header("report", [("compute", compute["path"], ""), ("io", io["path"], "")],
+                  {**io["meta"], **compute["meta"]}, PAIR_KEYS)
+
+
+def pair_headline_blocks(report, view):
+    compute, pair = report["compute"], report["pair"]
+    lines = [f"tokens={pair['tokens']} (from the compute trace; {selection_text(compute)}), "
+             f"{pair['tokens_without_reads']} of them read nothing; every figure below is per "
+             f"decoded token"]
+    position = pair["per_position"]
+    if position:
+        split = f" = compute {position['compute_ms']:.2f} + flash I/O" \
+            if position["compute_ms"] is not None else ", reads beside it:"
+        lines.append(f"speculative decoding: {pair['tokens']} decodes generated "
+                     f"{position['positions']} positions; per generated position, decode "
+                     f"{position['decode_ms']:.2f} ms{split} {position['io_ms']:.2f} ms, "
+                     f"{position['mib']:.2f} MiB read")
+    return [Block(None, [Prose(lines, ""),
+                         Prose([f"warning: {message}" for message in pair["warnings"]])],
+                  gap=False)]
+
+
+def per_decoded_blocks(report, view):
+    io, pair = report["io"], report["pair"]
+    inside = ("routed experts and router n/a (a layer-granularity trace)"
+              if pair["experts_ms_per_token"] is None else
+              f"routed experts {pair['experts_ms_per_token']:.2f} ms, router "
+              f"{pair['router_ms_per_token']:.2f} ms")
+    estimate = pair["io_wall_ms_per_token"]["estimate"]
+    split = (f"decode {pair['decode_ms_per_token']:.2f} ms = compute "
+             f"{pair['compute_ms_per_token']:.2f} + flash I/O {estimate:.2f} (the I/O estimate); "
+             if pair["compute_ms_per_token"] is not None else
+             f"decode {pair['decode_ms_per_token']:.2f} ms, reads beside it (overlap=1: their "
+             f"time is not subtracted; lanes busy {pair['io_busy_ms_per_token']:.2f} ms is what "
+             f"the engine counts as flash I/O then); ")
+    return [Block("per decoded token", [Prose([
+        f"  {split}in the decode, faulting nodes {pair['faulting_ms_per_token']:.2f} ms, {inside}",
+        *engine_split(report),
+        "  " + io_range_text({**pair, "lanes": io["lanes"], "meta": io["meta"]}, ""),
+        f"  reads {pair['io_reads_per_token']:.1f}, {pair['io_mib_per_token']:.2f} MiB; lanes "
+        f"busy {pair['io_busy_ms_per_token']:.2f} ms summed over lanes; alignment waste "
+        f"{pair['waste_mib_per_token']:.2f} MiB"])])]
+
+
+def engine_split(report):
+    """The engine's own split of the decode, from its log, beside the tool's: a line, or none
+    without it."""
+    split = engine_split_of(report, FIGURE_LIMIT)
+    return [f"  the engine's log: {engine_split_text(split)}"] if split else []
+
+
+def pair_layer_blocks(report, view):
+    return [Block("by layer (compute by inferred layer)",
+                  [Grid(table_of(PAIR_LAYER_ROW), report["pair"]["by_layer"], compact=True),
+                   *tail_note(report["compute"])])]
+
+
+def divider(title):
+    """A section that is only a heading over the sections after it."""
+    return lambda report, view: [Block(title)]
+
+
+PAIR_LAYOUT = layout(
+    header_section(pair_header), pair_headline_blocks, per_decoded_blocks, verdict_blocks,
+    best_change_blocks, calm_blocks, engine_blocks, caveat_blocks, pair_layer_blocks,
+    segment_blocks, pair_op_blocks, fault_blocks, category_blocks, compute_token_blocks,
+    divider("flash reads"), *IO_READ_SECTIONS, adjacency_blocks, cache_blocks, what_if_blocks)
+
+
+# ── timeline: its records ────────────────────────────────────────────────────────────────────────
+TIMELINE_STATS = Record("timeline figure", "timeline `summary.<figure>` (null when no decode "
+                                           "has it)", (
+    ("p50", "median over the decodes", Shown("p50")), ("p99", "99th percentile", Shown("p99")),
+    ("total", "sum over the decodes (read_share: all read busy / all decode time)",
+     Shown("total"))))
+OUTSIDE = Record("outside decodes", "timeline `outside_decodes` (null without an io trace)", (
+    ("read_busy_ms", "read busy time outside every selected decode's span"),))
+TIMELINE_DECODE = Record("timeline decode", "timeline `decodes`", (
+    ("turn", "session turn", Shown("turn")), ("phase", "1 decode, 0 prefill"),
+    ("step", "the decode's step", Shown("step")),
+    ("span_from", "`BMOE_DECODE`, `graph` or `callbacks`: what its span is"),
+    ("decode_ms", "its span", Shown("decode ms", 3)),
+    ("graph_ms", "its graph nodes' span", Shown("graph ms", 3)),
+    ("read_busy_ms", "the union of reads inside its span (null without io)",
+     Shown("read busy", 3)), ("read_share", "read_busy_ms / decode_ms", Shown("share", "%")),
+    ("wait_ms", "the union of waits inside it", Shown("wait ms", 3)),
+    ("overlap_ms", "read time inside it while compute was not waiting", Shown("overlap ms", 3)),
+    ("callback_ms", "the union of its callbacks", Shown("callback ms", 3))))
+TIMELINE_REPORT = Record("timeline report", "`timeline`", (
+    *REPORT_HEAD, ("paths", "the compute trace, and the io trace when given"),
+    ("meta", "both preambles (the compute trace's keys win)", MapOf(VALUE)),
+    ("phase", "the rows used"), ("selection", "what was asked for", SELECTION),
+    ("decodes_count", "decodes selected"),
+    ("summary", "{figure: p50, p99, total}", MapOf(TIMELINE_STATS)),
+    ("outside_decodes", "read time between decodes", OUTSIDE),
+    ("decodes", "every decode", ListOf(TIMELINE_DECODE)), WARNINGS), later=LATER)
 
 
 # ── timeline: v2 traces, measured on one clock ───────────────────────────────────────────────────
@@ -3908,465 +5130,482 @@ def timeline_summary(decodes):
     return summary
 
 
-# ── verdicts ─────────────────────────────────────────────────────────────────────────────────────
-# One line each, with the figures it rests on. flagged: True (said in capitals), False (the calm
-# statement, with its threshold) or None (undetermined: the data cannot decide, and says why).
-FAULT_BOUND_SHARE = 0.30  # faulting nodes' share of compute
-ROUTER_SHARE = 0.20  # router category's share of compute (a pair: its read wait's, of the decode)
-ROUTER_EXPLAINED = 0.5  # a pair: the share of the router's time the reads can account for
-OUTLIER_FACTOR = 10  # a token this many times the median token ...
-OUTLIER_SHARE = 0.10  # ... is an outlier; flagged when the outliers hold this share of the time
-READS_EXPLAIN = 0.5  # ... and the reads' own time must cover this share of the difference
-MATERIAL = 0.05  # a pair: an I/O verdict is flagged when it could save this share of the decode
-WARMUP_RATIO = 1.5  # first WARMUP_TOKENS decode tokens' mean over the rest's
-LATENCY_BOUND_KIB = 256  # median read below this ...
-LATENCY_BOUND_RATE = 0.25  # ... and its bucket below this fraction of the best bucket's MiB/s
-LANE_IMBALANCE = 1.5  # busiest lane's busy time over the least busy lane's
-COALESCE_WORTH = 1.2  # coalescing factor
-CACHE_WORTH = 0.20  # share of read bytes an LRU of half the footprint would serve
-IO_MATERIAL = 0.10  # io alone: a remedy is at stake when it could save this share of the I/O
-IO_SHARE = 0.20  # a pair: I/O-bound when the reads cost the decode this share of it
-PAGE_CACHE_US = 50  # buffered reads (o_direct=0) with a median this fast came from memory
+# ── timeline: its text and Markdown sections ─────────────────────────────────────────────────────
+TIMELINE_KEYS = ("model", "trace_id", "io_threads", "overlap")
 
 
-def verdict(verdict_id, flagged, text):
-    return VERDICT(id=verdict_id, flagged=flagged, text=text)
+def timeline_header(report):
+    paths = [(label, path, "") for label, path in zip(("compute", "io"), report["paths"])]
+    return Header("timeline", paths, report["meta"], TIMELINE_KEYS)
 
 
-def compare(flagged):
-    return ">" if flagged else "<="
+TIMELINE_SHOWN = 20  # decodes listed; the slowest when there are more
+TIMELINE_DECODE_TABLE = table_of(TIMELINE_DECODE)
 
 
-def compute_verdicts(report):
-    verdicts = []
-    share = report["faults"]["share"]
-    if share is not None and report["majflt_per_token"]:
-        flagged = share > FAULT_BOUND_SHARE
-        verdicts.append(verdict("fault_bound", flagged,
-            f"{'FAULT-BOUND' if flagged else 'not fault-bound'}: nodes that took major faults "
-            f"are {share:.0%} of compute ({compare(flagged)} "
-            f"{FAULT_BOUND_SHARE:.0%}){': flash wait billed as compute' if flagged else ''}"))
-    router = next((c for c in report["by_category"] if c["category"] == "router"), None)
-    if router and router["share"] is not None:
-        verdicts.append(router_alone_verdict(router))
-    warm = report["warmup"]
-    if warm["ratio"] is not None and not warm["from_turn_start"]:
-        verdicts.append(verdict("warmup", None,
-            f"warm-up undetermined: the selection starts past the first decode token of a turn "
-            f"(--steps or --skip), so its first {warm['tokens']} tokens are not a warm-up"))
-    elif warm["ratio"] is not None:
-        flagged = warm["ratio"] > WARMUP_RATIO
-        verdicts.append(verdict("warmup", flagged,
-            f"{'WARM-UP' if flagged else 'no warm-up'}: the first {warm['tokens']} decode tokens "
-            f"of each turn average {warm['first_mean']:.2f} ms, {warm['ratio']:.2f}x the rest "
-            f"({compare(flagged)} {WARMUP_RATIO}x)"))
-    verdicts.append(memory_verdict(report))
-    verdicts.append(stretch_verdict(report) or outlier_verdict(report))
-    return [v for v in verdicts if v]
+def timeline_headline_blocks(report, view):
+    from_graph = sum(row["span_from"] == "graph" for row in report["decodes"])
+    lines = [f"decodes={report['decodes_count']} ({selection_text(report)}); each decode's span "
+             f"is its BMOE_DECODE row" + (f", or for {from_graph} without one its graph nodes' "
+                                          f"span" if from_graph else "")]
+    if report["outside_decodes"] is not None:
+        lines.append(f"read busy outside every selected decode: "
+                     f"{report['outside_decodes']['read_busy_ms']:.3f} ms")
+    else:
+        lines.append("no io trace: read busy, wait and overlap need one (timeline CT IO)")
+    return [Block(None, [Prose(lines)], gap=False)]
 
 
-def memory_verdict(report):
-    """Pages of the weights do not stay in memory: named, its cost as a lower bound (the
-    faulting nodes' time: every op slows), and the remedies the run's mode allows."""
-    faults = report["majflt_per_token"]
-    if not faults:
-        return None  # no fault at all: fault_bound is not judged either
-    if not under_pressure(report):
-        return verdict("memory_pressure", False,
-            f"no memory pressure: {faults:.1f} major faults per token (< "
-            f"{MEMORY_PRESSURE_FAULTS}), and not on {STEADY_FAULTING:.0%} of the tokens past "
-            f"the warm-up")
-    steady = steady_tokens(report)
-    faulting = sum(1 for token in steady if token["majflt"])
-    return verdict("memory_pressure", True,
-        f"MEMORY PRESSURE: {faults:.1f} major faults per token"
-        + (f", on {faulting} of the {len(steady)} decode tokens past the warm-up" if steady
-           else "") + f": pages of the weights are dropped and read again, so at least "
-        f"{report['faults']['ms_per_token']:.2f} ms per token (the faulting nodes', "
-        f"{num(report['faults']['share'], '.0%')} of compute) is lost, more as every op slows. "
-        f"Remedies: {pressure_remedies(report['meta'])}")
+def timeline_summary_blocks(report, view):
+    """One row per figure, its values written as ms, or as a share for read_share."""
+    rows = []
+    for key, label in TIMELINE_FIGURES:
+        figure = report["summary"][key] or {}
+        write = pct if key == "read_share" else lambda ms: num(ms, ".3f")
+        rows.append({"label": label, **{stat: write(figure.get(stat))
+                                        for stat in ("p50", "p99", "total")}})
+    return [Block("summary over the decodes (ms; read share in %)",
+                  [Grid((text_column("per decode", "label"), *table_of(TIMELINE_STATS)),
+                        rows)])]
 
 
-def pressure_remedies(meta):
-    """What relieves memory pressure, by the run's mode (its settings, the log's included)."""
-    limit = meta_number(meta, "mem_limit_mb")
-    larger = f"a larger memory limit (it had {limit:g} MiB)" if limit else \
-        "more memory (a larger limit)"
-    if cache_in_settings(meta):
-        return f"a smaller expert cache (cache_mb={meta.get('cache_mb', '?')}: it holds RAM the " \
-               f"weights need); {larger}; no larger cache"
-    if meta.get("moe_stream") == "1":
-        return f"{larger}; no expert cache (it would take RAM the weights need)"
-    return f"if the experts were mmapped (no --moe-stream), stream them: --moe-stream; with a " \
-           f"cache, a smaller one; {larger}"
+def timeline_decode_blocks(report, view):
+    decodes = report["decodes"]
+    if len(decodes) <= TIMELINE_SHOWN:
+        return [Block("decodes: every one", [Grid(TIMELINE_DECODE_TABLE, decodes)])]
+    slowest = sorted(decodes, key=lambda row: -row["decode_ms"])[:TIMELINE_SHOWN]
+    return [Block(f"decodes: the {TIMELINE_SHOWN} slowest (JSON has all {len(decodes)})",
+                  [Grid(TIMELINE_DECODE_TABLE, slowest)])]
 
 
-def stretch_verdict(report):
-    """A contiguous stretch of slow tokens is one event (not scattered outliers): where it
-    starts and ends, and what slowed in it."""
-    stretch = report["slow_stretch"]
-    if stretch is None or (stretch["share"] or 0) < OUTLIER_SHARE:
-        return None
-    groups = stretch["slowed"]
-    kind = "segment" if report["granularity"] == "layer" else "category"
-    every = groups and len(groups) == len(set(report["category_us_by_token"]) or
-                                          {row["name"] for row in report["segments"]})
-    named = ", ".join(f"{g['name']} {num(g['ratio'], '.0f')}x" for g in (groups or ())[:SLOWEST])
-    slowed = f"every {kind} ({named})" if every else named or (
-        f"no one {kind} alone" if groups is not None else
-        f"its {kind}s unknown (kept for the {KEPT_SLOW_TOKENS} slowest tokens only)")
-    return verdict("slow_stretch", True,
-        f"SLOW STRETCH: turn {stretch['turn']} steps {stretch['first_step']}-"
-        f"{stretch['last_step']} ({stretch['tokens']} tokens in a row) take "
-        f"{stretch['ms_per_token']:.2f} ms each, "
-        f"{num(ratio(stretch['ms_per_token'], stretch['others_ms_per_token']), '.1f')}x the "
-        f"other tokens ({num(stretch['others_ms_per_token'], '.2f')} ms), {stretch['share']:.0%} "
-        f"of the time: one stretch, not scattered outliers; slowed in it: {slowed}")
+TIMELINE_LAYOUT = layout(
+    header_section(timeline_header), timeline_headline_blocks, timeline_summary_blocks,
+    timeline_decode_blocks)
 
 
-def router_alone_verdict(router):
-    """From the compute trace alone, router time cannot be told from a wait for reads."""
-    if router["share"] <= ROUTER_SHARE:
-        return verdict("router_wait", False,
-            f"router not heavy: routing nodes take {router['ms_per_token']:.2f} ms per token, "
-            f"{router['share']:.0%} of compute (<= {ROUTER_SHARE:.0%})")
-    return verdict("router_wait", None,
-        f"router wait undetermined: routing nodes take {router['ms_per_token']:.2f} ms per "
-        f"token, {router['share']:.0%} of compute (> {ROUTER_SHARE:.0%}); with expert streaming "
-        f"that can be the wait for expert reads, billed to ffn_moe_weights after the top-k. "
-        f"Give this run's io trace to 'decode-analyze report' to tell")
+# ── engine: the engine's own end-of-run lines ────────────────────────────────────────────────────
+# NAME.log beside a trace holds the lines the engine printed at the end of the run (their
+# grammar: ../shared/traces/README.md). Each kind of line has its pattern, found anywhere in the
+# file; every other line is ignored. A figure keeps how finely the engine printed it: it agrees
+# with the tool's when they differ by at most ENGINE_TOLERANCE of it, or by the engine's rounding.
+COMPRESSED_ENDINGS = (".gz", ".bz2", ".xz", ".lzma", ".zip")  # what a trace's name may end in
 
 
-def outlier_verdict(report):
-    median = report["token_ms"]["p50"]
-    if not median or len(report["per_token"]) < 2:
-        return None
-    outliers = sorted((t for t in report["per_token"] if t["ms"] >= OUTLIER_FACTOR * median),
-                      key=lambda t: -t["ms"])
-    total = sum(t["ms"] for t in report["per_token"])
-    share = ratio(sum(t["ms"] for t in outliers), total) or 0.0
-    mean_ratio = total / len(report["per_token"]) / median
-    if not outliers or share < OUTLIER_SHARE:
-        return verdict("outliers", False,
-            f"no outlier tokens: the slowest token is {report['token_ms']['max'] / median:.1f}x "
-            f"the median ({median:.2f} ms); tokens >= {OUTLIER_FACTOR}x the median hold "
-            f"{share:.0%} of the time (< {OUTLIER_SHARE:.0%})")
-    named = ", ".join(f"turn {t['turn']} step {t['step']} {t['ms']:.2f} ms"
-                      for t in outliers[:SLOWEST])
-    more = f" and {len(outliers) - SLOWEST} more" if len(outliers) > SLOWEST else ""
-    return verdict("outliers", True,
-        f"OUTLIER TOKENS: {len(outliers)} token(s) >= {OUTLIER_FACTOR}x the median "
-        f"({median:.2f} ms) hold {share:.0%} of the time (>= {OUTLIER_SHARE:.0%}): {named}{more}; "
-        f"the mean token is {mean_ratio:.2f}x the median")
+def matched_name(path):
+    """How two traces' names are matched: the path normalized, without a compression ending
+    (x-ct.csv pairs with x-io.csv.gz)."""
+    path = os.path.normpath(path)
+    for ending in COMPRESSED_ENDINGS:
+        if path.endswith(ending):
+            return path[:-len(ending)]
+    return path
 
 
-def io_verdicts(report, measured=None):
-    """The io verdicts, those whose remedy saves I/O time weighed in I/O time (io_stakes)."""
-    return weighed_io_verdicts(report, report["io_wall_ms_per_token"],
-                               io_stakes(report, measured or {}))
+NUMBER = r"(\d{1,15}(?:\.\d{1,9})?)"  # longer is no engine's figure (nor a float, nor an int)
+# Each line: the words it starts with (found with str.find, anywhere in the line), then its
+# figures, right after those words or (where the engine prints text between) searched for after
+# them. No pattern has a `.*`: each one is tried at each place at a bounded cost, so a line is
+# read in time linear in its length (a `.*` before a figure backtracked: 97 s on a 416 KB line).
+EngineLine = namedtuple("EngineLine", "lead figures names anywhere", defaults=(False,))
+ENGINE_LINES = tuple(EngineLine(lead, re.compile(pattern.replace("N", NUMBER)), names, anywhere)
+                     for lead, pattern, names, anywhere in (
+    ("generation: ", r"N tokens, N s/token", ("tokens", "generation_ms_per_token"), False),
+    ("compute: ", r", N major faults/token", ("majflt_per_token",), True),
+    ("moe-stream: ", r"read N MiB \(N MiB/token\), decode N s/token \(compute N \+ cache mgmt "
+     r"N \+ flash I/O N s/token, N MiB/s\)",
+     ("read_mib", "mib_per_token", "decode_ms_per_token", "compute_ms_per_token",
+      "cache_mgmt_ms_per_token", "flash_io_ms_per_token", "mib_per_s"), False),
+    ("moe-cache: ", r"N% hit, resident N MiB", ("hit_pct", "resident_mib"), False),
+    ("moe-cache: ", r"N evictions, N re-reads", ("evictions", "rereads"), False),
+    ("moe-overlap: ", r"stall N s/token", ("stall_ms_per_token",), False),
+    ("moe-prefetch: ", r"N MiB speculative, N/N experts useful",
+     ("speculative_mib", "useful_experts", "speculative_experts"), False),
+    ("ngram: ", r" N tokens per verify decode", ("positions_per_decode",), True)))
+TURN_LEAD = "turn id="
+TURN_HEAD = re.compile(r"(\d{1,9}): generated=(\d{1,12}) ")
+TURN_TAIL = re.compile(r"cache_hit=(\d{1,3}(?:\.\d{1,9})?)% read_mib=" + NUMBER + r"\b")
+TURN_SPEED = re.compile(r"tok_s=" + NUMBER)  # the turn's decode speed, where the engine prints it
+LOG_MOST_BYTES = 64 << 20  # a log is a terminal's text: past this, it is not one
+LOG_LINE_MOST = 4096  # the engine's lines are under 300 characters: a longer one is none of them
+# A terminal's colours and cursor moves (CSI and OSC sequences), which `2>` keeps in the file
+TERMINAL_CODES = re.compile(r"\x1b\[[0-9;?]{0,32}[ -/]{0,4}[@-~]|\x1b\][^\x07\x1b]{0,256}"
+                            r"(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+EngineValue = namedtuple("EngineValue", "value rounding")
 
 
-def io_findings(report):
-    """What the reads show on their own: latency-bound, lanes, coalescing, cache; before the
-    stakes (what their remedies could save) are weighed."""
-    verdicts = [latency_verdict(report)]
-    busy = [row["busy_ms_per_token"] for row in report["by_lane"]]
-    if len(busy) > 1:
-        spread = ratio(max(busy), min(busy))
-        flagged = spread is None or spread > LANE_IMBALANCE
-        verdicts.append(verdict("lanes_unbalanced", flagged,
-            f"{'UNBALANCED lanes' if flagged else 'lanes balanced'}: the busiest lane is busy "
-            + ("while the least busy never read" if spread is None else
-               f"{spread:.2f}x as long as the least busy") +
-            f" ({compare(flagged)} {LANE_IMBALANCE}x)"))
-    factor = report["adjacency"]["coalesce_factor"]
-    if factor is not None:
-        flagged = factor > COALESCE_WORTH
-        verdicts.append(verdict("coalescing", flagged,
-            f"{'coalescing WORTHWHILE' if flagged else 'coalescing not worthwhile'}: perfect "
-            f"merging would issue {factor:.2f}x fewer requests ({compare(flagged)} "
-            f"{COALESCE_WORTH}x)"))
-    own = report.get("run_cache")
-    if ran_cached(report):
-        verdicts.append(verdict("cache", None,
-            f"cache: this run had one, its trace shows it served {own['hit_share']:.1%} of the "
-            f"expert lookups ({own['decode_hit_share']:.1%} of the decode's); whether a larger "
-            f"one would be worthwhile, a trace of a run without a cache tells"))
-    elif (report["reuse"] or {}).get("judged"):  # a saved report before it: none
-        verdicts.append(cache_verdict(report["reuse"]["judged"]))
-    return [v for v in verdicts if v]
+def engine_value(name, text):
+    """A figure as the engine printed it, in the tool's units (s/token -> ms), with half of
+    its last printed digit."""
+    scale = 1000 if name.endswith("_ms_per_token") else 1
+    _, _, decimals = text.partition(".")
+    return EngineValue(float(text) * scale, 0.5 * 10 ** -len(decimals) * scale)
 
 
-def cache_verdict(judged):
-    """Whether a cache of half the experts' footprint serves CACHE_WORTH of the lookups: the
-    what-if's setting at that size (its stake is that setting's saving)."""
-    figures = judged["figures"]
-    hit = figures["hit_share"]["point"]
-    flagged = hit > CACHE_WORTH
-    return verdict("cache", flagged,
-        f"{'cache WORTHWHILE' if flagged else 'cache not worthwhile'}: the engine's cache at "
-        f"--cache-mb {judged['value']:g} (half the experts' footprint: "
-        f"{figures['experts']['point']} experts) would serve {hit:.0%} of the expert lookups "
-        f"({compare(flagged)} {CACHE_WORTH:.0%})")
+# A log read: its last run's figures {name: EngineValue} and turns [(id, generated, hit %,
+# MiB, tok/s or None)]; how many runs' end-of-run lines it holds (`2>>` appends a run's to the
+# last's), and how many engine lines.
+EngineLog = namedtuple("EngineLog", "path figures turns runs lines", defaults=(1, 1))
 
 
-def latency_verdict(report):
-    median = report["median_read_bytes"]
-    moving = [row for row in report["by_size"] if row["mib_per_s"]]
-    if median is None or not moving:
-        return None
-    median_kib = median / 1024
-    if len(moving) < 2:
-        only, = moving
-        return verdict("latency_bound", None,
-            f"latency-bound undetermined: every read is in one size class "
-            f"({only['label']}, median {median_kib:.0f} KiB), so there is no other "
-            f"size to compare its MiB/s with")
-    best = max(moving, key=itemgetter("mib_per_s"))
-    home = next(row for row in report["by_size"] if row["kib"] == size_bucket(median))
-    fraction = ratio(home["mib_per_s"] or 0, best["mib_per_s"])
-    flagged = median_kib < LATENCY_BOUND_KIB and fraction < LATENCY_BOUND_RATE
-    return verdict("latency_bound", flagged,
-        f"{'LATENCY-BOUND reads' if flagged else 'reads not latency-bound'}: the median "
-        f"read is {median_kib:.0f} KiB and its size class moves {fraction:.0%} of the best "
-        f"class's MiB/s ({best['label']}; flagged below {LATENCY_BOUND_KIB} KiB and "
-        f"{LATENCY_BOUND_RATE:.0%})")
+def log_text(data):
+    """A log's bytes as text: UTF-16 where a byte-order mark says so (PowerShell's `>`
+    writes it), else UTF-8, any bad byte replaced."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16", "replace")
+    return data.decode("utf-8-sig", "replace")
 
 
-def pair_verdicts(compute, io, pair, measured=None):
-    """What only the pair can decide: whether the reads bound the decode, whether routing
-    waits for them, whether the tokens that read are the slow ones, and whether the io
-    verdicts are at stake in the decode."""
-    stakes = pair_stakes(compute, io, pair, measured or {})
-    judged = [io_bound_verdict(pair, stakes), router_pair_verdict(compute, pair, stakes),
-              read_split_verdict(pair, ran_overlapped(compute, io))]
-    return [v for v in judged if v] + [
-        v for v in weighed_io_verdicts(io, pair["io_wall_ms_per_token"], stakes, pair)
-        if v["id"] in AT_STAKE]
-
-
-# What a remedy is weighed against. whole_ms: what its saving is a share of (ms per token),
-# `whole` in words; threshold: the share that is at stake; cap: the most the reads cost it
-# (serial: all of them, inf; overlap=1: the stall, None when no log gives it); moot: why
-# nothing the reads do is at stake (they came from the page cache), or None; pressure: the
-# decode is inflated by memory pressure, so a small share is no answer.
-Stakes = namedtuple("Stakes", "whole_ms whole threshold cap moot pressure")
-
-
-def io_stakes(io, measured):
-    """io alone: a remedy weighed against the I/O time itself (IO_MATERIAL of it)."""
-    estimate = io["io_wall_ms_per_token"]["estimate"]
-    return Stakes(estimate, f"the {estimate:.2f} ms of I/O per read-token", IO_MATERIAL,
-                  overlap_cap(io["meta"], measured, io["tokens"]), page_cache_words(io),
-                  False)
-
-
-def pair_stakes(compute, io, pair, measured):
-    """A pair: a remedy weighed against the decode (MATERIAL of it)."""
-    decode = pair["decode_ms_per_token"]
-    meta = {**compute["meta"], **io["meta"]}
-    return Stakes(decode, f"the {decode:.2f} ms decode per token", MATERIAL,
-                  overlap_cap(meta, measured, pair["tokens"]), page_cache_words(io),
-                  under_pressure(compute))
-
-
-def page_cache_words(io):
-    """Why the reads are no flash reads: buffered, and their median faster than flash."""
-    median = io["latency_us"]["p50"]
-    if io["meta"].get("o_direct") != "0" or median is None or median >= PAGE_CACHE_US:
-        return None
-    return (f"the reads came from the page cache (o_direct=0, median {median:.0f} us a read, "
-            f"< {PAGE_CACHE_US} us), {io['io_wall_ms_per_token']['estimate']:.2f} ms per "
-            f"read-token in all: the drive was not measured")
-
-
-# What an io verdict's remedy could save at most, in ms per token, from the I/O estimate (ms)
-# and the io report: even lanes bring each layer down to its mean lane (the lower bound);
-# merged requests save the requests' fixed cost (request_overhead); a cache at most its hit
-# share of the reads.
-AT_STAKE = {
-    "lanes_unbalanced": ("lanes unbalanced", "evening the lanes",
-                         lambda io, wall: wall["estimate"] - wall["min"]),
-    "coalescing": ("coalescing", "merging requests (their fixed cost)",
-                   lambda io, wall: merging_saves(io, wall["estimate"],
-                                                  io["adjacency"]["coalesce_factor"])),
-    "cache": ("cache", "that cache", lambda io, wall: judged_cache_saves(io, wall)),
-}
-
-
-def judged_cache_saves(io, wall):
-    """The most the judged cache saves (its what-if's ms_per_token_saved max), per token of
-    `wall`: a pair's decoded tokens scale it as they scale the what-if."""
-    most = io["reuse"]["judged"]["ms_per_token_saved"]["max"] or 0.0
-    return most * (ratio(wall["estimate"], io["io_wall_ms_per_token"]["estimate"]) or 0.0)
-
-
-def weighed_io_verdicts(io, wall, stakes, pair=None):
-    """The io findings, those flagged weighed: flagged only when their remedy could save
-    `stakes.threshold` of what it acts on; the pair's say replaces io's (all_verdicts)."""
-    weighed = []
-    for judged in io_findings(io):
-        if judged["id"] not in AT_STAKE or not judged["flagged"]:
-            weighed.append(judged)
+def engine_lines(text):
+    """(kind, figures) of every engine line in the text, in order: kind the line's lead
+    (`turn id=` for a session's turn), figures its {name: EngineValue}, or its turn tuple."""
+    for line in text.splitlines():
+        if len(line) > LOG_LINE_MOST:
             continue
-        name, remedy, saving = AT_STAKE[judged["id"]]
-        _, _, why = judged["text"].partition(": ")
-        if stakes.moot:
-            weighed.append(verdict(judged["id"], False, f"{name} not at stake: {stakes.moot}; "
-                                                        f"{why}"))
+        if "\x1b" in line:
+            line = TERMINAL_CODES.sub("", line)
+        for kind in ENGINE_LINES:
+            at = line.find(kind.lead)
+            if at < 0:
+                continue
+            at += len(kind.lead)
+            found = kind.figures.search(line, at) if kind.anywhere else \
+                kind.figures.match(line, at)
+            if found:  # a figure past any float (a mangled log) is no figure
+                yield kind.lead, {name: engine_value(name, value)
+                                  for name, value in zip(kind.names, found.groups())
+                                  if math.isfinite(float(value))}
+        at = line.find(TURN_LEAD)
+        head = TURN_HEAD.match(line, at + len(TURN_LEAD)) if at >= 0 else None
+        tail = TURN_TAIL.search(line, head.end()) if head else None
+        if tail:
+            (number, generated), (hit, mib) = head.groups(), tail.groups()
+            speed = TURN_SPEED.search(line, head.end())
+            yield TURN_LEAD, (int(number), int(generated), float(hit), float(mib),
+                              float(speed.group(1)) if speed else None)
+
+
+def read_engine_log(path):
+    """The EngineLog of the file at `path`: its last run's lines. A run's lines start again
+    where a kind of line it printed once comes back (a second `generation:`), or a turn's id
+    does not count up."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(LOG_MOST_BYTES + 1)
+    except OSError as exc:
+        raise TraceError(path, 0, f"cannot read the engine's log: {exc.strerror or exc}")
+    if len(data) > LOG_MOST_BYTES:
+        raise TraceError(path, 0, f"over {LOG_MOST_BYTES >> 20} MiB: not an engine's log")
+    figures, turns, seen, runs, lines = {}, [], set(), 0, 0
+    for kind, found in engine_lines(log_text(data)):
+        lines += 1
+        again = turns and found[0] <= turns[-1][0] if kind == TURN_LEAD else \
+            (kind, tuple(found)) in seen
+        if again or not runs:
+            figures, turns, seen, runs = {}, [], set(), runs + 1
+        if kind == TURN_LEAD:
+            turns.append(found)
+        else:
+            seen.add((kind, tuple(found)))
+            figures.update(found)
+    return EngineLog(path, finer_flash_io(figures), turns, runs, lines)
+
+
+def log_notes(log):
+    """What is to be said of a log as read: no engine line in it, or several runs'."""
+    if not log.lines:
+        return [f"{log.path}: no line of the engine's end-of-run summary in it (generation:, "
+                f"moe-stream:, ...): nothing to compare"]
+    if log.runs > 1:
+        return [f"{log.path}: holds the end-of-run lines of {log.runs} runs (appended, as 2>> "
+                f"does): its last run's are read"]
+    return []
+
+
+def finer_flash_io(figures):
+    """The engine's flash I/O per token from its read MiB, MiB/s and tokens, finer than the
+    ms it prints (4.63 against 5 on the serial run)."""
+    read, rate, tokens = (figures.get(name) for name in ("read_mib", "mib_per_s", "tokens"))
+    if all(part and part.value for part in (read, rate, tokens)):
+        flash = read.value / rate.value / tokens.value * 1000
+        # as fine as the MiB/s it rests on (printed whole)
+        figures["flash_io_ms_per_token"] = EngineValue(flash, flash * rate.rounding / rate.value)
+    return figures
+
+
+def log_beside(paths):
+    """NAME.log beside the first trace that has one, or for a pair their shared NAME's
+    (session-ct.csv and session-io.csv: session.log); None. A trace's NAME is its file name
+    without .csv, or without -ct.csv / -io.csv, as a sweep names a run's two traces."""
+    # NAME: the trace's name as summary matches it (no compression ending), without .csv
+    names = [matched_name(path).removesuffix(".csv") for path in paths
+             if path != trace_io.STDIN]
+    shared = os.path.commonprefix(names).rstrip("-_.") if len(names) > 1 else ""
+    runs = [RUN_OF_TRACE.sub("", name) for name in names]
+    for name in names + ([shared] if shared and os.path.basename(shared) else []) + runs:
+        if os.path.basename(name) and os.path.isfile(name + ".log"):
+            return name + ".log"
+    return None
+
+
+RUN_OF_TRACE = re.compile(r"[-_.](?:ct|io)$")  # sweep/x-ct.csv, sweep/x-io.csv: sweep/x.log
+
+
+def engine_log(paths, named=None):
+    """A run's EngineLog: the one named, else NAME.log beside its traces; None."""
+    path = named or log_beside(paths)
+    return read_engine_log(path) if path else None
+
+
+def tool_figures(report, generated=None):
+    """The tool's figure for each engine figure the traces show, counted as the engine counts:
+    per generated position (a speculative decode verifies several), over every decoded token
+    (a token served whole from a cache reads nothing: the compute trace has it; an io trace
+    alone takes the log's `generated` tokens), from a report of the whole decode (a selection
+    of some tokens is not the run the engine summed)."""
+    halves = report_halves(report)
+    compute, io, pair = halves.get("compute"), halves.get("io"), report.get("pair")
+    figures = {}
+    positions = None
+    if compute and whole_decode(compute):
+        decodes = compute["decodes"]
+        positions = decodes["positions"] if decodes["speculative"] else compute["tokens"]
+        per_position = compute["tokens"] / positions
+        figures.update(tokens=positions,
+                       decode_ms_per_token=compute["ms_per_token"] * per_position,
+                       generation_ms_per_token=compute["ms_per_token"] * per_position,
+                       majflt_per_token=compute["majflt_per_token"] * per_position)
+        if decodes["speculative"]:
+            figures["positions_per_decode"] = decodes["positions"] / decodes["decodes"]
+    if io and whole_decode(io):
+        overlapped = io["meta"].get("overlap") == "1"
+        units = positions or logged_tokens(generated, io["tokens"]) or io["tokens"]
+        per_unit = io["tokens"] / units
+        # not speculative MiB: the prefetch run's spec=1 reads hold 0.2 MiB where its log
+        # says 0.0, so the two count different things
+        io_ms = io["busy_ms_per_token"] if overlapped else io["io_wall_ms_per_token"]["estimate"]
+        figures.update(read_mib=io["read_bytes"] / MIB,
+                       mib_per_token=io["read_bytes"] / MIB / units,
+                       flash_io_ms_per_token=per_unit * io_ms)
+        figures.update(own_cache_figures(io))
+    if pair and "read_mib" in figures and positions:
+        per_position = pair["tokens"] / positions
+        figures["compute_ms_per_token"] = None if pair["compute_ms_per_token"] is None else \
+            pair["compute_ms_per_token"] * per_position
+        if pair["compute_ms_per_token"] is not None:
+            figures["flash_io_ms_per_token"] = pair["io_wall_ms_per_token"]["estimate"] * \
+                per_position
+    return figures
+
+
+def own_cache_figures(io):
+    """The engine's cache figures, as the trace of a run that had a cache shows them
+    (`run_cache`): its hit %, re-reads and evictions."""
+    if not ran_cached(io):
+        return {}
+    own = io["run_cache"]
+    figures = {"hit_pct": own["hit_share"] * 100, "rereads": own["rereads"]}
+    if own["evictions"] is not None:
+        figures["evictions"] = own["evictions"]
+    return figures
+
+
+def whole_decode(report):
+    selection = report["selection"]
+    return report["phase"] == "decode" and not selection["turns"] and \
+        selection["steps"] == [None, None] and not selection["skip"]
+
+
+# The engine's flash I/O is the wall time it waited per layer's reads; a v1 trace holds each
+# read's latency, not the wake-up and dispatch around a layer's reads: 44-65 us per layer on
+# every shared real run (the estimate 0.89-0.94x the engine's), so that much is allowed too.
+LAYER_WAIT_MS = 0.1
+
+
+def engine_report(log, report):
+    """The report's `engine`: each figure of the EngineLog beside the tool's, and the turns."""
+    generated = log.figures.get("tokens")
+    ours = tool_figures(report, generated.value if generated else None)
+    compared = {}
+    for name, engine in log.figures.items():
+        tool = ours.get(name)
+        note = (REMAINDERS.get(name) or unlike_sums(name, report, log.figures)) \
+            if tool is not None else None
+        allowed = max(ENGINE_TOLERANCE * abs(engine.value), engine.rounding,
+                      LAYER_WAIT_MS * read_layers(report) if name == "flash_io_ms_per_token"
+                      else 0.0)
+        agrees = None if tool is None or note else abs(tool - engine.value) <= allowed
+        compared[name] = ENGINE_FIGURE(engine=engine.value, tool=tool,
+                                       ratio=ratio(tool, engine.value) if tool is not None
+                                       else None, agrees=agrees, note=note)
+    return ENGINE(log=log.path, figures=compared, turns=turn_rows(log.turns, report))
+
+
+def unlike_sums(name, report, logged):
+    """Why the engine's figure sums something this run's traces do not show, where real runs
+    found so (then shown, not compared); else None. logged: the log's {figure: EngineValue}."""
+    io = report_halves(report).get("io")
+    meta = io["meta"] if io else {}
+    if name == "flash_io_ms_per_token" and meta.get("overlap") == "1" and ran_cached(io):
+        return ("overlapped with a cache, the engine's flash I/O is not the lanes' busy time "
+                "(11-23% below it on 8 real runs): what it sums is not in a trace")
+    if name == "flash_io_ms_per_token" and meta.get("o_direct") == "0":
+        return ("o_direct=0: reads from the page cache are timed around the copy by the "
+                "engine, not by the trace (0.36 against 0.25 ms on a real run)")
+    speculative, read = (logged.get(key) for key in ("speculative_mib", "read_mib"))
+    if name == "rereads" and speculative and read and speculative.value > 0.01 * read.value:
+        return ("a run that prefetched: the engine's re-reads count speculative loads the "
+                "trace books apart (997 against 839 on a real run)")
+    return None
+
+
+def read_layers(report):
+    """How many layers a decoded token's reads span (each a wait of the engine's)."""
+    io = report_halves(report).get("io")
+    return len([row for row in io["by_layer"] if row["reads_per_token"]]) if io else 0
+
+
+def turn_rows(turns, report):
+    """The session's turn lines, each beside what the traces hold of its turn: the MiB its
+    decode reads, its hit %, its decode ms per token. Turns are matched in order: the engine
+    counts them from 1 (`turn id=1`), the trace from 0, so each row names both."""
+    halves = report_halves(report)
+    io, compute = halves.get("io"), halves.get("compute")
+    read, walls = {}, defaultdict(list)
+    for token in io["per_token"] if io and io["phase"] == "decode" else ():
+        read[token["turn"]] = read.get(token["turn"], 0.0) + token["mib"]
+    for token in compute["per_token"] if compute and compute["phase"] == "decode" else ():
+        walls[token["turn"]].append(token["ms"])
+    traced = sorted(set(read) | set(walls))
+    matched = traced if len(traced) == len(turns) else [None] * len(turns)
+    own = io.get("run_cache") if io else None
+    hits = {row["turn"]: row["hit_share"] * 100 for row in own["turns"]} \
+        if ran_cached(io) else {}
+    return [ENGINE_TURN(turn=turn, trace_turn=at, generated=generated, cache_hit_pct=hit,
+                        read_mib=mib, tool_read_mib=read.get(at), tool_cache_hit_pct=hits.get(at),
+                        ms_per_token=1000 / speed if speed else None,
+                        tool_ms_per_token=mean_of(walls[at]) if walls.get(at) else None)
+            for (turn, generated, hit, mib, speed), at in zip(turns, matched)]
+
+
+def engine_joined(report, names, log, warn):
+    """The report with its `engine` (null without a log) among its fields `names`, in their
+    order; every figure that disagrees beyond the tolerance is a warning."""
+    engine = engine_report(log, report) if log else None
+    for note in log_notes(log) if log else ():
+        warn(note)
+    for turn in engine["turns"] if engine else ():
+        engine_ms, tool_ms = turn["ms_per_token"], turn["tool_ms_per_token"]
+        if engine_ms and tool_ms is not None and \
+                abs(tool_ms - engine_ms) > ENGINE_TOLERANCE * engine_ms:
+            warn(f"{log.path}: turn id={turn['turn']} decoded at {engine_ms:.2f} ms per token, "
+                 f"the compute trace's turn {turn['trace_turn']} at {tool_ms:.2f} (beyond "
+                 f"{ENGINE_TOLERANCE:.0%})")
+    for name, figure in (engine["figures"] if engine else {}).items():
+        if figure["agrees"] is False:
+            warn(f"{log.path}: the engine's {name} is {figure['engine']:.4g}, the traces' "
+                 f"{figure['tool']:.4g} ({num(figure['ratio'], '.2f')}x, beyond "
+                 f"{ENGINE_TOLERANCE:.0%}): a log of another run, or a trace cut short?")
+    return {name: engine if name == "engine" else report[name] for name in names
+            if name in report or name == "engine"}
+
+
+# ── settings: what the run's preamble does not say ───────────────────────────────────────────────
+# The preamble names a few of the engine's settings (io_threads, o_direct, overlap). The others
+# come from the command line (--set KEY=VALUE: `declared`), from the engine's log, whose lines
+# imply them (`log`), or from what the trace itself shows (`trace`: a cached run's missing
+# lookups, speculative reads). Each joins the report's `meta`, so whatever reads a setting
+# reads it there (the what-if, summary's columns, diff's preamble); `settings` says where each
+# came from. A declared value replaces the preamble's; the log's and the trace's fill gaps.
+SETTING_KEY = re.compile(r"[a-z_][a-z0-9_]{0,40}")
+SETTING_VALUE = re.compile(r"[A-Za-z0-9_.+-]{1,40}")
+Setting = namedtuple("Setting", "key value source")
+
+
+def log_settings(log):
+    """The settings the engine's log implies: a cache of its resident MiB, prefetch, overlap,
+    n-gram drafting (speculative decoding)."""
+    figures = log.figures
+    implied = [("cache_mb", f"{figures['resident_mib'].value:g}")] \
+        if "resident_mib" in figures else []
+    if "hit_pct" in figures or any(turn[2] for turn in log.turns):
+        implied.append(("cache", "1"))
+    implied += [(key, "1") for key, shown_by in (
+        ("moe_stream", "read_mib"), ("prefetch", "speculative_mib"),
+        ("overlap", "stall_ms_per_token"),
+        ("ngram", "positions_per_decode")) if shown_by in figures]
+    return [Setting(key, value, "log") for key, value in implied]
+
+
+def trace_settings(report):
+    """The settings an io report's trace shows: whether the run had a cache (with --cache or
+    --what-if), and prefetch, when it read speculatively."""
+    shown = [Setting("prefetch", "1", "trace")] if report["spec"]["reads"] else []
+    if report["run_cache"] is not None:
+        shown.append(Setting("cache", "1" if report["run_cache"]["detected"] else "0", "trace"))
+    return shown
+
+
+def reading_with_log(reading, log):
+    """The reading with the run's settings (those declared on the command line, then those
+    its log implies) and what its log measured."""
+    declared = tuple(setting for setting in reading.settings if setting.source == "declared")
+    return reading._replace(settings=declared + (tuple(log_settings(log)) if log else ()),
+                            measured={name: figure.value for name, figure in log.figures.items()}
+                            if log else None)
+
+
+def join_settings(trace, reading):
+    """Join the reading's settings to the trace's preamble: its `settings`."""
+    trace.meta, settings = merged_settings(trace.meta, reading.settings, reading.warn, trace.name)
+    return settings
+
+
+def merged_settings(meta, given, warn, name):
+    """The preamble with the given Settings joined, and the report's `settings`: a declared
+    value wins over the preamble's (a source said first wins over a later one); a log's that
+    contradicts the preamble is left out, with a warning."""
+    meta, settings = dict(meta), {}
+    for key, value, source in given:
+        if key in settings:
             continue
-        if stakes.cap is None:
-            weighed.append(verdict(judged["id"], None,
-                f"{name} undetermined: {why}; overlap=1 ran the reads beside compute, so what "
-                f"{remedy} could save is at most the stall, which the engine's log gives "
-                f"(moe-overlap: give its NAME.log), not found here"))
+        if source != "declared" and key in meta:
+            if meta[key] != value and source != "trace":  # what a trace shows yields
+                warn(f"{name}: the {source} says {key}={value}, the preamble {key}={meta[key]}: "
+                     f"the preamble's kept")
             continue
-        weighed.append(stake_verdict(judged, name, remedy, saving(io, wall), stakes, pair))
-    return weighed
+        meta[key] = value
+        settings[key] = SETTING(value=value, source=source)
+    return meta, settings
 
 
-def stake_verdict(judged, name, remedy, saving, stakes, pair):
-    """A flagged finding, flagged still when its remedy's saving (at most the overlap's stall)
-    is at least the threshold of the whole; else not at stake, or undetermined when memory
-    pressure inflates the whole."""
-    at_most = max(0.0, capped(saving, stakes.cap))
-    share = ratio(at_most, stakes.whole_ms)
-    stalled = " (the overlap's stall)" if at_most < saving else ""
-    per_position = per_position_words(pair, at_most, stakes.whole_ms) if pair else ""
-    stake = (f"{remedy} could save at most {at_most:.2f} ms{stalled} of {stakes.whole}"
-             f"{per_position} ({num(share, '.1%')}")
-    _, _, why = judged["text"].partition(": ")
-    if share is None or share >= stakes.threshold:
-        return verdict(judged["id"], True, f"{judged['text']}; {stake}, >= "
-                                           f"{stakes.threshold:.0%})")
-    if stakes.pressure:
-        return verdict(judged["id"], None,
-            f"{name} undetermined: {why}; {stake}, < {stakes.threshold:.0%}), but memory "
-            f"pressure inflates the decode: judge it again once the pressure is relieved")
-    return verdict(judged["id"], False, f"{name} not at stake: {why}; but {stake}, < "
-                                        f"{stakes.threshold:.0%} of it)")
-
-
-def io_bound_verdict(pair, stakes):
-    """Whether the reads bound the decode: what they cost it (serial: the I/O estimate;
-    overlap=1: the stall) against the decode. Node and layer traces of one run agree: it reads
-    neither routing nodes nor segments."""
-    estimate, decode = pair["io_wall_ms_per_token"]["estimate"], pair["decode_ms_per_token"]
-    if stakes.cap is None:
-        return verdict("io_bound", None,
-            f"I/O share undetermined: overlap=1 ran the reads ({estimate:.2f} ms estimated) "
-            f"beside compute, so what they cost the {decode:.2f} ms decode is the stall, which "
-            f"the engine's log gives (moe-overlap), not found here")
-    cost = estimate if stakes.cap == math.inf else stakes.cap  # the wait the reads caused
-    what = "the overlap's stall" if stakes.cap < math.inf else "the I/O estimate"
-    share = ratio(cost, decode)
-    flagged = share is not None and share > IO_SHARE
-    moot = f"; {stakes.moot}" if stakes.moot else ""
-    return verdict("io_bound", flagged,
-        f"{'I/O-BOUND' if flagged else 'not I/O-bound'}: the reads cost {cost:.2f} ms ({what}) "
-        f"of the {decode:.2f} ms decode per token ({num(share, '.0%')}, {compare(flagged)} "
-        f"{IO_SHARE:.0%}){moot}")
-
-
-def per_position_words(pair, *ms):
-    """', per generated position A of B ms' when a decode covers several positions."""
-    position = pair["per_position"]
-    if not position:
-        return ""
-    per = position["positions"] / pair["tokens"]
-    return f" (per generated position {' of '.join(f'{value / per:.2f}' for value in ms)} ms)"
-
-
-def router_pair_verdict(compute, pair, stakes):
-    """Whether the routing nodes' time is the wait for expert reads, in ms: the reads can
-    account for at most what they cost (serial: their estimated I/O time, each layer's
-    busiest lane; overlap=1: the stall), so the router's read wait is at most the smaller of
-    the two; faulting time does not dilute it. Under overlap without a stall: undetermined
-    (routing takes as long without any wait)."""
-    router_ms = pair["router_ms_per_token"]
-    if router_ms is None:
-        return None  # a layer-granularity trace has no routing nodes
-    estimate = pair["io_wall_ms_per_token"]["estimate"]
-    if stakes.cap is None:
-        return verdict("router_wait", None,
-            f"router wait undetermined: routing nodes take {router_ms:.2f} ms per decoded "
-            f"token, but overlap=1 ran the reads beside compute, so routing time is not read "
-            f"wait: the stall (the engine's log, moe-overlap) bounds it, or diff against the "
-            f"same model's serial run")
-    stake = pair["decode_ms_per_token"] - pair["faulting_ms_per_token"]
-    wait = min(router_ms, estimate, stakes.cap)
-    bound = f"the overlap's stall, {stakes.cap:.2f} ms" if stakes.cap < estimate else \
-        f"the reads, estimated at {estimate:.2f} ms (each layer's busiest lane)"
-    reads = (f"routing nodes take {router_ms:.2f} ms per decoded token"
-             f"{per_position_words(pair, router_ms)}; {bound}, can account for {wait:.2f} of "
-             f"them")
-    if not stake or wait <= ROUTER_SHARE * stake:
-        calm = verdict("router_wait", False,
-            f"router not waiting much: {reads}, {ratio(wait, stake) or 0:.0%} of the decode "
-            f"outside faulting nodes (<= {ROUTER_SHARE:.0%})")
-        return calm if not stakes.pressure else verdict("router_wait", None,
-            f"router wait undetermined: {reads}, {ratio(wait, stake) or 0:.0%} of a decode "
-            f"that memory pressure inflates: judge it once the pressure is relieved")
-    if wait >= ROUTER_EXPLAINED * router_ms:
-        return verdict("router_wait", True,
-            f"ROUTER WAITS FOR READS: {reads} ({wait / router_ms:.0%} of the router's time, "
-            f">= {ROUTER_EXPLAINED:.0%}), {wait / stake:.0%} of the decode outside faulting "
-            f"nodes")
-    return verdict("router_wait", False,
-        f"router time is mostly not read wait: {reads} ({wait / router_ms:.0%} of the router's "
-        f"time, < {ROUTER_EXPLAINED:.0%})")
-
-
-def read_split_verdict(pair, overlapped):
-    """Whether the tokens that read are slow because they read: their difference from the
-    tokens that read nothing is held against their own reads' time (the I/O estimate)."""
-    split = pair["read_split"]
-    read, idle = split["read"], split["no_read"]
-    if not read["tokens"] or not idle["tokens"] or not idle["ms_per_token"]:
-        return None
-    factor = read["ms_per_token"] / idle["ms_per_token"]
-    groups = (f"the {read['tokens']} tokens that read take {read['ms_per_token']:.2f} ms each, "
-              f"the {idle['tokens']} that read nothing {idle['ms_per_token']:.2f} ms "
-              f"({factor:.2f}x")
-    if factor <= READ_SPLIT_RATIO:
-        return verdict("read_split", False, f"reads do not split the tokens: {groups}; <= "
-                                            f"{READ_SPLIT_RATIO}x)")
-    difference = read["ms_per_token"] - idle["ms_per_token"]
-    own = split["io_ms_per_token"] or 0.0
-    reads = (f"{groups}), a difference of {difference:.2f} ms against their reads' own "
-             f"{own:.2f} ms (I/O estimate, {own / difference:.0%} of it")
-    if own >= READS_EXPLAIN * difference:
-        if overlapped:
-            return verdict("read_split", None,
-                f"read split undetermined: {reads}); overlap=1: the reads ran beside compute, "
-                f"so how much of them the tokens waited for is not in a v1 trace (a v2 "
-                f"trace's timeline measures it)")
-        return verdict("read_split", True, f"READS SPLIT THE TOKENS: {reads}, >= "
-                                           f"{READS_EXPLAIN:.0%})")
-    return verdict("read_split", False,
-        f"the reads do not explain the split: {reads}, < {READS_EXPLAIN:.0%})"
-        f"{stretch_text(split['slow_stretch'])}")
-
-
-def stretch_text(stretch):
-    """What else differs: the slow tokens as one stretch, with tokens that read nothing."""
-    if stretch is None:
-        return ""
-    return (f"; the slow tokens are one stretch, turn {stretch['turn']} steps "
-            f"{stretch['first_step']}-{stretch['last_step']} ({stretch['tokens']} tokens, "
-            f"{stretch['ms_per_token']:.2f} ms each), {stretch['without_reads']} of which read "
-            f"nothing: something else slowed that stretch")
-
-
-def all_verdicts(report):
-    """The verdicts a report shows: a pair's router verdict is its own (it has the reads),
-    not the compute trace's."""
-    if report["kind"] != "report":
-        return report["verdicts"]
-    compute, io, pair = report["compute"], report["io"], report["pair"]
-    own = {v["id"] for v in pair["verdicts"]}  # what the pair judged again
-    return ([v for v in compute["verdicts"] if v["id"] != "router_wait"]
-            + [v for v in io["verdicts"] if v["id"] not in own] + pair["verdicts"])
+# ── runs: its records ────────────────────────────────────────────────────────────────────────────
+COST = Record("calibration cost", "`calibration` costs", (
+    ("value", "the mean of the runs' values"), ("min", "the least a run's value allows"),
+    ("max", "the most"), ("n", "the runs it is fitted on"),
+    ("residual", "the largest difference of a run's value from `value`, in its unit")))
+HELD_OUT = Record("held-out run", "`calibration.leave_one_out[]`", (
+    ("run", "the run predicted from the others"),
+    ("base", "the others it is predicted from: the serial runs without a cache of its model "
+             "and lanes (the what-if's baseline)"),
+    ("decode_ms_per_token", "what it measured (its compute trace)"),
+    ("min", "the prediction's low end: the base's decode less the reads saved at the fitted "
+            "ms per MiB, plus the fitted management a lookup; widened by half the base's "
+            "spread either way"), ("max", "its high end"),
+    ("inside", "whether the measured decode is in [min, max]"),
+    ("why", "for a miss, the part that missed: its compute (no setting's: the machine's "
+            "noise) or its I/O and management (the fit's)")))
+CALIBRATION = Record("calibration", "summary and diff `calibration`; the file --calibration-out "
+                     "writes", (
+    ("runs", "the runs with an io trace it is fitted on"),
+    ("ms_per_mib", "{lanes (`4`, `4 cached`): the engine's flash I/O ms per MiB read} of the "
+                   "serial runs (their log's, else the I/O estimate)", MapOf(COST)),
+    ("management_ms_per_lookup", "the engine's cache management ms over the lookups of the "
+                                 "cached runs with a log (its printed ms +- half a unit)", COST),
+    ("overlap_hidden_share", "1 - the stall over the flash I/O, of the overlap=1 runs with a "
+                             "log", COST),
+    ("repeat_spread", "the largest half-range of one configuration's repeats' decode ms, as a "
+                      "share of their mean (null: no repeats): no band is narrower"),
+    ("leave_one_out", "each run predicted from the fit of the others", ListOf(HELD_OUT))))
 
 
 # ── runs: which are repeats of one configuration (diff and summary group by it) ──────────────────
@@ -4598,13 +5837,138 @@ def missed_part(sample, base):
     return "its I/O and cache management: the fit's miss"
 
 
+# ── runs: its text and Markdown sections ─────────────────────────────────────────────────────────
+def calibration_blocks(report, view):
+    """The fitted costs, a line each (value, the runs' range, n, residual), and each run
+    predicted from the others: inside or not, and a miss's part."""
+    fit = report.get("calibration")
+    if not fit or not (fit["ms_per_mib"] or fit["management_ms_per_lookup"]):
+        return []
+    costs = [(f"flash I/O ms per MiB, {key.replace(' cached', ' lanes with a cache')}"
+              + ("" if key.endswith("cached") else " lanes"), cost)
+             for key, cost in fit["ms_per_mib"].items()]
+    costs += [(name, fit[field]) for name, field in (
+        ("cache management ms a lookup", "management_ms_per_lookup"),
+        ("share of the I/O overlap hid", "overlap_hidden_share")) if fit[field]]
+    lines = [f"  {name}: {cost['value']:.3g} ({cost['min']:.3g}-{cost['max']:.3g}), n={cost['n']}, "
+             f"residual {cost['residual']:.3g}" for name, cost in costs]
+    spread = fit["repeat_spread"]
+    lines.append("  repeats: " + ("none" if spread is None else
+                                f"decode within +-{spread:.0%} of their mean (no band is "
+                                f"narrower)"))
+    held = fit["leave_one_out"]
+    if held:
+        inside = sum(1 for one in held if one["inside"])
+        lines.append(f"  leave one out: {inside} of {len(held)} runs inside the band the others "
+                     f"predict")
+        lines += [f"    {one['run']}: {one['decode_ms_per_token']:.2f} ms, predicted "
+                  f"{one['min']:.2f}-{one['max']:.2f}: "
+                  + ("inside" if one["inside"] else f"outside: {one['why']}") for one in held]
+    return [Block(f"calibration, fitted on {len(fit['runs'])} run(s) (--calibration-out FILE "
+                  f"writes it)", [Prose(lines, "        ")])]
+
+
+# ── diff: its records ────────────────────────────────────────────────────────────────────────────
+GROUP_NAME_WIDTH = 16  # an input's name heads its columns when no longer (else base, new #i)
+DIFF_INPUT = Record("diff input", "diff `inputs` (one per run)", (
+    ("path", "the input as given"),
+    ("name", "the shortest end of its path that tells it from the other inputs"),
+    ("side", "the side it is a run of: 0 BASE, i the i-th NEW (`sides[i]`)"),
+    ("source", "`trace` or `saved report`"),
+    ("kind", "`compute`, `io` or `report`"),
+    ("tokens", "{part: its tokens}", MapOf(VALUE))))
+DIFF_SIDE = Record("diff side", "diff `sides`: BASE, then each NEW", (
+    ("name", f"its run's name when it has one run, else `base`, `new` or `new #i`: its "
+             f"columns' head (when at most {GROUP_NAME_WIDTH} characters)"),
+    ("runs", "how many runs it holds (its `n`)"),
+    ("engine", "the engine's own split of its decode, per decoded token, the mean of its runs' "
+               "logs: decode, compute, cache_mgmt, flash_io and, under overlap, stall "
+               "`_ms_per_token` (null: a run without its log's moe-stream line)",
+     MapOf(VALUE))))
+PREAMBLE_CHANGE = Record("preamble change", "diff `preamble_changes` (a list per NEW side)", (
+    ("key", "the preamble key or setting"),
+    ("base", "its value in BASE's runs (null: absent; `a|b` when they differ)"),
+    ("new", "its value in the NEW's runs (likewise)")))
+SIDE_FIGURE = Record("side figure", "diff `rows[].base_side`, `changes[].new_side`", (
+    ("per_run", "each run's figure, as given (a run without it left out)"),
+    ("spread_share", "the runs' standard deviation over their mean (null with one run)"),
+    ("within_run_share", "with one run, its tokens' standard deviation over their mean (figures "
+                   "sampled per token; null otherwise)")))
+CHANGE = Record("change", "diff `sections[].rows[].changes` (one per NEW side)", (
+    ("new", "the NEW's figure: the mean of its runs'"), ("new_side", "its runs", SIDE_FIGURE),
+    ("delta", "new - base"), ("ratio", "new / base"),
+    ("p", "two-sided Mann-Whitney U p-value over `test_unit` (null: not tested)"),
+    ("significant", "p < alpha (null without a test, as with one run a side)"),
+    ("n", "[BASE's, NEW's] samples of the test: runs (or tokens); null without a test"),
+    ("test_unit", "`runs` or `tokens` (--test tokens); null when not tested"),
+    ("status", "`both`, `added`, `removed` or `n/a`")))
+DIFF_ROW = Record("diff row", "diff `sections[].rows`", (
+    ("name", "the figure, or the table's row name"),
+    ("unit", "what the figure is counted in, as its name or its table's title states it "
+             "(`ms`, `MiB`, `reads`, ...)"),
+    ("base", "BASE's figure: the mean of its runs'"), ("base_side", "its runs", SIDE_FIGURE),
+    ("changes", "against each NEW", ListOf(CHANGE))))
+DIFF_SECTION = Record("diff section", "diff `sections`", (
+    ("part", "`compute`, `io` or `pair`"), ("title", "the headline, or a table's figure"),
+    ("key", "what a row names"), ("rows", "largest change first", ListOf(DIFF_ROW))))
+DRIFT = Record("drift", "diff `drift[]`: each run's first half of tokens against its second", (
+    ("input", "the run (as `inputs[].name`)"), ("part", "`compute` or `io`"),
+    ("figure", "the figure its tokens sample (ms per token, the I/O estimate)"),
+    ("first_half_ms", "the mean of its first half of tokens"),
+    ("second_half_ms", "of its second half"), ("ratio", "second / first"),
+    ("p", "Mann-Whitney U p-value of the halves' tokens"),
+    ("unstable", "p < alpha and the halves differ by the README's drift share or more")))
+GATE = Record("gate", "diff `gate[]` (--fail-if-worse): each figure asked, against each NEW", (
+    ("new", "the NEW side's name"), ("figure", "the figure as asked (`ms_per_token`)"),
+    ("limit_share", "the share it may worsen by"),
+    ("worse_share", "how much worse NEW is, as a share of BASE (negative: better)"),
+    ("p", "the test over runs"), ("n", "[BASE's, NEW's] runs"),
+    ("failed", "worse by more than the limit and significant over runs: exit status 1"),
+    ("decided", "whether the runs can decide it (false: too few runs, or not tested)")))
+PREDICTION = Record("prediction", "diff `prediction_check[]`", (
+    ("new", "the NEW side's name (as `sides[].name`)"),
+    ("setting", "the what-if setting NEW changed from BASE (its settings: the preamble, "
+                "declared, the log's, the trace's)", Shown("setting", "text")),
+    ("value", "NEW's value of it", Shown("value")),
+    ("figure", "hit_share, mib_per_token or io_wall_ms_per_token (the I/O estimate: BASE's "
+               "less the ms the what-if saves)", Shown("figure", "text")),
+    ("predicted", "the what-if of BASE's first run for that value", FIGURE),
+    ("measured", "NEW's own figure (per decoded token as the prediction, per read-token when a "
+                 "run's decode is unknown; the mean of its runs')",
+     Shown("measured", 3)),
+    ("within", "whether measured lies in the predicted band, widened by the README's "
+               "tolerance (null: no band)", Shown("within")),
+    ("unit", "the figure's unit (`fraction`, `MiB`, `ms`)")))
+
+DIFF_REPORT = Record("diff report", "`diff`", (
+    *REPORT_HEAD, ("compares", "`compute`, `io` or `report`"),
+    ("alpha", "the significance level"),
+    ("test", "what p is over: `runs` (the default) or `tokens` (--test tokens, one run a side)"),
+    ("runs_to_decide", "the fewest runs a side for which the test over runs can reach p < "
+                       "alpha"),
+    ("sides", "BASE, then each NEW", ListOf(DIFF_SIDE)),
+    ("inputs", "every run, side by side", ListOf(DIFF_INPUT)),
+    ("preamble_changes", "the keys that differ, one list per NEW", ListOf(PREAMBLE_CHANGE)),
+    ("latency_hist", "io: each side's read latency histogram (its runs' reads together), a "
+                     "list of {lo_us, hi_us, count} per side; `[]` without io", VALUE),
+    ("sections", "the headline and every table", ListOf(DIFF_SECTION)),
+    ("drift", "each run's within-run drift check", ListOf(DRIFT)),
+    ("gate", "the regression gate's figures (`[]` without --fail-if-worse)", ListOf(GATE)),
+    ("prediction_check", "for each NEW that changed a setting BASE's what-if covers, its "
+                         "prediction beside what NEW measured", ListOf(PREDICTION)),
+    ("notes", "what only the comparison tells: the router's read wait under overlap against "
+              "the same model's serial run (README: verdicts)"),
+    ("calibration", "the costs the what-if uses, fitted on every run of every side that is a "
+                    "pair (null: fewer than two)", CALIBRATION), WARNINGS))
+
+
 # ── diff: runs compared ──────────────────────────────────────────────────────────────────────────
 # What `diff` compares, per kind of report. A headline figure is (label, path in the report,
 # the per_token field that samples it or None); a table is rows of one figure keyed by a
 # column. Every figure is per token, so runs of different lengths compare.
 READ_SCHEMAS = (SCHEMA - 1, SCHEMA)  # saved reports diff and summary read: this one, the last
 DEFAULT_ALPHA = 0.05
-FIGURE_LIMIT = 1e15  # no figure of a real run comes near; past it, a saved report was edited
+
 # The headline figures of each part, in the order diff gives them; what each is called, and
 # what it is tested on, its declaration says (Shown.diff, Shown.samples). The tables are every
 # list field a report marks COMPARED, one per figure of its rows that has diff's words.
@@ -4738,19 +6102,6 @@ class DiffView:
                                  for row in report.get("latency_hist") or ()]}
 
 
-ENGINE_SPLIT = ("decode_ms_per_token", "compute_ms_per_token", "cache_mgmt_ms_per_token",
-                "flash_io_ms_per_token")
-
-
-def engine_split_of(report, limit):
-    """{figure: ms} of the engine's split its log gave (the stall too, when it did); None
-    without the whole split."""
-    figures = (report.get("engine") or {}).get("figures") or {}
-    held = {name: figure_value(figures[name].get("engine"), limit) for name in
-            (*ENGINE_SPLIT, "stall_ms_per_token") if isinstance(figures.get(name), dict)}
-    return held if all(held.get(name) is not None for name in ENGINE_SPLIT) else None
-
-
 def side_engine(side):
     """A side's engine split: each figure's mean over its runs, when every run has it."""
     splits = [view.engine for view in side.views]
@@ -4814,13 +6165,6 @@ def checked_tail(tail):
     return tail if isinstance(tail, dict) and type(tail.get("layer")) is int else None
 
 
-def report_halves(report):
-    """{part: its report}: a pair's compute and io reports, or the report itself."""
-    kind = report["kind"]
-    return {"compute": report["compute"], "io": report["io"]} if kind == "report" \
-        else {kind: report}
-
-
 def pair_half(report):
     """A pair report's own figures as a part of its own: the pair's, sampled by the compute
     trace's tokens (each decoded token's wall)."""
@@ -4837,18 +6181,6 @@ def value_at(report, path):
             return None
         report = report[key]
     return report
-
-
-def figure_value(value, limit=FIGURE_LIMIT):
-    """A number from a report, or None; anything else (a string, 1e400, a figure no run
-    reaches, whose delta or ratio would overflow) is not a report this tool wrote."""
-    if value is None:
-        return value
-    if type(value) not in (int, float):
-        raise ValueError(f"{value!r:.40} is not a number")
-    if not abs(value) <= limit:
-        raise ValueError(f"{value!r:.40} is out of range")
-    return value
 
 
 def sample_value(value, limit=FIGURE_LIMIT):
@@ -5366,1551 +6698,7 @@ def gate_of(text):
     return Gate(figure, *GATE_FIGURES[figure], limit)
 
 
-# ── summary: many runs in one table ──────────────────────────────────────────────────────────────
-# One row per run, as llama-bench prints one per configuration. A run is a trace, a saved
-# report, CT+IO (the two traces of one run), or a compute and an io trace of the inputs whose
-# names pair (ct -> io in the name, or -io before the ending). Each run is read, reduced to its
-# row and let go: a hundred runs hold a hundred rows, not a hundred reports.
-class Run(namedtuple("Run", "path io_path", defaults=(None,))):
-    """One row's inputs: a trace or a saved report, or a compute trace and its io trace."""
-
-    @property
-    def paths(self):
-        return (self.path,) if self.io_path is None else (self.path, self.io_path)
-SUMMARY_FIGURES = tuple(field.name for field in SUMMARY_ROW.shown())  # its table's numbers
-SUMMARY_SORTS = ("run",) + SUMMARY_FIGURES
-
-
-
-
-def run_parts(argument):
-    """The inputs a RUN argument names: CT+IO's two (where no file has the whole name), else
-    itself."""
-    if argument == trace_io.STDIN or "+" not in argument or os.path.exists(argument):
-        return (argument,)
-    compute, _, io_path = argument.partition("+")
-    return (compute, io_path)
-
-
-COMPRESSED_ENDINGS = (".gz", ".bz2", ".xz", ".lzma", ".zip")  # what a trace's name may end in
-
-
-def matched_name(path):
-    """How two traces' names are matched: the path normalized, without a compression ending
-    (x-ct.csv pairs with x-io.csv.gz)."""
-    path = os.path.normpath(path)
-    for ending in COMPRESSED_ENDINGS:
-        if path.endswith(ending):
-            return path[:-len(ending)]
-    return path
-
-
-def partner_names(path):
-    """The names (as matched_name gives them) the io trace of a compute trace's run may have,
-    by the engine's habits: ct -> io in the name, or -io before the ending."""
-    folder, name = os.path.split(matched_name(path))
-    stem, dot, ending = name.rpartition(".")
-    names = {re.sub(r"(?<![a-z])ct(?![a-z])", "io", name)} if "ct" in name else set()
-    if dot:
-        names.add(f"{stem}-io.{ending}")
-    return {os.path.join(folder, other) for other in names if other != name}
-
-
-def summary_runs(arguments, kinds):
-    """The runs the arguments name: CT+IO pairs, a compute and an io trace whose names pair (in
-    either order, one to one; the run stands at its compute trace's place), and each other input
-    alone (a path given twice is two runs). kinds: what each argument that is a file holds."""
-    pairs = name_pairs(arguments, kinds)
-    paired_ios = set(pairs.values())
-    runs = []
-    for index, argument in enumerate(arguments):
-        if argument not in kinds:
-            runs.append(Run(*run_parts(argument)))
-        elif index in pairs:
-            runs.append(Run(argument, arguments[pairs[index]]))
-        elif index not in paired_ios:
-            runs.append(Run(argument))
-    return runs
-
-
-def name_pairs(arguments, kinds):
-    """{compute position: io position} of the traces whose names pair. A name pairs only where
-    it is unambiguous: one io path for a compute trace, one compute path for an io trace; the
-    same path given twice pairs twice."""
-    positions = defaultdict(list)  # (kind, matched name) -> positions, in order
-    for index, argument in enumerate(arguments):
-        if kinds.get(argument) in ("compute", "io"):
-            positions[kinds[argument], matched_name(argument)].append(index)
-    computes = {name: at for (kind, name), at in positions.items() if kind == "compute"}
-    wanted = {name: [other for other in partner_names(name) if ("io", other) in positions]
-              for name in computes}
-    claims = Counter(other for names in wanted.values() for other in names)
-    pairs = {}
-    for name, names in wanted.items():
-        other = names.pop() if len(names) == 1 else None
-        if other is None or claims[other] != 1:
-            continue
-        ios = positions["io", other]
-        if any(len({arguments[at] for at in side}) != 1 for side in (ios, computes[name])):
-            continue  # x-io.csv and x-io.csv.gz both given: which is this run's?
-        pairs.update(zip(computes[name], ios))
-    return pairs
-
-
-def checked_row(row, limit):
-    """A row whose every figure is a number (a saved report may hold anything)."""
-    for field in SUMMARY_FIGURES:
-        row[field] = figure_value(row[field], limit)
-    if type(row["tokens"]) is not int:
-        raise ValueError("tokens is not a whole number")
-    row["flagged"] = [str(verdict_id) for verdict_id in row["flagged"]]
-    row["meta"] = {str(key): str(value) for key, value in row["meta"].items()}
-    row["granularity"] = granularity_name(row["granularity"])  # it keys the groups of repeats
-    return row
-
-
-def summary_figures(name, run, report):
-    kind = report["kind"]
-    halves = report_halves(report)
-    compute, io, pair = halves.get("compute"), halves.get("io"), report.get("pair")
-    what_if = report.get("what_if")
-    hit = own_hit_share(io, what_if) if io else None
-    verdicts = all_verdicts(report)
-    decodes = (compute or {}).get("decodes") or {}
-    per_decode = decodes["positions"] / decodes["decodes"] \
-        if decodes.get("speculative") and decodes.get("decodes") else None
-    return {**per_position_row(SUMMARY_ROW(
-        run=name, paths=[display_name(path) for path in run.paths], kind=kind, n=1, spread={},
-        figure_runs={},
-        settings={},
-        tokens=(compute or io)["tokens"],
-        decode_ms_per_token=compute["ms_per_token"] if compute else None,
-        decode_ms_p50=compute["token_ms"]["p50"] if compute else None,
-        decode_ms_p99=compute["token_ms"]["p99"] if compute else None,
-        compute_ms_per_token=pair["compute_ms_per_token"] if pair else None,
-        io_ms_per_token=(pair or io)["io_wall_ms_per_token"]["estimate"] if io else None,
-        mib_per_token=(pair["io_mib_per_token"] if pair else io["mib_per_token"]) if io else None,
-        hit_share=hit,
-        majflt_per_token=compute["majflt_per_token"] if compute else None,
-        positions_per_decode=per_decode, **engine_columns(report.get("engine")),
-        flagged=[v["id"] for v in verdicts if v["flagged"]])),
-        "meta": {**(compute or {}).get("meta", {}), **(io or {}).get("meta", {})},
-        "granularity": (compute or {}).get("granularity")}
-
-
-def per_position_row(row):
-    """A summary row per generated position when its decodes cover several (as the engine
-    counts a token): its per-token figures over the positions per decode."""
-    per_decode = row["positions_per_decode"]
-    return rescaled(row, 1 / per_decode, SUMMARY_ROW) if per_decode else row
-
-
-def engine_columns(engine):
-    """A row's engine figures, from the report's `engine` (null without a log)."""
-    figures = (engine or {}).get("figures", {})
-    decode, hit = figures.get("decode_ms_per_token"), figures.get("hit_pct")
-    return {"engine_ms_per_token": decode["engine"] if decode else None,
-            "engine_hit_share": hit["engine"] / 100 if hit else None,
-            "engine_disagrees": [name for name, figure in figures.items()
-                                 if figure["agrees"] is False]}
-
-
-def own_hit_share(io, what_if):
-    """The run's own cache's hit share: inferred from its trace when it had one, else the
-    what-if's at the cache_mb its settings name (None without either)."""
-    if ran_cached(io):
-        return io["run_cache"]["hit_share"]
-    size = meta_number(io["meta"], "cache_mb")
-    return next((s["figures"]["hit_share"]["point"] for s in (what_if or {}).get("settings", ())
-                 if s["setting"] == "cache_mb" and s["value"] == size), None) if size else None
-
-
-# A repeat's figures that add up (the rest are averaged) and lists that are joined.
-SUMMED, JOINED = ("tokens", "n"), ("paths", "engine_disagrees", "flagged")
-
-
-def grouped(rows, warn, repeats=True):
-    """Repeats (runs of one kind, granularity and configuration, their figures as close as
-    repeats') as one row each, in the order their first run was given; each run a row of its
-    own unless `repeats`. Runs of one configuration further apart are rows of their own, said."""
-    groups = []  # [(kind, granularity), the configuration's keys known so far, its rows]
-    for row in rows:
-        kind, config = (row["kind"], row.pop("granularity")), configuration(row["meta"])
-        said = None  # why the row is apart from the first group of its configuration
-        for group_kind, known, members in groups if repeats else ():
-            if group_kind != kind or not compatible(known, config):
-                continue
-            apart = next(filter(None, (too_far_apart(member, row) for member in members)), None)
-            if apart:
-                first, *_ = members
-                said = said or f"{first['run']} and {row['run']}: one configuration, but " \
-                    f"{apart}: not repeats, listed apart"
-                continue
-            known.update(config)
-            members.append(row)
-            break
-        else:
-            groups.append((kind, dict(config), [row]))
-            if said:
-                warn(said)
-    found = []
-    for _, known, members in groups:
-        row = merged(members)
-        row["meta"] = known
-        found.append(row)
-    return found
-
-
-def summary_row_figures(row):
-    """A row's name, what tells its run from every other (its kind, tokens and headline
-    figures) and its configuration."""
-    names = ("kind", "tokens", "decode_ms_per_token", "io_ms_per_token", "mib_per_token",
-             "majflt_per_token")
-    return row["run"], {name: row[name] for name in names}, configuration(row["meta"])
-
-
-def merged(group):
-    """One row of repeats: each figure the mean of its runs' (the ones that have it), its
-    standard deviation beside it; counts added, lists joined."""
-    first, *more = group
-    if not more:
-        return first
-    row = {**first, "run": ", ".join(row["run"] for row in group), "spread": {}}
-    for name in SUMMED:
-        row[name] = sum(each[name] for each in group)
-    for name in JOINED:
-        row[name] = list(dict.fromkeys(item for each in group for item in each[name]))
-    row["figure_runs"] = {}
-    for name in SUMMARY_FIGURES:
-        if name not in SUMMED:
-            values = [each[name] for each in group if each[name] is not None]
-            row[name], row["spread"][name] = mean_of(values), sd_of(values)
-            if 0 < len(values) < len(group):
-                row["figure_runs"][name] = len(values)
-    return row
-
-
-def differing_keys(metas, rows):
-    """The preamble keys whose values differ between the runs (into each row's settings), and
-    {key: value} of those they share. A key some runs do not know is not shared: a column,
-    with '-' where it is unknown (a repeat's unknown key was filled by its group's runs)."""
-    keys = list(dict.fromkeys(key for meta in metas for key in meta))
-    differing = [key for key in keys if len({meta.get(key) for meta in metas}) > 1]
-    for row, meta in zip(rows, metas):
-        row["settings"] = {key: meta.get(key) for key in differing}
-    first = next(iter(metas), {})
-    return differing, {key: first[key] for key in keys if key not in differing}
-
-
-PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-
-
-def sorted_rows(rows, sort):
-    """Rows by a column or a preamble key, ascending, a missing value last; numbers, and
-    preamble values written as plain ASCII numbers, as numbers (str.isdigit takes '²', which
-    float() refuses); the rest as text after them. A key every run shares leaves the order."""
-    def key(row):
-        value = row[sort] if sort in SUMMARY_SORTS else row["settings"].get(sort)
-        if value is None:
-            return (2, 0.0, "")
-        if isinstance(value, str):
-            return (0, float(value), "") if PLAIN_NUMBER.fullmatch(value) else (1, 0.0, value)
-        return (0, float(value), "")
-    return sorted(rows, key=key)
-
-
-# ── engine: the engine's own end-of-run lines ────────────────────────────────────────────────────
-# NAME.log beside a trace holds the lines the engine printed at the end of the run (their
-# grammar: ../shared/traces/README.md). Each kind of line has its pattern, found anywhere in the
-# file; every other line is ignored. A figure keeps how finely the engine printed it: it agrees
-# with the tool's when they differ by at most ENGINE_TOLERANCE of it, or by the engine's rounding.
-ENGINE_TOLERANCE = 0.10
-NUMBER = r"(\d{1,15}(?:\.\d{1,9})?)"  # longer is no engine's figure (nor a float, nor an int)
-# Each line: the words it starts with (found with str.find, anywhere in the line), then its
-# figures, right after those words or (where the engine prints text between) searched for after
-# them. No pattern has a `.*`: each one is tried at each place at a bounded cost, so a line is
-# read in time linear in its length (a `.*` before a figure backtracked: 97 s on a 416 KB line).
-EngineLine = namedtuple("EngineLine", "lead figures names anywhere", defaults=(False,))
-ENGINE_LINES = tuple(EngineLine(lead, re.compile(pattern.replace("N", NUMBER)), names, anywhere)
-                     for lead, pattern, names, anywhere in (
-    ("generation: ", r"N tokens, N s/token", ("tokens", "generation_ms_per_token"), False),
-    ("compute: ", r", N major faults/token", ("majflt_per_token",), True),
-    ("moe-stream: ", r"read N MiB \(N MiB/token\), decode N s/token \(compute N \+ cache mgmt "
-     r"N \+ flash I/O N s/token, N MiB/s\)",
-     ("read_mib", "mib_per_token", "decode_ms_per_token", "compute_ms_per_token",
-      "cache_mgmt_ms_per_token", "flash_io_ms_per_token", "mib_per_s"), False),
-    ("moe-cache: ", r"N% hit, resident N MiB", ("hit_pct", "resident_mib"), False),
-    ("moe-cache: ", r"N evictions, N re-reads", ("evictions", "rereads"), False),
-    ("moe-overlap: ", r"stall N s/token", ("stall_ms_per_token",), False),
-    ("moe-prefetch: ", r"N MiB speculative, N/N experts useful",
-     ("speculative_mib", "useful_experts", "speculative_experts"), False),
-    ("ngram: ", r" N tokens per verify decode", ("positions_per_decode",), True)))
-TURN_LEAD = "turn id="
-TURN_HEAD = re.compile(r"(\d{1,9}): generated=(\d{1,12}) ")
-TURN_TAIL = re.compile(r"cache_hit=(\d{1,3}(?:\.\d{1,9})?)% read_mib=" + NUMBER + r"\b")
-TURN_SPEED = re.compile(r"tok_s=" + NUMBER)  # the turn's decode speed, where the engine prints it
-LOG_MOST_BYTES = 64 << 20  # a log is a terminal's text: past this, it is not one
-LOG_LINE_MOST = 4096  # the engine's lines are under 300 characters: a longer one is none of them
-# A terminal's colours and cursor moves (CSI and OSC sequences), which `2>` keeps in the file
-TERMINAL_CODES = re.compile(r"\x1b\[[0-9;?]{0,32}[ -/]{0,4}[@-~]|\x1b\][^\x07\x1b]{0,256}"
-                            r"(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
-EngineValue = namedtuple("EngineValue", "value rounding")
-
-
-def engine_value(name, text):
-    """A figure as the engine printed it, in the tool's units (s/token -> ms), with half of
-    its last printed digit."""
-    scale = 1000 if name.endswith("_ms_per_token") else 1
-    _, _, decimals = text.partition(".")
-    return EngineValue(float(text) * scale, 0.5 * 10 ** -len(decimals) * scale)
-
-
-# A log read: its last run's figures {name: EngineValue} and turns [(id, generated, hit %,
-# MiB, tok/s or None)]; how many runs' end-of-run lines it holds (`2>>` appends a run's to the
-# last's), and how many engine lines.
-EngineLog = namedtuple("EngineLog", "path figures turns runs lines", defaults=(1, 1))
-
-
-def log_text(data):
-    """A log's bytes as text: UTF-16 where a byte-order mark says so (PowerShell's `>`
-    writes it), else UTF-8, any bad byte replaced."""
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return data.decode("utf-16", "replace")
-    return data.decode("utf-8-sig", "replace")
-
-
-def engine_lines(text):
-    """(kind, figures) of every engine line in the text, in order: kind the line's lead
-    (`turn id=` for a session's turn), figures its {name: EngineValue}, or its turn tuple."""
-    for line in text.splitlines():
-        if len(line) > LOG_LINE_MOST:
-            continue
-        if "\x1b" in line:
-            line = TERMINAL_CODES.sub("", line)
-        for kind in ENGINE_LINES:
-            at = line.find(kind.lead)
-            if at < 0:
-                continue
-            at += len(kind.lead)
-            found = kind.figures.search(line, at) if kind.anywhere else \
-                kind.figures.match(line, at)
-            if found:  # a figure past any float (a mangled log) is no figure
-                yield kind.lead, {name: engine_value(name, value)
-                                  for name, value in zip(kind.names, found.groups())
-                                  if math.isfinite(float(value))}
-        at = line.find(TURN_LEAD)
-        head = TURN_HEAD.match(line, at + len(TURN_LEAD)) if at >= 0 else None
-        tail = TURN_TAIL.search(line, head.end()) if head else None
-        if tail:
-            (number, generated), (hit, mib) = head.groups(), tail.groups()
-            speed = TURN_SPEED.search(line, head.end())
-            yield TURN_LEAD, (int(number), int(generated), float(hit), float(mib),
-                              float(speed.group(1)) if speed else None)
-
-
-def read_engine_log(path):
-    """The EngineLog of the file at `path`: its last run's lines. A run's lines start again
-    where a kind of line it printed once comes back (a second `generation:`), or a turn's id
-    does not count up."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(LOG_MOST_BYTES + 1)
-    except OSError as exc:
-        raise TraceError(path, 0, f"cannot read the engine's log: {exc.strerror or exc}")
-    if len(data) > LOG_MOST_BYTES:
-        raise TraceError(path, 0, f"over {LOG_MOST_BYTES >> 20} MiB: not an engine's log")
-    figures, turns, seen, runs, lines = {}, [], set(), 0, 0
-    for kind, found in engine_lines(log_text(data)):
-        lines += 1
-        again = turns and found[0] <= turns[-1][0] if kind == TURN_LEAD else \
-            (kind, tuple(found)) in seen
-        if again or not runs:
-            figures, turns, seen, runs = {}, [], set(), runs + 1
-        if kind == TURN_LEAD:
-            turns.append(found)
-        else:
-            seen.add((kind, tuple(found)))
-            figures.update(found)
-    return EngineLog(path, finer_flash_io(figures), turns, runs, lines)
-
-
-def log_notes(log):
-    """What is to be said of a log as read: no engine line in it, or several runs'."""
-    if not log.lines:
-        return [f"{log.path}: no line of the engine's end-of-run summary in it (generation:, "
-                f"moe-stream:, ...): nothing to compare"]
-    if log.runs > 1:
-        return [f"{log.path}: holds the end-of-run lines of {log.runs} runs (appended, as 2>> "
-                f"does): its last run's are read"]
-    return []
-
-
-def finer_flash_io(figures):
-    """The engine's flash I/O per token from its read MiB, MiB/s and tokens, finer than the
-    ms it prints (4.63 against 5 on the serial run)."""
-    read, rate, tokens = (figures.get(name) for name in ("read_mib", "mib_per_s", "tokens"))
-    if all(part and part.value for part in (read, rate, tokens)):
-        flash = read.value / rate.value / tokens.value * 1000
-        # as fine as the MiB/s it rests on (printed whole)
-        figures["flash_io_ms_per_token"] = EngineValue(flash, flash * rate.rounding / rate.value)
-    return figures
-
-
-def log_beside(paths):
-    """NAME.log beside the first trace that has one, or for a pair their shared NAME's
-    (session-ct.csv and session-io.csv: session.log); None. A trace's NAME is its file name
-    without .csv, or without -ct.csv / -io.csv, as a sweep names a run's two traces."""
-    # NAME: the trace's name as summary matches it (no compression ending), without .csv
-    names = [matched_name(path).removesuffix(".csv") for path in paths
-             if path != trace_io.STDIN]
-    shared = os.path.commonprefix(names).rstrip("-_.") if len(names) > 1 else ""
-    runs = [RUN_OF_TRACE.sub("", name) for name in names]
-    for name in names + ([shared] if shared and os.path.basename(shared) else []) + runs:
-        if os.path.basename(name) and os.path.isfile(name + ".log"):
-            return name + ".log"
-    return None
-
-
-RUN_OF_TRACE = re.compile(r"[-_.](?:ct|io)$")  # sweep/x-ct.csv, sweep/x-io.csv: sweep/x.log
-
-
-def engine_log(paths, named=None):
-    """A run's EngineLog: the one named, else NAME.log beside its traces; None."""
-    path = named or log_beside(paths)
-    return read_engine_log(path) if path else None
-
-
-def tool_figures(report, generated=None):
-    """The tool's figure for each engine figure the traces show, counted as the engine counts:
-    per generated position (a speculative decode verifies several), over every decoded token
-    (a token served whole from a cache reads nothing: the compute trace has it; an io trace
-    alone takes the log's `generated` tokens), from a report of the whole decode (a selection
-    of some tokens is not the run the engine summed)."""
-    halves = report_halves(report)
-    compute, io, pair = halves.get("compute"), halves.get("io"), report.get("pair")
-    figures = {}
-    positions = None
-    if compute and whole_decode(compute):
-        decodes = compute["decodes"]
-        positions = decodes["positions"] if decodes["speculative"] else compute["tokens"]
-        per_position = compute["tokens"] / positions
-        figures.update(tokens=positions,
-                       decode_ms_per_token=compute["ms_per_token"] * per_position,
-                       generation_ms_per_token=compute["ms_per_token"] * per_position,
-                       majflt_per_token=compute["majflt_per_token"] * per_position)
-        if decodes["speculative"]:
-            figures["positions_per_decode"] = decodes["positions"] / decodes["decodes"]
-    if io and whole_decode(io):
-        overlapped = io["meta"].get("overlap") == "1"
-        units = positions or logged_tokens(generated, io["tokens"]) or io["tokens"]
-        per_unit = io["tokens"] / units
-        # not speculative MiB: the prefetch run's spec=1 reads hold 0.2 MiB where its log
-        # says 0.0, so the two count different things
-        io_ms = io["busy_ms_per_token"] if overlapped else io["io_wall_ms_per_token"]["estimate"]
-        figures.update(read_mib=io["read_bytes"] / MIB,
-                       mib_per_token=io["read_bytes"] / MIB / units,
-                       flash_io_ms_per_token=per_unit * io_ms)
-        figures.update(own_cache_figures(io))
-    if pair and "read_mib" in figures and positions:
-        per_position = pair["tokens"] / positions
-        figures["compute_ms_per_token"] = None if pair["compute_ms_per_token"] is None else \
-            pair["compute_ms_per_token"] * per_position
-        if pair["compute_ms_per_token"] is not None:
-            figures["flash_io_ms_per_token"] = pair["io_wall_ms_per_token"]["estimate"] * \
-                per_position
-    return figures
-
-
-def own_cache_figures(io):
-    """The engine's cache figures, as the trace of a run that had a cache shows them
-    (`run_cache`): its hit %, re-reads and evictions."""
-    if not ran_cached(io):
-        return {}
-    own = io["run_cache"]
-    figures = {"hit_pct": own["hit_share"] * 100, "rereads": own["rereads"]}
-    if own["evictions"] is not None:
-        figures["evictions"] = own["evictions"]
-    return figures
-
-
-def whole_decode(report):
-    selection = report["selection"]
-    return report["phase"] == "decode" and not selection["turns"] and \
-        selection["steps"] == [None, None] and not selection["skip"]
-
-
-# What the engine prints but does not measure: the moe-stream line's compute is the decode less
-# the flash I/O and the cache management, so its rounding is theirs summed (0.000 stands for up
-# to 1.5 ms), and the compute trace's time holds the cache management it books apart. Shown
-# beside the tool's, never compared.
-REMAINDERS = {"compute_ms_per_token": "a remainder: decode - flash I/O - cache mgmt"}
-# The engine's flash I/O is the wall time it waited per layer's reads; a v1 trace holds each
-# read's latency, not the wake-up and dispatch around a layer's reads: 44-65 us per layer on
-# every shared real run (the estimate 0.89-0.94x the engine's), so that much is allowed too.
-LAYER_WAIT_MS = 0.1
-
-
-def engine_report(log, report):
-    """The report's `engine`: each figure of the EngineLog beside the tool's, and the turns."""
-    generated = log.figures.get("tokens")
-    ours = tool_figures(report, generated.value if generated else None)
-    compared = {}
-    for name, engine in log.figures.items():
-        tool = ours.get(name)
-        note = (REMAINDERS.get(name) or unlike_sums(name, report, log.figures)) \
-            if tool is not None else None
-        allowed = max(ENGINE_TOLERANCE * abs(engine.value), engine.rounding,
-                      LAYER_WAIT_MS * read_layers(report) if name == "flash_io_ms_per_token"
-                      else 0.0)
-        agrees = None if tool is None or note else abs(tool - engine.value) <= allowed
-        compared[name] = ENGINE_FIGURE(engine=engine.value, tool=tool,
-                                       ratio=ratio(tool, engine.value) if tool is not None
-                                       else None, agrees=agrees, note=note)
-    return ENGINE(log=log.path, figures=compared, turns=turn_rows(log.turns, report))
-
-
-def unlike_sums(name, report, logged):
-    """Why the engine's figure sums something this run's traces do not show, where real runs
-    found so (then shown, not compared); else None. logged: the log's {figure: EngineValue}."""
-    io = report_halves(report).get("io")
-    meta = io["meta"] if io else {}
-    if name == "flash_io_ms_per_token" and meta.get("overlap") == "1" and ran_cached(io):
-        return ("overlapped with a cache, the engine's flash I/O is not the lanes' busy time "
-                "(11-23% below it on 8 real runs): what it sums is not in a trace")
-    if name == "flash_io_ms_per_token" and meta.get("o_direct") == "0":
-        return ("o_direct=0: reads from the page cache are timed around the copy by the "
-                "engine, not by the trace (0.36 against 0.25 ms on a real run)")
-    speculative, read = (logged.get(key) for key in ("speculative_mib", "read_mib"))
-    if name == "rereads" and speculative and read and speculative.value > 0.01 * read.value:
-        return ("a run that prefetched: the engine's re-reads count speculative loads the "
-                "trace books apart (997 against 839 on a real run)")
-    return None
-
-
-def read_layers(report):
-    """How many layers a decoded token's reads span (each a wait of the engine's)."""
-    io = report_halves(report).get("io")
-    return len([row for row in io["by_layer"] if row["reads_per_token"]]) if io else 0
-
-
-def turn_rows(turns, report):
-    """The session's turn lines, each beside what the traces hold of its turn: the MiB its
-    decode reads, its hit %, its decode ms per token. Turns are matched in order: the engine
-    counts them from 1 (`turn id=1`), the trace from 0, so each row names both."""
-    halves = report_halves(report)
-    io, compute = halves.get("io"), halves.get("compute")
-    read, walls = {}, defaultdict(list)
-    for token in io["per_token"] if io and io["phase"] == "decode" else ():
-        read[token["turn"]] = read.get(token["turn"], 0.0) + token["mib"]
-    for token in compute["per_token"] if compute and compute["phase"] == "decode" else ():
-        walls[token["turn"]].append(token["ms"])
-    traced = sorted(set(read) | set(walls))
-    matched = traced if len(traced) == len(turns) else [None] * len(turns)
-    own = io.get("run_cache") if io else None
-    hits = {row["turn"]: row["hit_share"] * 100 for row in own["turns"]} \
-        if ran_cached(io) else {}
-    return [ENGINE_TURN(turn=turn, trace_turn=at, generated=generated, cache_hit_pct=hit,
-                        read_mib=mib, tool_read_mib=read.get(at), tool_cache_hit_pct=hits.get(at),
-                        ms_per_token=1000 / speed if speed else None,
-                        tool_ms_per_token=mean_of(walls[at]) if walls.get(at) else None)
-            for (turn, generated, hit, mib, speed), at in zip(turns, matched)]
-
-
-def with_engine_log(report, log, warn):
-    """The report with its `engine` (null without a log); every figure that disagrees beyond
-    the tolerance is a warning."""
-    engine = engine_report(log, report) if log else None
-    for note in log_notes(log) if log else ():
-        warn(note)
-    for turn in engine["turns"] if engine else ():
-        engine_ms, tool_ms = turn["ms_per_token"], turn["tool_ms_per_token"]
-        if engine_ms and tool_ms is not None and \
-                abs(tool_ms - engine_ms) > ENGINE_TOLERANCE * engine_ms:
-            warn(f"{log.path}: turn id={turn['turn']} decoded at {engine_ms:.2f} ms per token, "
-                 f"the compute trace's turn {turn['trace_turn']} at {tool_ms:.2f} (beyond "
-                 f"{ENGINE_TOLERANCE:.0%})")
-    for name, figure in (engine["figures"] if engine else {}).items():
-        if figure["agrees"] is False:
-            warn(f"{log.path}: the engine's {name} is {figure['engine']:.4g}, the traces' "
-                 f"{figure['tool']:.4g} ({num(figure['ratio'], '.2f')}x, beyond "
-                 f"{ENGINE_TOLERANCE:.0%}): a log of another run, or a trace cut short?")
-    record = REPORTS[report["kind"]]
-    return {name: engine if name == "engine" else report[name] for name in record.names
-            if name in report or name == "engine"}
-
-
-# ── settings: what the run's preamble does not say ───────────────────────────────────────────────
-# The preamble names a few of the engine's settings (io_threads, o_direct, overlap). The others
-# come from the command line (--set KEY=VALUE: `declared`), from the engine's log, whose lines
-# imply them (`log`), or from what the trace itself shows (`trace`: a cached run's missing
-# lookups, speculative reads). Each joins the report's `meta`, so whatever reads a setting
-# reads it there (the what-if, summary's columns, diff's preamble); `settings` says where each
-# came from. A declared value replaces the preamble's; the log's and the trace's fill gaps.
-SETTING_KEY = re.compile(r"[a-z_][a-z0-9_]{0,40}")
-SETTING_VALUE = re.compile(r"[A-Za-z0-9_.+-]{1,40}")
-Setting = namedtuple("Setting", "key value source")
-
-
-def log_settings(log):
-    """The settings the engine's log implies: a cache of its resident MiB, prefetch, overlap,
-    n-gram drafting (speculative decoding)."""
-    figures = log.figures
-    implied = [("cache_mb", f"{figures['resident_mib'].value:g}")] \
-        if "resident_mib" in figures else []
-    if "hit_pct" in figures or any(turn[2] for turn in log.turns):
-        implied.append(("cache", "1"))
-    implied += [(key, "1") for key, shown_by in (
-        ("moe_stream", "read_mib"), ("prefetch", "speculative_mib"),
-        ("overlap", "stall_ms_per_token"),
-        ("ngram", "positions_per_decode")) if shown_by in figures]
-    return [Setting(key, value, "log") for key, value in implied]
-
-
-def trace_settings(report):
-    """The settings an io report's trace shows: whether the run had a cache (with --cache or
-    --what-if), and prefetch, when it read speculatively."""
-    shown = [Setting("prefetch", "1", "trace")] if report["spec"]["reads"] else []
-    if report["run_cache"] is not None:
-        shown.append(Setting("cache", "1" if report["run_cache"]["detected"] else "0", "trace"))
-    return shown
-
-
-def reading_with_log(reading, log):
-    """The reading with the run's settings (those declared on the command line, then those
-    its log implies) and what its log measured."""
-    declared = tuple(setting for setting in reading.settings if setting.source == "declared")
-    return reading._replace(settings=declared + (tuple(log_settings(log)) if log else ()),
-                            measured={name: figure.value for name, figure in log.figures.items()}
-                            if log else None)
-
-
-def join_settings(trace, reading):
-    """Join the reading's settings to the trace's preamble: its `settings`."""
-    trace.meta, settings = merged_settings(trace.meta, reading.settings, reading.warn, trace.name)
-    return settings
-
-
-def merged_settings(meta, given, warn, name):
-    """The preamble with the given Settings joined, and the report's `settings`: a declared
-    value wins over the preamble's (a source said first wins over a later one); a log's that
-    contradicts the preamble is left out, with a warning."""
-    meta, settings = dict(meta), {}
-    for key, value, source in given:
-        if key in settings:
-            continue
-        if source != "declared" and key in meta:
-            if meta[key] != value and source != "trace":  # what a trace shows yields
-                warn(f"{name}: the {source} says {key}={value}, the preamble {key}={meta[key]}: "
-                     f"the preamble's kept")
-            continue
-        meta[key] = value
-        settings[key] = SETTING(value=value, source=source)
-    return meta, settings
-
-
-# ── rendering ────────────────────────────────────────────────────────────────────────────────────
-TEXT_WIDTH = 100  # every line of the text output fits a terminal and a bug report
-BAR_WIDTH = 20
-OP_BAR_WIDTH = 10  # the by-op table is wide already
-HIST_WIDTH = 40
-UNCLASSIFIED_SHOWN = 5
-FAULT_OPS_SHOWN = 8
-SPARK_WIDTH = 64
-SPARK_UNICODE = "▁▂▃▄▅▆▇█"
-SPARK_ASCII = "_.-=+*#@"
-COMPACT_LAYERS = 12  # more layers than this are shown compactly unless --layers
-STANDS_OUT = 1.25  # a layer whose figure is this far from the median (either way) is shown
-STANDOUTS_SHOWN = 6  # at most, the furthest first (--layers: all)
-
-
-def safe(text):
-    """Trace strings are untrusted: control characters (an ANSI escape, a newline in a node
-    name) are shown as escapes, never sent to the terminal."""
-    text = str(text)
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
-
-
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
-
-
-def json_text(report, ascii_only=False):
-    """The report as JSON text, an object's fields a line each, a list of numbers (a per-token
-    series) or a table row of plain values on one line: a saved report, and its diff, are read
-    row by row. Trace strings are untrusted: besides what JSON escapes, every character that is
-    not printable (DEL, C1 controls, line and paragraph separators, bidi overrides, zero-width
-    marks) is written as a \\u escape; with ascii_only, every non-ASCII character is."""
-    dump = partial(json.dumps, ensure_ascii=ascii_only, allow_nan=False)
-    text = "".join(json_pieces(report, dump, "\n")) + "\n"
-    text = text.replace("\x7f", "\\u007f")
-    if text.isascii():
-        return text
-    return _NON_ASCII.sub(lambda match: match.group() if match.group().isprintable()
-                          else json.dumps(match.group())[1:-1], text)
-
-
-def json_pieces(value, dump, newline, in_list=False):
-    """The pieces of `value` as JSON, indented one space a level (newline: the line break and
-    the indent of the value's own line)."""
-    if not isinstance(value, (list, dict)):
-        yield dump(value)
-        return
-    is_object = isinstance(value, dict)
-    members = list(value.values()) if is_object else value
-    flat = not any(isinstance(member, (list, dict)) for member in members)
-    if not value or flat and (in_list or not is_object):  # empty, a series, a table row
-        yield dump(value)
-        return
-    inner = newline + " "
-    items = value.items() if is_object else ((None, member) for member in value)
-    yield "{" if is_object else "["
-    for index, (key, member) in enumerate(items):
-        yield ("," if index else "") + inner + ("" if key is None else dump(str(key)) + ": ")
-        yield from json_pieces(member, dump, inner, in_list=not is_object)
-    yield newline + ("}" if is_object else "]")
-
-
-def wrap(text, indent="  "):
-    """Prose lines folded to TEXT_WIDTH columns, continuation lines indented. A line that
-    fits, with nothing textwrap would change (trailing or unprintable white space), is kept
-    as it is: most lines fit, and textwrap's pass was a fifth of a small report's time."""
-    if len(text) <= TEXT_WIDTH and text.isprintable() and not text.endswith(" "):
-        return [text] if text.strip() else [""]
-    return textwrap.wrap(text, TEXT_WIDTH, subsequent_indent=indent + "  ",
-                         break_on_hyphens=False) or [""]
-
-
-def wrap_items(prefix, items, indent="    ", separator=","):
-    """`prefix` then the items, separated, folded between items only."""
-    lines, line = [], prefix
-    for i, item in enumerate(items):
-        piece = item + (separator if i < len(items) - 1 else "")
-        if len(line) + 1 + len(piece) > TEXT_WIDTH and line.strip():
-            lines.append(line)
-            line = indent + piece
-        else:
-            line = f"{line} {piece}" if line else piece
-    return lines + [line]
-
-
-def path_lines(lead, path, detail):
-    """An input's path whole: on the lead's line with its detail when they fit, else on lines
-    of its own, cut after a / where it must be (a path is never shortened)."""
-    if len(lead) + len(path) + len(detail) <= TEXT_WIDTH:
-        return [lead + path + detail]
-    lines, line = [lead.rstrip()], "    "
-    for piece in re.findall(r"[^/]*/|[^/]+$", path) or [path]:
-        if len(line) + len(piece) > TEXT_WIDTH and line.strip():
-            lines.append(line)
-            line = "      "
-        line += piece
-        while len(line) > TEXT_WIDTH:  # a piece longer than a line: cut where the line ends
-            lines.append(line[:TEXT_WIDTH])
-            line = "      " + line[TEXT_WIDTH:]
-    return lines + [line] + ([f"    {detail.strip()}"] if detail else [])
-
-
-def fit(text, width=TEXT_WIDTH):
-    """A single entry (a path) kept whole on its line: shortened in the middle if need be."""
-    text = safe(text)
-    if len(text) <= width:
-        return text
-    half = (width - 1) // 2
-    return text[:half] + "…" + text[-(width - 1 - half):]
-
-
-def pct(fraction, spec=".1f"):
-    return "n/a" if fraction is None else format(fraction * 100, spec) + "%"
-
-
-def bar(fraction, width=BAR_WIDTH):
-    filled = int(round(max(0.0, min(1.0, fraction or 0.0)) * width))
-    return "#" * filled + "." * (width - filled)
-
-
-# A table is data: its columns, each a header, where its value comes from (a row key, or a
-# function of the row), how the value is written and which way it aligns. table_lines() draws
-# every table of the text output from these definitions.
-# width: a bar column's width (Markdown draws a bar as a code span, text as the format says).
-Column = namedtuple("Column", "header key format align width", defaults=(">", None))
-
-
-def formatter(form):
-    """How a value is written in a Shown format: digits (int), "%" a share, another format
-    spec ("d"), or None as it is."""
-    if form is None:
-        return str
-    if form == "%":
-        return pct
-    spec = f".{form}f" if isinstance(form, int) else form
-    return lambda value: num(value, spec)
-
-
-def column(header, key, format=str, align=">"):
-    return Column(header, key, format, align)
-
-
-def text_column(header, key):
-    return Column(header, key, safe, "<")
-
-
-def bar_column(key, width=BAR_WIDTH):
-    return Column("", key, lambda fraction: bar(fraction, width), "<", width)
-
-
-def value_of(col, row):
-    return row[col.key] if isinstance(col.key, str) else col.key(row)
-
-
-def cell(col, row):
-    return col.format(value_of(col, row))
-
-
-NAME_WIDTH_LEAST = 12  # a name column is never elided below this
-
-
-def table_lines(columns, rows, indent="  "):
-    """The header and one line per row, each column as wide as its widest cell; past
-    TEXT_WIDTH, the widest name columns are narrowed and their long names elided in the middle
-    (the JSON has them whole)."""
-    heads = [safe(col.header) for col in columns]  # a preamble key or a file name heads some
-    cells = [[cell(col, row) for col in columns] for row in rows]
-    widths = [max([len(head)] + [len(line[i]) for line in cells]) for i, head in enumerate(heads)]
-    names = [i for i, col in enumerate(columns) if col.align == "<" and col.width is None]
-    excess = len(indent) + sum(widths) + 2 * (len(widths) - 1) - TEXT_WIDTH
-    while excess > 0 and names:
-        widest = max(names, key=widths.__getitem__)
-        narrower = max(NAME_WIDTH_LEAST, widths[widest] - excess, len(heads[widest]))
-        if narrower >= widths[widest]:
-            break
-        excess -= widths[widest] - narrower
-        widths[widest] = narrower
-        for line in cells:
-            line[widest] = fit(line[widest], narrower)
-
-    def line(values):
-        text = "  ".join(f"{value:{col.align}{width}}"
-                         for value, col, width in zip(values, columns, widths))
-        return (indent + text).rstrip()
-    return [line(heads)] + [line(values) for values in cells]
-
-
-def share_of_peak(rows):
-    """key function: a row's ms/token as a fraction of the largest, for bars."""
-    peak = max((row["ms_per_token"] for row in rows), default=0) or 1
-    return lambda row: row["ms_per_token"] / peak
-
-
-def shown_column(field):
-    """A figure's column, as its declaration shows it (Shown: its head and its format)."""
-    header, form = field.shown.header, field.shown.format
-    if form == "text":
-        return text_column(header, field.name)
-    return column(header, field.name, formatter(form))
-
-
-def table_of(record, *then):
-    """The columns of a table of `record`s: each shown field in its order, then `then`."""
-    return tuple(map(shown_column, record.shown())) + then
-
-
-def bar_table(record, rows):
-    """A table of `record`'s rows with a bar of each row's share of the largest."""
-    return table_of(record, bar_column(share_of_peak(rows)))
-
-
-CACHE_TABLE = (column("expert cache", lambda point: "all experts" if point["fraction"] == 1 else
-                      f"1/{round(1 / point['fraction'])} of them"), *table_of(LRU_POINT))
-
-
-def histogram_table(rows):
-    peak = max((row["count"] for row in rows), default=0) or 1
-    return (column("us", lambda row: f"{row['lo_us']} -> {row['hi_us'] - 1}"),
-            column("count", "count"),
-            Column("distribution", lambda row: row["count"] / peak,
-                   lambda fraction: "|" + bar(fraction, HIST_WIDTH).replace(".", " ") + "|", "<",
-                   HIST_WIDTH))
-
-
-def compact_layer_lines(columns, rows, full):
-    """The by-layer table, or for many layers a compact view of it: a summary line (min,
-    median, max of each figure), the layers that stand out (a figure over STANDS_OUT times
-    the median, or under it by as much), and runs of layers whose lines read the same folded
-    into one line (`0-46`)."""
-    if full or len(rows) <= COMPACT_LAYERS:
-        return table_lines(columns, rows)
-    figures = [col for col in columns[1:] if isinstance(col.key, str)]
-    medians = {col.key: sorted(row[col.key] for row in rows)[len(rows) // 2] for col in figures}
-    summary = [f"{col.header} {cell(col, {col.key: min(row[col.key] for row in rows)})}"
-               f"/{cell(col, {col.key: medians[col.key]})}"
-               f"/{cell(col, {col.key: max(row[col.key] for row in rows)})}" for col in figures]
-    distance = {id(row): max(deviation(row[col.key], medians[col.key]) for col in figures)
-                for row in rows}
-    shown = [row for row in rows if row["layer"] == NO_LAYER or distance[id(row)] > STANDS_OUT]
-    hidden = max(0, len(shown) - STANDOUTS_SHOWN)
-    if hidden:  # keep the layers furthest from the median, in layer order
-        keep = {id(row) for row in sorted(shown, key=lambda r: -distance[id(r)])
-                [:STANDOUTS_SHOWN]}
-        shown = [row for row in shown if id(row) in keep]
-    merged = folded_runs(shown, figures)
-    lines = wrap_items(f"  {len(rows)} layers, min/median/max:", summary)
-    if not merged:
-        return lines + ["  no layer stands out (all within "
-                        f"{STANDS_OUT}x of the median); --layers shows them all"]
-    most = f"; the {STANDOUTS_SHOWN} furthest of {len(shown) + hidden}" if hidden else ""
-    return lines + wrap(f"  layers that stand out (beyond {STANDS_OUT}x of a median{most}; "
-                        f"--layers: all):") + table_lines(columns, merged)
-
-
-class LayerRun:
-    """Consecutive layers low..high whose lines read as `row`'s."""
-
-    __slots__ = ("low", "high", "row")
-
-    def __init__(self, row):
-        self.low = self.high = row["layer"]
-        self.row = row
-
-
-def folded_runs(rows, figures):
-    """Runs of consecutive layers whose figures read the same, one row each (layer `0-46`)."""
-    runs = []
-    for row in rows:
-        last = runs[-1] if runs else None
-        if last and last.high == row["layer"] - 1 and all(
-                cell(col, row) == cell(col, last.row) for col in figures):
-            last.high = row["layer"]
-        else:
-            runs.append(LayerRun(row))
-    return [{**run.row, "layer": f"{run.low}-{run.high}" if run.high != run.low else run.low}
-            for run in runs]
-
-
-def deviation(value, median):
-    """How many times away from the median a figure is, either way (inf from a zero one)."""
-    if not median or not value:
-        return 1.0 if value == median else float("inf")
-    return max(value / median, median / value)
-
-def selection_text(report):
-    return ", ".join([f"phase {report['phase']}"] + describe_selection(report["selection"]))
-
-
-# ── rendering: layouts, every report's sections declared once ────────────────────────────────────
-# A layout is the ordered sections of one kind of report. A section is a function that draws
-# it from the report and the view, a list of Blocks (empty when this report has nothing for
-# it), and whether Markdown folds its table away. A Block is an optional heading (the one place
-# a section's title is written) and its parts. The text and Markdown renderers walk the same
-# layout and differ only in how they draw each kind of part, so that a section added here
-# appears in both.
-Section = namedtuple("Section", "draw fold", defaults=(False,))
-# gap: a blank line before it in text (the header and the lines right under it have none).
-# A block with a heading and no parts is a divider: the block after it follows without a gap.
-Block = namedtuple("Block", "heading parts gap", defaults=((), True))
-# paths: (label, path, detail) each; the detail (diff's "(io trace, 128 io tokens)") is shown
-# beside the path.
-Header = namedtuple("Header", "command paths meta keys")
-# logical lines; hang: the wrap's indent; clip: text cuts a line at the width (a legend: a line
-# a run), where Markdown keeps it whole
-Prose = namedtuple("Prose", "lines hang clip", defaults=("  ", False))
-Items = namedtuple("Items", "prefix items")  # one logical line of items, folded between items
-Bullets = namedtuple("Bullets", "items")  # one logical line each (the verdicts)
-# shown: the rows text shows (Markdown folds the rest away); compact: many layers shown as
-# their summary and the layers that stand out, unless the view asks for all.
-Grid = namedtuple("Grid", "columns rows indent shown compact", defaults=("  ", None, False))
-Spark = namedtuple("Spark", "values")  # one character per token (or per group of tokens)
-# A part the text shows with --full only, `instead` (a part, or None) without it, the part's
-# name in the line that ends the text ("--full adds: ..."); Markdown and JSON always have it.
-Full = namedtuple("Full", "name part instead", defaults=(None,))
-# What the command line asks of the drawing: ops in the by-op table, every layer, ASCII only,
-# the method prose, every table.
-View = namedtuple("View", "top layers ascii wide explain full",
-                  defaults=(12, False, False, False, False, False))
-
-COMPUTE_KEYS = ("model", "arch", "n_layer", "n_threads")
-IO_KEYS = ("model", "io_threads", "o_direct", "overlap")
-PAIR_KEYS = ("model", "arch", "n_layer", "n_threads", "io_threads", "o_direct", "overlap")
-TIMELINE_KEYS = ("model", "trace_id", "io_threads", "overlap")
-NODE_CAVEAT = ("note: each node was measured behind a barrier, which inflates the absolutes: "
-               "trust the proportions.")
-LAYER_CAVEAT = ("note: one barrier per layer, so these absolutes sit close to an untraced run; "
-                "there is no per-op detail inside a segment.")
-
-
-def io_part(report):
-    """The io report a section draws: an io report's figures are per read-token; a pair's
-    lanes, demand/speculative and adjacency are per decoded token, as the pair computed them."""
-    if report["kind"] != "report":
-        return report
-    pair = report["pair"]
-    return {**report["io"], "by_lane": pair["by_lane"], "demand_vs_spec": pair["demand_vs_spec"],
-            "adjacency": pair["adjacency"]}
-
-
-def per_words(report):
-    """What io_part's per-token figures are per."""
-    return "per decoded token" if report["kind"] == "report" else "per read-token"
-
-
-# ── rendering: the sections every command shares ─────────────────────────────────────────────────
-def header_section(header_of):
-    """The section that says what produced the report, from which files, the run's preamble:
-    header_of(report) is the Header of its kind, joined here by the engine's log and the
-    settings the preamble lacked."""
-    def header_blocks(report, view):
-        header = header_of(report)
-        engine = report.get("engine")
-        if engine:
-            header = header._replace(paths=header.paths + [("engine log", engine["log"], "")])
-        return [Block(None, [with_settings(header, report)], gap=False)]
-    return header_blocks
-
-
-def pair_header(report):
-    compute, io = report["compute"], report["io"]
-    return Header("report", [("compute", compute["path"], ""), ("io", io["path"], "")],
-                  {**io["meta"], **compute["meta"]}, PAIR_KEYS)
-
-
-def trace_header(keys):
-    """The Header of a report of one trace (compute, io) whose preamble shows `keys`."""
-    return lambda report: Header(report["kind"], [("trace", report["path"], "")],
-                                 report["meta"], keys)
-
-
-def timeline_header(report):
-    paths = [(label, path, "") for label, path in zip(("compute", "io"), report["paths"])]
-    return Header("timeline", paths, report["meta"], TIMELINE_KEYS)
-
-
-def with_settings(header, report):
-    """The header with the settings the preamble lacked, each with where it came from."""
-    settings = {}
-    for half in report_halves(report).values():
-        settings.update(half.get("settings") or {})
-    shown = {key: f"{setting['value']} ({setting['source']})"
-             for key, setting in settings.items()}
-    return header._replace(meta={**header.meta, **shown},
-                           keys=header.keys + tuple(key for key in shown if key not in header.keys))
-
-
-AGREEMENT = {True: "yes", False: "NO", None: "-"}
-
-
-def engine_blocks(report, view):
-    """The engine's own figures beside the tool's, and a session's turns."""
-    engine = report.get("engine")
-    if not engine:
-        return []
-    rows = [{"figure": name, **figure,
-             "agrees": AGREEMENT[figure["agrees"]] if not figure["note"] else "remainder"
-             if name in REMAINDERS else "not alike"}
-            for name, figure in engine["figures"].items()]
-    table = (text_column("figure", "figure"), *table_of(ENGINE_FIGURE))
-    odd = [row for row in rows if row["agrees"] in ("NO", "not alike")]  # what to look at
-    agreeing = sum(row["agrees"] == "yes" for row in rows)
-    parts = [Full("every engine figure", Grid(table, rows), Grid(table, odd) if odd else None),
-             Prose([f"  {agreeing} of {len(rows)} agree with the tool's"
-                    + (f", {len(odd)} differ{'s' if len(odd) == 1 else ''} (above)" if odd else "")
-                    + "; the rest the tool derives or lacks"])] if rows else []
-    turns = [f"  turn {turn['turn']} (trace {num(turn['trace_turn'], 'd', '?')}): "
-             f"{turn['generated']} generated, hit {turn['cache_hit_pct']}% (traced "
-             f"{num(turn['tool_cache_hit_pct'], '.1f')}), read {turn['read_mib']} MiB (traced "
-             f"{num(turn['tool_read_mib'], '.1f')})" + (
-                 f", {turn['ms_per_token']:.2f} ms/token (traced "
-                 f"{num(turn['tool_ms_per_token'], '.2f')})" if turn["ms_per_token"] else "")
-             for turn in engine["turns"]]
-    notes = [f"  {name}: {figure['note']}" for name, figure in engine["figures"].items()
-             if figure["note"] and name not in REMAINDERS]
-    return [Block(f"the engine's own figures (ms, MiB, % as named; agrees: within "
-                  f"{ENGINE_TOLERANCE:.0%} or the engine's rounding)",
-                  parts + ([Prose(notes + turns, "    ")] if notes or turns else []))]
-
-
-def verdict_blocks(report, view):
-    """The flagged verdicts, each with its evidence (the undetermined and calm ones come after
-    the best changes: calm_blocks); with --explain the undetermined ones too, each in full."""
-    verdicts = sorted((v for v in all_verdicts(report)
-                       if v["flagged"] or (view.explain and v["flagged"] is None)),
-                      key=lambda v: not v["flagged"])  # flagged first
-    return [Block("verdicts", [Bullets([v["text"] for v in verdicts])])] if verdicts else []
-
-
-def calm_blocks(report, view):
-    """The verdicts that could not be made and the calm ones, a line each by their heads
-    ("no warm-up"); with --explain the calm ones with their evidence and threshold."""
-    verdicts = all_verdicts(report)
-    undetermined = [v["text"] for v in verdicts if v["flagged"] is None]
-    calm = [v["text"] for v in verdicts if v["flagged"] is False]
-    if view.explain:
-        return [Block("calm", [Bullets(calm)])] if calm else []
-    lines = [f"  {label}: {'; '.join(heads(texts))} (--explain: {why})" for label, texts, why in (
-        ("undetermined", undetermined, "why each could not be told"),
-        ("calm", calm, "each with its evidence")) if texts]
-    return [Block("the other verdicts", [Prose(lines, "    ")])] if lines else []
-
-
-def heads(texts):
-    """A verdict's head: its text up to the colon ("no warm-up", "cache undetermined")."""
-    return [head.replace(" undetermined", "") for head, _, _ in
-            (text.partition(":") for text in texts)]
-
-
-def caveat_blocks(report, view):
-    """How far the compute trace's absolutes can be trusted, by its granularity."""
-    layered = report_halves(report)["compute"]["granularity"] == "layer"
-    return [Block(None, [Prose([LAYER_CAVEAT if layered else NODE_CAVEAT], "    ")])]
-
-
-# ── rendering: compute sections ──────────────────────────────────────────────────────────────────
-def compute_headline(report):
-    """What a token costs, framed for the run: per decode and per generated position when a
-    decode covers several positions, per batch and per prompt token for prefill."""
-    fallback = " (no decode rows: all rows used)" if report["phase"] == "all" and \
-        report["selection"]["phase"] == "default" else ""
-    decodes, prefill = report["decodes"], report["prefill"]
-    unit, units = ("batch", "batches") if report["phase"] == "prefill" else ("token", "tokens")
-    lines = [f"{units}={report['tokens']} ({selection_text(report)}){fallback}  "
-             f"{report['granularity']} granularity  nodes/{unit}={report['nodes_per_token']:.0f}"]
-    if report["phase"] == "prefill":
-        lines.append(f"prefill: {prefill['batches']} batch(es) of {prefill['prompt_tokens']} "
-                     f"prompt tokens: {num(prefill['ms_per_batch'], '.2f')} ms per batch, "
-                     f"{num(prefill['ms_per_prompt_token'], '.3f')} ms per prompt token")
-    elif decodes["speculative"]:
-        lines.append(f"speculative decoding: {decodes['decodes']} decodes generated "
-                     f"{decodes['positions']} positions: {num(decodes['ms_per_decode'], '.2f')} "
-                     f"ms per decode, {num(decodes['ms_per_position'], '.2f')} ms per generated "
-                     f"position")
-    else:
-        lines.append(f"decode wall {report['ms_per_token']:.2f} ms per token (every node's "
-                     f"time, waits for reads included)")
-    lines.append(f"major faults {report['majflt_per_token']:.1f} per {unit}")
-    return lines
-
-
-def compute_headline_blocks(report, view):
-    return [Block(None, [Prose(compute_headline(report), "")], gap=False)]
-
-
-def segment_blocks(report, view):
-    compute = report_halves(report)["compute"]
-    if compute["granularity"] != "layer":
-        return []
-    rows = compute["segments"]
-    table = Grid(bar_table(SEGMENT_ROW, rows), rows, indent="")
-    if len(rows) > COMPACT_LAYERS:  # the by-layer table has them, compacted, layer by layer
-        spread = percentile_summary([row["ms_per_token"] for row in rows])
-        least = min(row["ms_per_token"] for row in rows)
-        table = Full("every segment", table, Prose([
-            f"  {len(rows)} segments, ms/token min/median/max {least:.2f}/{spread['p50']:.2f}/"
-            f"{spread['max']:.2f}"]))
-    return [Block("by segment", [table, *tail_note(compute)])]
-
-
-def tail_note(compute):
-    """What the engine's layer-trace shape means for layer -1 and the last layer."""
-    tail = compute["tail_in_post"]
-    if tail is None:
-        return []
-    return [Prose([f"  post (layer -1) holds layer {tail['layer']}'s MoE tail: blk."
-                   f"{tail['layer']} has {tail['segments_per_token']:.0f} segment(s) per token "
-                   f"where the other layers have {tail['others_per_token']:.0f} (the engine "
-                   f"writes the last layer's routing and experts into post): read "
-                   f"{tail['layer']} and -1 together"])]
-
-
-def op_blocks(report, view):
-    compute = report_halves(report)["compute"]
-    if compute["granularity"] == "layer":
-        return []
-    ops = compute["by_op"]
-    return [Block(f"by op ({len(ops[:view.top])} of {len(ops)}, slowest first; us = one node's "
-                  f"wall time)", [Grid(table_of(OP_ROW, bar_column("share", OP_BAR_WIDTH)), ops,
-                                       indent="", shown=view.top)])]
-
-
-def pair_op_blocks(report, view):
-    """report's by-op table: its slowest ops in a line (the categories below say more of a
-    pair); the table with --full."""
-    ops = report["compute"]["by_op"]
-    slowest = ", ".join(f"{row['op']} {row['ms_per_token']:.2f} ms ({pct(row['share'])})"
-                        for row in ops[:OPS_IN_A_LINE])
-    return [block._replace(parts=[Full("every op", *block.parts, Prose(
-        [f"  of {len(ops)}, the slowest: {slowest}"], "    "))])
-        for block in op_blocks(report, view)]
-
-
-OPS_IN_A_LINE = 3
-
-
-def fault_blocks(report, view):
-    compute = report_halves(report)["compute"]
-    faults = compute["faults"]
-    if compute["granularity"] == "layer" or not faults["by_op"]:
-        return []
-    rows = faults["by_op"][:FAULT_OPS_SHOWN]
-    rows += [{"op": "TOTAL", **faults}] if len(faults["by_op"]) > 1 else []
-    return [Block("fault attribution: nodes that took major page faults (their time is mostly "
-                  "flash wait billed as compute, not arithmetic)",
-                  [Grid(table_of(FAULT_ROW), rows)])]
-
-
-def category_blocks(report, view):
-    compute = report_halves(report)["compute"]
-    rows = compute["by_category"]
-    if not rows:
-        return []
-    parts = [Grid(table_of(CATEGORY_ROW, bar_column("share")), rows)]
-    if compute["unclassified"]:
-        parts.append(Items("  unclassified base names, ms/token (extend CATEGORY_NAMES):",
-                           [f"{safe(u['name']) or '(empty)'} {u['ms_per_token']:.2f}"
-                            for u in compute["unclassified"][:UNCLASSIFIED_SHOWN]]))
-    return [Block("by node category (llama.cpp's names; a node_<N> is of the named node's "
-                  "before it)", parts)]
-
-
-def compute_layer_blocks(report, view):
-    """compute --layers only, in every format."""
-    if not view.layers:
-        return []
-    rows = report["by_layer"]
-    return [Block("by layer (layer -1: outside every layer, i.e. embeddings and output head; "
-                  "nodes with no layer index that run inside a layer are counted in it, "
-                  f"{report['reattributed_ms_per_token']:.2f} ms/token re-attributed)",
-                  [Grid(bar_table(LAYER_ROW, rows), rows)])]
-
-
-def sparkline(values, ascii_only=False, width=SPARK_WIDTH):
-    """One character per token (per group of tokens, the group's maximum, past `width`),
-    scaled from 0 to the largest value."""
-    if not values:
-        return ""
-    group = -(-len(values) // width)
-    peaks = [max(values[i:i + group]) for i in range(0, len(values), group)]
-    levels = SPARK_ASCII if ascii_only else SPARK_UNICODE
-    top = max(peaks) or 1
-    return "".join(levels[min(len(levels) - 1, int(peak / top * len(levels)))] for peak in peaks)
-
-
-def token_block(report, value, unit):
-    """Per-token distribution, the slowest (heaviest) tokens and a sparkline of the run."""
-    dist = report[f"token_{value}"]
-    name = "heaviest" if "heaviest" in report else "slowest"
-    per_token = [t[value] for t in report["per_token"]]
-    group = -(-len(per_token) // SPARK_WIDTH)
-    each = f"each mark the max of {group} tokens, " if group > 1 else ""
-    parts = []
-    reads = report.get("token_reads")
-    if reads:
-        parts.append(Prose([f"per token (reads): p50 {reads['p50']}  p90 {reads['p90']}  "
-                            f"p99 {reads['p99']}  max {reads['max']}"], ""))
-    parts += [Spark(per_token),
-              Prose([f"      (trace order; {each}scaled 0 to {dist['max']:.2f} {unit})"]),
-              Items(f"  {name}:", [f"turn {t['turn']} step {t['step']} {t[value]:.2f}"
-                                   + (f" ({t['majflt']} majflt)" if t.get("majflt") else "")
-                                   for t in report[name]])]
-    return Block(f"per token ({unit}): p50 {dist['p50']:.2f}  p90 {dist['p90']:.2f}  "
-                 f"p99 {dist['p99']:.2f}  max {dist['max']:.2f}", parts)
-
-
-def compute_token_blocks(report, view):
-    return [token_block(report_halves(report)["compute"], "ms", "ms")]
-
-
-# ── rendering: io sections ───────────────────────────────────────────────────────────────────────
-def io_range_text(figures, per):
-    """A token's I/O time: the busiest-lane estimate, within the range a v1 trace allows, and
-    the throughput; under overlap=1 the reads ran beside compute: read time, not a wait."""
-    wall, rate = figures["io_wall_ms_per_token"], figures["throughput_mib_per_s"]
-    what = "read time" if figures["meta"].get("overlap") == "1" else "I/O"
-    estimate = num(wall.get("estimate"), ".2f")
-    head = (f"{what}{' ' + per if per else ''}: {estimate} ms estimated (per layer, its "
-            f"busiest lane)")
-    if figures["lanes"] == 1:
-        return f"{head}; one lane, so reads one at a time; {num(rate['estimate'], '.0f')} MiB/s"
-    return (f"{head}, within {wall['min']:.2f} ({figures['lanes']} lanes at once) and "
-            f"{wall['max']:.2f} ms (one at a time); throughput {num(rate['estimate'], '.0f')} "
-            f"MiB/s (between {num(rate['min'], '.0f')} and {num(rate['max'], '.0f')})")
-
-
-def io_headline_blocks(report, view):
-    per = "per read-token"
-    return [Block(None, [Prose([
-        f"read-tokens={report['tokens']} ({selection_text(report)}; tokens that read: a token "
-        f"served entirely from cache has no rows)",
-        io_range_text(report, per),
-        f"reads {report['reads_per_token']:.1f} {per}, {report['mib_per_token']:.2f} MiB {per} "
-        f"({report['reads']} read{'s' if report['reads'] != 1 else ''})",
-        f"per read: lanes busy {report['busy_ms_per_token']:.2f} ms {per} summed over lanes, "
-        f"{num(report['busy_mib_per_s'], '.0f')} MiB/s while a lane is busy",
-        f"alignment waste {num(report['waste_pct'], '.1f')}% "
-        f"({report['waste_mib_per_token']:.2f} MiB {per} read but not wanted)"], "")],
-        gap=False)]
-
-
-def latency_blocks(report, view):
-    io = io_part(report)
-    hist = io["latency_hist"]
-    return [Block("per-read latency (us)", [
-        Grid(table_of(LATENCY), [io["latency_us"]]),
-        Full("the latency histogram", Grid(histogram_table(hist), hist))])]
-
-
-def size_blocks(report, view):
-    return [Block("by read size (bucket: largest power of two <= KiB read)",
-                  [Grid(table_of(SIZE_ROW), io_part(report)["by_size"])])]
-
-
-def lane_blocks(report, view):
-    return [Block("by lane (a lane busy far less than the others is waiting for work: the drive "
-                  "is not the limit there)",
-                  [lane_table(io_part(report)["by_lane"])])]
-
-
-def lane_table(lanes):
-    """The by-lane table; without --full, its range in a line (the lanes verdict says whether
-    they are balanced)."""
-    if not lanes:
-        return Grid(table_of(LANE_ROW), lanes)
-    busy = [row["busy_ms_per_token"] for row in lanes]
-    speeds = [row["mib_per_s"] or 0.0 for row in lanes]
-    return Full("every lane", Grid(table_of(LANE_ROW), lanes), Prose([
-        f"  {len(lanes)} lanes, each busy {min(busy):.2f}-{max(busy):.2f} ms a token at "
-        f"{min(speeds):.0f}-{max(speeds):.0f} MiB/s"]))
-
-
-def spec_blocks(report, view):
-    io, per = io_part(report), per_words(report)
-    spec = io["spec"]
-    if not spec["reads"]:
-        return []
-    return [Block(f"speculative: {spec['reads']} reads ({pct(spec['share_of_bytes'])} of bytes "
-                  f"read); MiB/tok is {per}", [Grid(table_of(KIND_ROW), io["demand_vs_spec"])])]
-
-
-def io_layer_blocks(report, view):
-    parts = [Grid(table_of(IO_LAYER_ROW), report["by_layer"], compact=True)]
-    if report["hot_experts"]:
-        parts.append(Items("  hottest (layer, expert) by bytes read:",
-                           [f"({row['layer']}, {row['expert']}) {row['mib']:.1f} MiB"
-                            for row in report["hot_experts"]]))
-    return [Block("by layer", parts)]
-
-
-def adjacency_blocks(report, view):
-    io, per = io_part(report), per_words(report)
-    figures = io["adjacency"]
-    if figures["runs_per_token"] is None:
-        return []
-    return [Block("adjacency: requested extents, merged where they touch or overlap", [Prose([
-        f"  {figures['reads_per_token']:.1f} reads {per} span {figures['runs_per_token']:.1f} "
-        f"contiguous runs",
-        f"  coalescing factor {num(figures['coalesce_factor'], '.2f')}: perfectly coalesced, "
-        f"that many times fewer requests for the same bytes"])])]
-
-
-def cache_blocks(report, view):
-    reuse = io_part(report)["reuse"]
-    if reuse is None:
-        return []
-    return [Block(f"re-reads: {reuse['lookups']} expert lookups of {reuse['experts']} experts "
-                  f"({reuse['expert_mib'] * 1024:.0f} KiB each); footprint "
-                  f"{reuse['unique_mib']:.1f} MiB, {reuse['reread_mib']:.1f} MiB read again",
-                  [Full("the cache curve", Grid(CACHE_TABLE, reuse["lru"]), Prose([
-                      "  a cache of " + ", ".join(f"{point['cache_mib']:.1f}" for point in
-                                                  reuse["lru"]) + " MiB would have served "
-                      + ", ".join(pct(point["hit_share"]) for point in reuse["lru"])]))]
-                  if reuse["lru"] else [Prose([
-                      "  (no curve: a cached run's trace holds its misses alone; an uncached "
-                      "run's gives it)"])])]
-
-
-# How each what-if figure reads in a line: (label before, format, label after); shares in %.
-def what_if_figure(name, value):
-    """'hit 29.7% (26.1%-31.0%)': a figure in the words its Record shows it with, and its band
-    where the bounds differ."""
-    shown = WHAT_IF_FIGURES.field(name).shown
-    write = formatter(shown.format)
-    if not isinstance(value, dict):
-        return shown.header.format(write(value))
-    point, low, high = (write(value[bound]) for bound in ("point", "min", "max"))
-    if value["point"] is None:  # only bounds are honest
-        return shown.header.format(f"{low}-{high}")
-    return shown.header.format(point) + (f" ({low}-{high})" if low != high else "")
-
-
-def saving_text(saved):
-    """What a setting saves, in ms per token, as honestly as its bounds allow; a negative
-    saving is said as a cost, and what rounds to zero as 0.00 (never -0.00)."""
-    point, low, high = (None if saved[bound] is None else round(saved[bound], 2) + 0.0
-                        for bound in ("point", "min", "max"))
-    if point is not None:
-        said = f"saves {point:.2f} ms" if point >= 0 else f"costs {-point:.2f} ms"
-        return said + ("" if low == high else f" ({low:+.2f} to {high:+.2f})")
-    if low is not None and high is not None:
-        return f"saves {low:.2f} to {high:.2f} ms" + (
-            " (uncertain: it may be slower)" if low < 0 < high else "")
-    return "ms saved not predicted" if high is None else \
-        f"saves up to {high:.2f} ms (no lower bound)"
-
-
-BEST_SHOWN = 3  # changes on the first screen; the what-if section has them all
-
-
-def best_change_blocks(report, view):
-    """The answer to 'what do I change', up front: the settings surest to save (a lower end
-    above 0), best first, each with what it saves; else that none is a sure win."""
-    what_if = report.get("what_if")
-    if not what_if:
-        return []
-    sure = [setting for setting in what_if["settings"]
-            if (setting["ms_per_token_saved"]["min"] or 0) > 0]
-    lines = [f"  {setting['setting']}={setting['value']}: "
-             f"{saving_text(setting['ms_per_token_saved'])}" for setting in sure[:BEST_SHOWN]]
-    if not lines:
-        lines = ["  none is a sure win: no setting's saving has a lower end above 0 (the "
-                 "what-if below gives each band)"]
-    return [Block(f"best changes ({per_words(report) or 'per token'}, surest first)",
-                  [Prose(lines, "    ")])]
-
-
-def what_if_blocks(report, view):
-    what_if = report["what_if"]
-    if what_if is None:
-        return []
-    baseline = what_if["baseline"]
-    per = "per generated position" if (report.get("pair") or {}).get("per_position") \
-        else per_words(report)
-    lines = []
-    for setting in what_if["settings"]:
-        figures = [what_if_figure(name, value) for name, value in setting["figures"].items()
-                   if name != "experts"]
-        experts = setting["figures"].get("experts")
-        if experts:
-            figures.insert(0, f"{experts['point']} expert{'s' if experts['point'] != 1 else ''}")
-        lines.append(f"  {setting['setting'] + '=' + str(setting['value']):<13} "
-                     f"{saving_text(setting['ms_per_token_saved'])}"
-                     + (": " + ", ".join(figures) if figures else ""))
-    methods = dict.fromkeys(f"{setting['setting']}: {setting['method']}"
-                            for setting in what_if["settings"])
-    told = [Prose(["  how each is estimated:"], "    "), Bullets(list(methods))] \
-        if view.explain else [Prose(["  (how each band is made: --explain; the README's What "
-                                     "would it buy)"], "    ")]
-    return [Block(f"what would it buy ({per}, largest saving first; now "
-                  f"{baseline['mib_per_token']:.2f} MiB read, I/O estimate "
-                  f"{num(baseline['io_wall_ms_per_token'], '.2f')} ms)",
-                  [Prose(lines, "    "), *told])]
-
-
-def io_token_blocks(report, view):
-    return [token_block(report, "mib", "MiB")]
-
-
-# ── rendering: pair, timeline and diff sections ──────────────────────────────────────────────────
-def pair_headline_blocks(report, view):
-    compute, pair = report["compute"], report["pair"]
-    lines = [f"tokens={pair['tokens']} (from the compute trace; {selection_text(compute)}), "
-             f"{pair['tokens_without_reads']} of them read nothing; every figure below is per "
-             f"decoded token"]
-    position = pair["per_position"]
-    if position:
-        split = f" = compute {position['compute_ms']:.2f} + flash I/O" \
-            if position["compute_ms"] is not None else ", reads beside it:"
-        lines.append(f"speculative decoding: {pair['tokens']} decodes generated "
-                     f"{position['positions']} positions; per generated position, decode "
-                     f"{position['decode_ms']:.2f} ms{split} {position['io_ms']:.2f} ms, "
-                     f"{position['mib']:.2f} MiB read")
-    return [Block(None, [Prose(lines, ""),
-                         Prose([f"warning: {message}" for message in pair["warnings"]])],
-                  gap=False)]
-
-
-def per_decoded_blocks(report, view):
-    io, pair = report["io"], report["pair"]
-    inside = ("routed experts and router n/a (a layer-granularity trace)"
-              if pair["experts_ms_per_token"] is None else
-              f"routed experts {pair['experts_ms_per_token']:.2f} ms, router "
-              f"{pair['router_ms_per_token']:.2f} ms")
-    estimate = pair["io_wall_ms_per_token"]["estimate"]
-    split = (f"decode {pair['decode_ms_per_token']:.2f} ms = compute "
-             f"{pair['compute_ms_per_token']:.2f} + flash I/O {estimate:.2f} (the I/O estimate); "
-             if pair["compute_ms_per_token"] is not None else
-             f"decode {pair['decode_ms_per_token']:.2f} ms, reads beside it (overlap=1: their "
-             f"time is not subtracted; lanes busy {pair['io_busy_ms_per_token']:.2f} ms is what "
-             f"the engine counts as flash I/O then); ")
-    return [Block("per decoded token", [Prose([
-        f"  {split}in the decode, faulting nodes {pair['faulting_ms_per_token']:.2f} ms, {inside}",
-        *engine_split(report),
-        "  " + io_range_text({**pair, "lanes": io["lanes"], "meta": io["meta"]}, ""),
-        f"  reads {pair['io_reads_per_token']:.1f}, {pair['io_mib_per_token']:.2f} MiB; lanes "
-        f"busy {pair['io_busy_ms_per_token']:.2f} ms summed over lanes; alignment waste "
-        f"{pair['waste_mib_per_token']:.2f} MiB"])])]
-
-
-def engine_split(report):
-    """The engine's own split of the decode, from its log, beside the tool's: a line, or none
-    without it."""
-    split = engine_split_of(report, FIGURE_LIMIT)
-    return [f"  the engine's log: {engine_split_text(split)}"] if split else []
-
-
-def pair_layer_blocks(report, view):
-    return [Block("by layer (compute by inferred layer)",
-                  [Grid(table_of(PAIR_LAYER_ROW), report["pair"]["by_layer"], compact=True),
-                   *tail_note(report["compute"])])]
-
-
-def divider(title):
-    """A section that is only a heading over the sections after it."""
-    return lambda report, view: [Block(title)]
-
-
-def layout(*sections):
-    """The Sections of a layout: each a draw function, or a Section (one that folds)."""
-    return tuple(section if isinstance(section, Section) else Section(section)
-                 for section in sections)
-
-
-TIMELINE_SHOWN = 20  # decodes listed; the slowest when there are more
-TIMELINE_DECODE_TABLE = table_of(TIMELINE_DECODE)
-
-
-def timeline_headline_blocks(report, view):
-    from_graph = sum(row["span_from"] == "graph" for row in report["decodes"])
-    lines = [f"decodes={report['decodes_count']} ({selection_text(report)}); each decode's span "
-             f"is its BMOE_DECODE row" + (f", or for {from_graph} without one its graph nodes' "
-                                          f"span" if from_graph else "")]
-    if report["outside_decodes"] is not None:
-        lines.append(f"read busy outside every selected decode: "
-                     f"{report['outside_decodes']['read_busy_ms']:.3f} ms")
-    else:
-        lines.append("no io trace: read busy, wait and overlap need one (timeline CT IO)")
-    return [Block(None, [Prose(lines)], gap=False)]
-
-
-def timeline_summary_blocks(report, view):
-    """One row per figure, its values written as ms, or as a share for read_share."""
-    rows = []
-    for key, label in TIMELINE_FIGURES:
-        figure = report["summary"][key] or {}
-        write = pct if key == "read_share" else lambda ms: num(ms, ".3f")
-        rows.append({"label": label, **{stat: write(figure.get(stat))
-                                        for stat in ("p50", "p99", "total")}})
-    return [Block("summary over the decodes (ms; read share in %)",
-                  [Grid((text_column("per decode", "label"), *table_of(TIMELINE_STATS)),
-                        rows)])]
-
-
-def timeline_decode_blocks(report, view):
-    decodes = report["decodes"]
-    if len(decodes) <= TIMELINE_SHOWN:
-        return [Block("decodes: every one", [Grid(TIMELINE_DECODE_TABLE, decodes)])]
-    slowest = sorted(decodes, key=lambda row: -row["decode_ms"])[:TIMELINE_SHOWN]
-    return [Block(f"decodes: the {TIMELINE_SHOWN} slowest (JSON has all {len(decodes)})",
-                  [Grid(TIMELINE_DECODE_TABLE, slowest)])]
-
-
+# ── diff: its text and Markdown sections ─────────────────────────────────────────────────────────
 def figure_text(value):
     """A figure with about four significant digits and no exponent: 4.495, 123.4, 0.0123."""
     if value is None:
@@ -7127,16 +6915,6 @@ def decode_lines(report, labels):
     return lines
 
 
-def engine_split_text(split):
-    """decode = compute + cache mgmt + flash I/O (and the stall), as the engine's log says."""
-    stall = split.get("stall_ms_per_token")
-    return (f"decode {split['decode_ms_per_token']:.2f} ms = compute "
-            f"{split['compute_ms_per_token']:.2f} + cache mgmt "
-            f"{split['cache_mgmt_ms_per_token']:.2f} + flash I/O "
-            f"{split['flash_io_ms_per_token']:.2f}"
-            + ("" if stall is None else f"; stall {stall:.2f} ms"))
-
-
 Moved = namedtuple("Moved", "title name change")  # a row's change against one NEW
 
 
@@ -7248,6 +7026,300 @@ def setting_text(row, key):
     return NO_SETTING if value is None else str(value)
 
 
+DIFF_LAYOUT = layout(diff_header_blocks, diff_headline_blocks, diff_preamble_blocks,
+                     diff_section_blocks, prediction_blocks, calibration_blocks)
+
+
+# ── summary: its records ─────────────────────────────────────────────────────────────────────────
+SUMMARY_ROW = Record("summary row", "summary `runs` (one per configuration, or run: --no-group)", (
+    ("run", "the run's name: the shortest end of its path(s) that tells it from the others; "
+            "of repeats, their names joined by `, `"),
+    ("paths", "its inputs as given (every repeat's)"),
+    ("kind", "what it was read as: `compute`, `io` or `report` (a pair)"),
+    ("n", "its runs: repeats of one configuration (kind, granularity and every setting equal) "
+          "are one row, each figure the mean of theirs", Shown("n")),
+    ("spread", "{figure: the standard deviation of its runs' values} (null with one run), in "
+               "the figure's unit", MapOf(VALUE)),
+    ("figure_runs", "{figure: how many of its runs have it}, for the figures fewer than n of "
+                    "them have (the engine's, from the runs with a log): their mean is of "
+                    "those; text shows (k/n)", MapOf(VALUE)),
+    ("settings", "{key: value} of the preamble keys that differ between the runs",
+     MapOf(VALUE)),
+    ("tokens", "its tokens (a pair's and a compute trace's: decoded; io: read-tokens; of "
+               "repeats, all of theirs)", Shown("tokens"), TOTAL),
+    ("decode_ms_per_token", "the decode wall per token (compute `ms_per_token`)",
+     Shown("decode ms", 2), PER_TOKEN),
+    ("decode_ms_p50", "the median token's ms", Shown("p50", 2)),
+    ("decode_ms_p99", "the 99th percentile's", Shown("p99", 2)),
+    ("compute_ms_per_token", "the engine's split: decode - I/O estimate (a serial pair only)",
+     Shown("compute", 2), PER_TOKEN),
+    ("io_ms_per_token", "the I/O estimate per token (io: per read-token)",
+     Shown("I/O est", 2), PER_TOKEN),
+    ("mib_per_token", "MiB read per token", Shown("MiB", 2), PER_TOKEN),
+    ("hit_share", "the expert cache's hit share at the run's own cache_mb (when its preamble "
+                  "names one)", Shown("hit", "%")),
+    ("majflt_per_token", "major faults per token", Shown("majflt", 1), PER_TOKEN),
+    ("positions_per_decode", "generated positions per decode, when a decode covers several "
+                             "(speculative decoding): the per-token figures are then per "
+                             "generated position", Shown("pos/dec", 2)),
+    ("engine_ms_per_token", "the engine's own decode ms per token (its log beside the run; "
+                            "null without one; per generated token, as the engine counts)",
+     Shown("eng ms", 2)),
+    ("engine_hit_share", "the engine's own cache hit share (its log's moe-cache line)",
+     Shown("eng hit", "%")),
+    ("engine_disagrees", "the engine figures the tool's disagree with beyond the tolerance "
+                         "(in any of its runs)"),
+    ("flagged", "the ids of its flagged verdicts (in any of its runs)")))
+SUMMARY_REPORT = Record("summary report", "`summary`", (
+    *REPORT_HEAD, ("keys", "the preamble keys that differ between the runs, in order"),
+    ("common", "{key: value} the runs share", MapOf(VALUE)),
+    ("sort", "the column the rows are sorted by (null: as given)"),
+    ("runs", "one row per run", ListOf(SUMMARY_ROW)),
+    ("calibration", "the costs the what-if uses, fitted on these runs", CALIBRATION), WARNINGS),
+    later=("calibration", "warnings"))
+
+
+# ── summary: many runs in one table ──────────────────────────────────────────────────────────────
+# One row per run, as llama-bench prints one per configuration. A run is a trace, a saved
+# report, CT+IO (the two traces of one run), or a compute and an io trace of the inputs whose
+# names pair (ct -> io in the name, or -io before the ending). Each run is read, reduced to its
+# row and let go: a hundred runs hold a hundred rows, not a hundred reports.
+class Run(namedtuple("Run", "path io_path", defaults=(None,))):
+    """One row's inputs: a trace or a saved report, or a compute trace and its io trace."""
+
+    @property
+    def paths(self):
+        return (self.path,) if self.io_path is None else (self.path, self.io_path)
+SUMMARY_FIGURES = tuple(field.name for field in SUMMARY_ROW.shown())  # its table's numbers
+SUMMARY_SORTS = ("run",) + SUMMARY_FIGURES
+
+
+
+
+def run_parts(argument):
+    """The inputs a RUN argument names: CT+IO's two (where no file has the whole name), else
+    itself."""
+    if argument == trace_io.STDIN or "+" not in argument or os.path.exists(argument):
+        return (argument,)
+    compute, _, io_path = argument.partition("+")
+    return (compute, io_path)
+
+
+def partner_names(path):
+    """The names (as matched_name gives them) the io trace of a compute trace's run may have,
+    by the engine's habits: ct -> io in the name, or -io before the ending."""
+    folder, name = os.path.split(matched_name(path))
+    stem, dot, ending = name.rpartition(".")
+    names = {re.sub(r"(?<![a-z])ct(?![a-z])", "io", name)} if "ct" in name else set()
+    if dot:
+        names.add(f"{stem}-io.{ending}")
+    return {os.path.join(folder, other) for other in names if other != name}
+
+
+def summary_runs(arguments, kinds):
+    """The runs the arguments name: CT+IO pairs, a compute and an io trace whose names pair (in
+    either order, one to one; the run stands at its compute trace's place), and each other input
+    alone (a path given twice is two runs). kinds: what each argument that is a file holds."""
+    pairs = name_pairs(arguments, kinds)
+    paired_ios = set(pairs.values())
+    runs = []
+    for index, argument in enumerate(arguments):
+        if argument not in kinds:
+            runs.append(Run(*run_parts(argument)))
+        elif index in pairs:
+            runs.append(Run(argument, arguments[pairs[index]]))
+        elif index not in paired_ios:
+            runs.append(Run(argument))
+    return runs
+
+
+def name_pairs(arguments, kinds):
+    """{compute position: io position} of the traces whose names pair. A name pairs only where
+    it is unambiguous: one io path for a compute trace, one compute path for an io trace; the
+    same path given twice pairs twice."""
+    positions = defaultdict(list)  # (kind, matched name) -> positions, in order
+    for index, argument in enumerate(arguments):
+        if kinds.get(argument) in ("compute", "io"):
+            positions[kinds[argument], matched_name(argument)].append(index)
+    computes = {name: at for (kind, name), at in positions.items() if kind == "compute"}
+    wanted = {name: [other for other in partner_names(name) if ("io", other) in positions]
+              for name in computes}
+    claims = Counter(other for names in wanted.values() for other in names)
+    pairs = {}
+    for name, names in wanted.items():
+        other = names.pop() if len(names) == 1 else None
+        if other is None or claims[other] != 1:
+            continue
+        ios = positions["io", other]
+        if any(len({arguments[at] for at in side}) != 1 for side in (ios, computes[name])):
+            continue  # x-io.csv and x-io.csv.gz both given: which is this run's?
+        pairs.update(zip(computes[name], ios))
+    return pairs
+
+
+def checked_row(row, limit):
+    """A row whose every figure is a number (a saved report may hold anything)."""
+    for field in SUMMARY_FIGURES:
+        row[field] = figure_value(row[field], limit)
+    if type(row["tokens"]) is not int:
+        raise ValueError("tokens is not a whole number")
+    row["flagged"] = [str(verdict_id) for verdict_id in row["flagged"]]
+    row["meta"] = {str(key): str(value) for key, value in row["meta"].items()}
+    row["granularity"] = granularity_name(row["granularity"])  # it keys the groups of repeats
+    return row
+
+
+def summary_figures(name, run, report):
+    kind = report["kind"]
+    halves = report_halves(report)
+    compute, io, pair = halves.get("compute"), halves.get("io"), report.get("pair")
+    what_if = report.get("what_if")
+    hit = own_hit_share(io, what_if) if io else None
+    verdicts = all_verdicts(report)
+    decodes = (compute or {}).get("decodes") or {}
+    per_decode = decodes["positions"] / decodes["decodes"] \
+        if decodes.get("speculative") and decodes.get("decodes") else None
+    return {**per_position_row(SUMMARY_ROW(
+        run=name, paths=[display_name(path) for path in run.paths], kind=kind, n=1, spread={},
+        figure_runs={},
+        settings={},
+        tokens=(compute or io)["tokens"],
+        decode_ms_per_token=compute["ms_per_token"] if compute else None,
+        decode_ms_p50=compute["token_ms"]["p50"] if compute else None,
+        decode_ms_p99=compute["token_ms"]["p99"] if compute else None,
+        compute_ms_per_token=pair["compute_ms_per_token"] if pair else None,
+        io_ms_per_token=(pair or io)["io_wall_ms_per_token"]["estimate"] if io else None,
+        mib_per_token=(pair["io_mib_per_token"] if pair else io["mib_per_token"]) if io else None,
+        hit_share=hit,
+        majflt_per_token=compute["majflt_per_token"] if compute else None,
+        positions_per_decode=per_decode, **engine_columns(report.get("engine")),
+        flagged=[v["id"] for v in verdicts if v["flagged"]])),
+        "meta": {**(compute or {}).get("meta", {}), **(io or {}).get("meta", {})},
+        "granularity": (compute or {}).get("granularity")}
+
+
+def per_position_row(row):
+    """A summary row per generated position when its decodes cover several (as the engine
+    counts a token): its per-token figures over the positions per decode."""
+    per_decode = row["positions_per_decode"]
+    return rescaled(row, 1 / per_decode, SUMMARY_ROW) if per_decode else row
+
+
+def engine_columns(engine):
+    """A row's engine figures, from the report's `engine` (null without a log)."""
+    figures = (engine or {}).get("figures", {})
+    decode, hit = figures.get("decode_ms_per_token"), figures.get("hit_pct")
+    return {"engine_ms_per_token": decode["engine"] if decode else None,
+            "engine_hit_share": hit["engine"] / 100 if hit else None,
+            "engine_disagrees": [name for name, figure in figures.items()
+                                 if figure["agrees"] is False]}
+
+
+def own_hit_share(io, what_if):
+    """The run's own cache's hit share: inferred from its trace when it had one, else the
+    what-if's at the cache_mb its settings name (None without either)."""
+    if ran_cached(io):
+        return io["run_cache"]["hit_share"]
+    size = meta_number(io["meta"], "cache_mb")
+    return next((s["figures"]["hit_share"]["point"] for s in (what_if or {}).get("settings", ())
+                 if s["setting"] == "cache_mb" and s["value"] == size), None) if size else None
+
+
+# A repeat's figures that add up (the rest are averaged) and lists that are joined.
+SUMMED, JOINED = ("tokens", "n"), ("paths", "engine_disagrees", "flagged")
+
+
+def grouped(rows, warn, repeats=True):
+    """Repeats (runs of one kind, granularity and configuration, their figures as close as
+    repeats') as one row each, in the order their first run was given; each run a row of its
+    own unless `repeats`. Runs of one configuration further apart are rows of their own, said."""
+    groups = []  # [(kind, granularity), the configuration's keys known so far, its rows]
+    for row in rows:
+        kind, config = (row["kind"], row.pop("granularity")), configuration(row["meta"])
+        said = None  # why the row is apart from the first group of its configuration
+        for group_kind, known, members in groups if repeats else ():
+            if group_kind != kind or not compatible(known, config):
+                continue
+            apart = next(filter(None, (too_far_apart(member, row) for member in members)), None)
+            if apart:
+                first, *_ = members
+                said = said or f"{first['run']} and {row['run']}: one configuration, but " \
+                    f"{apart}: not repeats, listed apart"
+                continue
+            known.update(config)
+            members.append(row)
+            break
+        else:
+            groups.append((kind, dict(config), [row]))
+            if said:
+                warn(said)
+    found = []
+    for _, known, members in groups:
+        row = merged(members)
+        row["meta"] = known
+        found.append(row)
+    return found
+
+
+def summary_row_figures(row):
+    """A row's name, what tells its run from every other (its kind, tokens and headline
+    figures) and its configuration."""
+    names = ("kind", "tokens", "decode_ms_per_token", "io_ms_per_token", "mib_per_token",
+             "majflt_per_token")
+    return row["run"], {name: row[name] for name in names}, configuration(row["meta"])
+
+
+def merged(group):
+    """One row of repeats: each figure the mean of its runs' (the ones that have it), its
+    standard deviation beside it; counts added, lists joined."""
+    first, *more = group
+    if not more:
+        return first
+    row = {**first, "run": ", ".join(row["run"] for row in group), "spread": {}}
+    for name in SUMMED:
+        row[name] = sum(each[name] for each in group)
+    for name in JOINED:
+        row[name] = list(dict.fromkeys(item for each in group for item in each[name]))
+    row["figure_runs"] = {}
+    for name in SUMMARY_FIGURES:
+        if name not in SUMMED:
+            values = [each[name] for each in group if each[name] is not None]
+            row[name], row["spread"][name] = mean_of(values), sd_of(values)
+            if 0 < len(values) < len(group):
+                row["figure_runs"][name] = len(values)
+    return row
+
+
+def differing_keys(metas, rows):
+    """The preamble keys whose values differ between the runs (into each row's settings), and
+    {key: value} of those they share. A key some runs do not know is not shared: a column,
+    with '-' where it is unknown (a repeat's unknown key was filled by its group's runs)."""
+    keys = list(dict.fromkeys(key for meta in metas for key in meta))
+    differing = [key for key in keys if len({meta.get(key) for meta in metas}) > 1]
+    for row, meta in zip(rows, metas):
+        row["settings"] = {key: meta.get(key) for key in differing}
+    first = next(iter(metas), {})
+    return differing, {key: first[key] for key in keys if key not in differing}
+
+
+PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def sorted_rows(rows, sort):
+    """Rows by a column or a preamble key, ascending, a missing value last; numbers, and
+    preamble values written as plain ASCII numbers, as numbers (str.isdigit takes '²', which
+    float() refuses); the rest as text after them. A key every run shares leaves the order."""
+    def key(row):
+        value = row[sort] if sort in SUMMARY_SORTS else row["settings"].get(sort)
+        if value is None:
+            return (2, 0.0, "")
+        if isinstance(value, str):
+            return (0, float(value), "") if PLAIN_NUMBER.fullmatch(value) else (1, 0.0, value)
+        return (0, float(value), "")
+    return sorted(rows, key=key)
+
+
+# ── summary: its text and Markdown sections ──────────────────────────────────────────────────────
 def summary_header_blocks(report, view):
     common = report["common"]
     runs = sum(row["n"] for row in report["runs"])
@@ -7334,34 +7406,55 @@ def summary_blocks(report, view):
                            *([Prose(more)] if more else [])])]
 
 
-def calibration_blocks(report, view):
-    """The fitted costs, a line each (value, the runs' range, n, residual), and each run
-    predicted from the others: inside or not, and a miss's part."""
-    fit = report.get("calibration")
-    if not fit or not (fit["ms_per_mib"] or fit["management_ms_per_lookup"]):
-        return []
-    costs = [(f"flash I/O ms per MiB, {key.replace(' cached', ' lanes with a cache')}"
-              + ("" if key.endswith("cached") else " lanes"), cost)
-             for key, cost in fit["ms_per_mib"].items()]
-    costs += [(name, fit[field]) for name, field in (
-        ("cache management ms a lookup", "management_ms_per_lookup"),
-        ("share of the I/O overlap hid", "overlap_hidden_share")) if fit[field]]
-    lines = [f"  {name}: {cost['value']:.3g} ({cost['min']:.3g}-{cost['max']:.3g}), n={cost['n']}, "
-             f"residual {cost['residual']:.3g}" for name, cost in costs]
-    spread = fit["repeat_spread"]
-    lines.append("  repeats: " + ("none" if spread is None else
-                                f"decode within +-{spread:.0%} of their mean (no band is "
-                                f"narrower)"))
-    held = fit["leave_one_out"]
-    if held:
-        inside = sum(1 for one in held if one["inside"])
-        lines.append(f"  leave one out: {inside} of {len(held)} runs inside the band the others "
-                     f"predict")
-        lines += [f"    {one['run']}: {one['decode_ms_per_token']:.2f} ms, predicted "
-                  f"{one['min']:.2f}-{one['max']:.2f}: "
-                  + ("inside" if one["inside"] else f"outside: {one['why']}") for one in held]
-    return [Block(f"calibration, fitted on {len(fit['runs'])} run(s) (--calibration-out FILE "
-                  f"writes it)", [Prose(lines, "        ")])]
+SUMMARY_LAYOUT = layout(summary_header_blocks, summary_blocks, calibration_blocks)
+
+
+# ── schema: the JSON reports, drawn from their Records ───────────────────────────────────────────
+SCHEMA_FIELD = Record("schema field", "schema `records[].fields`", (
+    ("name", "the key"), ("holds", "what it holds"),
+    ("shape", "the kind of object it holds: `[record]` a list of them, `{key: record}` a map "
+              "of them, `(record)` one; null for a value")))
+SCHEMA_RECORD = Record("schema record", "schema `records`", (
+    ("name", "the kind of object"), ("where", "where the reports hold it"),
+    ("fields", "its fields, in the order a report writes them", ListOf(SCHEMA_FIELD))))
+SCHEMA_REPORT = Record("schema report", "`schema`", (
+    *REPORT_HEAD, ("records", "every kind of object a report holds, the reports first",
+                   ListOf(SCHEMA_RECORD)), WARNINGS), later=("warnings",))
+REPORTS = {"compute": COMPUTE_REPORT, "io": IO_REPORT, "report": PAIR_REPORT,
+           "timeline": TIMELINE_REPORT, "diff": DIFF_REPORT, "summary": SUMMARY_REPORT,
+           "schema": SCHEMA_REPORT}
+
+
+def declared_records():
+    """Every Record a report holds, once each: the reports first, then each record in the
+    order the ones before it name it."""
+    records, queue = [], list(REPORTS.values())
+    while queue:
+        record = queue.pop(0)
+        if record not in records:
+            records.append(record)
+            queue += [inner for inner in map(inner_record, record.fields) if inner is not None]
+    return records
+
+
+def shape_text(field):
+    """How a field's shape is written: [record], {key: record}, (record), or None."""
+    inner = inner_record(field)
+    name = "value" if inner is None else inner.name
+    if isinstance(field.shape, ListOf):
+        return f"[{name}]"
+    if isinstance(field.shape, MapOf):
+        return f"{{key: {name}}}"
+    return None if field.shape is None else f"({name})"
+
+
+def schema_report():
+    """The `schema` command's report: every record and field, from their declarations."""
+    return SCHEMA_REPORT(
+        schema=SCHEMA, tool_version=TOOL_VERSION, kind="schema",
+        records=[SCHEMA_RECORD(name=record.name, where=record.where, fields=[
+            SCHEMA_FIELD(name=field.name, holds=field.doc, shape=shape_text(field))
+            for field in record.fields]) for record in declared_records()])
 
 
 def schema_blocks(report, view):
@@ -7371,30 +7464,11 @@ def schema_blocks(report, view):
         for field in record["fields"]])]) for record in report["records"]]
 
 
-# ── rendering: one layout per kind of report ─────────────────────────────────────────────────────
-COMPUTE_SECTIONS = (segment_blocks, op_blocks, fault_blocks, category_blocks)
-IO_READ_SECTIONS = (latency_blocks, size_blocks, lane_blocks, spec_blocks)
-COMPUTE_LAYOUT = layout(
-    header_section(trace_header(COMPUTE_KEYS)), compute_headline_blocks, verdict_blocks,
-    calm_blocks, engine_blocks, caveat_blocks, *COMPUTE_SECTIONS,
-    Section(compute_layer_blocks, fold=True), compute_token_blocks)
-IO_LAYOUT = layout(
-    header_section(trace_header(IO_KEYS)), io_headline_blocks, verdict_blocks,
-    best_change_blocks, calm_blocks, engine_blocks, *IO_READ_SECTIONS, io_layer_blocks,
-    adjacency_blocks, cache_blocks, what_if_blocks, io_token_blocks)
-PAIR_LAYOUT = layout(
-    header_section(pair_header), pair_headline_blocks, per_decoded_blocks, verdict_blocks,
-    best_change_blocks, calm_blocks, engine_blocks, caveat_blocks, pair_layer_blocks,
-    segment_blocks, pair_op_blocks, fault_blocks, category_blocks, compute_token_blocks,
-    divider("flash reads"), *IO_READ_SECTIONS, adjacency_blocks, cache_blocks, what_if_blocks)
-TIMELINE_LAYOUT = layout(
-    header_section(timeline_header), timeline_headline_blocks, timeline_summary_blocks,
-    timeline_decode_blocks)
-DIFF_LAYOUT = layout(diff_header_blocks, diff_headline_blocks, diff_preamble_blocks,
-                     diff_section_blocks, prediction_blocks, calibration_blocks)
-SUMMARY_LAYOUT = layout(summary_header_blocks, summary_blocks, calibration_blocks)
 SCHEMA_LAYOUT = layout(header_section(lambda report: Header("schema", [], {}, ())),
                        schema_blocks)
+
+
+# ── outputs: text ────────────────────────────────────────────────────────────────────────────────
 LAYOUTS = {"compute": COMPUTE_LAYOUT, "io": IO_LAYOUT, "report": PAIR_LAYOUT,
            "timeline": TIMELINE_LAYOUT, "diff": DIFF_LAYOUT, "summary": SUMMARY_LAYOUT,
            "schema": SCHEMA_LAYOUT}
@@ -7404,9 +7478,6 @@ def drawn_sections(report, view):
     """(section, its blocks) of the report's layout, in order."""
     for section in LAYOUTS[report["kind"]]:
         yield section, section.draw(report, view)
-
-
-# ── rendering: text ──────────────────────────────────────────────────────────────────────────────
 def text_of(report, view):
     """The report as text: every line at most TEXT_WIDTH columns, trace strings escaped; the
     tables left for --full named in its last line."""
@@ -7467,7 +7538,7 @@ TEXT_PARTS = {
 }
 
 
-# ── rendering: Markdown ──────────────────────────────────────────────────────────────────────────
+# ── outputs: Markdown ────────────────────────────────────────────────────────────────────────────
 # GitHub-flavoured Markdown for an issue or a pull request, from the same layout as the text:
 # the same sections and tables; a long table shows its first rows and folds the rest into a
 # <details> block; bars are code spans; every string escaped.
@@ -7600,7 +7671,7 @@ def cut_details(part, excess):
     return head + "<details>" + "\n".join(kept).rstrip("\n") + "\n" + note + "\n</details>" + tail
 
 
-# ── rendering: tidy CSV ──────────────────────────────────────────────────────────────────────────
+# ── outputs: tidy CSV ────────────────────────────────────────────────────────────────────────────
 # --format csv: the JSON report in long form, one line per value: (section, row, column, value,
 # unit). A section is the path of objects down to a table or a value (`by_op`,
 # `io_wall_ms_per_token`, `pair.by_lane`); a row is a table row's name when its naming field is
@@ -7728,7 +7799,7 @@ def csv_of(report):
     return out.getvalue()
 
 
-# ── output files: written whole or not at all ────────────────────────────────────────────────────
+# ── outputs: files, written whole or not at all ──────────────────────────────────────────────────
 class OutputError(Exception):
     """The report could not be written (a full disk, a closed stdout)."""
 
@@ -8584,6 +8655,11 @@ def svg_of(report):
 # ── command line: reading, summing up and judging a command's inputs ─────────────────────────────
 class UsageError(Exception):
     """The command line asks for what cannot be done (exit status 2)."""
+
+
+def with_engine_log(report, log, warn):
+    """The report with its `engine`, the engine's log's figures beside its own."""
+    return engine_joined(report, REPORTS[report["kind"]].names, log, warn)
 
 
 def analyze_compute(path, reading):

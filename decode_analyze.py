@@ -23,7 +23,8 @@ the fold contract and splits a large file between processes. Each section calls 
 sections above it:
 
   units         unit_named (what a figure is counted in, from its name), num
-  records       Record: every JSON object's fields, declared once; a run's meta read
+  records       Record: every JSON object's fields, declared once; KINDS, every kind of report
+                (its record and layout, registered by its part); a run's meta read
   tokens        Selection (which tokens a report covers), TokenBook, TokenFold (the fold base)
   statistics    SortedParts and percentile_index (the one percentile rule), PerToken, ratio,
                 mann_whitney_p
@@ -31,21 +32,20 @@ sections above it:
                 Block, View); the sections every report shares (header, engine, caveats)
   verdicts      verdict and compare: a one-line conclusion and its threshold; verdict_blocks
   compute       CATEGORY_NAMES and classify_graph (node categories), TokenGraph, ComputeFold,
-                compute_report, compute_verdicts, COMPUTE_LAYOUT
+                compute_report, compute_verdicts, its Kind (record and layout)
   io            PhaseReads, IoFold, ExpertLookups and ExpertCache (the engine's cache, every
-                size in one pass), WhatIf (what each setting would buy), io_report, io_verdicts,
-                IO_LAYOUT
-  pair          pair_report: both traces of one run, per decoded token; PAIR_LAYOUT
-  timeline      v2 traces on one clock: decode spans, unions of intervals; TIMELINE_LAYOUT
+                size in one pass), WhatIf (what each setting would buy), io_report, io_verdicts
+  pair          pair_report: both traces of one run, per decoded token
+  timeline      v2 traces on one clock: decode spans, unions of intervals
   engine        the engine's own end-of-run lines (NAME.log) beside the tool's figures
   settings      merged_settings: what a preamble lacks (--set, the log's, the trace's) joined
   runs          configuration (what makes runs repeats), Sample (what a pair gives a fit),
                 calibration: the what-if's costs fitted on runs (summary's, diff's sides)
   diff          DiffView (one run, checked), DiffSide (its runs), diff_report (every NEW side
-                against BASE's, tested over runs), the regression gate, DIFF_LAYOUT
+                against BASE's, tested over runs), the regression gate
   summary       summary_runs (runs found and paired), one row per run, repeats grouped
-  schema        REPORTS (every kind's record) and the schema command drawn from them
-  outputs       LAYOUTS drawn by text_of and markdown_of; csv_of (tidy CSV);
+  schema        the schema command: every Record of every Kind, walked from the reports
+  outputs       each Kind's layout drawn by text_of and markdown_of; csv_of (tidy CSV);
                 write_output: whole or not at all, never over an input
   pictures      Perfetto (export_perfetto) and SVG (svg_of)
   command line  COMMANDS (the registry), build_parser, analyze_* (read, sum up, judge), main
@@ -191,6 +191,12 @@ class Record:
     def shown(self):
         """The fields a table shows, in their order."""
         return [field for field in self.fields if field.shown and field.shown.header is not None]
+
+
+# Every kind of report, registered once, at the end of its own part: the Record it is built
+# through (the schema command walks them) and the layout its text and Markdown are drawn by.
+Kind = namedtuple("Kind", "record layout")
+KINDS = {}
 
 
 VALUE = None  # a field that holds a number, a string, a list of them, or null
@@ -2411,10 +2417,10 @@ def compute_token_blocks(report, view):
 
 COMPUTE_SECTIONS = (segment_blocks, op_blocks, fault_blocks, category_blocks)
 
-COMPUTE_LAYOUT = layout(
+KINDS["compute"] = Kind(COMPUTE_REPORT, layout(
     header_section(trace_header(COMPUTE_KEYS)), compute_headline_blocks, verdict_blocks,
     calm_blocks, engine_blocks, caveat_blocks, *COMPUTE_SECTIONS,
-    Section(compute_layer_blocks, fold=True), compute_token_blocks)
+    Section(compute_layer_blocks, fold=True), compute_token_blocks))
 
 
 # ── io: its records ──────────────────────────────────────────────────────────────────────────────
@@ -4343,10 +4349,10 @@ def io_token_blocks(report, view):
 
 IO_READ_SECTIONS = (latency_blocks, size_blocks, lane_blocks, spec_blocks)
 
-IO_LAYOUT = layout(
+KINDS["io"] = Kind(IO_REPORT, layout(
     header_section(trace_header(IO_KEYS)), io_headline_blocks, verdict_blocks,
     best_change_blocks, calm_blocks, engine_blocks, *IO_READ_SECTIONS, io_layer_blocks,
-    adjacency_blocks, cache_blocks, what_if_blocks, io_token_blocks)
+    adjacency_blocks, cache_blocks, what_if_blocks, io_token_blocks))
 
 
 # ── pair: its records ────────────────────────────────────────────────────────────────────────────
@@ -4816,11 +4822,11 @@ def divider(title):
     return lambda report, view: [Block(title)]
 
 
-PAIR_LAYOUT = layout(
+KINDS["report"] = Kind(PAIR_REPORT, layout(
     header_section(pair_header), pair_headline_blocks, per_decoded_blocks, verdict_blocks,
     best_change_blocks, calm_blocks, engine_blocks, caveat_blocks, pair_layer_blocks,
     segment_blocks, pair_op_blocks, fault_blocks, category_blocks, compute_token_blocks,
-    divider("flash reads"), *IO_READ_SECTIONS, adjacency_blocks, cache_blocks, what_if_blocks)
+    divider("flash reads"), *IO_READ_SECTIONS, adjacency_blocks, cache_blocks, what_if_blocks))
 
 
 # ── timeline: its records ────────────────────────────────────────────────────────────────────────
@@ -5178,9 +5184,9 @@ def timeline_decode_blocks(report, view):
                   [Grid(TIMELINE_DECODE_TABLE, slowest)])]
 
 
-TIMELINE_LAYOUT = layout(
+KINDS["timeline"] = Kind(TIMELINE_REPORT, layout(
     header_section(timeline_header), timeline_headline_blocks, timeline_summary_blocks,
-    timeline_decode_blocks)
+    timeline_decode_blocks))
 
 
 # ── engine: the engine's own end-of-run lines ────────────────────────────────────────────────────
@@ -7026,8 +7032,9 @@ def setting_text(row, key):
     return NO_SETTING if value is None else str(value)
 
 
-DIFF_LAYOUT = layout(diff_header_blocks, diff_headline_blocks, diff_preamble_blocks,
-                     diff_section_blocks, prediction_blocks, calibration_blocks)
+KINDS["diff"] = Kind(DIFF_REPORT, layout(
+    diff_header_blocks, diff_headline_blocks, diff_preamble_blocks, diff_section_blocks,
+    prediction_blocks, calibration_blocks))
 
 
 # ── summary: its records ─────────────────────────────────────────────────────────────────────────
@@ -7406,7 +7413,8 @@ def summary_blocks(report, view):
                            *([Prose(more)] if more else [])])]
 
 
-SUMMARY_LAYOUT = layout(summary_header_blocks, summary_blocks, calibration_blocks)
+KINDS["summary"] = Kind(SUMMARY_REPORT, layout(summary_header_blocks, summary_blocks,
+                                               calibration_blocks))
 
 
 # ── schema: the JSON reports, drawn from their Records ───────────────────────────────────────────
@@ -7420,15 +7428,10 @@ SCHEMA_RECORD = Record("schema record", "schema `records`", (
 SCHEMA_REPORT = Record("schema report", "`schema`", (
     *REPORT_HEAD, ("records", "every kind of object a report holds, the reports first",
                    ListOf(SCHEMA_RECORD)), WARNINGS), later=("warnings",))
-REPORTS = {"compute": COMPUTE_REPORT, "io": IO_REPORT, "report": PAIR_REPORT,
-           "timeline": TIMELINE_REPORT, "diff": DIFF_REPORT, "summary": SUMMARY_REPORT,
-           "schema": SCHEMA_REPORT}
-
-
 def declared_records():
     """Every Record a report holds, once each: the reports first, then each record in the
     order the ones before it name it."""
-    records, queue = [], list(REPORTS.values())
+    records, queue = [], [kind.record for kind in KINDS.values()]
     while queue:
         record = queue.pop(0)
         if record not in records:
@@ -7464,19 +7467,14 @@ def schema_blocks(report, view):
         for field in record["fields"]])]) for record in report["records"]]
 
 
-SCHEMA_LAYOUT = layout(header_section(lambda report: Header("schema", [], {}, ())),
-                       schema_blocks)
+KINDS["schema"] = Kind(SCHEMA_REPORT, layout(
+    header_section(lambda report: Header("schema", [], {}, ())), schema_blocks))
 
 
 # ── outputs: text ────────────────────────────────────────────────────────────────────────────────
-LAYOUTS = {"compute": COMPUTE_LAYOUT, "io": IO_LAYOUT, "report": PAIR_LAYOUT,
-           "timeline": TIMELINE_LAYOUT, "diff": DIFF_LAYOUT, "summary": SUMMARY_LAYOUT,
-           "schema": SCHEMA_LAYOUT}
-
-
 def drawn_sections(report, view):
     """(section, its blocks) of the report's layout, in order."""
-    for section in LAYOUTS[report["kind"]]:
+    for section in KINDS[report["kind"]].layout:
         yield section, section.draw(report, view)
 def text_of(report, view):
     """The report as text: every line at most TEXT_WIDTH columns, trace strings escaped; the
@@ -8659,7 +8657,7 @@ class UsageError(Exception):
 
 def with_engine_log(report, log, warn):
     """The report with its `engine`, the engine's log's figures beside its own."""
-    return engine_joined(report, REPORTS[report["kind"]].names, log, warn)
+    return engine_joined(report, KINDS[report["kind"]].record.names, log, warn)
 
 
 def analyze_compute(path, reading):
@@ -9293,7 +9291,7 @@ FULL_LAYERS = f"the full by-layer table (past {COMPACT_LAYERS} layers the defaul
 # module docstring's, checked by a test), the description of its --help, its inputs, its own
 # options, how it analyses its inputs into a report (analyze(args, reading)) and the pictures
 # it can draw. The parser, the dispatch, the checks of its output paths and the picture
-# options all follow from here; the report's layout follows from its kind (LAYOUTS).
+# options all follow from here; the report's layout follows from its kind (KINDS).
 # An input: the argument's name, the kind of trace it is ("compute", "io", "any": diff's, a
 # trace or a saved report of either kind, or "run": summary's, "any" or CT+IO), its help and
 # its nargs.
@@ -9593,7 +9591,7 @@ def run(args, out, warn):
         reading = reading._replace(measured={**(reading.measured or {}),
                                              "calibration": read_calibration(args.calibration)})
     report = command.analyze(args, reading)
-    if "engine" in REPORTS[report["kind"]].names:
+    if "engine" in KINDS[report["kind"]].record.names:
         report = with_engine_log(report, log, warn)
     report.setdefault("warnings", list(warn.said))
     write_pictures(args, report, paths, reading)

@@ -1,4 +1,4 @@
-"""Formats, JSON: every report is built from Records declared once (decode_analyze.REPORTS),
+"""Formats, JSON: every report is built from Records declared once (decode_analyze.KINDS),
 real reports hold exactly the declared fields, and the JSON reference (`schema`) is the one
 drawn from the declarations: every record and field, in order."""
 import json
@@ -53,10 +53,10 @@ def test_every_real_report_holds_exactly_the_declared_fields():
     seen = set()
     for path in GOLDEN_JSON:
         report = json.loads(path.read_text(encoding="utf-8"))
-        assert problems(report, da.REPORTS[report["kind"]], path.name, seen) == []
+        assert problems(report, da.KINDS[report["kind"]].record, path.name, seen) == []
         assert "warnings" in report
     declared = set()
-    queue, visited = list(da.REPORTS.values()), set()
+    queue, visited = [kind.record for kind in da.KINDS.values()], set()
     while queue:
         record = queue.pop()
         if id(record) in visited:
@@ -79,7 +79,7 @@ def test_a_record_refuses_a_missing_or_an_unknown_field():
 
 
 def test_the_schema_command_lists_every_record_and_field_as_declared():
-    declared, queue = [], list(da.REPORTS.values())  # walked here, apart from the tool's walk
+    declared, queue = [], [kind.record for kind in da.KINDS.values()]  # walked here, apart from the tool's walk
     while queue:
         record = queue.pop(0)
         if all(record is not other for other in declared):

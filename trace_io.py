@@ -930,8 +930,8 @@ def _fold_batches(trace, fold, columns):
 def _cyclic_gc_paused():
     """The cyclic collector off while a fold runs. A fold makes no cycles, but each batch
     makes many containers, and each of the collections they set off walks the batch's young
-    lists (60k fields a batch): 1% of a fold's instructions at 350 reads a token, 6% at 24.
-    Reference counting still frees every batch as the next one comes."""
+    lists (60k fields a batch), the more often the fewer rows a token has. Reference counting
+    still frees every batch as the next one comes."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:

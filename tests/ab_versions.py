@@ -122,6 +122,8 @@ def main():
         if not shutil.which("valgrind"):
             parser.error("--instructions counts under valgrind, which is not installed")
         cases.append(["--version"])  # start-up alone
+        cases += [["report", *REAL_PAIR], ["compute", REAL_PAIR[0]],
+                  ["io", REAL_PAIR[1], "--what-if"]]  # the real session: --only traces
         roots = {"old": args.old, "new": args.new}
         timed, args.rounds = partial(instructions, roots), 1
     elif args.processes:

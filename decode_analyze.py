@@ -6759,7 +6759,7 @@ def diff_columns(key, shown, names, section):
                                   str))
         columns += [column("delta", lambda row, i=i: row["changes"][i], delta_text),
                     column("ratio", pick("ratio"), lambda r: "" if r is None else f"{r:.2f}x")]
-        if section_tested(section):
+        if any_tested([section]):
             columns.append(Column("p", lambda row, i=i: row["changes"][i], p_text, "<"))
     return columns
 
@@ -6774,10 +6774,6 @@ def spread_text(side):
 
 def share_text(share):
     return f"{share:.1%}" if share < 0.1 else f"{share:.0%}"
-
-
-def section_tested(section):
-    return any(change["p"] is not None for row in section["rows"] for change in row["changes"])
 
 
 def input_label(index, inputs):
@@ -6987,15 +6983,17 @@ def diff_section_blocks(report, view):
               for section in changed]
     same = [section["title"] for section in report["sections"] if section not in changed]
     if same:  # the tables with no change to show: one line for all of them
-        said = "no significant change" if any_tested(report) else "not tested, one run a side"
+        said = "no significant change" if any_tested(report["sections"]) else \
+            "not tested, one run a side"
         blocks.append(Block(None, [Prose([f"{said} (--full: each table): {', '.join(same)}"],
                                          "    ")]))
     return blocks
 
 
-def any_tested(report):
-    return any(change["significant"] is not None for section in report["sections"]
-               for row in section["rows"] for change in row["changes"])
+def any_tested(sections):
+    """Whether a change in these tables was tested (one run a side: none is)."""
+    return any(change["p"] is not None for section in sections for row in section["rows"]
+               for change in row["changes"])
 
 
 def section_changed(section):

@@ -38,7 +38,6 @@ import bz2
 import codecs
 import contextlib
 import csv
-import gc
 import gzip
 import io
 import json
@@ -919,26 +918,10 @@ def fold_file(path, columns, make_fold, reading, check=None):
 
 
 def _fold_batches(trace, fold, columns):
-    with _cyclic_gc_paused():
-        for batch in trace.batches(columns):
-            fold.feed(batch)
-        fold.finish()
+    for batch in trace.batches(columns):
+        fold.feed(batch)
+    fold.finish()
     return fold
-
-
-@contextlib.contextmanager
-def _cyclic_gc_paused():
-    """The cyclic collector off while a fold runs. A fold makes no cycles, but each batch
-    makes many containers, and each of the collections they set off walks the batch's young
-    lists (60k fields a batch), the more often the fewer rows a token has. Reference counting
-    still frees every batch as the next one comes."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def split_points(trace, jobs):

@@ -236,6 +236,14 @@ TRACE_HEAD = (
     ("phase", "the rows used: `decode`, `prefill` or `all`"),
     ("selection", "what was asked for", SELECTION))
 
+ENGINE_TOLERANCE = 0.10  # the engine's figure and the tool's agree within this share of it
+
+# What the engine prints but does not measure: the moe-stream line's compute is the decode less
+# the flash I/O and the cache management, so its rounding is theirs summed (0.000 stands for up
+# to 1.5 ms), and the compute trace's time holds the cache management it books apart. Shown
+# beside the tool's, never compared.
+REMAINDERS = {"compute_ms_per_token": "a remainder: decode - flash I/O - cache mgmt"}
+
 ENGINE_FIGURE = Record("engine figure", "`engine.figures.<figure>`", (
     ("engine", "the engine's own figure, from its end-of-run lines", Shown("engine", 3)),
     ("tool", "the tool's figure for the same thing (null: the traces do not show it)",
@@ -277,6 +285,7 @@ def inner_record(field):
     return getattr(field.shape, "record", field.shape)
 
 
+# ── records: a report read back: its meta, its parts, its numbers ────────────────────────────────
 def meta_int(meta, key):
     """A small whole number from the preamble (io_threads, cache_mb), else 0."""
     value = meta.get(key, "")
@@ -323,15 +332,6 @@ def figure_value(value, limit=FIGURE_LIMIT):
     if not abs(value) <= limit:
         raise ValueError(f"{value!r:.40} is out of range")
     return value
-
-
-ENGINE_TOLERANCE = 0.10  # the engine's figure and the tool's agree within this share of it
-
-# What the engine prints but does not measure: the moe-stream line's compute is the decode less
-# the flash I/O and the cache management, so its rounding is theirs summed (0.000 stands for up
-# to 1.5 ms), and the compute trace's time holds the cache management it books apart. Shown
-# beside the tool's, never compared.
-REMAINDERS = {"compute_ms_per_token": "a remainder: decode - flash I/O - cache mgmt"}
 
 
 # ── tokens: selection, the book of tokens, the fold base ─────────────────────────────────────────

@@ -38,6 +38,7 @@ import bz2
 import codecs
 import contextlib
 import csv
+import gc
 import gzip
 import io
 import json
@@ -918,10 +919,27 @@ def fold_file(path, columns, make_fold, reading, check=None):
 
 
 def _fold_batches(trace, fold, columns):
-    for batch in trace.batches(columns):
-        fold.feed(batch)
-    fold.finish()
+    with _cyclic_gc_paused():
+        for batch in trace.batches(columns):
+            fold.feed(batch)
+        fold.finish()
     return fold
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused():
+    """The cyclic collector off while a fold runs. A fold makes no cycles, but each batch
+    makes many containers, and each of the collections they set off walks the batch's young
+    lists (60k fields a batch), and in a process that holds many reports (summary, diff, a
+    caller of main()) the whole heap at each oldest collection. Reference counting still frees
+    every batch as the next one comes."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def split_points(trace, jobs):

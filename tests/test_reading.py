@@ -2,6 +2,7 @@
 message (file, line, what is wrong) and exit 1, never a traceback; a skipped row changes
 nothing around it; the integer rule is the same on every path."""
 import bz2
+import gc
 import gzip
 import lzma
 import os
@@ -195,6 +196,31 @@ def test_bad_rows_in_a_large_file_name_the_right_line(write):
     rows[15000] = "0,1,15000,0,0,MUL_MAT,Qcur-0,1e3,0"
     assert error_of("compute", write(ct_text(rows))).endswith(
         "t.csv:15004: column wall_ns: '1e3' is not a non-negative integer")
+
+
+@pytest.mark.parametrize("was_enabled", [True, False])
+@pytest.mark.parametrize("rows, code", [
+    (GOOD, 0),
+    ([f"0,1,{step},0,0,ADD,l_out-0,5,0" for step in range(20000)] + ["0,1,x,0,0,ADD,l,5,0"], 1)])
+def test_a_fold_runs_without_the_cyclic_collector_and_gives_it_back(write, monkeypatch,
+                                                                     was_enabled, rows, code):
+    """The collector is off while batches are folded (each collection it sets off walks the
+    batches' young objects, and the whole heap of a process that holds many reports); as it was
+    after, the run good or stopped by a bad row in a batch after the first."""
+    seen, batches = [], trace_io.Trace.batches
+
+    def watched(trace, columns):
+        for batch in batches(trace, columns):
+            seen.append(gc.isenabled())
+            yield batch
+    monkeypatch.setattr(trace_io.Trace, "batches", watched)
+    (gc.enable if was_enabled else gc.disable)()
+    try:
+        assert run("compute", write(ct_text(rows))).code == code
+        assert gc.isenabled() == was_enabled
+    finally:
+        gc.enable()
+    assert seen and not any(seen)
 
 
 def test_truncated_last_line_is_ignored_with_a_warning(write):

@@ -47,16 +47,26 @@ def reads(write):
     return write(io_text(SIX_READS))
 
 
-@pytest.fixture(scope="session")
-def one_token(tmp_path_factory):
-    """A 16 MB compute trace whose rows all share one (turn, phase, step), and the same rows
-    as ordinary 160-row tokens."""
-    folder = tmp_path_factory.mktemp("one-token")
+def one_token_traces(folder, count):
+    """A compute trace of `count` rows that all share one (turn, phase, step), and the same
+    rows as ordinary 160-row tokens."""
     rows = [f"{layer % 48},{('MUL_MAT', 'ADD', 'RMS_NORM')[i % 3]},blk-{layer % 48}-{i % 7},"
             f"{1000 + i % 977},{i % 5 == 0 and 2 or 0}" for i, layer in
-            ((i, i // 7) for i in range(320_000))]
+            ((i, i // 7) for i in range(count))]
     single = ct_text([f"0,1,7,{i},{row}" for i, row in enumerate(rows)])
     many = ct_text([f"0,1,{7 + i // 160},{i % 160},{row}" for i, row in enumerate(rows)])
     (folder / "single.csv").write_text(single)
     (folder / "many.csv").write_text(many)
     return folder
+
+
+@pytest.fixture(scope="session")
+def one_token(tmp_path_factory):
+    """16 MB of one token: large enough that holding its rows would show in the memory."""
+    return one_token_traces(tmp_path_factory.mktemp("one-token"), 320_000)
+
+
+@pytest.fixture(scope="session")
+def long_token(tmp_path_factory):
+    """One token of about four pieces of trace_io.HOLD_ROWS, and the same rows as 400 tokens."""
+    return one_token_traces(tmp_path_factory.mktemp("long-token"), 64_000)

@@ -5598,8 +5598,8 @@ HELD_OUT = Record("held-out run", "`calibration.leave_one_out[]`", (
             "ms per MiB, plus the fitted management a lookup; widened by half the base's "
             "spread either way"), ("max", "its high end"),
     ("inside", "whether the measured decode is in [min, max]"),
-    ("why", "for a miss, the part that missed: its compute (no setting's: the machine's "
-            "noise) or its I/O and management (the fit's)")))
+    ("why", "for a miss, the part that missed: its decode less I/O and cache management (no "
+            "setting's: the machine's noise) or its I/O and management (the fit's)")))
 CALIBRATION = Record("calibration", "summary and diff `calibration`; the file --calibration-out "
                      "writes", (
     ("runs", "the runs with an io trace it is fitted on"),
@@ -5833,13 +5833,14 @@ def held_out(sample, others, noise):
 
 
 def missed_part(sample, base):
-    """Why a held-out run missed: its compute outside its base's (no setting's: noise), else
-    its reads and management (the fit's)."""
+    """Why a held-out run missed: its decode less I/O and management (the engine's compute)
+    outside its base's (no setting's: noise), else its reads and management (the fit's)."""
     computes = [one.decode_ms - one.io_ms - (one.management_ms or 0.0) for one in base]
     own = sample.decode_ms - sample.io_ms - (sample.management_ms or 0.0)
     if not min(computes) <= own <= max(computes):
-        return (f"its compute, {own:.2f} ms, is outside the base's {min(computes):.2f}-"
-                f"{max(computes):.2f}: no setting's cost, the machine's noise")
+        return (f"its decode less I/O and cache management, {own:.2f} ms, is outside the "
+                f"base's {min(computes):.2f}-{max(computes):.2f}: no setting's cost, the "
+                f"machine's noise")
     return "its I/O and cache management: the fit's miss"
 
 

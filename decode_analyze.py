@@ -9427,6 +9427,26 @@ COMMANDS = {command.name: command for command in (
 )}
 
 
+def put_in_pair_order(command, args, warn):
+    """A command of CT IO (report, timeline) given io first: the two swapped in `args`, with a
+    note, as the preambles say which is which. Any other mix is left to the reading to refuse,
+    with its line; only regular files are sniffed (stdin or a pipe is read once)."""
+    if [each.kind for each in command.inputs] != ["compute", "io"]:
+        return
+    first, second = (getattr(args, each.dest) for each in command.inputs)
+    if second is None or not (os.path.isfile(first) and os.path.isfile(second)):
+        return
+    try:
+        if (trace_io.sniff(first), trace_io.sniff(second)) != ("io", "compute"):
+            return
+    except TraceError:
+        return
+    warn(f"{display_name(first)} is the io trace and {display_name(second)} the compute trace: "
+         f"read as '{command.name} {display_name(second)} {display_name(first)}'")
+    for each, path in zip(command.inputs, (second, first)):
+        setattr(args, each.dest, path)
+
+
 def input_paths(command, args):
     """(kind, path) of every input the command line names, in order (both parts of a CT+IO)."""
     paths = []
@@ -9573,6 +9593,7 @@ FORMATS = {"text": text_of,  # Markdown's tables scroll on GitHub: every column 
 def run(args, out, warn):
     """Build the command's report and write it in the chosen format."""
     command = COMMANDS[args.command]
+    put_in_pair_order(command, args, warn)
     paths = input_paths(command, args)
     if [path for _, path in paths].count(trace_io.STDIN) > 1:
         raise TraceError(display_name(trace_io.STDIN), 0, "stdin can carry only one of the "

@@ -1,4 +1,7 @@
 """Pair (`report CT IO`): I/O per decoded token, the two files side by side, the pair's warnings."""
+import os
+import threading
+
 import pytest
 
 import decode_analyze
@@ -99,6 +102,33 @@ def test_mismatched_pair_warns(write):
 def test_two_stdins_refused(pair):
     result = run("report", "-", "-")
     assert result.code == 1 and "stdin can carry only one" in result.err
+
+
+@pytest.mark.parametrize("command", ["report", "timeline"])
+def test_io_trace_given_first_is_read_as_the_io_trace_with_a_note(command):
+    """Bug: `report io.csv ct.csv` refused the run ("an io trace, not a compute trace")
+    though each preamble says what it is."""
+    ct, io = ROOT / "tests/data/v2/ct.csv", ROOT / "tests/data/v2/io.csv"
+    straight, swapped = (run(command, *paths, "--format", "json") for paths in ((ct, io),
+                                                                            (io, ct)))
+    assert straight.code == swapped.code == 0 and straight.err == ""
+    note = f"{io} is the io trace and {ct} the compute trace: read as '{command} {ct} {io}'"
+    assert swapped.err == f"decode-analyze: warning: {note}\n"
+    swapped_report, straight_report = swapped.json, straight.json
+    assert swapped_report.pop("warnings") == [note] and straight_report.pop("warnings") == []
+    assert swapped_report == straight_report
+
+
+def test_a_pipe_is_not_sniffed_for_the_order(pair, tmp_path):
+    """A pipe is read once: given io first it is refused as before, not half-read."""
+    ct, io = pair
+    fifo = tmp_path / "io-pipe"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(io.read_bytes()))
+    writer.start()
+    result = run("report", fifo, ct)
+    writer.join()
+    assert result.code == 1 and "an io trace (# io_trace v2), not a compute trace" in result.err
 
 
 def test_real_session_pair():

@@ -7096,10 +7096,10 @@ class Run(namedtuple("Run", "path io_path", defaults=(None,))):
     @property
     def paths(self):
         return (self.path,) if self.io_path is None else (self.path, self.io_path)
+
+
 SUMMARY_FIGURES = tuple(field.name for field in SUMMARY_ROW.shown())  # its table's numbers
 SUMMARY_SORTS = ("run",) + SUMMARY_FIGURES
-
-
 
 
 def run_parts(argument):

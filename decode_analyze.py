@@ -5528,13 +5528,16 @@ Setting = namedtuple("Setting", "key value source")
 
 
 def log_settings(log):
-    """The settings the engine's log implies: a cache of its resident MiB, prefetch, overlap,
-    n-gram drafting (speculative decoding)."""
+    """The settings the engine's log implies: a cache of its resident MiB (none, when its
+    moe-stream line has no moe-cache line beside it: the engine prints one whenever a cache
+    ran), prefetch, overlap, n-gram drafting (speculative decoding)."""
     figures = log.figures
     implied = [("cache_mb", f"{figures['resident_mib'].value:g}")] \
         if "resident_mib" in figures else []
     if "hit_pct" in figures or any(turn[2] for turn in log.turns):
         implied.append(("cache", "1"))
+    elif "read_mib" in figures and "resident_mib" not in figures:
+        implied.append(("cache", "0"))
     implied += [(key, "1") for key, shown_by in (
         ("moe_stream", "read_mib"), ("prefetch", "speculative_mib"),
         ("overlap", "stall_ms_per_token"),
@@ -8693,11 +8696,10 @@ def weighed_io(path, reading, asked):
     settings = join_settings(trace, reading)
     report = io_report(trace, fold, reading.selection, settings, asked.cache_sizes,
                        reading.measured)
-    if cache_contradicted(report, reading):  # the trace's word over the log's: again without
-        hit = reading.measured["hit_pct"]
-        reading.warn(f"{trace.name}: the engine's log says a cache served {hit:g}% of the "
-                     f"lookups, but every decode token of the trace reads all of its experts: "
-                     f"no cache ran here (a log of another run?); the trace's word stands")
+    contradiction = cache_contradiction(report, reading)
+    if contradiction:  # the trace's word over the log's: again without the log's cache
+        reading.warn(f"{trace.name}: {contradiction} (a log of another run?); the trace's word "
+                     f"stands")
         reading = reading._replace(settings=tuple(
             setting for setting in reading.settings
             if setting.source != "log" or setting.key not in ("cache", "cache_mb")))
@@ -8726,13 +8728,21 @@ def weighed_io(path, reading, asked):
     return report, reading.measured
 
 
-def cache_contradicted(report, reading):
-    """Whether the log says a cache served lookups (1% or more) that the trace shows read:
-    a run_cache seen, with no decode token short of its experts."""
+def cache_contradiction(report, reading):
+    """What the log says of the run's cache that its trace (a run_cache seen) refutes, or
+    None: a cache that served lookups (1% or more) where no decode token is short of its
+    experts, or no cache (no moe-cache line) where tokens are."""
     own, hit = report["run_cache"], (reading.measured or {}).get("hit_pct")
-    declared = any(setting.key == "cache" and setting.source == "declared"
-                   for setting in reading.settings)
-    return bool(own) and not own["detected"] and bool(hit) and hit >= 1 and not declared
+    said = {setting.key: setting for setting in reading.settings}
+    if not own or "cache" in said and said["cache"].source == "declared":
+        return None
+    if not own["detected"] and hit and hit >= 1:
+        return (f"the engine's log says a cache served {hit:g}% of the lookups, but every "
+                f"decode token of the trace reads all of its experts: no cache ran here")
+    if own["detected"] and "cache" in said and said["cache"].value == "0":
+        return ("the engine's log shows no cache (no moe-cache line), but decode tokens of the "
+                "trace read fewer experts than the router picks: a cache ran here")
+    return None
 
 
 def analyze_pair(compute_path, io_path, reading, cache_sizes=()):

@@ -165,6 +165,20 @@ def test_a_log_that_says_a_cache_ran_where_the_trace_shows_none_is_said_and_lose
     assert not any("no cache ran here" in warning for warning in declared["warnings"])
 
 
+def test_a_log_without_a_cache_beside_a_cached_trace_is_said_and_loses():
+    """The other way: a serial run's log (a moe-stream line, no moe-cache line: no cache)
+    beside the prefetch run's trace, which is short of experts on 136 decode tokens."""
+    data = ROOT / "tests" / "data"
+    cached, serial_log = data / "qwen3moe-l4-io-prefetch.csv", data / "qwen3moe-l4-io-serial.log"
+    r = report_with_warnings("io", cached, "--engine-log", serial_log, "--cache")
+    assert r["meta"]["cache"] == "1" and r["settings"]["cache"]["source"] == "trace"
+    assert any("the engine's log shows no cache" in warning and "a cache ran here" in warning
+               for warning in r["warnings"])
+    assert r["run_cache"] == report("io", cached, "--no-engine-log", "--cache")["run_cache"]
+    own_log = report("io", cached, "--cache")  # its own log, with its moe-cache lines: no word
+    assert own_log["settings"]["cache"] == {"value": "1", "source": "log"}
+
+
 @pytest.mark.parametrize("case", ["overlap with a cache", "page cache", "prefetched"])
 def test_sums_the_traces_do_not_show_are_shown_not_compared(tmp_path, case):
     """Cached runs under overlap: lanes busy 11-23% above the engine's flash I/O on all 8; on

@@ -52,9 +52,13 @@ def test_a_cached_run_is_told_by_its_own_trace():
 
 @pytest.mark.parametrize("path", [SERIAL, OVERLAP])
 def test_a_run_without_a_cache_shows_none(path):
-    r = report("io", path, "--cache")
+    """Its trace says so, and its log too: a moe-stream line, no moe-cache line (the engine
+    prints one whenever a cache ran), so a compute trace alone knows it as well."""
+    r = report("io", path, "--cache", "--no-engine-log")
     assert not r["run_cache"]["detected"] and r["run_cache"]["decode_hit_share"] == 0
     assert r["settings"]["cache"] == {"value": "0", "source": "trace"}
+    assert report("io", path, "--cache")["settings"]["cache"] == {"value": "0", "source": "log"}
+    assert "moe-cache" not in path.with_suffix(".log").read_text()
 
 
 def test_the_session_says_it_had_a_cache_and_its_hit_share_per_turn():

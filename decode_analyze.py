@@ -55,6 +55,7 @@ import csv
 import json
 import heapq
 import math
+import operator
 import os
 import re
 import shutil
@@ -9103,7 +9104,8 @@ def step_bounds(text):
     return (ascii_whole(low) if low else None, ascii_whole(high) if high else None)
 
 
-steps_range = option_type(step_bounds, lambda value: True, "A:B (either side optional)")
+steps_range = option_type(step_bounds, lambda bounds: None in bounds or operator.le(*bounds),
+                          "A:B with A <= B (either side optional)")
 sort_column = option_type(lambda text: text if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,40}", text)
                           else None, lambda text: True, "a column or a preamble key")
 MAX_CACHE_MB = 1 << 30  # a PiB: past any device's memory
@@ -9118,14 +9120,14 @@ cache_sizes = option_type(whole_list, lambda sizes: all(1 <= n <= MAX_CACHE_MB f
                           f"N[,N...]: cache sizes in whole MiB, 1 to {MAX_CACHE_MB}")
 
 
-def token_window(text):
+def window_bounds(text):
     """'A:B': the A-th (0-based) to before the B-th exported token; either side optional."""
-    low, high = steps_range(text)
-    low = 0 if low is None else low
-    high = float("inf") if high is None else high
-    if low < 0 or high <= low:
-        raise argparse.ArgumentTypeError(f"expected A:B with 0 <= A < B, got {text!r}")
-    return (low, high)
+    low, high = step_bounds(text)
+    return (0 if low is None else low, math.inf if high is None else high)
+
+
+token_window = option_type(window_bounds, lambda bounds: operator.lt(*bounds),
+                           "A:B with A < B (either side optional)")
 
 
 def declared_setting(text):

@@ -224,8 +224,10 @@ def test_the_readme_excerpt_is_what_report_prints():
 
 def test_numbers_on_the_command_line_are_plain_ascii_with_one_message(capsys):
     """As trace values are: '٣:٥' (Arabic-Indic digits) is no step range, and --jobs 0 and
-    --jobs -1 are refused with the same words."""
-    for argv, words in ((["--steps", "\u0663:\u0665"], "expected A:B (either side optional)"),
+    --jobs -1 are refused with the same words; so is an empty step range (5:3)."""
+    for argv, words in ((["--steps", "\u0663:\u0665"], "expected A:B with A <= B"),
+                        (["--steps", "5:3"], "expected A:B with A <= B (either side optional), "
+                                             "got '5:3'"),
                         (["--jobs", "0"], "expected a whole number >= 1, got '0'"),
                         (["--jobs", "-1"], "expected a whole number >= 1, got '-1'"),
                         (["--jobs", "\u0662"], "expected a whole number >= 1"),

@@ -3455,11 +3455,10 @@ class WhatIf:
 
         def mib_at(share):  # the bytes read go with the misses
             return None if share is None else now * (1 - share) / (1 - hit) if hit < 1 else now
-        mibs = {bound: mib_at(share) for bound, share in shares.items()}
-        figures.update(hit_share=shares, mib_per_token=figure(
-            mibs["point"], mibs["max"], mibs["min"]))
-        return self.setting("cache_mb", mib, figures,
-                            self.bytes_saved(mibs["min"], mibs["point"], mibs["max"]),
+        # the most hits read the fewest MiB
+        fewest, middle, most = (mib_at(shares[bound]) for bound in ("max", "point", "min"))
+        figures.update(hit_share=shares, mib_per_token=figure(middle, fewest, most))
+        return self.setting("cache_mb", mib, figures, self.bytes_saved(fewest, middle, most),
                             CACHED_CACHE_METHOD, self.fits(mib))
 
     def cache_setting(self, mib):
@@ -4305,8 +4304,8 @@ def best_change_blocks(report, view):
     what_if = report.get("what_if")
     if not what_if:
         return []
-    sure = [setting for setting in what_if["settings"]
-            if (setting["ms_per_token_saved"]["min"] or 0) > 0]
+    sure = [setting for setting in what_if["settings"]  # above 0 as shown: 0.00 is none
+            if round(setting["ms_per_token_saved"]["min"] or 0, 2) > 0]
     lines = [f"  {setting['setting']}={setting['value']}: "
              f"{saving_text(setting['ms_per_token_saved'])}" for setting in sure[:BEST_SHOWN]]
     if not lines:

@@ -477,6 +477,38 @@ def test_no_saving_exceeds_what_it_could_save_and_no_band_is_wider_than_the_deco
             assert saved["max"] - saved["min"] <= decode, offered
 
 
+SWEEP_PAIRS = [(f"sweep/qwen3moe-l4-greedy-{run}-ct.csv", f"sweep/qwen3moe-l4-greedy-{run}-io.csv")
+               for run in ("cache1mb", "cache2mb", "cache4mb", "serial-rep1")]
+
+
+@pytest.mark.parametrize("inputs", [[REAL_TRACES[name]] for name in REAL_TRACES if "-io" in name]
+                         + [[ROOT / "tests/data" / name for name in pair] for pair in SWEEP_PAIRS],
+                         ids=lambda paths: "+".join(path.name for path in paths))
+def test_every_band_is_in_order(inputs):
+    """Bug: a cached run's larger cache (3.8 MiB on the sweep's 2 MiB run) said 'saves 2.07 to
+    0.00 ms', min above max, and led the best changes with it: its MiB bounds were passed
+    fewest for most. Every what-if figure holds min <= point <= max, where each is given."""
+    r = report_with_warnings("report" if len(inputs) == 2 else "io", *inputs, "--what-if")
+    for offered in r["what_if"]["settings"]:
+        for name, band in [("ms_per_token_saved", offered["ms_per_token_saved"]),
+                           *offered["figures"].items()]:
+            if not isinstance(band, dict):
+                continue
+            known = [band[bound] for bound in ("min", "point", "max") if band[bound] is not None]
+            assert known == sorted(known), (offered["setting"], offered["value"], name, band)
+
+
+def test_a_best_change_saves_more_than_nothing_as_shown():
+    """The 2 MiB run's own size saved 5e-16 ms (float residue) and was listed as a sure win,
+    'cache_mb=1.9: saves 0.00 ms'; a lower end that shows as 0.00 is none."""
+    ct, io = (ROOT / "tests/data" / name for name in SWEEP_PAIRS[1])
+    out = run("report", ct, io).out
+    best = out.split("best changes (per decoded token, surest first)\n")[1].split("\n\n")[0]
+    assert best == "  cache_mb=6: saves 2.96 ms (+2.07 to +3.06)"
+    own = setting(report_with_warnings("report", ct, io)["what_if"], "cache_mb", 1.9)
+    assert 0 < own["ms_per_token_saved"]["min"] < 0.005  # the residue the rule is for
+
+
 def test_the_method_prose_is_behind_explain():
     """About 25 lines of "how each is estimated" followed every report; they are asked for."""
     trace = str(REAL_TRACES["qwen3moe-l4-io-serial.csv"])

@@ -3293,19 +3293,18 @@ def default_cache_sizes(meta, cache, cached):
 
 
 def proposed_cache_sizes(meta, cache, cached):
-    """The run's own size when its settings name one (and, for a run that had a cache, twice
-    that and every expert), else a quarter, a half and all of the distinct experts'
-    footprint, in whole MiB (the engine's unit)."""
+    """For a run that had a cache, its own size, twice that and every expert (what its trace
+    of misses can bound); else a quarter, a half (the size the cache verdict judges) and all
+    of the distinct experts' footprint, in whole MiB (the engine's unit), and the run's own
+    size when its settings name one."""
     own = meta_number(meta, "cache_mb")
-    footprint_mib = cache.distinct * cache.expert_bytes / MIB
-    if cached:  # what its trace can bound: its own size, twice that, and all of them
-        sizes = {math.ceil(footprint_mib)}
+    if cached:
+        sizes = {math.ceil(cache.distinct * cache.expert_bytes / MIB)}
         if own:
             sizes |= {own, own * 2} if own * 2 < max(sizes) else {own}
         return sorted(sizes)
-    if own:
-        return [own]
-    return sorted({footprint_share_mib(cache, share) for share in (0.25, 0.5, 1)})
+    shares = {footprint_share_mib(cache, share) for share in (0.25, 0.5, 1)}
+    return sorted(shares | ({own} if own else set()))
 
 
 def footprint_share_mib(cache, share):
@@ -9271,8 +9270,9 @@ def what_if_options(what):
     return (option("--what-if", action="store_true", help=what),
             option("--cache-mb", type=cache_sizes, metavar="N[,N...]",
                    help="the cache sizes the what-if tries, in MiB as the engine's --cache-mb "
-                        "(default: the run's own when its preamble names one, else a quarter, "
-                        "a half and all of the experts' footprint)"),
+                        "(default: a quarter, a half and all of the experts' footprint, and "
+                        "the run's own when its settings name one; a cached run: its own, "
+                        "twice that and all)"),
             option("--explain", action="store_true",
                    help="say how each what-if band is made (its parts and their sources)"),
             option("--calibration", metavar="FILE",

@@ -137,7 +137,7 @@ def test_the_engines_own_two_mib_cache_is_reproduced():
     assert two["mib_per_token"]["point"] == pytest.approx(177.1 / 128, rel=0.005)
 
 
-def test_the_default_sizes_are_around_the_footprint_or_the_runs_own(write):
+def test_the_default_sizes_are_around_the_footprint_and_the_runs_own(write):
     rows = rows_of([[expert] for expert in range(16)] * 2)  # 16 experts: 3 MiB
     r = report("io", write(io_text(rows)), "--what-if")
     # a quarter (0.75 -> 1 MiB), a half, all
@@ -145,8 +145,13 @@ def test_the_default_sizes_are_around_the_footprint_or_the_runs_own(write):
         == [1, 2, 3]
     own = io_text(rows, "# io_trace v1\n# model=m io_threads=2 o_direct=1 overlap=0 "
                         "cache_mb=2\n")
-    r = report("io", write(own, "own.csv"), "--what-if")
-    assert [s["value"] for s in r["what_if"]["settings"] if s["setting"] == "cache_mb"] == [2]
+    # its own size among them: the sweep's 1 MiB run (0% hit, so traced whole) offered its
+    # own 0.9 MiB alone, while its cache verdict judged --cache-mb 3
+    for named, sizes in (("2", [1, 2, 3]), ("2.5", [1, 2, 2.5, 3])):
+        r = report("io", write(own.replace("cache_mb=2", f"cache_mb={named}"), "own.csv"),
+                   "--what-if")
+        assert [s["value"] for s in r["what_if"]["settings"] if s["setting"] == "cache_mb"] \
+            == sizes
 
 
 def test_speculative_reads_are_no_lookups_and_prefetch_says_what_was_used(write):

@@ -5403,15 +5403,24 @@ def tool_figures(report, generated=None):
 
 
 def own_cache_figures(io):
-    """The engine's cache figures, as the trace of a run that had a cache shows them
-    (`run_cache`): its hit %, re-reads and evictions."""
-    if not ran_cached(io):
+    """The engine's cache figures (its hit %, re-reads and evictions) as the trace of a run
+    that had a cache shows them (`run_cache`); or, for a cache that never hit (its trace holds
+    every lookup, none short), as the what-if simulates the cache at the run's own size."""
+    if ran_cached(io):
+        own = io["run_cache"]
+        figures = {"hit_pct": own["hit_share"] * 100, "rereads": own["rereads"]}
+        if own["evictions"] is not None:
+            figures["evictions"] = own["evictions"]
+        return figures
+    own_mib = meta_number(io["meta"], "cache_mb")
+    at_own = [setting["figures"] for setting in (io.get("what_if") or {}).get("settings", ())
+              if setting["setting"] == "cache_mb" and setting["value"] == own_mib]
+    if io["meta"].get("cache") != "1" or not at_own:
         return {}
-    own = io["run_cache"]
-    figures = {"hit_pct": own["hit_share"] * 100, "rereads": own["rereads"]}
-    if own["evictions"] is not None:
-        figures["evictions"] = own["evictions"]
-    return figures
+    simulated, *_ = at_own
+    return {"hit_pct": simulated["hit_share"]["point"] * 100,
+            "evictions": simulated["evictions"]["point"],
+            "rereads": simulated["rereads"]["point"]}
 
 
 def whole_decode(report):

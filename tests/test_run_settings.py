@@ -72,6 +72,25 @@ def test_the_session_says_it_had_a_cache_and_its_hit_share_per_turn():
     assert "cache: this run had one" in run("report", *SESSION, "--explain").out
 
 
+def test_a_cache_that_never_hit_is_simulated_at_its_size_for_the_engines_figures():
+    """The sweep's 1 MiB run: its cache (0.9 MiB, 4 experts) served nothing, so its trace holds
+    every lookup and shows no cache; the engine's 0.0% hit, 1045 evictions and 1018 re-reads
+    had no figure of the tool's beside them. The LRU at its size gives 1046 and 1018."""
+    ct, io = (ROOT / "tests/data/sweep" / f"qwen3moe-l4-greedy-cache1mb-{kind}.csv"
+              for kind in ("ct", "io"))
+    r = report_with_warnings("report", ct, io)
+    assert r["io"]["meta"]["cache"] == "1" and not r["io"]["run_cache"]["detected"]
+    figures = r["engine"]["figures"]
+    for name, engine, tool in (("hit_pct", 0.0, 0.0), ("evictions", 1045, 1046),
+                               ("rereads", 1018, 1018)):
+        assert (figures[name]["engine"], figures[name]["tool"]) == (engine, tool), name
+        assert figures[name]["agrees"], name
+    # the same from the io trace alone, with the what-if asked
+    alone = report_with_warnings("io", io, "--what-if")["engine"]["figures"]
+    assert alone["evictions"]["tool"] == 1046
+    assert report_with_warnings("io", io)["engine"]["figures"]["evictions"]["tool"] is None
+
+
 def test_the_engines_cache_figures_agree_on_the_cached_run():
     figures = report("io", PREFETCH, "--cache")["engine"]["figures"]
     for name, engine in (("hit_pct", 13.0), ("evictions", 904), ("rereads", 884)):

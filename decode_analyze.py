@@ -4153,9 +4153,15 @@ def io_part(report):
             "adjacency": pair["adjacency"]}
 
 
+# What a pair's figures are per: its compute trace's tokens, decoded ones unless --phase says
+PAIR_UNITS = {"decode": "decoded token", "prefill": "prefill batch",
+              "all": "token (a prefill batch counts as one)"}
+
+
 def per_words(report):
     """What io_part's per-token figures are per."""
-    return "per decoded token" if report["kind"] == "report" else "per read-token"
+    return f"per {PAIR_UNITS[report['compute']['phase']]}" if report["kind"] == "report" \
+        else "per read-token"
 
 
 def io_range_text(figures, per):
@@ -4766,8 +4772,8 @@ def pair_header(report):
 def pair_headline_blocks(report, view):
     compute, pair = report["compute"], report["pair"]
     lines = [f"tokens={pair['tokens']} (from the compute trace; {selection_text(compute)}), "
-             f"{pair['tokens_without_reads']} of them read nothing; every figure below is per "
-             f"decoded token"]
+             f"{pair['tokens_without_reads']} of them read nothing; every figure below is "
+             f"{per_words(report)}"]
     position = pair["per_position"]
     if position:
         split = f" = compute {position['compute_ms']:.2f} + flash I/O" \
@@ -4794,7 +4800,7 @@ def per_decoded_blocks(report, view):
              f"decode {pair['decode_ms_per_token']:.2f} ms, reads beside it (overlap=1: their "
              f"time is not subtracted; lanes busy {pair['io_busy_ms_per_token']:.2f} ms is what "
              f"the engine counts as flash I/O then); ")
-    return [Block("per decoded token", [Prose([
+    return [Block(per_words(report), [Prose([
         f"  {split}in the decode, faulting nodes {pair['faulting_ms_per_token']:.2f} ms, {inside}",
         *engine_split(report),
         "  " + io_range_text({**pair, "lanes": io["lanes"], "meta": io["meta"]}, ""),

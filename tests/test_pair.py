@@ -5,7 +5,7 @@ import threading
 import pytest
 
 import decode_analyze
-from helpers import ROOT, ct_text, io_text, report, run, shared_trace
+from helpers import ROOT, ct_text, io_text, report, report_with_warnings, run, shared_trace
 
 
 MIB = 1 << 20
@@ -129,6 +129,22 @@ def test_a_pipe_is_not_sniffed_for_the_order(pair, tmp_path):
     result = run("report", fifo, ct)
     writer.join()
     assert result.code == 1 and "an io trace (# io_trace v2), not a compute trace" in result.err
+
+
+@pytest.mark.parametrize("phase, unit", [("decode", "decoded token"),
+                                         ("prefill", "prefill batch"),
+                                         ("all", "token (a prefill batch counts as one)")])
+def test_a_pairs_figures_say_what_they_are_per(phase, unit):
+    """Bug: with --phase all the prefill batch is among the tokens, and the report still said
+    'every figure below is per decoded token'."""
+    ct, io = (shared_trace(name) for name in ("qwen3moe-l4-ct-node.csv",
+                                              "qwen3moe-l4-io-serial.csv"))
+    result = run("report", ct, io, "--phase", phase)
+    assert result.code == 0
+    said = " ".join(result.out.split())
+    assert f"every figure below is per {unit}" in said and f"\n\nper {unit}\n" in result.out
+    tokens = report_with_warnings("report", ct, io, "--phase", phase)["pair"]["tokens"]
+    assert tokens == {"decode": 128, "prefill": 1, "all": 129}[phase]
 
 
 def test_real_session_pair():

@@ -4428,9 +4428,6 @@ PAIR_REPORT = Record("pair report", "`report`", (
 
 
 # ── pair: the two traces of one run ──────────────────────────────────────────────────────────────
-PAIR_META = ("model", "arch", "n_layer")
-
-
 def pair_report(compute, io):
     """Both reports of one traced run, and what only the pair can tell: I/O per decoded
     token (the compute trace knows every token, including those that read nothing), side by
@@ -4593,13 +4590,20 @@ def pair_layers(compute, io, per_decoded):
     return rows
 
 
+def preamble_of(report):
+    """A report's meta as its trace's preamble wrote it: without the settings joined to it."""
+    return {key: value for key, value in report["meta"].items() if key not in report["settings"]}
+
+
 def pair_warnings(compute, io, tokens, readers):
-    """What makes the two reports a doubtful pair: preambles that differ, tokens that do not
+    """What makes the two reports a doubtful pair: preambles that differ on a key both name
+    (one process writes both traces of a run, with one set of settings), tokens that do not
     match (tokens: the compute trace's keys; readers: the io trace's)."""
     warnings = []
-    for key in PAIR_META:
-        left, right = compute["meta"].get(key), io["meta"].get(key)
-        if left is not None and right is not None and left != right:
+    io_preamble = preamble_of(io)
+    for key, left in preamble_of(compute).items():
+        right = io_preamble.get(key)  # trace_id: said below, with the files' names
+        if right is not None and left != right and key != "trace_id":
             warnings.append(f"{key} differs: {left!r} in the compute trace, {right!r} in the io "
                             f"trace")
     differs = trace_id_warning((compute["path"], compute["meta"]), (io["path"], io["meta"]))

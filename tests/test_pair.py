@@ -99,6 +99,20 @@ def test_mismatched_pair_warns(write):
     assert len(result.json["pair"]["warnings"]) == 3
 
 
+def test_a_setting_the_two_preambles_disagree_on_is_a_warning():
+    """Bug: a serial run's compute trace beside an overlapped run's io trace (overlap=0 and
+    overlap=1 in their preambles) read as one run without a word: only model, arch and
+    n_layer were compared, though one process writes both preambles with one set of settings."""
+    result = run("report", shared_trace("qwen3moe-l4-ct-node.csv"),
+                 shared_trace("qwen3moe-l4-io-overlap.csv"), "--no-engine-log")
+    assert result.code == 0
+    assert result.err == ("decode-analyze: warning: overlap differs: '0' in the compute trace, "
+                          "'1' in the io trace\n")
+    same = run("report", shared_trace("qwen3moe-l4-ct-node.csv"),
+               shared_trace("qwen3moe-l4-io-serial.csv"))
+    assert same.code == 0 and same.err == ""  # settings joined from a log are not compared
+
+
 def test_two_stdins_refused(pair):
     result = run("report", "-", "-")
     assert result.code == 1 and "stdin can carry only one" in result.err

@@ -9216,8 +9216,8 @@ def option(*flags, **settings):
 OUTPUT_FORMAT_OPTIONS = (
     option("--format", choices=("text", "json", "markdown", "csv"), default="text",
            help="text tables (default), the report as one JSON object, GitHub-flavoured "
-                "Markdown for an issue or a pull request, or tidy CSV (section,row,column,value,"
-                "unit: one line per value of the JSON)"),
+                f"Markdown for an issue or a pull request, or tidy CSV ({','.join(CSV_HEADER)}: "
+                f"one line per value of the JSON)"),
     option("--output", "-o", metavar="FILE",
            help="write the report to FILE instead of stdout: a regular file atomically (a "
                 "temporary file beside it, then renamed), a FIFO or device as it is; never over "

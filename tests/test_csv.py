@@ -122,6 +122,14 @@ def test_the_command_lines_csv_is_drawn_from_its_json():
     assert result.out == decode_analyze.csv_of(report_with_warnings(*RUNS["report"]))
 
 
+def test_the_help_names_the_header_the_csv_has(capsys):
+    """Bug: --help promised 'section,row,column,value,unit'; the file's header differs."""
+    header = run(*RUNS["compute"], "--format", "csv").out.splitlines()[0]
+    capsys.readouterr()
+    assert run("compute", "--help").code == 0
+    assert f"tidy CSV ({header}:" in " ".join(capsys.readouterr().out.split())
+
+
 def test_units_are_named_from_the_columns():
     data = run(*RUNS["io"], "--format", "csv").out
     units = {(s, f): u for s, _, f, _, _, u in csv.reader(io.StringIO(data, newline=""))}

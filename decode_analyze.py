@@ -7132,6 +7132,22 @@ def run_parts(argument):
     return (compute, io_path)
 
 
+def in_pair_order(first, second, warn):
+    """A run's two traces as (compute, io): given io first, swapped with a note, as their
+    preambles say which is which. Left as given when either is not a regular file (a pipe is
+    read once) or not a trace: the reading refuses what is wrong, with its line."""
+    if not (os.path.isfile(first) and os.path.isfile(second)):
+        return first, second
+    try:
+        if (trace_io.sniff(first), trace_io.sniff(second)) != ("io", "compute"):
+            return first, second
+    except TraceError:
+        return first, second
+    warn(f"{display_name(first)} is the io trace and {display_name(second)} the compute trace: "
+         f"read as the run's compute trace and its io trace, in that order")
+    return second, first
+
+
 def partner_names(path):
     """The names (as matched_name gives them) the io trace of a compute trace's run may have,
     by the engine's habits: ct -> io in the name, or -io before the ending."""
@@ -7143,16 +7159,18 @@ def partner_names(path):
     return {os.path.join(folder, other) for other in names if other != name}
 
 
-def summary_runs(arguments, kinds):
-    """The runs the arguments name: CT+IO pairs, a compute and an io trace whose names pair (in
-    either order, one to one; the run stands at its compute trace's place), and each other input
-    alone (a path given twice is two runs). kinds: what each argument that is a file holds."""
+def summary_runs(arguments, kinds, warn):
+    """The runs the arguments name: CT+IO pairs (IO+CT too), a compute and an io trace whose
+    names pair (in either order, one to one; the run stands at its compute trace's place), and
+    each other input alone (a path given twice is two runs). kinds: what each argument that is
+    a file holds."""
     pairs = name_pairs(arguments, kinds)
     paired_ios = set(pairs.values())
     runs = []
     for index, argument in enumerate(arguments):
         if argument not in kinds:
-            runs.append(Run(*run_parts(argument)))
+            parts = run_parts(argument)
+            runs.append(Run(*in_pair_order(*parts, warn)) if len(parts) == 2 else Run(*parts))
         elif index in pairs:
             runs.append(Run(argument, arguments[pairs[index]]))
         elif index not in paired_ios:
@@ -8870,7 +8888,7 @@ def side_runs(paths, warn):
     kinds = {path: trace_io.sniff(path) for path in dict.fromkeys(paths)
              if run_parts(path) == (path,) and not trace_io.read_once(path)
              and os.path.isfile(path)}
-    return once(summary_runs(paths, kinds), warn)
+    return once(summary_runs(paths, kinds, warn), warn)
 
 
 def diff_view(run, reading, logs, cache_sizes):
@@ -8997,7 +9015,7 @@ def analyze_summary(arguments, reading, sort, logs=True, group=True):
         local = {path: copies.enter_context(reopenable(path)) for path in dict.fromkeys(arguments)
                  if run_parts(path) == (path,)}
         kinds = {path: trace_io.sniff(readable) for path, readable in local.items()}
-        runs = once(summary_runs(arguments, kinds), reading.warn)
+        runs = once(summary_runs(arguments, kinds, reading.warn), reading.warn)
         names = shortest_names([display_name(run.path) for run in runs])
         inputs = Inputs(local, kinds, logs)
         rows = [summary_row(name, run, inputs, reading) for name, run in zip(names, runs)]
@@ -9459,22 +9477,13 @@ COMMANDS = {command.name: command for command in (
 
 def put_in_pair_order(command, args, warn):
     """A command of CT IO (report, timeline) given io first: the two swapped in `args`, with a
-    note, as the preambles say which is which. Any other mix is left to the reading to refuse,
-    with its line; only regular files are sniffed (stdin or a pipe is read once)."""
+    note (in_pair_order)."""
     if [each.kind for each in command.inputs] != ["compute", "io"]:
         return
     first, second = (getattr(args, each.dest) for each in command.inputs)
-    if second is None or not (os.path.isfile(first) and os.path.isfile(second)):
-        return
-    try:
-        if (trace_io.sniff(first), trace_io.sniff(second)) != ("io", "compute"):
-            return
-    except TraceError:
-        return
-    warn(f"{display_name(first)} is the io trace and {display_name(second)} the compute trace: "
-         f"read as '{command.name} {display_name(second)} {display_name(first)}'")
-    for each, path in zip(command.inputs, (second, first)):
-        setattr(args, each.dest, path)
+    if second is not None:
+        for each, path in zip(command.inputs, in_pair_order(first, second, warn)):
+            setattr(args, each.dest, path)
 
 
 def input_paths(command, args):

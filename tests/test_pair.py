@@ -126,11 +126,25 @@ def test_io_trace_given_first_is_read_as_the_io_trace_with_a_note(command):
     straight, swapped = (run(command, *paths, "--format", "json") for paths in ((ct, io),
                                                                             (io, ct)))
     assert straight.code == swapped.code == 0 and straight.err == ""
-    note = f"{io} is the io trace and {ct} the compute trace: read as '{command} {ct} {io}'"
+    note = (f"{io} is the io trace and {ct} the compute trace: read as the run's compute trace "
+            f"and its io trace, in that order")
     assert swapped.err == f"decode-analyze: warning: {note}\n"
     swapped_report, straight_report = swapped.json, straight.json
     assert swapped_report.pop("warnings") == [note] and straight_report.pop("warnings") == []
     assert swapped_report == straight_report
+
+
+@pytest.mark.parametrize("command", ["summary", "diff"])
+def test_a_run_given_as_io_plus_ct_is_read_as_ct_plus_io(command):
+    ct, io = ROOT / "examples/session-ct.csv", ROOT / "examples/session-io.csv"
+    argv = [f"{ct}+{io}"] * (2 if command == "diff" else 1)
+    swapped = [f"{io}+{ct}"] + argv[1:]
+    straight, turned = (run(command, *given, "--format", "json") for given in (argv, swapped))
+    assert straight.code == turned.code == 0
+    assert turned.err.count("is the io trace and") == 1 and "is the io trace" not in straight.err
+    turned_report, straight_report = turned.json, straight.json
+    turned_report.pop("warnings"), straight_report.pop("warnings")
+    assert turned_report == straight_report
 
 
 def test_a_pipe_is_not_sniffed_for_the_order(pair, tmp_path):

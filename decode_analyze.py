@@ -9652,7 +9652,7 @@ def run(args, out, warn):
     report = command.analyze(args, reading)
     if "engine" in KINDS[report["kind"]].record.names:
         report = with_engine_log(report, log, warn)
-    report.setdefault("warnings", list(warn.said))
+    report["warnings"] = list(warn.said)  # diff's own among them: analyze_diff says each
     write_pictures(args, report, paths, reading)
     view = View(args.top, args.layers or args.full, args.ascii, args.wide, args.explain,
                 args.full)

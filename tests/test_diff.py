@@ -628,3 +628,18 @@ def test_the_headline_is_on_the_first_screen_with_both_sides_engine_split(bases)
     change, = row["changes"]
     assert (base, new, ratio) == pytest.approx((row["base"], change["new"], change["ratio"]),
                                                rel=0.005)
+
+
+def test_a_reading_warning_is_in_the_diffs_report_too(tmp_path):
+    """Bug: a run cut short was said on stderr, but the diff's JSON `warnings` (and its text)
+    held only the diff's own: a report saved or pasted without stderr lost it. Every command's
+    report holds every warning the run said."""
+    cut = tmp_path / "cut-io.csv"
+    cut.write_bytes(IO_SERIAL.read_bytes()[:-7])  # the last line loses its newline and more
+    result = run("diff", IO_SERIAL, cut, "--format", "json", "--no-engine-log")
+    assert result.code == 0
+    said = [line.removeprefix("decode-analyze: warning: ") for line in result.err.splitlines()]
+    assert any("last line has no newline" in line for line in said)
+    assert result.json["warnings"] == said
+    text = " ".join(run("diff", IO_SERIAL, cut, "--no-engine-log").out.split())  # unwrapped
+    assert "warning: " + next(line for line in said if "no newline" in line) in text

@@ -7121,6 +7121,8 @@ class Run(namedtuple("Run", "path io_path", defaults=(None,))):
 
 SUMMARY_FIGURES = tuple(field.name for field in SUMMARY_ROW.shown())  # its table's numbers
 SUMMARY_SORTS = ("run",) + SUMMARY_FIGURES
+# --sort takes a column by the head the table shows too (`hit`, `decode ms`), as typed
+SUMMARY_HEADS = {field.shown.header.lower(): field.name for field in SUMMARY_ROW.shown()}
 
 
 def run_parts(argument):
@@ -9024,6 +9026,7 @@ def analyze_summary(arguments, reading, sort, logs=True, group=True):
     rows = grouped(rows, reading.warn, group)
     keys, common = differing_keys([row.pop("meta") for row in rows], rows)
     sortable = SUMMARY_SORTS + tuple(keys) + tuple(common)
+    sort = sort if sort is None or sort in sortable else SUMMARY_HEADS.get(sort.lower(), sort)
     if sort is not None and sort not in sortable:
         raise UsageError(f"--sort {sort!r}: not a column; one of {', '.join(sortable)}")
     if sort is not None:
@@ -9141,7 +9144,7 @@ def step_bounds(text):
 
 steps_range = option_type(step_bounds, lambda bounds: None in bounds or operator.le(*bounds),
                           "A:B with A <= B (either side optional)")
-sort_column = option_type(lambda text: text if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,40}", text)
+sort_column = option_type(lambda text: text if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_ /]{0,40}", text)
                           else None, lambda text: True, "a column or a preamble key")
 MAX_CACHE_MB = 1 << 30  # a PiB: past any device's memory
 
@@ -9441,8 +9444,9 @@ COMMANDS = {command.name: command for command in (
             "trace among the RUNs whose names pair (ct.csv with io.csv, x.csv with x-io.csv).",
             (Input("runs", "run", "the runs: traces, saved reports, or CT+IO", "+"),),
             (option("--sort", type=sort_column, metavar="COLUMN",
-                    help=f"sort the rows by a column ({', '.join(SUMMARY_SORTS)}) or a "
-                         f"preamble key, ascending, missing values last (default: as given)"),
+                    help=f"sort the rows by a column ({', '.join(SUMMARY_SORTS)}; or by its "
+                         f"head, as 'hit' or 'decode ms') or a preamble key, ascending, missing "
+                         f"values last (default: as given)"),
              option("--wide", action="store_true",
                     help=f"every figure's column, past {SUMMARY_WIDTH} columns (the default "
                          f"leaves out the percentiles, the engine's hit share, faults, ... "

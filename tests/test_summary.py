@@ -83,6 +83,8 @@ def test_sorting_by_a_column_and_by_a_preamble_key(capsys):
     assert [row["run"] for row in rows] == ["qwen3moe-l4-io-serial.csv",
                                             "qwen3moe-l4-io-overlap.csv",
                                             "qwen3moe-l4-ct-node.csv"]  # no I/O figure: last
+    for head in ("I/O est", "i/o EST"):  # the head the table shows, as typed
+        assert rows_of(*runs, "--sort", head) == rows
     rows = rows_of(*runs, "--sort", "overlap")
     assert [row["settings"]["overlap"] for row in rows] == ["0", "0", "1"]
     result = run("summary", *runs, "--sort", "nope")

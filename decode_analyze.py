@@ -7136,14 +7136,20 @@ def run_parts(argument):
 
 def in_pair_order(first, second, warn):
     """A run's two traces as (compute, io): given io first, swapped with a note, as their
-    preambles say which is which. Left as given when either is not a regular file (a pipe is
-    read once) or not a trace: the reading refuses what is wrong, with its line."""
+    preambles say which is which; two of one kind refused before either is read. Left as given
+    when either is not a regular file (a pipe is read once) or not a trace: the reading refuses
+    what is wrong, with its line."""
     if not (os.path.isfile(first) and os.path.isfile(second)):
         return first, second
     try:
-        if (trace_io.sniff(first), trace_io.sniff(second)) != ("io", "compute"):
-            return first, second
+        kinds = first_kind, second_kind = trace_io.sniff(first), trace_io.sniff(second)
     except TraceError:
+        return first, second
+    if first_kind == second_kind != "json":  # said before either is read
+        raise TraceError(display_name(second), 1, f"{'an' if first_kind == 'io' else 'a'} "
+                         f"{first_kind} trace, as {display_name(first)} is: a run's pair is its "
+                         f"compute trace and its io trace")
+    if kinds != ("io", "compute"):
         return first, second
     warn(f"{display_name(first)} is the io trace and {display_name(second)} the compute trace: "
          f"read as the run's compute trace and its io trace, in that order")

@@ -147,6 +147,19 @@ def test_a_run_given_as_io_plus_ct_is_read_as_ct_plus_io(command):
     assert turned_report == straight_report
 
 
+@pytest.mark.parametrize("command", ["report", "timeline", "summary"])
+def test_two_traces_of_one_kind_are_refused_before_either_is_read(command):
+    """'report ct.csv ct.csv' said 'read it with decode-analyze compute' of the second, after
+    reading the first whole."""
+    ct = ROOT / "tests/data/v2/ct.csv"
+    other = ROOT / "examples/session-ct.csv"
+    argv = [f"{ct}+{other}"] if command == "summary" else [ct, other]
+    result = run(command, *argv)
+    assert result.code == 1
+    assert result.err == (f"decode-analyze: {other}:1: a compute trace, as {ct} is: a run's "
+                          f"pair is its compute trace and its io trace\n")
+
+
 def test_a_pipe_is_not_sniffed_for_the_order(pair, tmp_path):
     """A pipe is read once: given io first it is refused as before, not half-read."""
     ct, io = pair

@@ -489,11 +489,32 @@ SWEEP_PAIRS = [(f"sweep/qwen3moe-l4-greedy-{run}-ct.csv", f"sweep/qwen3moe-l4-gr
 @pytest.mark.parametrize("inputs", [[REAL_TRACES[name]] for name in REAL_TRACES if "-io" in name]
                          + [[ROOT / "tests/data" / name for name in pair] for pair in SWEEP_PAIRS],
                          ids=lambda paths: "+".join(path.name for path in paths))
-def test_every_band_is_in_order(inputs):
+def test_every_band_is_in_order(inputs, sweep_calibration):
     """Bug: a cached run's larger cache (3.8 MiB on the sweep's 2 MiB run) said 'saves 2.07 to
     0.00 ms', min above max, and led the best changes with it: its MiB bounds were passed
-    fewest for most. Every what-if figure holds min <= point <= max, where each is given."""
-    r = report_with_warnings("report" if len(inputs) == 2 else "io", *inputs, "--what-if")
+    fewest for most. Every what-if figure holds min <= point <= max, where each is given, with
+    the default costs and with the sweep's calibrated ones."""
+    kind = "report" if len(inputs) == 2 else "io"
+    for costs in ([], ["--calibration", sweep_calibration]):
+        r = report_with_warnings(kind, *inputs, "--what-if", *costs)
+        assert_bands_in_order(r)
+        methods = [offered["method"] or "" for offered in r["what_if"]["settings"]]
+        io = r["io"] if kind == "report" else r
+        serial = io["meta"]["overlap"] == "0" and not decode_analyze.ran_cached(io)
+        # the fit is for serial runs without a cache (an overlapped or cached one has its own)
+        assert any("calibrated on 6 runs" in method for method in methods) == \
+            (bool(costs) and serial)
+
+
+@pytest.fixture(scope="module")
+def sweep_calibration(tmp_path_factory):
+    path = tmp_path_factory.mktemp("calibration") / "sweep.json"
+    sweep = sorted((ROOT / "tests/data/sweep").glob("*.csv"))
+    assert run("summary", *sweep, "--calibration-out", path).code == 0
+    return path
+
+
+def assert_bands_in_order(r):
     for offered in r["what_if"]["settings"]:
         for name, band in [("ms_per_token_saved", offered["ms_per_token_saved"]),
                            *offered["figures"].items()]:

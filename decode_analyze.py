@@ -8549,8 +8549,10 @@ def cache_panel(index, curve, meta):
 
 
 # The table each part's changes are drawn from, side by side, and its unit.
-DIFF_SIDE_BY_SIDE = {"compute": ("ms per token by op", "ms per token"),
-                     "io": ("MiB per token by lane", "MiB per token")}
+# The tables diff's SVG draws side by side, by part: the first of its tables with two rows or
+# more (a layer trace's ops are one, LAYER: its segments say more), and their unit.
+DIFF_SIDE_BY_SIDE = {"compute": (("ms per token by op", "ms per token by segment"), "ms per token"),
+                     "io": (("MiB per token by lane",), "MiB per token")}
 
 
 def diff_panels(report, start):
@@ -8563,8 +8565,9 @@ def diff_panels(report, start):
             panels.append(runs_panel(start + len(panels), section, sides))
     if report["latency_hist"]:
         panels.append(histograms_overlaid(start + len(panels), report["latency_hist"], sides))
-    for part, (title, unit) in DIFF_SIDE_BY_SIDE.items():
-        section = next((s for s in report["sections"] if s["title"] == title), None)
+    for part, (titles, unit) in DIFF_SIDE_BY_SIDE.items():
+        section = next((section for title in titles for section in report["sections"]
+                        if section["title"] == title and len(section["rows"]) > 1), None)
         if section:
             panels.append(side_by_side(start + len(panels), section, sides, unit))
     return panels
@@ -8621,13 +8624,18 @@ def histograms_overlaid(index, histograms, inputs):
     return panel
 
 
+SIDE_BY_SIDE_ROWS = 12  # a table's rows in a side-by-side panel, the largest changes first
+
+
 def side_by_side(index, section, inputs, unit):
-    rows = section["rows"][:12]
+    rows = section["rows"][:SIDE_BY_SIDE_ROWS]
     if section["key"] == "lane":  # lanes read best in their own order
         rows = sorted(rows, key=lambda row: (0, int(row["name"])) if re.fullmatch(
             r"-?[0-9]{1,20}", str(row["name"])) else (1, str(row["name"])))
     values = [[row["base"] or 0] + [c["new"] or 0 for c in row["changes"]] for row in rows]
-    panel = Panel(index, f"{section['title']}: the {len(rows)} largest changes", unit,
+    which = f"the {len(rows)} largest changes" if len(section["rows"]) > len(rows) else \
+        f"every {section['key']}"
+    panel = Panel(index, f"{section['title']}: {which}", unit,
                   max((max(v) for v in values), default=0), section["key"])
     width = panel.width / max(1, len(rows))
     for i, (row, group) in enumerate(zip(rows, values)):

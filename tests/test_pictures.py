@@ -180,7 +180,9 @@ def test_diff_draws_each_run_of_each_side_as_a_point(tmp_path):
 
 def test_untrusted_strings_are_escaped_in_svg(tmp_path, write):
     hostile = '<script>alert(1)</script> & "x"'
-    rows = [f'0,1,{step},0,0,"{hostile}\x1b[2J\x01","{hostile}",1000000,0' for step in (4, 5)]
+    rows = [row for step in (4, 5) for row in (  # two ops: diff draws a table of two rows up
+        f'0,1,{step},0,0,"{hostile}\x1b[2J\x01","{hostile}",1000000,0',
+        f"0,1,{step},1,0,MUL_MAT,ffn_moe_up-0,2000000,0")]
     trace = write(ct_text(rows), "a<b>&c.csv")
     root, target = svg_of(tmp_path, "diff", trace, trace)
     text = target.read_text()
@@ -526,6 +528,20 @@ def test_the_footer_fits_the_picture(tmp_path):
     assert str(path) in root.find(f"{SVG}title").text  # whole in the picture's title
 
 
+def test_a_layer_traces_diff_draws_its_segments_not_its_one_op(tmp_path):
+    """Bug: a layer trace's ops are one, LAYER: diff's SVG drew 'ms per token by op: the 1
+    largest changes', a single bar a side; its segments are what differ."""
+    base, new = (ROOT / "tests/data/runs" / f"{side}-1-ct.csv" for side in ("base", "new"))
+    root, _ = svg_of(tmp_path, "diff", base, new)
+    found = panels(root)
+    assert not [title for title in found if title.startswith("ms per token by op")]
+    segments = found["ms per token by segment: every segment"]
+    bars = [rect for rect in segments.iter(f"{SVG}rect") if rect.find(f"{SVG}title") is not None]
+    sides = report("diff", base, new)
+    table = next(s for s in sides["sections"] if s["title"] == "ms per token by segment")
+    assert len(bars) == 2 * len(table["rows"]) > 2  # base and new, a bar each, every segment
+
+
 def test_diff_draws_what_changed_and_lanes_in_order(tmp_path):
     serial, overlap = REAL_TRACES["qwen3moe-l4-io-serial.csv"], REAL_TRACES[
         "qwen3moe-l4-io-overlap.csv"]
@@ -534,7 +550,7 @@ def test_diff_draws_what_changed_and_lanes_in_order(tmp_path):
     assert RUNS_PANEL.format("io") in found
     hist = found["read latency, log2 buckets: every input's share of its reads"]
     assert len([l for l in hist.iter(f"{SVG}polyline")]) == 2
-    lanes = found["MiB per token by lane: the 4 largest changes"]
+    lanes = found["MiB per token by lane: every lane"]
     names = [t.text for t in lanes.iter(f"{SVG}text") if t.get("class") == "tick"
              and t.get("text-anchor") == "middle" and (t.text or "").isdigit()]
     assert names == ["0", "1", "2", "3"]

@@ -3086,8 +3086,14 @@ class ExpertCache:
         self.saved_bytes = list(accumulate(saved[:self.distinct + 1]))
 
     def capacity(self, mib):
-        """Experts a cache of `mib` MiB holds: whole experts, as the engine counts them."""
-        return int(mib * MIB // self.expert_bytes) if self.expert_bytes else 0
+        """Experts a cache of `mib` MiB holds: whole experts, as the engine counts them. A
+        whole size is the engine's --cache-mb, the experts that fit; a fractional one is a
+        resident MiB as its log prints it (to 0.1, or twice that), the whole count nearest
+        it: a 1 MiB cache of 192 KiB experts holds 5, 0.94 MiB, printed 0.9 (4.8 experts)."""
+        if not self.expert_bytes:
+            return 0
+        experts = mib * MIB / self.expert_bytes
+        return int(experts) if mib == int(mib) else round(experts)
 
     def at(self, capacity):
         """CacheOutcome of a cache of `capacity` experts (0: no cache)."""

@@ -75,20 +75,46 @@ def test_the_session_says_it_had_a_cache_and_its_hit_share_per_turn():
 def test_a_cache_that_never_hit_is_simulated_at_its_size_for_the_engines_figures():
     """The sweep's 1 MiB run: its cache (0.9 MiB, 4 experts) served nothing, so its trace holds
     every lookup and shows no cache; the engine's 0.0% hit, 1045 evictions and 1018 re-reads
-    had no figure of the tool's beside them. The LRU at its size gives 1046 and 1018."""
+    had no figure of the tool's beside them. The LRU at its size (5 experts: 0.94 MiB,
+    printed 0.9) gives them exactly."""
     ct, io = (ROOT / "tests/data/sweep" / f"qwen3moe-l4-greedy-cache1mb-{kind}.csv"
               for kind in ("ct", "io"))
     r = report_with_warnings("report", ct, io)
     assert r["io"]["meta"]["cache"] == "1" and not r["io"]["run_cache"]["detected"]
     figures = r["engine"]["figures"]
-    for name, engine, tool in (("hit_pct", 0.0, 0.0), ("evictions", 1045, 1046),
+    for name, engine, tool in (("hit_pct", 0.0, 0.0), ("evictions", 1045, 1045),
                                ("rereads", 1018, 1018)):
         assert (figures[name]["engine"], figures[name]["tool"]) == (engine, tool), name
         assert figures[name]["agrees"], name
     # the same from the io trace alone, with the what-if asked
     alone = report_with_warnings("io", io, "--what-if")["engine"]["figures"]
-    assert alone["evictions"]["tool"] == 1046
+    assert alone["evictions"]["tool"] == 1045
     assert report_with_warnings("io", io)["engine"]["figures"]["evictions"]["tool"] is None
+
+
+@pytest.mark.parametrize("run_name, experts", [("cache1mb", 5), ("cache2mb", 10),
+                                              ("cache4mb", 21)])
+def test_a_logs_resident_mib_is_the_whole_experts_nearest_it(run_name, experts):
+    """Bug: the log prints the cache's resident MiB to 0.1 (0.9, 1.9, 3.9 for --cache-mb 1, 2,
+    4 of 192 KiB experts: 5, 10 and 21 of them, 0.94, 1.88 and 3.94 MiB), and the tool took the
+    experts that fit under the printed figure: 4 and 20, one short, so evictions came out at
+    1046 and 572 against the engine's 1045 and 571. Now each is the engine's exactly."""
+    ct, io = (ROOT / "tests/data/sweep" / f"qwen3moe-l4-greedy-{run_name}-{kind}.csv"
+              for kind in ("ct", "io"))
+    r = report_with_warnings("report", ct, io)
+    figures = r["engine"]["figures"]
+    assert figures["evictions"]["tool"] == figures["evictions"]["engine"]
+    assert figures["rereads"]["tool"] == figures["rereads"]["engine"]
+    own = float(r["io"]["meta"]["cache_mb"])
+    at_own = next(s for s in r["what_if"]["settings"] if s["setting"] == "cache_mb"
+                  and s["value"] == own)
+    assert at_own["figures"]["experts"]["point"] == experts
+    expert_mib = 196608 / (1 << 20)
+    assert round(experts * expert_mib, 1) == own  # what the log printed
+    # a whole size is the engine's --cache-mb: the experts that fit under it
+    whole = report_with_warnings("report", ct, io, "--cache-mb", "1,2,4")["what_if"]
+    assert {s["value"]: s["figures"]["experts"]["point"] for s in whole["settings"]
+            if s["setting"] == "cache_mb"} == {1: 5, 2: 10, 4: 21}
 
 
 def test_the_engines_cache_figures_agree_on_the_cached_run():

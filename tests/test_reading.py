@@ -125,6 +125,17 @@ def test_not_a_trace(write):
     assert "not a decode trace" in error_of("compute", write("a,b,c\n1,2,3\n"))
 
 
+@pytest.mark.parametrize("command", ["compute", "io"])
+def test_a_saved_report_given_as_a_trace_says_what_reads_it(write, command):
+    """It said 'not a decode trace: no # compute_trace line and the header has neither
+    wall_ns nor latency_ns' of a report saved with --format json."""
+    saved = write(run("compute", ROOT / "examples/session-ct.csv", "--format", "json").out,
+                  "monday.json")
+    assert error_of(command, saved) == (f"decode-analyze: {saved}:1: a JSON file (a report saved with --format "
+                                        f"json?), not a trace: diff and summary read saved "
+                                        f"reports")
+
+
 def test_unknown_version_warns_once_and_reads(write):
     rows = GOOD * 1 + ["0,1,5,0,0,MUL_MAT,Qcur-0,1000000,0"]
     result = run("compute", write(ct_text(rows, preamble="# compute_trace v9\n")),

@@ -131,9 +131,9 @@ def test_a_saved_report_given_as_a_trace_says_what_reads_it(write, command):
     wall_ns nor latency_ns' of a report saved with --format json."""
     saved = write(run("compute", ROOT / "examples/session-ct.csv", "--format", "json").out,
                   "monday.json")
-    assert error_of(command, saved) == (f"decode-analyze: {saved}:1: a JSON file (a report saved with --format "
-                                        f"json?), not a trace: diff and summary read saved "
-                                        f"reports")
+    assert error_of(command, saved) == (f"decode-analyze: {saved}:1: a JSON file (a report "
+                                        f"saved with --format json?), not a trace: diff and "
+                                        f"summary read saved reports")
 
 
 def test_unknown_version_warns_once_and_reads(write):

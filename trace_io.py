@@ -526,7 +526,7 @@ class Trace:
     def require(self, kind, columns):
         """Fail unless this trace is of `kind` and has every one of `columns`, and the token
         columns, by which every read of the rows is grouped (batches, splits)."""
-        if self.kind is None and self.columns[:1] and self.columns[0].startswith(("{", "[")):
+        if self.kind is None and "".join(self.columns).startswith(("{", "[")):
             raise TraceError(self.name, self.header_line,
                              "a JSON file (a report saved with --format json?), not a trace: "
                              "diff and summary read saved reports")

@@ -5497,7 +5497,8 @@ def read_layers(report):
 def turn_rows(turns, report):
     """The session's turn lines, each beside what the traces hold of its turn: the MiB its
     decode reads, its hit %, its decode ms per token. Turns are matched in order: the engine
-    counts them from 1 (`turn id=1`), the trace from 0, so each row names both."""
+    counts them from 1 (`turn id=1`), the trace from 0, so each row names both; when the
+    traces hold fewer turns (--turn chose some), turn id=N is the trace's N-1 where it has it."""
     halves = report_halves(report)
     io, compute = halves.get("io"), halves.get("compute")
     read, walls = {}, defaultdict(list)
@@ -5506,7 +5507,8 @@ def turn_rows(turns, report):
     for token in compute["per_token"] if compute and compute["phase"] == "decode" else ():
         walls[token["turn"]].append(token["ms"])
     traced = sorted(set(read) | set(walls))
-    matched = traced if len(traced) == len(turns) else [None] * len(turns)
+    matched = traced if len(traced) == len(turns) else \
+        [turn - 1 if turn - 1 in traced else None for turn, *_ in turns]
     own = io.get("run_cache") if io else None
     hits = {row["turn"]: row["hit_share"] * 100 for row in own["turns"]} \
         if ran_cached(io) else {}

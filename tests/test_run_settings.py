@@ -72,8 +72,21 @@ def test_the_session_says_it_had_a_cache_and_its_hit_share_per_turn():
     assert "cache: this run had one" in run("report", *SESSION, "--explain").out
 
 
+def test_a_turn_chosen_is_still_set_beside_its_turn_line():
+    """Bug: with --turn 2 every turn line said 'trace ?' and 'traced n/a': turns were matched
+    only when the traces held as many as the log. The trace's turn 2 is turn id=3."""
+    whole = {t["turn"]: t for t in report("report", *SESSION)["engine"]["turns"]}
+    chosen = report("report", *SESSION, "--turn", "2")["engine"]["turns"]
+    assert [t["trace_turn"] for t in chosen] == [None, None, 2, None]
+    third = next(t for t in chosen if t["turn"] == 3)
+    for name in ("tool_read_mib", "tool_cache_hit_pct", "tool_ms_per_token"):
+        assert third[name] == whole[3][name], name
+    assert "turn 3 (trace 2): 64 generated, hit 13.5% (traced 12.9), read 88.2 MiB (traced " \
+        "88.2)" in run("report", *SESSION, "--turn", "2").out
+
+
 def test_a_cache_that_never_hit_is_simulated_at_its_size_for_the_engines_figures():
-    """The sweep's 1 MiB run: its cache (0.9 MiB, 4 experts) served nothing, so its trace holds
+    """The sweep's 1 MiB run: its cache (0.9 MiB, 5 experts) served nothing, so its trace holds
     every lookup and shows no cache; the engine's 0.0% hit, 1045 evictions and 1018 re-reads
     had no figure of the tool's beside them. The LRU at its size (5 experts: 0.94 MiB,
     printed 0.9) gives them exactly."""

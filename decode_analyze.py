@@ -2204,6 +2204,8 @@ def stretch_verdict(report):
     every = groups and len(groups) == len(set(report["category_us_by_token"]) or
                                           {row["name"] for row in report["segments"]})
     named = ", ".join(f"{g['name']} {num(g['ratio'], '.0f')}x" for g in (groups or ())[:SLOWEST])
+    left = len(groups or ()) - SLOWEST
+    named += f" and {left} more" if left > 0 else ""
     slowed = f"every {kind} ({named})" if every else named or (
         f"no one {kind} alone" if groups is not None else
         f"its {kind}s unknown (kept for the {KEPT_SLOW_TOKENS} slowest tokens only)")

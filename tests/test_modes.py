@@ -308,6 +308,10 @@ def test_a_stretch_in_a_layer_trace_names_its_segments():
     assert (stretch["first_step"], stretch["last_step"]) == (69, 106)
     assert {g["name"] for g in stretch["slowed"]} == {"pre", "blk.0", "blk.1", "blk.2",
                                                       "blk.3", "post"}
+    # its verdict names five, and says that one more slowed (it read as if five were all six)
+    text = next(v["text"] for v in r["verdicts"] if v["id"] == "slow_stretch")
+    named = ", ".join(f"{g['name']} {g['ratio']:.0f}x" for g in stretch["slowed"][:5])
+    assert text.endswith(f"slowed in it: every segment ({named} and 1 more)")
 
 
 def test_diff_bounds_the_routers_wait_under_overlap_by_the_serial_run(tmp_path):

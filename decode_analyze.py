@@ -220,7 +220,7 @@ WARNINGS = ("warnings", "every warning the run said on stderr (a command's repor
 # The engine's log is the run's, so a command's report holds it, never a pair's halves.
 LATER = ("engine", "verdicts", "warnings")
 REPORT_HEAD = (
-    ("schema", f"the JSON schema, {SCHEMA} (2 lacked the `*_by_token` samples)"),
+    ("schema", f"the JSON schema, {SCHEMA} (diff and summary read this one and the last)"),
     ("tool_version", "the decode-analyze that wrote it"),
     ("kind", "`compute`, `io`, `report`, `timeline`, `diff`, `summary` or `schema`"))
 SETTING = Record("setting", "`settings.<key>`: a setting the preamble lacks (README: settings)", (

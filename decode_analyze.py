@@ -8795,7 +8795,7 @@ def cache_contradiction(report, reading):
     None: a cache that served lookups (1% or more) where no decode token is short of its
     experts, or no cache (no moe-cache line) where tokens are."""
     own, hit = report["run_cache"], (reading.measured or {}).get("hit_pct")
-    said = {setting.key: setting for setting in reading.settings}
+    said = {setting.key: setting for setting in reversed(reading.settings)}  # first wins
     if not own or "cache" in said and said["cache"].source == "declared":
         return None
     if not own["detected"] and hit and hit >= 1:

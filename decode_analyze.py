@@ -8558,7 +8558,6 @@ def cache_panel(index, curve, meta):
     return cache
 
 
-# The table each part's changes are drawn from, side by side, and its unit.
 # The tables diff's SVG draws side by side, by part: the first of its tables with two rows or
 # more (a layer trace's ops are one, LAYER: its segments say more), and their unit.
 DIFF_SIDE_BY_SIDE = {"compute": (("ms per token by op", "ms per token by segment"), "ms per token"),

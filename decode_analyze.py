@@ -5431,11 +5431,11 @@ def own_cache_figures(io):
             figures["evictions"] = own["evictions"]
         return figures
     own_mib = meta_number(io["meta"], "cache_mb")
-    at_own = [setting["figures"] for setting in (io.get("what_if") or {}).get("settings", ())
-              if setting["setting"] == "cache_mb" and setting["value"] == own_mib]
-    if io["meta"].get("cache") != "1" or not at_own:
+    simulated = next((setting["figures"] for setting in (io.get("what_if") or {}).get(
+        "settings", ()) if setting["setting"] == "cache_mb" and setting["value"] == own_mib),
+        None)
+    if io["meta"].get("cache") != "1" or simulated is None:
         return {}
-    simulated, *_ = at_own
     return {"hit_pct": simulated["hit_share"]["point"] * 100,
             "evictions": simulated["evictions"]["point"],
             "rereads": simulated["rereads"]["point"]}

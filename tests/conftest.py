@@ -47,23 +47,23 @@ def reads(write):
     return write(io_text(SIX_READS))
 
 
-def one_token_traces(folder, count):
-    """A compute trace of `count` rows that all share one (turn, phase, step), and the same
-    rows as ordinary 160-row tokens."""
+def one_token_traces(folder, count, many=True):
+    """A compute trace of `count` rows that all share one (turn, phase, step), and (many) the
+    same rows as ordinary 160-row tokens."""
     rows = [f"{layer % 48},{('MUL_MAT', 'ADD', 'RMS_NORM')[i % 3]},blk-{layer % 48}-{i % 7},"
             f"{1000 + i % 977},{i % 5 == 0 and 2 or 0}" for i, layer in
             ((i, i // 7) for i in range(count))]
-    single = ct_text([f"0,1,7,{i},{row}" for i, row in enumerate(rows)])
-    many = ct_text([f"0,1,{7 + i // 160},{i % 160},{row}" for i, row in enumerate(rows)])
-    (folder / "single.csv").write_text(single)
-    (folder / "many.csv").write_text(many)
+    (folder / "single.csv").write_text(ct_text([f"0,1,7,{i},{row}" for i, row in enumerate(rows)]))
+    if many:
+        (folder / "many.csv").write_text(ct_text([f"0,1,{7 + i // 160},{i % 160},{row}"
+                                                  for i, row in enumerate(rows)]))
     return folder
 
 
 @pytest.fixture(scope="session")
 def one_token(tmp_path_factory):
     """16 MB of one token: large enough that holding its rows would show in the memory."""
-    return one_token_traces(tmp_path_factory.mktemp("one-token"), 320_000)
+    return one_token_traces(tmp_path_factory.mktemp("one-token"), 320_000, many=False)
 
 
 @pytest.fixture(scope="session")

@@ -169,13 +169,15 @@ def readme_block(language):
     return re.search(rf"```{language}\n(.*?)```", section, re.S).group(1)
 
 
-@pytest.fixture
-def report_csvs(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def readme_loop_folder(tmp_path_factory):
     """runs/a and runs/b, each a real pair, turned into runs/a.csv and runs/b.csv by the
-    README's own loop (decode-analyze being this checkout's script), in tmp_path."""
+    README's own loop (decode-analyze being this checkout's script): run once for the
+    queries that read them."""
     import shutil
     import subprocess
     import sys
+    tmp_path = tmp_path_factory.mktemp("readme-loop")
     for name in ("a", "b"):
         (tmp_path / "runs" / name).mkdir(parents=True)
         for part, source in zip(("ct", "io"), RUNS["report"][1:]):
@@ -188,8 +190,14 @@ def report_csvs(tmp_path, monkeypatch):
     done = subprocess.run(["bash", "-c", readme_block("sh")], cwd=tmp_path, env=env,
                           capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    monkeypatch.chdir(tmp_path)
-    return [tmp_path / "runs" / "a.csv", tmp_path / "runs" / "b.csv"]
+    return tmp_path
+
+
+@pytest.fixture
+def report_csvs(readme_loop_folder, monkeypatch):
+    """The README loop's runs/a.csv and runs/b.csv, with their folder the working one."""
+    monkeypatch.chdir(readme_loop_folder)
+    return [readme_loop_folder / "runs" / "a.csv", readme_loop_folder / "runs" / "b.csv"]
 
 
 def by_op_slowest_first():

@@ -266,6 +266,10 @@ def test_no_line_over_100_columns(name):
                    if ("-io" in other) == ("-io" in name) and other != name)
     out = run("diff", REAL_TRACES[name], REAL_TRACES[partner]).out  # one NEW: one column group
     assert max(map(len, out.splitlines())) <= 100, partner
+
+
+def test_no_line_of_the_session_report_over_100_columns():
+    """Once, not with every trace above: it does not depend on which."""
     out = run("report", REAL_TRACES["qwen3moe-l4-session-ct-node.csv"],
               REAL_TRACES["qwen3moe-l4-session-ct-node-io.csv"]).out
     assert max(map(len, out.splitlines())) <= 100

@@ -280,7 +280,7 @@ def busiest_lanes_by_row(runs):
     return closed_ns + max(open_lanes.values())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.lists(st.tuples(st.sampled_from("0123"), st.sampled_from(
     ["0", "1", "2", "3", "10", "7", "x"]), st.integers(0, 10 ** 7)), min_size=1, max_size=40),
     min_size=1, max_size=4), st.booleans())

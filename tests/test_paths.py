@@ -422,7 +422,7 @@ def read_both_ways(text, skip):
     return outcomes
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(header=st.sampled_from(HEADERS), edits=st.lists(st.tuples(
     st.integers(0, 8), st.sampled_from(AWKWARD)), min_size=1, max_size=3),
     row=st.integers(0, 2), skip=st.booleans(), crlf=st.booleans())

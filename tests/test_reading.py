@@ -574,7 +574,7 @@ def test_spec_other_than_0_or_1_is_a_bad_value(write, spec):
     assert demand["reads"] + speculative["reads"] == result.json["reads"]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(INTEGER_TEXTS, min_size=1, max_size=12), st.booleans())
 @example(["0", "0", "18446744073709551615"], False)  # a mostly-zero column gave 2^64-1 up
 def test_bulk_integers_are_the_rule_or_nothing(plain, last_column):

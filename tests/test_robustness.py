@@ -12,7 +12,7 @@ from helpers import REAL_TRACES, ROOT, ct_text, run_measured
 # The suite's share of fuzzing, bounded so that the whole suite stays well inside a minute on a
 # slow machine; longer runs are by hand (python3 tests/fuzz.py --seed N --cases 1000). The parts
 # are tests of their own, which the two workers of pytest -n 2 share out (worksteal evens them).
-CASES, PARTS = 60, 4
+CASES, PARTS = 40, 4
 
 
 TOOL = str(ROOT / "decode_analyze.py")

@@ -2545,6 +2545,18 @@ WHAT_IF_BASELINE = Record("what-if baseline", "`what_if.baseline`: the run as tr
     ("o_direct", "0/1 (null: not named)"), ("overlap", "0/1 (null: not named)"),
     ("expert_bytes", "an expert's bytes, as the cache counts them"),
     ("io_wall_ms_per_token", "the I/O estimate per token", PER_TOKEN)))
+BAND = Record("calibrated band", "`what_if.settings[].band`", (
+    ("half_ms", "half its width about a point, ms per token: the largest error the "
+                "calibration's leave-one-out saw for this kind of change (a kind never held "
+                "out: the largest of any), at least the quiet repeats' spread (a cache's MiB "
+                "band widens its ends further)"),
+    ("decode_share", "its width over the run's decode (the log's, else the calibration's "
+                     "base)"),
+    ("known", "whether it is 40% of the decode or narrower: a wider one is no saving (its "
+              "ms_per_token_saved null), said 'not known from these runs'"),
+    ("errors_of", "the kinds of change whose errors it rests on (`cache_mb`, `io_threads`, "
+                  "`overlap`, `+` between a pair's)"),
+    ("validated", "whether the calibration held out a configuration of each of those kinds")))
 WHAT_IF_SETTING = Record("what-if setting", "`what_if.settings[]`, largest saving first", (
     ("setting", "the engine setting: cache_mb, o_direct, io_threads, overlap, coalesce, "
                 "prefetch"),
@@ -2553,7 +2565,11 @@ WHAT_IF_SETTING = Record("what-if setting", "`what_if.settings[]`, largest savin
     ("ms_per_token_saved", "the decode time it would save per token", FIGURE),
     ("method", "how the figures were got, and what they assume"),
     ("fits", "false when its MiB exceed a declared mem_limit_mb, else null (no limit known, "
-             "or not a size)")))
+             "or not a size)"),
+    ("band", "how a calibrated saving's band was made (null uncalibrated: the band is the "
+             "range the default costs allow)", BAND),
+    ("narrow_with", "for a band too wide to be known, the run that would narrow it; else "
+                    "null")))
 REUSE = Record("reuse", "io `reuse` (null without --cache or --what-if)", (
     ("lookups", "expert lookups: (token, layer, expert) demanded, prefill included"),
     ("experts", "distinct (layer, expert) looked up"),
@@ -2564,8 +2580,14 @@ REUSE = Record("reuse", "io `reuse` (null without --cache or --what-if)", (
     ("judged", "the cache the cache verdict judges: the what-if of --cache-mb half the "
                "experts' footprint (whole MiB), its stake that setting's ms_per_token_saved "
                "max (null for a run that had a cache)", WHAT_IF_SETTING)))
+CALIBRATED = Record("calibrated what-if", "`what_if.calibrated` (null without --calibration)", (
+    ("runs", "the runs the calibration was fitted on"), ("model", "their model"),
+    ("inside", "of its held-out configurations, those inside their band"),
+    ("checked", "those whose band was a check: 40% of the decode or narrower"),
+    ("median_band_share", "the median width of those bands, over the base decode")))
 WHAT_IF = Record("what if", "`what_if` (io: with --what-if; report: always)", (
     ("schema", "the JSON schema"), ("baseline", "the run as traced", WHAT_IF_BASELINE),
+    ("calibrated", "what the calibration it uses showed of itself", CALIBRATED),
     ("settings", "one per setting, largest ms_per_token_saved first (README: rank)",
      ListOf(WHAT_IF_SETTING))))
 IO_TOKEN = Record("io token", "io `heaviest`, `per_token`", (
@@ -3248,17 +3270,36 @@ def cache_shares(counts):
 
 
 # ── io: what each engine setting would buy ───────────────────────────────────────────────────────
-# What real runs of the engine support (../shared/traces/README.md and the issue that asked for
-# this): the bounds below are theirs, not a model's.
-LANE_BOUND = 0.25  # io_threads 1 or 8: the I/O time within this share of now either way
-# Repeats of one command on one machine: the shared sweep's three serial runs read the same
-# bytes in an estimated 1.94, 3.24 and 3.60 ms a token (the engine: 2.13-3.85), so a saving's
-# ms is known within this share either way.
-IO_RUN_SPREAD = 0.30
-# What a cache's management costs a lookup, at most, where the run had none to measure: the
-# most real cached runs logged, 23 ms a token at 64 MiB on a 48-layer top-8 model (384 lookups
-# a token; 18 at 256 MiB, 11 at 512). A cache can make a run slower by that much.
-MANAGEMENT_MS_PER_LOOKUP = 0.06
+# A decoded token is its compute and its I/O part. The I/O part of a serial run is the MiB it
+# reads at its lane count's ms per MiB (with a cache, that rate times the cached reads' factor:
+# a cached run's reads are slower a MiB) plus the cache's management, a cost a miss; of an
+# overlapped run, the serial part times the overlap factor (below 1: the reads hidden; above:
+# the readers slowed compute down). A setting changes the I/O part alone, so its saving is the
+# run's own I/O part less the part at the setting, and the run's compute, which a busy machine
+# inflates tenfold, is set aside. Each coefficient is fitted on the user's runs (summary
+# --calibration-out), or else is one of DEFAULT_COSTS, what real runs of the engine showed.
+def known_cost(value, low, high):
+    """A cost (`calibration` costs' shape) known from real runs rather than fitted."""
+    return {"value": value, "min": low, "max": high, "n": 0, "residual": 0.0}
+
+
+DEFAULT_COSTS = {
+    # I/O goes as lanes ** -exponent: real runs read at 207 / 594 / 964 us a read on 1 / 4 / 8
+    # lanes (0.24 from 4 to 1 lane, 0.30 from 4 to 8), and a 48-layer run at 433 MiB/s on 1
+    # lane against 855 on 4 (0.49)
+    "lane_exponent": known_cost(0.37, 0.2, 0.55),
+    # a cached run's reads, a MiB, over the same run's without a cache: a 48-layer model's at
+    # 64, 256 and 512 MiB 1.3-1.45x, the 4-layer sweep's (../shared/traces/sweep) 0.84-1.09x
+    "cached_rate_factor": known_cost(1.3, 0.84, 1.55),
+    # its cache management follows the misses: 23, 18 and 11 ms a token at 0, 17 and 39% hit
+    # of 384 lookups is 0.060, 0.057 and 0.047 ms a miss
+    "management_ms_per_miss": known_cost(0.055, 0.045, 0.062)}
+ENGINE_MS_ROUNDING = 0.5  # the engine prints s/token to 3 decimals
+BAND_MOST_SHARE = 0.40  # a calibrated band wider than this share of the decode is not known
+DEFAULT_LANES = (1, 2, 4, 8)  # the lane counts a what-if tries (--io-threads: yours)
+# What a what-if is asked to try: cache sizes (--cache-mb) and lane counts (--io-threads), ()
+# for the defaults.
+Asked = namedtuple("Asked", "cache_sizes lanes", defaults=((), ()))
 
 
 CACHE_BYTES_METHOD = (
@@ -3266,19 +3307,17 @@ CACHE_BYTES_METHOD = (
     "recently used out, prefill lookups counted, speculative reads left out; band: one expert "
     "fewer to one more (near a working set's knee one expert moves the hit share by tens of "
     "points)")
-CACHE_METHOD = CACHE_BYTES_METHOD + (
-    ". ms, in parts: the MiB saved at this run's I/O ms per MiB, within the 30% real "
-    "repeats' I/O spreads and at most the I/O itself (overlap=1: the stall; undetermined "
-    "without one); less the cache's management: a cached run's own from its log (a point), "
-    "else 0 to 0.06 ms a lookup, what real cached runs logged, so a cache may be slower")
-
-
 CACHED_CACHE_METHOD = (
     "this run had a cache, so its trace holds the misses alone: a simulation over them would "
     "take misses for every lookup. At its own size, its own hit share (the lookups missing "
     "from the trace); larger, at least that (a larger LRU serves every lookup a smaller one "
     "does) and at most every expert kept once read; smaller, at most its own. A trace of a run "
     "without a cache gives the curve")
+UNCALIBRATED_METHOD = (
+    "ms: this run's I/O and cache management less the setting's, from the run's own ms per MiB "
+    "and what real runs showed (the README's What would it buy): I/O as lanes to the power "
+    "-0.2 to -0.55, cached reads 0.84-1.55x the time a MiB, management 0.045-0.062 ms a miss; "
+    "the band is their range; compute is set aside")
 
 
 def held_share(experts, distinct):
@@ -3370,9 +3409,144 @@ def request_overhead(io):
     return min(1.0, fixed / latency["mean"])
 
 
+# A configuration as the token model sees it: its MiB read a token, lanes, whether it has a
+# cache, its misses a token and whether it overlaps.
+Config = namedtuple("Config", "mib lanes cached misses overlap")
+Ranged = namedtuple("Ranged", "value low high")  # a figure and the range its costs allow
+# What a setting is said to save: its ms_per_token_saved, how it was got, a calibrated band
+# (None uncalibrated) and the run that would narrow a band too wide.
+Said = namedtuple("Said", "saved method band narrow_with", defaults=(None, None))
+
+
+def ranged_of(cost):
+    return Ranged(cost["value"], cost["min"], cost["max"])
+
+
+def scaled_range(span, by):
+    """span times a positive Ranged (each end by the product's extremes)."""
+    ends = [end * factor for end in (span.low, span.high) for factor in (by.low, by.high)]
+    return Ranged(span.value * by.value, min(ends), max(ends))
+
+
+def added(span, more):
+    return Ranged(span.value + more.value, span.low + more.low, span.high + more.high)
+
+
+class TokenModel:
+    """The I/O part of a decoded token at any configuration (the model above): the costs are
+    the calibration's where it fitted them, else DEFAULT_COSTS; the rates are anchored at the
+    lane counts the calibration's serial runs read at (uncached), else at the run's own (its
+    ms per MiB now, cached where it had a cache). A cached run's own management a miss (its
+    log's) stands for the default's where the calibration has none."""
+
+    def __init__(self, fit, own, own_ms_per_mib, own_management=None):
+        self.fit = fit
+        fitted = fit or {}
+        self.costs = {name: fitted.get(name) or cost for name, cost in DEFAULT_COSTS.items()}
+        if own_management is not None and not fitted.get("management_ms_per_miss"):
+            self.costs["management_ms_per_miss"] = own_management
+        self.fitted = {name for name in DEFAULT_COSTS if fitted.get(name)}
+        self.overlap = fitted.get("overlap_factor")
+        anchors = {int(lanes): ranged_of(cost) for lanes, cost in
+                   (fitted.get("ms_per_mib") or {}).items()}
+        self.anchored_cached = False  # whether the anchors are rates of cached reads
+        if not anchors and own_ms_per_mib:
+            anchors = {own.lanes: Ranged(own_ms_per_mib, own_ms_per_mib, own_ms_per_mib)}
+            self.anchored_cached = own.cached
+        self.anchors = anchors
+
+    def rate(self, lanes, cached=False):
+        """ms per MiB at `lanes`, of cached reads or not: an anchor's, or the nearest anchor's
+        along the lane curve, times (or over) the cached factor where the anchor's reads were
+        not (were) cached; None without an anchor."""
+        if not self.anchors or not lanes:
+            return None
+        rate = self.lane_rate(lanes)
+        if cached == self.anchored_cached:
+            return rate
+        factor = ranged_of(self.costs["cached_rate_factor"])
+        if cached:
+            return scaled_range(rate, factor)
+        return scaled_range(rate, Ranged(1 / factor.value, 1 / factor.high, 1 / factor.low))
+
+    def lane_rate(self, lanes):
+        if lanes in self.anchors:
+            return self.anchors[lanes]
+        near = min(self.anchors, key=lambda anchor: (abs(math.log(anchor / lanes)), anchor))
+        exponent = ranged_of(self.costs["lane_exponent"])
+        if lanes > near and "lane_exponent" not in self.fitted:
+            # past every lane count measured the drive's queue may be full: no gain at least
+            exponent = exponent._replace(low=0.0)
+        moves = [(near / lanes) ** power for power in (exponent.low, exponent.high)]
+        return scaled_range(self.anchors[near], Ranged((near / lanes) ** exponent.value,
+                                                    min(moves), max(moves)))
+
+    def part(self, config):
+        """The I/O part of a token at `config` as a Ranged, or None where the model has no rate
+        (or, overlapped, no fitted overlap factor)."""
+        rate = self.rate(config.lanes, config.cached)
+        if rate is None or (config.overlap and self.overlap is None):
+            return None
+        mib = Ranged(config.mib, config.mib, config.mib)
+        part = scaled_range(rate, mib)
+        if config.cached:
+            misses = Ranged(config.misses, config.misses, config.misses)
+            part = added(part, scaled_range(ranged_of(self.costs["management_ms_per_miss"]),
+                                           misses))
+        return scaled_range(part, ranged_of(self.overlap)) if config.overlap else part
+
+    def validated_half(self, kinds):
+        """The half-width of a calibrated band for a change of `kinds`: the largest error the
+        calibration's leave-one-out saw for each kind (summed over a pair's kinds; a kind it
+        never held out: the largest of any), never below the quiet repeats' spread; None
+        uncalibrated or with nothing held out."""
+        errors = (self.fit or {}).get("errors_ms") or {}
+        if not errors:
+            return None
+        worst = max(errors.values())
+        return max(sum(errors.get(kind, worst) for kind in kinds),
+                   self.fit.get("quiet_spread_ms") or 0.0)
+
+
+def narrowing_run(kinds, name, value, fit):
+    """The run that would narrow a band too wide to be known: one at the setting itself when
+    its kind was never held out or missed widely, else quieter repeats of the base."""
+    errors = (fit or {}).get("errors_ms") or {}
+    spread = (fit or {}).get("quiet_spread_ms") or 0.0
+    if all(kind in errors for kind in kinds) and spread >= max(errors[kind] for kind in kinds):
+        return "repeat the base run on a quiet machine (its repeats' spread is the band)"
+    return f"run {name}={value} once"
+
+
+def logged_tokens(generated, read_tokens):
+    """The tokens the engine's log says the run generated, where they count a trace's tokens
+    as the engine does: every decoded token, those served whole from a cache (which have no
+    io row) too, every position of a speculative decode; None when the log gives none, or
+    fewer than the trace read on (a log of another run)."""
+    return generated if generated and generated >= read_tokens else None
+
+
+def another_model(fitted, report, cache):
+    """Why a calibration is of another model than the run's (its name, layers, top-k or
+    expert size), or None."""
+    meta, own = report["meta"], report["run_cache"] or {}
+    run = {"model": meta.get("model"), "n_layer": meta_int(meta, "n_layer") or None,
+           "top_k": own.get("top_k"), "expert_mib": cache.expert_bytes / MIB or None}
+    differ = [key for key, value in run.items() if value is not None and fitted.get(key)
+              is not None and (value != fitted[key] if key != "expert_mib"
+                               else abs(value - fitted[key]) > 0.01 * value)]
+    if not differ:
+        return None
+    said = ", ".join(f"{key} {fitted[key]}" for key in differ)
+    return (f"fitted on another model ({said}; this run: "
+            f"{', '.join(f'{key} {run[key]}' for key in differ)}): fit one on this model's "
+            f"runs with summary --calibration-out")
+
+
 class WhatIf:
     """The inputs every setting's figures come from: the io report (per read-token), the
-    expert cache and the coalesced runs, and what a millisecond of I/O is worth in MiB."""
+    expert cache and the coalesced runs, what the run measured (its log: flash I/O, cache
+    management, decode) and the calibration (--calibration), and the token model of both."""
 
     def __init__(self, report, cache, coalesced_runs, lookups, measured=None):
         self.report, self.cache, self.runs = report, cache, coalesced_runs
@@ -3382,60 +3556,136 @@ class WhatIf:
         self.ms_per_mib = ratio(self.estimate, report["mib_per_token"])
         measured = measured or {}
         self.cap = overlap_cap(report["meta"], measured, self.tokens)  # inf: serial
-        self.management = measured.get("cache_mgmt_ms_per_token") or 0.0
+        # the log's figures are per generated token, the report's per read-token
+        generated = logged_tokens(measured.get("tokens"), self.tokens)
+        self.per_read = generated / self.tokens if generated else 1.0
+        self.management = (measured.get("cache_mgmt_ms_per_token") or 0.0) * self.per_read
         self.fit = measured.get("calibration")  # summary --calibration-out's, from --calibration
-        # a run repeated decodes anywhere in the range its repeats show (twice their spread:
-        # a half-range), so a saving, the difference of two runs, does: of its decode (the
-        # log's, else at least its I/O)
-        self.noise_ms = 2 * ((self.fit or {}).get("repeat_spread") or 0.0) * \
-            (measured.get("decode_ms_per_token") or self.estimate or 0.0)
+        problem = self.fit and another_model(self.fit["model"], report, cache)
+        if problem:
+            raise TraceError(measured["calibration_path"], 0, problem)
+        decode = measured.get("decode_ms_per_token") or (self.fit or {}).get("base_decode_ms")
+        self.decode = None if decode is None else decode * self.per_read
+        flash = measured.get("flash_io_ms_per_token")
+        self.io_ms = self.estimate if flash is None or self.cap != math.inf else \
+            flash * self.per_read
+        # a cache that served nothing (0% hit: its trace holds every lookup) managed all the same
+        cached = ran_cached(report) or cache_in_settings(report["meta"])
+        self.own = Config(report["mib_per_token"],
+                          meta_int(report["meta"], "io_threads") or report["lanes"], cached,
+                          self.misses(report["mib_per_token"]) if cached else 0.0,
+                          report["meta"].get("overlap") == "1")
+        self.model = TokenModel(self.fit, self.own, ratio(self.io_ms, report["mib_per_token"]),
+                                self.own_management(measured))
 
-    def fitted_rate(self, key):
-        """(least, most) ms per MiB the calibration gives at `key` (`4`, `4 cached`); None
-        without one."""
-        cost = (self.fit or {}).get("ms_per_mib", {}).get(key)
-        return (cost["min"], cost["max"]) if cost else None
+    def own_management(self, measured):
+        """A cached run's management a miss from its log (printed to 1 ms: +- half of it), or
+        None."""
+        managed = measured.get("cache_mgmt_ms_per_token")
+        if managed is None or not self.own.misses:
+            return None
+        misses = self.own.misses / self.per_read  # per generated token, as the log's
+        return known_cost(managed / misses, max(0.0, managed - ENGINE_MS_ROUNDING) / misses,
+                          (managed + ENGINE_MS_ROUNDING) / misses)
 
-    def calibrated(self, least, most, method):
-        """A calibrated saving: [least, most] widened by the repeats' noise, never above the
-        I/O estimate (nor the stall: `cap`), and its method."""
-        return (figure(None, least - self.noise_ms,
-                       capped(min(most + self.noise_ms, self.estimate), self.cap)),
-                f"{self.fitted_on()}: {method}, +-{self.noise_ms:.2f} ms (the range of the "
-                f"decode its repeats show)")
+
+    def own_part(self):
+        """The run's own I/O part as measured (serial: its I/O, the log's where it has one, and
+        its cache management), as the model gives it (overlapped); None unknown."""
+        if self.own.overlap and self.model.overlap is not None:
+            part = self.model.part(self.own)
+            return None if part is None else part.value
+        return self.io_ms + self.management
+
+    def saving(self, config, name, value):
+        """What a change to `config` (name=value) is Said to save, or None when the model
+        cannot say (no rate; overlapped without a fitted overlap factor).
+        Calibrated: its point plus or minus the band validated_half gives, not known (no
+        figure, the run that would narrow it) when wider than BAND_MOST_SHARE of the decode;
+        uncalibrated: the range the default costs allow."""
+        if self.model.overlap is None:  # uncalibrated overlap: the serial part, then capped
+            config = config._replace(overlap=False)
+        own, part = self.own_part(), self.model.part(config)
+        if own is None or part is None:
+            return None
+        kinds = tuple(name.split("+"))
+        point = own - part.value
+        half = self.model.validated_half(kinds)
+        if half is None:
+            return Said(figure(point, own - part.high, own - part.low), UNCALIBRATED_METHOD)
+        half *= self.per_read
+        share = ratio(2 * half, self.decode)
+        known = share is not None and share <= BAND_MOST_SHARE
+        band = BAND(half_ms=half, decode_share=share, known=known,
+                    errors_of="+".join(kinds), validated=sorted(
+                        set(kinds) & set(self.fit.get("errors_ms") or ())) == sorted(kinds))
+        method = self.fitted_on() + (
+            ": this run's I/O and cache management less the setting's at the fitted costs, +- "
+            "the largest error its leave-one-out saw for this kind of change (never below the "
+            "quiet repeats' spread); compute is set aside")
+        if not known:
+            return Said(figure(None, None, None), method, band,
+                        narrowing_run(kinds, name, value, self.fit))
+        return Said(figure(point, point - half, point + half), method, band)
 
     def fitted_on(self):
-        return f"calibrated on {len(self.fit['runs'])} runs (--calibration)"
-
-    def fitted_management(self):
-        """(least, most) ms of management a token, from the calibration; None without it."""
-        cost = (self.fit or {}).get("management_ms_per_lookup")
-        own = self.report["run_cache"]
-        if not cost or not own:
-            return None
-        lookups = own["layers"] * own["top_k"]
-        return cost["min"] * lookups, cost["max"] * lookups
+        fit = self.fit
+        return f"calibrated on {len(fit['runs'])} runs of {fit['model']['model']} (--calibration)"
 
     def per_token_mib(self, total_bytes):
         return total_bytes / MIB / self.tokens
 
-    def setting(self, name, value, figures, saved, method, fits=None):
+    def setting(self, name, value, figures, said, fits=None):
         return WHAT_IF_SETTING(setting=name, value=value, figures=figures,
-                               ms_per_token_saved=saved, method=method, fits=fits)
+                               ms_per_token_saved=said.saved, method=said.method, fits=fits,
+                               band=said.band, narrow_with=said.narrow_with)
+
+    def modelled(self, name, value, figures, config, method):
+        """A setting whose ms the token model gives (its method after `method`), or no saving
+        predicted."""
+        said = self.saving(config, name, value)
+        if said is None:
+            return self.setting(name, value, figures, Said(
+                figure(None, None, None), method + ". ms not predicted: no rate for it"))
+        saved = said.saved
+        if self.cap != math.inf and said.band is None:
+            saved = self.stall_bound(saved["min"], saved["max"])
+        return self.setting(name, value, figures, said._replace(
+            saved=saved, method=f"{method}. {said.method}"))
+
+    def stall_bound(self, low, high):
+        """An uncalibrated saving of an overlapped run: no point, at most the stall (none
+        known: undetermined), and at least as slow as the serial figure says."""
+        if self.cap is None:
+            return figure(None, None, None)
+        return figure(None, None if low is None else min(0.0, low), capped(high, self.cap))
 
     def fits(self, mib):
         """False when a cache of `mib` MiB exceeds a declared mem_limit_mb, else None."""
         limit = meta_number(self.report["meta"], "mem_limit_mb")
         return False if limit is not None and mib > limit else None
 
-    def cache_settings(self, cache_sizes):
+    def cache_settings(self, asked):
         """One per size asked for (--cache-mb), when an expert's size is known; for a run
-        that had a cache, what its trace of misses can honestly say."""
+        that had a cache, what its trace of misses can honestly say, and the cache off."""
         if not self.cache.expert_bytes:
             return []
+        own = self.report["run_cache"]
+        off = [self.off_setting(own)] if self.own.cached and own else []
         if ran_cached(self.report):
-            return [self.cached_setting(mib, self.report["run_cache"]) for mib in cache_sizes]
-        return [self.cache_setting(mib) for mib in cache_sizes]
+            return off + [self.cached_setting(mib, own) for mib in asked.cache_sizes]
+        return off + [self.cache_setting(mib) for mib in asked.cache_sizes]
+
+    def off_setting(self, own):
+        """cache_mb=0 on a run that had a cache: every lookup read, at the uncached rate, no
+        management."""
+        hit = own["hit_share"] or 0.0
+        now = self.report["mib_per_token"]
+        mib = now / (1 - hit) if hit < 1 else now
+        return self.modelled("cache_mb", 0, {"mib_per_token": figure(mib)},
+                             self.own._replace(mib=mib, cached=False, misses=0.0),
+                             "the cache off: every lookup read, as the trace's misses show "
+                             f"{hit:.1%} of them served")
 
     def cached_setting(self, mib, own):
         """A size for a run that had a cache: its own hit share at its own size (or bounds,
@@ -3465,8 +3715,8 @@ class WhatIf:
         # the most hits read the fewest MiB
         fewest, middle, most = (mib_at(shares[bound]) for bound in ("max", "point", "min"))
         figures.update(hit_share=shares, mib_per_token=figure(middle, fewest, most))
-        return self.setting("cache_mb", mib, figures, self.bytes_saved(fewest, middle, most),
-                            CACHED_CACHE_METHOD, self.fits(mib))
+        return self.cache_change("cache_mb", mib, figures, (fewest, middle, most),
+                                 CACHED_CACHE_METHOD, self.fits(mib))
 
     def cache_setting(self, mib):
         cache = self.cache
@@ -3474,119 +3724,88 @@ class WhatIf:
         low, point, high = (cache.at(capacity + step) for step in (-1, 0, 1))
         read = self.report["read_bytes"]
         fewest, middle, most = (self.per_token_mib(read - outcome.saved_bytes) for outcome in
-                             (high, point, low))
+                                (high, point, low))
 
         def spread(name):
             values = [getattr(outcome, name) for outcome in (low, point, high)]
             _, middle, _ = values
             return figure(middle, min(values), max(values))
-        return self.setting("cache_mb", mib, {
+        return self.cache_change("cache_mb", mib, {
             "experts": figure(point.experts, low.experts, high.experts),
             "experts_share": held_share(point.experts, cache.distinct),
             "hit_share": figure(point.hit_share, low.hit_share, high.hit_share),
             "mib_per_token": figure(middle, fewest, most),
             "evictions": spread("evictions"), "rereads": spread("rereads"),
-            "resident_mib": point.resident_bytes / MIB},
-            *self.cache_saving(fewest, middle, most), self.fits(mib))
+            "resident_mib": point.resident_bytes / MIB}, (fewest, middle, most),
+            CACHE_BYTES_METHOD, self.fits(mib))
 
-    def cache_saving(self, fewest, middle, most):
-        """(ms_per_token_saved, method) of a cache on an uncached run: from the calibration,
-        where it has a cached run's ms per MiB at this run's lanes (a cache changes the reads'
-        throughput): the I/O now less the MiB left at that rate, less the fitted management;
-        else bytes_saved."""
-        rates = self.fitted_rate(f"{self.report['lanes']} cached")
-        managing = self.fitted_management()
-        if rates is None or managing is None or self.cap != math.inf:
-            return self.bytes_saved(fewest, middle, most), CACHE_METHOD
-        (fast, slow), (cheap, dear) = rates, managing
-        estimate = self.estimate
-        return self.calibrated(
-            estimate - most * slow - dear, min(estimate - fewest * fast, estimate) - cheap,
-            CACHE_BYTES_METHOD + ". ms: the I/O now less the MiB left at the cached runs' ms "
-            "per MiB (their range), less their management a lookup")
+    def cached_config(self, mib):
+        """The run's configuration with a cache that leaves `mib` MiB a token to read."""
+        return self.own._replace(mib=mib, cached=True, misses=self.misses(mib))
 
-    def bytes_saved(self, fewest, middle, most):
-        """The ms per token a cache that reads fewer MiB saves, made of its parts: the MiB
-        saved at this run's I/O ms per MiB, within the spread repeats show (IO_RUN_SPREAD),
-        never more than the reads cost (the I/O estimate; overlap=1: the stall, unknown without
-        one); less the cache's management: the run's own, from its log, when it had a cache
-        (then a point), else 0 to MANAGEMENT_MS_PER_LOOKUP a lookup (no point: it may cost)."""
-        now, per_mib = self.report["mib_per_token"], self.ms_per_mib
-        if not per_mib or self.cap is None:
-            return figure(None, None, None)
-        least, gain, most_gain = (None if mib is None else (now - mib) * per_mib
-                                  for mib in (most, middle, fewest))
-        ceiling = min(self.estimate, self.cap)
-        if ran_cached(self.report):  # its own management, measured
-            cost_low = cost_high = self.management
-        else:
-            own = self.report["run_cache"]
-            cost_low, cost_high = 0.0, (own["layers"] * own["top_k"] * MANAGEMENT_MS_PER_LOOKUP
-                                        if own else None)
-        high = min(most_gain * (1 + IO_RUN_SPREAD), ceiling) - cost_low
-        low = None if cost_high is None else \
-            min(least * (1 - IO_RUN_SPREAD), ceiling) - cost_high
-        if self.cap != math.inf:  # overlapped: the stall bounds it, no point
-            return figure(None, None if low is None else min(0.0, low), high)
-        point = min(gain, ceiling) - cost_low if cost_low == cost_high and gain is not None \
-            else None
-        return figure(point, low, high)
+    def misses(self, mib):
+        """A cached configuration's misses a token: its MiB read, an expert each."""
+        expert_mib = self.cache.expert_bytes / MIB
+        return mib / expert_mib if expert_mib else 0.0
 
-    def o_direct_settings(self, cache_sizes):
-        """Buffered reads, for a run that read with O_DIRECT."""
+    def cache_change(self, name, mib, figures, mibs, method, fits):
+        """A cache of `mib` MiB reading mibs = (fewest, middle, most) MiB a token: the token
+        model's saving over the MiB's band, its point where the middle is known."""
+        fewest, middle, most = (None if one is None else self.saving(
+            self.cached_config(one), name, mib) for one in mibs)
+        if fewest is None or most is None:
+            return self.setting(name, mib, figures, Said(
+                figure(None, None, None), method + ". ms not predicted: no rate for it"), fits)
+        said = (middle or fewest)._replace(method=f"{method}. {(middle or fewest).method}")
+        if said.band is not None and not said.band["known"]:
+            return self.setting(name, mib, figures, said, fits)
+        point = None if middle is None else middle.saved["point"]
+        saved = figure(point, most.saved["min"], fewest.saved["max"])
+        if self.cap != math.inf and said.band is None:
+            saved = self.stall_bound(saved["min"], saved["max"])
+        return self.setting(name, mib, figures, said._replace(saved=saved), fits)
+
+    def o_direct_settings(self, asked):
+        """Buffered reads, for a run that read with O_DIRECT; O_DIRECT, for one that did not."""
+        if self.report["meta"].get("o_direct") == "0":
+            return [self.setting("o_direct", 1, {}, Said(
+                figure(None, None, None), "reads that bypass the page cache: what they cost is "
+                "the drive's, which a buffered run's trace does not measure; run o_direct=1 "
+                "once"))]
         if self.report["meta"].get("o_direct") != "1":
             return []
         return [self.setting("o_direct", 0, {
-            "mib_per_token": figure(self.per_token_mib(self.report["req_bytes"]))},
+            "mib_per_token": figure(self.per_token_mib(self.report["req_bytes"]))}, Said(
             figure(None, None, self.estimate),
             "bytes exact: req_bytes, the alignment waste gone. Time depends on the page "
             "cache: a real run without O_DIRECT was served from it, 12x faster than any bound; "
             "cold, buffered reads may be no faster, so no lower bound. On a small model whose "
             "weights fit the page cache, a run with O_DIRECT off measures the page cache, not "
-            "the drive")]
+            "the drive"))]
 
-    def lanes_settings(self, cache_sizes):
-        """1 and 8 lanes, each that is not the run's own."""
+    def lanes_settings(self, asked):
+        """Each lane count asked for (--io-threads; default DEFAULT_LANES) but the run's own:
+        its MiB at the token model's ms per MiB there."""
         own_lanes = meta_int(self.report["meta"], "io_threads")
-        return [self.lanes_setting(lanes) for lanes in (1, 8) if lanes != own_lanes]
+        return [self.lanes_setting(lanes) for lanes in asked.lanes if lanes != own_lanes]
 
     def lanes_setting(self, lanes):
-        rates = self.fitted_rate(f"{lanes}")
-        if rates is None:
-            return self.measured_lanes_setting(lanes)
-        fast, slow = (rate * self.report["mib_per_token"] for rate in rates)
-        return self.setting("io_threads", lanes, {
-            "io_wall_ms_per_token": figure(None, fast, slow)}, *self.calibrated(
-                self.estimate - slow, self.estimate - fast,
-                "the MiB at the ms per MiB the runs at that lane count read at (their range)"))
+        config = self.own._replace(lanes=lanes)
+        part = self.model.part(config._replace(overlap=False))
+        figures = {} if part is None else {
+            "io_wall_ms_per_token": figure(part.value, part.low, part.high)}
+        return self.modelled("io_threads", lanes, figures, config,
+                             f"{lanes} lane{'s' if lanes != 1 else ''}: the MiB now at the ms "
+                             f"per MiB there")
 
-    def measured_lanes_setting(self, lanes):
-        """The I/O at `lanes` lanes, bounded by what the trace measured: with fewer lanes each
-        read waits for fewer others, so at most its latency as measured (the summed latencies
-        over the lanes left, busy / lanes) and at best about as now; with more, at best each
-        read as fast as measured (busy / lanes), at worst as now and LANE_BOUND more (per-read
-        latency grows with the lanes in flight). No point: the drive's curve is not in one
-        trace."""
-        estimate, own = self.estimate, self.report["lanes"] or 1
-        spread = self.report["busy_ms_per_token"] / lanes
-        fastest, slowest = (estimate * (1 - LANE_BOUND), max(spread, estimate)) if lanes < own \
-            else (min(spread, estimate), estimate * (1 + LANE_BOUND))
-        most = estimate - fastest if self.cap is None else capped(estimate - fastest, self.cap)
-        return self.setting("io_threads", lanes, {
-            "io_wall_ms_per_token": figure(None, fastest, slowest)},
-            figure(None, estimate - slowest, most),
-            f"the I/O within what the trace measured (busy: its reads' summed latencies): "
-            f"fewer lanes than its own, each read at most as slow as measured (busy over the "
-            f"lanes left) and at best {LANE_BOUND:.0%} faster than now; more, each read at best "
-            f"as fast as measured (busy over the lanes) and at worst {LANE_BOUND:.0%} slower "
-            f"than now. No point: the drive's curve is not in one trace (real runs: 207 / 594 "
-            f"/ 964 us a read at 1 / 4 / 8 lanes; a 48-layer run read at 433 MiB/s on 1 lane "
-            f"against 855 on 4)")
-
-    def overlap_settings(self, cache_sizes):
-        """Reads beside compute, for a run that read in series."""
+    def overlap_settings(self, asked):
+        """Reads beside compute, for a run that read in series; in series, for one that
+        overlapped."""
         if self.report["meta"].get("overlap") == "1":
-            return []
+            return [self.serial_setting()]
+        if self.model.overlap is not None:
+            return [self.modelled("overlap", 1, {}, self.own._replace(overlap=True),
+                                  "reads beside compute")]
         meta = self.report["meta"]
         threads, cores = meta_int(meta, "n_threads"), meta_number(meta, "cores")
         if threads and cores:
@@ -3600,18 +3819,25 @@ class WhatIf:
             low = None
             said = ("no lower bound: when the compute threads fill the cores, the readers "
                     "compete with them and the run gets slower (declare --set cores=N)")
-        hidden = (self.fit or {}).get("overlap_hidden_share")
-        if hidden:
-            return [self.setting("overlap", 1, {}, figure(
-                None, low, self.estimate * hidden["max"]), self.fitted_on() + (
-                    f": at most the share of the I/O the overlapped runs hid "
-                    f"({hidden['min']:.0%}-{hidden['max']:.0%}); {said}"))]
-        return [self.setting("overlap", 1, {}, figure(None, low, self.estimate),
+        return [self.setting("overlap", 1, {}, Said(figure(None, low, self.estimate),
             f"reads beside compute: at most the whole I/O estimate hidden (after a cache, "
-            f"what it leaves); real runs hid 20-60% of it, and on 2 cores one got 103 ms "
-            f"slower; {said}")]
+            f"what it leaves); real runs hid 20-60% of it, and on 2 cores one got 119 ms "
+            f"slower; {said}; run overlap=1 once"))]
 
-    def coalesce_settings(self, cache_sizes):
+    def serial_setting(self):
+        """overlap=0 on an overlapped run: from the fit's overlap factor, else at least the
+        stall less the reads' whole time (the reads all waited for) and no upper bound (what
+        compute gains without readers beside it is not in a trace)."""
+        serial = self.own._replace(overlap=False)
+        if self.model.overlap is not None:
+            return self.modelled("overlap", 0, {}, serial, "reads in series")
+        return self.setting("overlap", 0, {}, Said(figure(
+            None, None if self.cap is None else self.cap - self.estimate, None),
+            "reads in series: every read waited for, so at worst the stall becomes the reads' "
+            "whole time (the I/O estimate); compute without readers beside it may get faster, "
+            "by an amount no trace of an overlapped run shows: run overlap=0 once"))
+
+    def coalesce_settings(self, asked):
         """Touching requests merged, when --adjacent found the runs."""
         return [] if self.runs is None else [self.coalesce_setting()]
 
@@ -3622,46 +3848,82 @@ class WhatIf:
         most = merging_saves(self.report, self.estimate, ratio(self.report["reads"], runs.runs))
         return self.setting("coalesce", 1, {
             "reads_per_token": figure(runs.runs / self.tokens),
-            "mib_per_token": figure(self.per_token_mib(merged))},
+            "mib_per_token": figure(self.per_token_mib(merged))}, Said(
             figure(None, 0.0, capped(most, self.cap)),
             f"requests that touch or overlap merged into one read"
             f"{f' ({O_DIRECT_ALIGNMENT}-byte O_DIRECT windows)' if direct else ''}: fewer reads "
             f"and less alignment waste; ms: at most the requests' fixed cost (the intercept of "
-            f"latency against size, else the fastest read) of the reads merged away")
+            f"latency against size, else the fastest read) of the reads merged away"))
 
-    def prefetch_settings(self, cache_sizes):
+    def prefetch_settings(self, asked):
         """prefetch=1 to a run that did not prefetch; to one that did, prefetch=0: what its
         own speculative reads cost and how many of them the router used."""
         spec = self.report["spec"]
         if self.report["meta"].get("prefetch") != "1" and not spec["reads"]:
-            return [self.setting("prefetch", 1, {}, figure(None, None, None),
+            return [self.setting("prefetch", 1, {}, Said(figure(None, None, None),
                 "this run read nothing speculatively: only a prefetch run's own trace shows "
-                "what prefetching fetches and how much of it the router then uses")]
+                "what prefetching fetches and how much of it the router then uses"))]
         experts, routed = speculative_use(self.lookups)
         saved_max = spec["mib_per_token"] * self.ms_per_mib if self.ms_per_mib else None
         return [self.setting("prefetch", 0, {
             "mib_per_token": figure(self.report["mib_per_token"] - spec["mib_per_token"]),
             "speculative_mib_per_token": figure(spec["mib_per_token"]),
-            "useful_share": figure(ratio(routed, experts))},
+            "useful_share": figure(ratio(routed, experts))}, Said(
             figure(None, None, saved_max),
             f"this run prefetched: off, its speculative reads go ({experts} experts, {routed} of "
             f"them routed at that token or the next, which would then be read on demand): at "
-            f"most their MiB at this run's I/O ms per MiB saved, no lower bound")]
+            f"most their MiB at this run's I/O ms per MiB saved, no lower bound"))]
 
-    def settings(self, cache_sizes):
-        """Every registered setting the run can be asked about, largest saving first."""
+    def pair_setting(self, settings):
+        """The best two changes at once, a cache size with a lane count, when calibrated: the
+        cache's MiB at the lanes' rate, its band the two kinds' errors summed; None when no
+        pair is known to beat both its parts."""
+        if not self.fit or ran_cached(self.report):
+            return None
+        caches = [one for one in settings if one["setting"] == "cache_mb"
+                  and one["figures"].get("mib_per_token", {}).get("point") is not None
+                  and one["fits"] is not False]
+        lanes = [one for one in settings if one["setting"] == "io_threads"]
+        best = None
+        for cache, lane in ((cache, lane) for cache in caches for lane in lanes):
+            mib = cache["figures"]["mib_per_token"]["point"]
+            config = self.cached_config(mib)._replace(lanes=lane["value"])
+            said = self.saving(config, "cache_mb+io_threads", f"{cache['value']}+{lane['value']}")
+            if said is None or said.band is None or not said.band["known"]:
+                continue
+            saved = said.saved
+            parts = [part["ms_per_token_saved"]["point"] or -math.inf for part in (cache, lane)]
+            if saved["point"] > max(parts) and (best is None or saved["point"] >
+                                                best["ms_per_token_saved"]["point"]):
+                best = self.setting("cache_mb+io_threads", f"{cache['value']}+{lane['value']}",
+                                    {key: cache["figures"][key] for key in (
+                                        "experts", "experts_share", "hit_share", "mib_per_token",
+                                        "resident_mib") if key in cache["figures"]},
+                                    said._replace(method=f"both at once. {said.method}"),
+                                    cache["fits"])
+        return best
+
+    def settings(self, asked):
+        """Every registered setting the run can be asked about, largest saving first, and the
+        best pair of them when calibrated."""
         chosen = [setting for offered in WHAT_IF_SETTINGS.values()
-                  for setting in offered(self, cache_sizes)]
-        return sorted(chosen, key=setting_rank)
+                  for setting in offered(self, asked)]
+        pair = self.pair_setting(chosen)
+        return sorted(chosen + ([pair] if pair else []), key=setting_rank)
 
-    def report_of(self, cache_sizes):
+    def report_of(self, asked):
         meta = self.report["meta"]
+        fit = self.fit
         return WHAT_IF(schema=SCHEMA, baseline=WHAT_IF_BASELINE(
             tokens=self.tokens, mib_per_token=self.report["mib_per_token"],
             io_threads=meta_int(meta, "io_threads") or None,
             o_direct=meta_flag(meta, "o_direct"), overlap=meta_flag(meta, "overlap"),
             expert_bytes=self.cache.expert_bytes, io_wall_ms_per_token=self.estimate),
-            settings=self.settings(cache_sizes))
+            calibrated=None if not fit else CALIBRATED(
+                runs=len(fit["runs"]), model=fit["model"]["model"],
+                inside=fit["validation"]["inside"], checked=fit["validation"]["checked"],
+                median_band_share=fit["validation"]["median_band_share"]),
+            settings=self.settings(asked))
 
 
 # The registry of what-if settings, as COMMANDS is of commands: the engine setting, and the
@@ -3785,10 +4047,9 @@ def lanes_read(meta, by_lane):
     return meta, meta_int(meta, "io_threads") or len(by_lane)
 
 
-def io_report(trace, fold, selection, settings, cache_sizes=None, measured=None):
+def io_report(trace, fold, selection, settings, asked=None, measured=None):
     """The whole io report as a plain dict (the JSON output; text is rendered from it),
-    without its verdicts. cache_sizes: the what-if's --cache-mb (() for its default), None
-    for no what-if."""
+    without its verdicts. asked: what the what-if tries (an Asked), None for no what-if."""
     phases, label, tokens = selected_tokens(trace, fold.book, selection, fold.phases.keys())
     per = PerToken(len(tokens), None)
     chosen = [fold.phases[phase] for phase in phases if phase in fold.phases]
@@ -3820,7 +4081,7 @@ def io_report(trace, fold, selection, settings, cache_sizes=None, measured=None)
         adjacency=adjacency(fold, chosen, reads, per),
         run_cache=None, reuse=None, what_if=None, **io_token_parts(tokens, fold.per_lane))
     if fold.lookups is not None:
-        add_cache_what_ifs(report, fold, chosen, phases, cache_sizes, measured)
+        add_cache_what_ifs(report, fold, chosen, phases, asked, measured)
     return report
 
 
@@ -3835,15 +4096,8 @@ def io_token_parts(tokens, per_lane):
             "lane_bytes_by_token": lane_bytes_by_token(tokens) if per_lane else None}
 
 
-def logged_tokens(generated, read_tokens):
-    """The tokens the engine's log says the run generated, where they count a trace's tokens
-    as the engine does: every decoded token, those served whole from a cache (which have no
-    io row) too, every position of a speculative decode; None when the log gives none, or
-    fewer than the trace read on (a log of another run)."""
-    return generated if generated and generated >= read_tokens else None
 
-
-def add_cache_what_ifs(report, fold, chosen, phases, cache_sizes, measured=None):
+def add_cache_what_ifs(report, fold, chosen, phases, asked, measured=None):
     """The report's `reuse` (the --cache curve) and, when asked for, its `what_if`: both
     from the one expert cache model."""
     cache = ExpertCache(fold.lookups, phases)
@@ -3859,10 +4113,11 @@ def add_cache_what_ifs(report, fold, chosen, phases, cache_sizes, measured=None)
     what_if = WhatIf(report, cache, runs, fold.lookups, measured)
     if not cached and cache.expert_bytes:  # the verdict's cache is the what-if's, computed once
         report["reuse"]["judged"] = what_if.cache_setting(footprint_share_mib(cache, 0.5))
-    if cache_sizes is None:
+    if asked is None:
         return
-    report["what_if"] = what_if.report_of(
-        list(cache_sizes) or default_cache_sizes(report["meta"], cache, cached))
+    report["what_if"] = what_if.report_of(Asked(
+        list(asked.cache_sizes) or default_cache_sizes(report["meta"], cache, cached),
+        list(asked.lanes) or DEFAULT_LANES))
 
 
 def hottest_experts(experts):
@@ -4293,14 +4548,30 @@ def what_if_figure(name, value):
     return shown.header.format(point) + (f" ({low}-{high})" if low != high else "")
 
 
+def offer_text(setting):
+    """What a setting saves, or that a calibrated band too wide is not known, and the run that
+    would narrow it."""
+    band = setting["band"]
+    if band is not None and not band["known"]:
+        return (f"not known from these runs (band +-{band['half_ms']:.2f} ms, "
+                f"{num(band['decode_share'], '.0%')} of the decode): {setting['narrow_with']}")
+    return saving_text(setting["ms_per_token_saved"])
+
+
 def saving_text(saved):
     """What a setting saves, in ms per token, as honestly as its bounds allow; a negative
     saving is said as a cost, and what rounds to zero as 0.00 (never -0.00)."""
     point, low, high = (None if saved[bound] is None else round(saved[bound], 2) + 0.0
                         for bound in ("point", "min", "max"))
+    if point is None and low is not None and high is None:
+        return (f"saves at least {low:.2f} ms" if low >= 0 else
+                f"costs at most {-low:.2f} ms") + " (no upper bound)"
     if point is not None:
         said = f"saves {point:.2f} ms" if point >= 0 else f"costs {-point:.2f} ms"
-        return said + ("" if low == high else f" ({low:+.2f} to {high:+.2f})")
+        return said + ("" if low == high else f" ({low:+.2f} to {high:+.2f})") + (
+            (" (uncertain: it may be slower)" if point >= 0 else
+             " (uncertain: it may be faster)") if low is not None and high is not None
+            and low < 0 < high else "")
     if low is not None and high is not None:
         return f"saves {low:.2f} to {high:.2f} ms" + (
             " (uncertain: it may be slower)" if low < 0 < high else "")
@@ -4311,6 +4582,18 @@ def saving_text(saved):
 BEST_SHOWN = 3  # changes on the first screen; the what-if section has them all
 
 
+def memory_words(setting, resident=False):
+    """What a cache costs in memory: that one of every expert is as much as not streaming,
+    else (resident) its resident MiB; over a declared memory limit, said."""
+    figures = setting["figures"]
+    words = ""
+    if (figures.get("experts_share") or 0) >= 1:
+        words = " (every expert cached: as much RAM as not streaming)"
+    elif resident and figures.get("resident_mib") is not None:
+        words = f" (resident {figures['resident_mib']:.1f} MiB)"
+    return words + (" (over the declared mem_limit_mb)" if setting["fits"] is False else "")
+
+
 def best_change_blocks(report, view):
     """The answer to 'what do I change', up front: the settings surest to save (a lower end
     above 0), best first, each with what it saves; else that none is a sure win."""
@@ -4318,14 +4601,28 @@ def best_change_blocks(report, view):
     if not what_if:
         return []
     sure = [setting for setting in what_if["settings"]  # above 0 as shown: 0.00 is none
-            if round(setting["ms_per_token_saved"]["min"] or 0, 2) > 0]
-    lines = [f"  {setting['setting']}={setting['value']}: "
-             f"{saving_text(setting['ms_per_token_saved'])}" for setting in sure[:BEST_SHOWN]]
+            if round(setting["ms_per_token_saved"]["min"] or 0, 2) > 0
+            and setting["fits"] is not False]
+    lines = [f"  {setting['setting']}={setting['value']}: {offer_text(setting)}"
+             f"{memory_words(setting, resident=True)}" for setting in sure[:BEST_SHOWN]]
     if not lines:
         lines = ["  none is a sure win: no setting's saving has a lower end above 0 (the "
                  "what-if below gives each band)"]
+    calibrated = what_if.get("calibrated")
+    if calibrated:
+        lines.insert(0, calibrated_words(calibrated))
     return [Block(f"best changes ({per_words(report) or 'per token'}, surest first)",
                   [Prose(lines, "    ")])]
+
+
+def calibrated_words(calibrated):
+    """The first screen's line on the calibration a what-if uses: how its leave-one-out did."""
+    head = f"  calibrated on {calibrated['runs']} runs of {calibrated['model']}: "
+    if not calibrated["checked"]:
+        return head + (f"no held-out band was {BAND_MOST_SHARE:.0%} of the decode or narrower, "
+                       f"so none is validated (the what-if says which run would narrow each)")
+    return head + (f"leave-one-out {calibrated['inside']} of {calibrated['checked']} inside, "
+                   f"median band {calibrated['median_band_share']:.0%} of the decode")
 
 
 def what_if_blocks(report, view):
@@ -4343,8 +4640,8 @@ def what_if_blocks(report, view):
         if experts:
             figures.insert(0, f"{experts['point']} expert{'s' if experts['point'] != 1 else ''}")
         lines.append(f"  {setting['setting'] + '=' + str(setting['value']):<13} "
-                     f"{saving_text(setting['ms_per_token_saved'])}"
-                     + (": " + ", ".join(figures) if figures else ""))
+                     f"{offer_text(setting)}" + (": " + ", ".join(figures) if figures else "")
+                     + memory_words(setting))
     methods = dict.fromkeys(f"{setting['setting']}: {setting['method']}"
                             for setting in what_if["settings"])
     told = [Prose(["  how each is estimated:"], "    "), Bullets(list(methods))] \
@@ -5616,33 +5913,78 @@ def merged_settings(meta, given, warn, name):
 
 
 # ── runs: its records ────────────────────────────────────────────────────────────────────────────
+CALIBRATION_SCHEMA = 2  # of the file --calibration-out writes: 2 the fitted token model
 COST = Record("calibration cost", "`calibration` costs", (
-    ("value", "the mean of the runs' values"), ("min", "the least a run's value allows"),
-    ("max", "the most"), ("n", "the runs it is fitted on"),
+    ("value", "the median of the runs' values: what the model uses"),
+    ("min", "the least a run's value allows"), ("max", "the most"),
+    ("n", "the runs it is fitted on"),
     ("residual", "the largest difference of a run's value from `value`, in its unit")))
-HELD_OUT = Record("held-out run", "`calibration.leave_one_out[]`", (
-    ("run", "the run predicted from the others"),
-    ("base", "the others it is predicted from: the serial runs without a cache of its model "
-             "and lanes (the what-if's baseline)"),
-    ("decode_ms_per_token", "what it measured (its compute trace)"),
-    ("min", "the prediction's low end: the base's decode less the reads saved at the fitted "
-            "ms per MiB, plus the fitted management a lookup; widened by half the base's "
-            "spread either way"), ("max", "its high end"),
-    ("inside", "whether the measured decode is in [min, max]"),
-    ("why", "for a miss, the part that missed: its decode less I/O and cache management (no "
-            "setting's: the machine's noise) or its I/O and management (the fit's)")))
+MODEL_ID = Record("calibrated model", "`calibration.model`", (
+    ("model", "the model file its runs ran"), ("n_layer", "its layers"),
+    ("experts", "the distinct (layer, expert) its runs read, the most of any run"),
+    ("top_k", "experts a token picks in a layer"),
+    ("expert_mib", "an expert's MiB, as the cache counts it")))
+CONFIGURATION = Record("configuration", "`calibration.configurations[]`", (
+    ("label", "what it changes from the base (`base`; `cache_mb=64`; `io_threads=2`)"),
+    ("change", "the kind of change (`cache_mb`, `io_threads`, `overlap`, `+` between several; "
+             "empty for the base)"),
+    ("runs", "its runs, by name"),
+    ("decode_ms_per_token", "the median decode of its quiet runs"),
+    ("mad_ms", "the median absolute deviation of its runs' decode from their median"),
+    ("quiet", "the runs of its fastest level, those the fit trusts for compute"),
+    ("loaded", "the runs of a slower level (their decode a step of 1.5x or more above the "
+               "quiet ones): probably loaded, a busy machine; their reads still count"),
+    ("outliers", "the runs far outside the others (5 scaled MADs and 2x from the median): "
+                 "left out of the fit")), key="label")
+HELD_OUT = Record("held-out configuration", "`calibration.leave_one_out[]`", (
+    ("label", "the configuration predicted from the fit of the others"),
+    ("change", "its kind of change"),
+    ("decode_ms_per_token", "what it measured: its quiet runs' median (a loaded one's compute "
+                            "set aside: the base's compute and its own I/O part)"),
+    ("predicted_ms", "the base's compute plus its I/O part at the others' fitted costs (null: "
+                     "the others hold no rate for it)"),
+    ("error_ms", "measured less predicted"),
+    ("band_ms", "half the band the others give it: the largest error of the other held-out "
+                "configurations of its kind (none: of any kind), at least the quiet spread; "
+                "null: nothing else held out"),
+    ("band_share", "the band's width over the base decode"),
+    ("inside", "whether |error| <= band_ms"),
+    ("checked", "whether the band counts as a check: 40% of the base decode or narrower"),
+    ("note", "what set its compute aside, or why nothing was predicted (else null)")), key="label")
+VALIDATION = Record("validation", "`calibration.validation`", (
+    ("held_out", "configurations held out"),
+    ("checked", "of them, those whose band was 40% of the base decode or narrower"),
+    ("inside", "of the checked, those inside their band"),
+    ("median_band_share", "the median width of the checked bands over the base decode")))
 CALIBRATION = Record("calibration", "summary and diff `calibration`; the file --calibration-out "
                      "writes", (
+    ("calibration_schema", f"the file's schema ({CALIBRATION_SCHEMA}); another is refused"),
+    ("model", "the model the runs ran: --calibration refuses another's", MODEL_ID),
     ("runs", "the runs with an io trace it is fitted on"),
-    ("ms_per_mib", "{lanes (`4`, `4 cached`): the engine's flash I/O ms per MiB read} of the "
-                   "serial runs (their log's, else the I/O estimate)", MapOf(COST)),
-    ("management_ms_per_lookup", "the engine's cache management ms over the lookups of the "
-                                 "cached runs with a log (its printed ms +- half a unit)", COST),
-    ("overlap_hidden_share", "1 - the stall over the flash I/O, of the overlap=1 runs with a "
-                             "log", COST),
-    ("repeat_spread", "the largest half-range of one configuration's repeats' decode ms, as a "
-                      "share of their mean (null: no repeats): no band is narrower"),
-    ("leave_one_out", "each run predicted from the fit of the others", ListOf(HELD_OUT))))
+    ("base", "the label of the base configuration (serial, no cache, the most runs)"),
+    ("base_decode_ms", "the base's quiet runs' median decode, ms per token"),
+    ("base_compute_ms", "their median compute (decode less flash I/O and cache management)"),
+    ("quiet_spread_ms", "the largest range (max - min) of a configuration's quiet runs' "
+                        "decode: no band is narrower (0: no quiet repeats)"),
+    ("configurations", "the runs grouped by configuration, with their repeats' levels",
+     ListOf(CONFIGURATION)),
+    ("ms_per_mib", "{lanes: flash I/O ms per MiB of the serial runs without a cache} (their "
+                   "log's flash I/O, else the I/O estimate, over their MiB)", MapOf(COST)),
+    ("lane_exponent", "I/O as lanes ** -exponent, fitted by least squares on the log of each "
+                      "lane count's ms per MiB (null: one lane count)", COST),
+    ("cached_rate_factor", "a cached serial run's ms per MiB over the uncached rate at its "
+                           "lanes", COST),
+    ("management_ms_per_miss", "the cached runs' cache management ms (their log's, +- half "
+                               "its printed unit) over their misses (MiB read over an "
+                               "expert's)", COST),
+    ("overlap_factor", "an overlapped run's decode less the base compute, over its I/O part "
+                       "run serially (below 1: hidden; above: the readers slowed compute)",
+     COST),
+    ("leave_one_out", "each configuration but the base predicted from the fit of the others",
+     ListOf(HELD_OUT)),
+    ("errors_ms", "{kind: the largest |error| its held-out configurations showed}: the bands "
+                  "report --calibration draws"),
+    ("validation", "the leave-one-out in one line", VALIDATION)))
 
 
 # ── runs: which are repeats of one configuration (diff and summary group by it) ──────────────────
@@ -5719,19 +6061,26 @@ def same_figures(one, other):
                 if a is not None and b is not None)
 
 
-# ── runs: the what-if's costs fitted on them (summary, diff: --calibration-out) ──────────────────
-# What each run gives the fit, per decoded token: its settings (less those the what-if varies,
-# `model`), lanes, whether it had a cache or overlapped, MiB, the engine's flash I/O (else the
-# estimate), management and stall (the log's, printed to 1 ms), lookups and decode.
-Sample = namedtuple("Sample", "run model lanes cached overlap mib io_ms management_ms lookups "
+# ── runs: the token model fitted on them (summary, diff: --calibration-out) ──────────────────────
+# What each run gives the fit, per decoded token: its model, lanes, whether it had a cache or
+# overlapped, MiB, the engine's flash I/O (else the estimate), management and stall (the
+# log's), misses (MiB over an expert's), decode, and its configuration.
+Sample = namedtuple("Sample", "run identity lanes cached overlap mib io_ms management_ms misses "
                               "stall_ms decode_ms config")
 WHAT_IF_KEYS = ("cache_mb", "cache", "io_threads", "overlap", "o_direct", "prefetch")
-ENGINE_MS_ROUNDING = 0.5  # the engine prints s/token to 3 decimals
+MODELLED_KINDS = {"cache_mb", "io_threads", "overlap"}  # the changes the token model prices
+# Repeats, robustly (hyperfine's warnings, done on the median): a run 5 scaled MADs and 2x
+# from its configuration's median is an outlier; sorted by decode, a step of 1.5x between two
+# neighbours splits them into a quiet level and a loaded one (the shared 48-layer repeats: one
+# quiet run at 97 ms, seven loaded at 179-300, one outlier at 2,329; the sweep's quiet-ish
+# repeats, 9.3-12.9 ms, stay one level).
+OUTLIER_MADS, OUTLIER_RATIO, LEVEL_RATIO = 5.0, 2.0, 1.5
+MAD_SCALE = 1.4826  # a MAD of normal noise times this is its sd
 
 
 def read_calibration(path):
-    """The calibration a --calibration-out file holds, checked: every cost the what-if reads
-    is a finite number (a file of anything else is refused, with what is wrong)."""
+    """The calibration a --calibration-out file holds, checked: its schema, its model, and
+    every number the what-if reads (a file of anything else is refused, naming the field)."""
     fit = trace_io.read_json_object(path, "a calibration")
     problem = calibration_problem(fit)
     if problem:
@@ -5741,22 +6090,58 @@ def read_calibration(path):
 
 def calibration_problem(fit):
     """What is wrong with a calibration read from a file, or None."""
-    if not isinstance(fit.get("runs"), list) or not isinstance(fit.get("ms_per_mib"), dict):
-        return "no `runs` list and `ms_per_mib` map"
-    costs = [*fit["ms_per_mib"].values(), fit.get("management_ms_per_lookup"),
-             fit.get("overlap_hidden_share")]
-    for cost in filter(lambda cost: cost is not None, costs):
-        if not isinstance(cost, dict) or not all(
-                is_number(cost.get(bound)) and cost[bound] >= 0 for bound in ("min", "max")):
-            return f"a cost without a min and max >= 0: {str(cost)[:80]!r}"
-    spread = fit.get("repeat_spread")
-    if spread is not None and not (is_number(spread) and 0 <= spread < 1):
-        return f"repeat_spread {str(spread)[:40]!r} is not a share"
+    if fit.get("calibration_schema") != CALIBRATION_SCHEMA:
+        return (f"calibration_schema {str(fit.get('calibration_schema'))[:20]!r}, where this "
+                f"version reads {CALIBRATION_SCHEMA} (fit it again with summary "
+                f"--calibration-out)")
+    if not isinstance(fit.get("model"), dict) or not isinstance(fit["model"].get("model"), str):
+        return "no `model` it was fitted on"
+    if not isinstance(fit.get("runs"), list) or not fit["runs"]:
+        return "no `runs` it was fitted on"
+    if not isinstance(fit.get("ms_per_mib"), dict) or not isinstance(fit.get("errors_ms"), dict):
+        return "no `ms_per_mib` and `errors_ms` maps"
+    costs = [(f"ms_per_mib.{lanes}", cost, True) for lanes, cost in fit["ms_per_mib"].items()]
+    costs += [(name, fit.get(name), name != "lane_exponent") for name in (
+        "lane_exponent", "cached_rate_factor", "management_ms_per_miss", "overlap_factor")]
+    for name, cost, positive in costs:
+        problem = cost_problem(cost, positive and name != "management_ms_per_miss")
+        if problem:
+            return f"{name}: {problem}"
+    if not all(lanes.isascii() and lanes.isdigit() and 0 < int(lanes) <= 1024
+               for lanes in fit["ms_per_mib"]):
+        return "ms_per_mib: a key that is not a lane count"
+    numbers = [(f"errors_ms.{kind}", value) for kind, value in fit["errors_ms"].items()]
+    numbers += [(name, fit.get(name)) for name in ("quiet_spread_ms", "base_decode_ms")]
+    for name, value in numbers:
+        if not is_number(value) or value < 0:
+            return f"{name} {str(value)[:40]!r} is not a number of ms >= 0"
+    validation = fit.get("validation")
+    if not isinstance(validation, dict) or not all(
+            is_number(validation.get(key)) for key in ("held_out", "checked", "inside")):
+        return "no `validation` counts"
+    return None
+
+
+def cost_problem(cost, positive):
+    """What is wrong with one cost (None allowed: not fitted), or None."""
+    if cost is None:
+        return None
+    if not isinstance(cost, dict) or not all(is_number(cost.get(bound))
+                                             for bound in ("value", "min", "max")):
+        return f"not a cost with a finite value, min and max: {str(cost)[:60]!r}"
+    if not cost["min"] <= cost["value"] <= cost["max"]:
+        return f"min {cost['min']:g}, value {cost['value']:g}, max {cost['max']:g} out of order"
+    if (positive and cost["min"] <= 0) or cost["min"] < 0:
+        return f"min {cost['min']:g} is not above 0" if positive else \
+            f"min {cost['min']:g} is below 0"
     return None
 
 
 def is_number(value):
-    return type(value) in (int, float) and math.isfinite(value)  # 1e999 reads as inf
+    """A finite JSON number (1e999 reads as inf; a 400-digit integer as itself)."""
+    if type(value) is int:
+        return abs(value) < 10 ** 300
+    return type(value) is float and math.isfinite(value)
 
 
 def calibration_sample(name, report):
@@ -5769,141 +6154,316 @@ def calibration_sample(name, report):
               ((report.get("engine") or {}).get("figures") or {}).items()}
     meta = {**report["compute"]["meta"], **io["meta"]}
     cached = ran_cached(io) or cache_in_settings(meta)
-    own = io["run_cache"] or {}
-    return Sample(name, {k: v for k, v in configuration(meta).items() if k not in WHAT_IF_KEYS},
-                  io["lanes"], cached, meta.get("overlap") == "1", pair["io_mib_per_token"],
+    own, reuse = io["run_cache"] or {}, io["reuse"] or {}
+    expert_mib = reuse.get("expert_mib") or 0.0
+    mib = pair["io_mib_per_token"]
+    identity = MODEL_ID(model=meta.get("model"), n_layer=meta_int(meta, "n_layer") or None,
+                        experts=reuse.get("experts"), top_k=own.get("top_k"),
+                        expert_mib=expert_mib or None)
+    return Sample(name, identity, meta_int(meta, "io_threads") or io["lanes"], cached,
+                  meta.get("overlap") == "1", mib,
                   engine.get("flash_io_ms_per_token", pair["io_wall_ms_per_token"]["estimate"]),
                   engine.get("cache_mgmt_ms_per_token"),
-                  own.get("layers", 0) * own.get("top_k", 0) if cached else 0,
+                  mib / expert_mib if cached and expert_mib else 0.0,
                   engine.get("stall_ms_per_token"), pair["decode_ms_per_token"],
                   configuration(meta))
+
+
+def median_of(values):
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return None if not ordered else ordered[middle] if len(ordered) % 2 else \
+        (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def cost_of(values, lows=None, highs=None):
     """A COST over the runs' values (each allowing [low, high]), or None without any."""
     if not values:
         return None
-    value = mean_of(values)
+    value = median_of(values)
     return COST(value=value, min=min(lows or values), max=max(highs or values), n=len(values),
                 residual=max(abs(one - value) for one in values))
 
 
-def lanes_key(sample):
-    return f"{sample.lanes}{' cached' if sample.cached else ''}"
+def compute_of(sample):
+    """A serial run's compute: its decode less its flash I/O and cache management."""
+    return sample.decode_ms - sample.io_ms - (sample.management_ms or 0.0)
 
 
-def fitted(samples):
-    """The CALIBRATION of the samples (leave_one_out left empty)."""
-    serial = [one for one in samples if not one.overlap and one.mib]
-    per_mib = defaultdict(list)
-    for one in serial:
-        per_mib[lanes_key(one)].append(one.io_ms / one.mib)
-    managed = [one for one in samples if one.cached and one.lookups
-               and one.management_ms is not None]
-    hidden = [max(0.0, min(1.0, 1 - one.stall_ms / one.io_ms)) for one in samples
-              if one.overlap and one.stall_ms is not None and one.io_ms]
-    return CALIBRATION(
-        runs=[one.run for one in samples],
-        ms_per_mib={key: cost_of(values) for key, values in sorted(per_mib.items())},
-        management_ms_per_lookup=cost_of(
-            [one.management_ms / one.lookups for one in managed],
-            [max(0.0, one.management_ms - ENGINE_MS_ROUNDING) / one.lookups for one in managed],
-            [(one.management_ms + ENGINE_MS_ROUNDING) / one.lookups for one in managed]),
-        overlap_hidden_share=cost_of(hidden), repeat_spread=repeat_spread(samples),
-        leave_one_out=[])
+# One configuration's runs, split robustly: the quiet level, a loaded one, the outliers.
+Repeats = namedtuple("Repeats", "config runs quiet loaded outliers")
 
 
-def repeat_spread(samples):
-    """The largest half-range of a configuration's repeats' decode, over their mean."""
-    groups = defaultdict(list)
+def repeats_of(config, runs):
+    """The Repeats of one configuration's runs, whatever their order: by decode, those 5
+    scaled MADs and 2x from the median are outliers; of the rest, a step of LEVEL_RATIO or more
+    between neighbours puts the runs above it in a loaded level (the largest such step)."""
+    ordered = sorted(runs, key=lambda one: (one.decode_ms, one.run))
+    middle = median_of([one.decode_ms for one in ordered])
+    mad = median_of([abs(one.decode_ms - middle) for one in ordered])
+
+    def far(decode):
+        return len(ordered) >= 3 and middle > 0 and decode > 0 and \
+            abs(decode - middle) > OUTLIER_MADS * MAD_SCALE * max(mad, 0.01 * middle) and \
+            max(decode / middle, middle / decode) >= OUTLIER_RATIO
+    kept = [one for one in ordered if not far(one.decode_ms)]
+    steps = [(kept[at].decode_ms / kept[at - 1].decode_ms, at) for at in range(1, len(kept))
+             if kept[at - 1].decode_ms > 0]
+    step, cut = max(steps, default=(0.0, len(kept)))
+    if step < LEVEL_RATIO:
+        cut = len(kept)
+    return Repeats(config, ordered, kept[:cut], kept[cut:],
+                   [one for one in ordered if far(one.decode_ms)])
+
+
+def change_of(config, base):
+    """(label, kind) of a configuration against the base's: the what-if keys it changes
+    (`cache` and `cache_mb` one change), `other` when it differs in a key no setting is."""
+    if any(base[key] != value for key, value in config.items()
+           if key in base and key not in WHAT_IF_KEYS):
+        return "another setup", "other"
+    changed = [key for key in WHAT_IF_KEYS if config.get(key) != base.get(key)]
+    if "cache" in changed and "cache_mb" in changed:
+        changed.remove("cache")
+    if not changed:
+        return "base", ""
+    label = ", ".join(f"{key}={config.get(key, 'unset')}" for key in changed)
+    return label, "+".join(sorted({"cache_mb" if key == "cache" else key for key in changed}))
+
+
+def grouped_repeats(samples):
+    """Every configuration's Repeats, sorted by configuration (never by the files' order)."""
+    by_config = defaultdict(list)
     for one in samples:
-        groups[tuple(sorted(one.config.items()))].append(one.decode_ms)
-    shares = [(max(group) - min(group)) / 2 / mean_of(group)
-              for group in groups.values() if len(group) > 1 and sum(group)]
-    return max(shares, default=None)
+        by_config[tuple(sorted(one.config.items()))].append(one)
+    return [repeats_of(dict(key), runs) for key, runs in sorted(by_config.items())]
+
+
+def base_repeats(groups):
+    """The base: the configuration without a cache or overlap with the most runs (then the
+    fastest), else the one with the most runs."""
+    plain = [group for group in groups
+             if not any(one.cached or one.overlap for one in group.runs)] or groups
+    return max(plain, key=lambda group: (len(group.runs), -median_of(
+        [one.decode_ms for one in group.quiet or group.runs])))
+
+
+def fitted_costs(samples, base_compute):
+    """The token model's costs fitted on `samples` (no outliers among them): ms per MiB by
+    lanes of the serial runs without a cache, the lane exponent across lane counts, the
+    cached runs' rate factor and management a miss, the overlapped runs' factor."""
+    serial = [one for one in samples if not one.overlap and one.mib > 0]
+    by_lanes = defaultdict(list)
+    for one in serial:
+        if not one.cached:
+            by_lanes[one.lanes].append(one.io_ms / one.mib)
+    costs = {"ms_per_mib": {str(lanes): cost_of(rates) for lanes, rates in
+                            sorted(by_lanes.items())}}
+    costs["lane_exponent"] = lane_exponent(costs["ms_per_mib"])
+    rates = TokenModel(costs, None, None)
+    cached = [(one, rates.rate(one.lanes)) for one in serial if one.cached]
+    costs["cached_rate_factor"] = cost_of([one.io_ms / one.mib / rate.value
+                                           for one, rate in cached if rate])
+    managed = [one for one, _ in cached if one.management_ms is not None and one.misses]
+    costs["management_ms_per_miss"] = cost_of(
+        [one.management_ms / one.misses for one in managed],
+        [max(0.0, one.management_ms - ENGINE_MS_ROUNDING) / one.misses for one in managed],
+        [(one.management_ms + ENGINE_MS_ROUNDING) / one.misses for one in managed])
+    serial_parts = TokenModel(costs, None, None)
+    overlapped = [(one, serial_parts.part(Config(one.mib, one.lanes, one.cached, one.misses,
+                                                 False))) for one in samples if one.overlap]
+    costs["overlap_factor"] = cost_of([(one.decode_ms - base_compute) / part.value
+                                       for one, part in overlapped if part and part.value > 0])
+    return costs
+
+
+def lane_exponent(ms_per_mib):
+    """I/O as lanes ** -exponent: least squares of log ms per MiB on log lanes over the lane
+    counts fitted (None with fewer than two); its residual in log units."""
+    points = [(math.log(int(lanes)), math.log(cost["value"])) for lanes, cost in
+              ms_per_mib.items() if cost["value"] > 0]
+    if len(points) < 2:
+        return None
+    x_mean, y_mean = (mean_of(column) for column in zip(*points))
+    spread = fsum((x - x_mean) ** 2 for x, _ in points)
+    slope = fsum((x - x_mean) * (y - y_mean) for x, y in points) / spread
+    residual = max(abs(y - y_mean - slope * (x - x_mean)) for x, y in points)
+    return COST(value=-slope, min=-slope, max=-slope, n=len(points), residual=residual)
 
 
 def calibration(samples):
-    """The fit over every run, and each run predicted from the fit of the others."""
+    """The token model fitted on every run but the outliers, and each configuration but the
+    base predicted from the fit of the others; None without a run."""
     samples = [one for one in samples if one is not None]
-    fit = fitted(samples)
-    fit["leave_one_out"] = list(filter(None, (
-        held_out(one, [other for other in samples if other is not one],
-                 fit["repeat_spread"] or 0.0) for one in samples)))
-    return fit
-
-
-def held_out(sample, others, noise):
-    """The HELD_OUT of a serial run from the others' fit: its base's compute (the serial runs
-    without a cache of its model and lanes: decode less flash I/O), widened by their decodes'
-    range and at least by twice the repeats' spread, `noise`, of their mean (a repeat falls
-    anywhere in the others' whole range); plus its own MiB at the fitted ms per MiB of its
-    lanes (with a cache: the cached runs'), plus management at the fitted cost a lookup;
-    None without a base."""
-    base = [one for one in others if one.model == sample.model and one.lanes == sample.lanes
-            and not one.cached and not one.overlap]
-    if sample.overlap or not base:
+    if not samples:
         return None
-    fit = fitted(others)
-    per_mib = fit["ms_per_mib"].get(lanes_key(sample)) or fit["ms_per_mib"].get(f"{sample.lanes}")
-    if per_mib is None:
-        return None
-    decodes = [one.decode_ms for one in base]
-    rests = [one.decode_ms - one.io_ms for one in base]
-    half = max(max(decodes) - min(decodes), 2 * noise * mean_of(decodes))
-    managing = fit["management_ms_per_lookup"]
-    cheapest, dearest = (0.0, MANAGEMENT_MS_PER_LOOKUP) if managing is None else \
-        (managing["min"], managing["max"])
-    low = max(0.0, mean_of(rests) - half + sample.mib * per_mib["min"]
-              + sample.lookups * cheapest)
-    high = mean_of(rests) + half + sample.mib * per_mib["max"] + sample.lookups * dearest
-    inside = low <= sample.decode_ms <= high
-    return HELD_OUT(run=sample.run, base=[one.run for one in base],
-                    decode_ms_per_token=sample.decode_ms, min=low, max=high, inside=inside,
-                    why=None if inside else missed_part(sample, base))
+    groups = grouped_repeats(samples)
+    base = base_repeats(groups)
+    changes = [(group, *change_of(group.config, base.config)) for group in groups]
+    modelled = [(group, label, kind) for group, label, kind in changes
+                if kind != "other" and set(kind.split("+")) <= MODELLED_KINDS | {""}]
+    kept = [one for group, _, _ in modelled for one in group.runs if one not in group.outliers]
+    base_runs = base.quiet or base.runs
+    base_compute = median_of([compute_of(one) for one in base_runs])
+    spread = max((max(one.decode_ms for one in group.quiet) - min(
+        one.decode_ms for one in group.quiet) for group, _, _ in modelled
+        if len(group.quiet) > 1), default=0.0)
+    base_decode = median_of([one.decode_ms for one in base_runs])
+    held = banded([held_out(group, label, kind, [one for one in kept if one not in group.runs],
+                            base_compute, spread) for group, label, kind in modelled
+                   if group is not base], spread, base_decode)
+    return CALIBRATION(
+        calibration_schema=CALIBRATION_SCHEMA, model=fitted_model(base, samples),
+        runs=sorted(one.run for one in samples), base="base",
+        base_decode_ms=base_decode, base_compute_ms=base_compute, quiet_spread_ms=spread,
+        configurations=[configuration_record(group, label, kind)
+                        for group, label, kind in changes],
+        **fitted_costs(kept, base_compute), leave_one_out=held,
+        errors_ms=largest_errors(held), validation=validation(held))
 
 
-def missed_part(sample, base):
-    """Why a held-out run missed: its decode less I/O and management (the engine's compute)
-    outside its base's (no setting's: noise), else its reads and management (the fit's)."""
-    computes = [one.decode_ms - one.io_ms - (one.management_ms or 0.0) for one in base]
-    own = sample.decode_ms - sample.io_ms - (sample.management_ms or 0.0)
-    if not min(computes) <= own <= max(computes):
-        return (f"its decode less I/O and cache management, {own:.2f} ms, is outside the "
-                f"base's {min(computes):.2f}-{max(computes):.2f}: no setting's cost, the "
-                f"machine's noise")
-    return "its I/O and cache management: the fit's miss"
+def fitted_model(base, samples):
+    """The MODEL_ID of the base's runs: the most experts any of its model's runs read."""
+    first, *_ = base.runs
+    identity = first.identity
+    same = [one.identity for one in samples if one.identity["model"] == identity["model"]]
+    return {**identity, "experts": max((one["experts"] or 0 for one in same), default=0) or None}
+
+
+def configuration_record(group, label, kind):
+    decodes = [one.decode_ms for one in group.runs]
+    middle = median_of(decodes)
+    return CONFIGURATION(
+        label=label, change=kind, runs=[one.run for one in group.runs],
+        decode_ms_per_token=median_of([one.decode_ms for one in group.quiet or group.runs]),
+        mad_ms=median_of([abs(one - middle) for one in decodes]),
+        quiet=[one.run for one in group.quiet], loaded=[one.run for one in group.loaded],
+        outliers=[one.run for one in group.outliers])
+
+
+def held_out(group, label, kind, others, base_compute, spread):
+    """A HELD_OUT (its band left to `banded`): the configuration's quiet median decode against
+    the base's compute plus its I/O part at the costs fitted on the others. A serial one whose
+    compute is LEVEL_RATIO the base's and more (past the quiet spread) ran loaded: its compute
+    is set aside (measured: the base's compute and its own I/O part)."""
+    runs = group.quiet or group.runs
+    model = TokenModel(fitted_costs(others, base_compute), None, None)
+    first, *_ = runs
+    config = Config(median_of([one.mib for one in runs]), first.lanes, first.cached,
+                    median_of([one.misses for one in runs]), first.overlap)
+    part = model.part(config)
+    measured = median_of([one.decode_ms for one in runs])
+    note = None if part is not None else "the others hold no rate for it"
+    if not config.overlap:
+        compute = median_of([compute_of(one) for one in runs])
+        if compute > LEVEL_RATIO * base_compute + spread:
+            measured += base_compute - compute
+            note = (f"its compute, {compute:.2f} ms, is {compute / (base_compute or 1):.1f}x the "
+                    f"base's: probably loaded, set aside")
+    predicted = None if part is None else base_compute + part.value
+    return HELD_OUT(label=label, change=kind, decode_ms_per_token=measured,
+                    predicted_ms=predicted,
+                    error_ms=None if predicted is None else measured - predicted,
+                    band_ms=None, band_share=None, inside=None, checked=None, note=note)
+
+
+def banded(held, spread, base_decode):
+    """Each held-out configuration's band, from the others' errors alone: the largest of its
+    kind (none: of any), at least the quiet spread; whether it holds and is narrow enough."""
+    for one in held:
+        others = [other for other in held if other is not one and other["error_ms"] is not None]
+        errors = [abs(other["error_ms"]) for other in others if other["change"] == one["change"]] \
+            or [abs(other["error_ms"]) for other in others]
+        if one["error_ms"] is None or not errors:
+            continue
+        band = max(max(errors), spread)
+        share = ratio(2 * band, base_decode)
+        one.update(band_ms=band, band_share=share, inside=abs(one["error_ms"]) <= band,
+                   checked=share is not None and share <= BAND_MOST_SHARE)
+    return held
+
+
+def largest_errors(held):
+    errors = defaultdict(float)
+    for one in held:
+        if one["error_ms"] is not None:
+            errors[one["change"]] = max(errors[one["change"]], abs(one["error_ms"]))
+    return dict(sorted(errors.items()))
+
+
+def validation(held):
+    checked = [one for one in held if one["checked"]]
+    return VALIDATION(held_out=sum(1 for one in held if one["error_ms"] is not None),
+                      checked=len(checked), inside=sum(1 for one in checked if one["inside"]),
+                      median_band_share=median_of([one["band_share"] for one in checked]))
 
 
 # ── runs: its text and Markdown sections ─────────────────────────────────────────────────────────
 def calibration_blocks(report, view):
-    """The fitted costs, a line each (value, the runs' range, n, residual), and each run
-    predicted from the others: inside or not, and a miss's part."""
+    """The fit: the base, the repeats' outliers and loaded runs, each fitted cost (value, the
+    runs' range, n, residual), and each configuration predicted from the others: its band's
+    width, inside or not."""
     fit = report.get("calibration")
-    if not fit or not (fit["ms_per_mib"] or fit["management_ms_per_lookup"]):
+    if not fit:
         return []
-    costs = [(f"flash I/O ms per MiB, {key.replace(' cached', ' lanes with a cache')}"
-              + ("" if key.endswith("cached") else " lanes"), cost)
-             for key, cost in fit["ms_per_mib"].items()]
+    lines = [f"  base: decode {fit['base_decode_ms']:.2f} ms, compute "
+             f"{fit['base_compute_ms']:.2f} ms (median of its quiet runs); quiet repeats' "
+             f"spread {fit['quiet_spread_ms']:.2f} ms (no band is narrower)"]
+    for group in fit["configurations"]:
+        lines += repeats_lines(group)
+    costs = [(f"flash I/O ms per MiB, {lanes} lane{'s' if lanes != '1' else ''}", cost)
+             for lanes, cost in fit["ms_per_mib"].items()]
     costs += [(name, fit[field]) for name, field in (
-        ("cache management ms a lookup", "management_ms_per_lookup"),
-        ("share of the I/O overlap hid", "overlap_hidden_share")) if fit[field]]
-    lines = [f"  {name}: {cost['value']:.3g} ({cost['min']:.3g}-{cost['max']:.3g}), n={cost['n']}, "
-             f"residual {cost['residual']:.3g}" for name, cost in costs]
-    spread = fit["repeat_spread"]
-    lines.append("  repeats: " + ("none" if spread is None else
-                                f"decode within +-{spread:.0%} of their mean (no band is "
-                                f"narrower)"))
+        ("I/O as lanes to the power -", "lane_exponent"),
+        ("cached reads' ms per MiB over uncached", "cached_rate_factor"),
+        ("cache management ms a miss", "management_ms_per_miss"),
+        ("overlapped decode less compute over serial I/O", "overlap_factor")) if fit[field]]
+    lines += [f"  {name}{'' if name.endswith('-') else ': '}{cost['value']:.3g} "
+              f"({cost['min']:.3g}-{cost['max']:.3g}), n={cost['n']}, residual "
+              f"{cost['residual']:.3g}" for name, cost in costs]
+    return [Block(f"calibration, fitted on {len(fit['runs'])} run(s) of {fit['model']['model']} "
+                  f"(--calibration-out FILE writes it)", [Prose(lines, "        ")]),
+            *leave_one_out_blocks(fit)]
+
+
+def repeats_lines(group):
+    """A configuration's outliers and loaded runs, a line each (none: no line)."""
+    lines = []
+    if group["outliers"]:
+        lines.append(f"  {group['label']}: outlier (busy machine?): "
+                     f"{', '.join(group['outliers'])}, far outside its repeats' median "
+                     f"(MAD {group['mad_ms']:.2f} ms): left out of the fit")
+    if group["loaded"]:
+        lines.append(f"  {group['label']}: probably loaded (a slower level than "
+                     f"{', '.join(group['quiet'])}): {', '.join(group['loaded'])}; their "
+                     f"compute is set aside, their reads still count")
+    return lines
+
+
+def leave_one_out_blocks(fit):
     held = fit["leave_one_out"]
-    if held:
-        inside = sum(1 for one in held if one["inside"])
-        lines.append(f"  leave one out: {inside} of {len(held)} runs inside the band the others "
-                     f"predict")
-        lines += [f"    {one['run']}: {one['decode_ms_per_token']:.2f} ms, predicted "
-                  f"{one['min']:.2f}-{one['max']:.2f}: "
-                  + ("inside" if one["inside"] else f"outside: {one['why']}") for one in held]
-    return [Block(f"calibration, fitted on {len(fit['runs'])} run(s) (--calibration-out FILE "
-                  f"writes it)", [Prose(lines, "        ")])]
+    if not held:
+        return []
+    tally = fit["validation"]
+    lines = [f"  {tally['inside']} of {tally['checked']} inside their band, of "
+             f"{tally['held_out']} held out (a band counts when it is "
+             f"{BAND_MOST_SHARE:.0%} of the base decode or narrower)"
+             + ("" if tally["median_band_share"] is None else
+                f"; median band {tally['median_band_share']:.0%} of the decode")]
+    for one in held:
+        if one["predicted_ms"] is None:
+            lines.append(f"  {one['label']}: {one['decode_ms_per_token']:.2f} ms, not "
+                         f"predicted: {one['note']}")
+            continue
+        band = "no band (nothing else held out)" if one["band_ms"] is None else (
+            f"+-{one['band_ms']:.2f} ({one['band_share']:.0%} of the decode): "
+            + ("inside" if one["inside"] else "outside")
+            + ("" if one["checked"] else ", too wide to count"))
+        lines.append(f"  {one['label']}: {one['decode_ms_per_token']:.2f} ms, predicted "
+                     f"{one['predicted_ms']:.2f} {band}"
+                     + (f" ({one['note']})" if one["note"] else ""))
+    return [Block("leave one out: each configuration predicted from the fit of the others",
+                  [Prose(lines, "        ")])]
 
 
 # ── diff: its records ────────────────────────────────────────────────────────────────────────────
@@ -8731,15 +9291,20 @@ def analyze_compute(path, reading):
     return report
 
 
-class IoOptions(namedtuple("IoOptions", "adjacent cache cache_sizes")):
+class IoOptions(namedtuple("IoOptions", "adjacent cache what_if")):
     """What an io analysis computes beyond the tables: adjacency, the --cache curve, and
-    the what-if at these cache sizes (() for the default sizes, None for no what-if)."""
+    what the what-if tries (an Asked; None for no what-if)."""
 
     @classmethod
     def of(cls, args):
-        what_if = args.what_if or args.cache_mb is not None
+        what_if = args.what_if or args.cache_mb is not None or args.io_threads is not None
         return cls(args.adjacent or what_if, args.cache or what_if,
-                   (args.cache_mb or ()) if what_if else None)
+                   asked_of(args) if what_if else None)
+
+
+def asked_of(args):
+    """What --cache-mb and --io-threads ask the what-if to try."""
+    return Asked(args.cache_mb or (), args.io_threads or ())
 
 
 def analyze_io(path, reading, asked=IoOptions(True, True, None)):
@@ -8755,7 +9320,7 @@ def weighed_io(path, reading, asked):
     trace, fold = read_io(path, reading, asked.adjacent, asked.cache)
     preamble = trace.meta
     settings = join_settings(trace, reading)
-    report = io_report(trace, fold, reading.selection, settings, asked.cache_sizes,
+    report = io_report(trace, fold, reading.selection, settings, asked.what_if,
                        reading.measured)
     contradiction = cache_contradiction(report, reading)
     if contradiction:  # the trace's word over the log's: again without the log's cache
@@ -8766,7 +9331,7 @@ def weighed_io(path, reading, asked):
             if setting.source != "log" or setting.key not in ("cache", "cache_mb")))
         trace.meta = preamble
         settings = join_settings(trace, reading)
-        report = io_report(trace, fold, reading.selection, settings, asked.cache_sizes,
+        report = io_report(trace, fold, reading.selection, settings, asked.what_if,
                            reading.measured)
     if trace_io.read_once(path) and "kind" in trace.columns and \
             trace.meta.get("overlap") == "1" and "stall_ms_per_token" not in (reading.measured
@@ -8806,12 +9371,12 @@ def cache_contradiction(report, reading):
     return None
 
 
-def analyze_pair(compute_path, io_path, reading, cache_sizes=()):
+def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     """Both traces of a run, read at once when there are cores for it: the compute trace in a
     child process with half of the jobs, the io trace here with the rest. Warnings and the
     first error come in the order a one-after-the-other reading gives (compute first)."""
     jobs = reading.jobs
-    analyze_reads = partial(weighed_io, asked=IoOptions(True, True, cache_sizes))
+    analyze_reads = partial(weighed_io, asked=IoOptions(True, True, asked))
     compute_reading = reading._replace(jobs=max(1, jobs // 2))
     child = Forked(_outcome, analyze_compute, compute_path, compute_reading) \
         if jobs > 1 and hasattr(os, "fork") else None
@@ -8847,9 +9412,10 @@ def analyze_diff(arguments, reading, asked, logs=True):
                          "each, or leave the test over runs")
     news = [[diff_view(run, reading, logs, None) for run in side_runs(paths, reading.warn)]
             for paths in new_sides]
-    sizes = sorted({meta_number(view.parts["io"]["meta"], "cache_mb") for views in news
-                    for view in views if "io" in view.parts} - {None})
-    base = [diff_view(run, reading, logs, sizes if not i else None)
+    metas = [view.parts["io"]["meta"] for views in news for view in views if "io" in view.parts]
+    tried = Asked(sorted({meta_number(meta, "cache_mb") for meta in metas} - {None}),
+                  sorted({meta_int(meta, "io_threads") for meta in metas} - {0}))
+    base = [diff_view(run, reading, logs, tried if not i else None)
             for i, run in enumerate(side_runs(base_paths, reading.warn))]
     views = [distinct(side, DiffView.figures, reading.warn)
              for side in [base] + news]
@@ -8916,15 +9482,15 @@ def side_runs(paths, warn):
     return once(summary_runs(paths, kinds, warn), warn)
 
 
-def diff_view(run, reading, logs, cache_sizes):
+def diff_view(run, reading, logs, asked):
     """One run of diff as a DiffView: a trace analysed (an io trace with its run_cache, and
-    its what-if at cache_sizes, () the default, None none; with the settings of the engine's
+    its what-if as asked, an Asked, None none; with the settings of the engine's
     log beside it), a run's two traces as `report` reads them, or a saved report loaded and
     checked."""
     if run.io_path is not None:
         log = engine_log(run.paths) if logs else None
         report = analyze_pair(run.path, run.io_path, reading_with_log(reading, log),
-                              cache_sizes or ())
+                              asked or Asked())
         report = with_engine_log(report, log, reading.warn) if log else report
         return DiffView(pair_name(display_name(run.path), display_name(run.io_path)), "trace",
                         report)
@@ -8934,7 +9500,7 @@ def diff_view(run, reading, logs, cache_sizes):
         held = trace_io.sniff(readable)
         log = engine_log([path]) if logs and held != "json" else None
         report = analyze_input(readable, name, held, reading_with_log(reading, log),
-                               IoOptions(True, True, cache_sizes))
+                               IoOptions(True, True, asked))
     if log:  # its decoded tokens, as the engine counts them, for the prediction check
         report = with_engine_log(report, log, reading.warn)
     try:
@@ -9069,7 +9635,7 @@ def run_report(run, inputs, reading):
     else:
         report = analyze_input(inputs.local[run.path], display_name(run.path),
                                inputs.kinds[run.path], reading,
-                               IoOptions(True, True, ()))  # alone: as io --what-if
+                               IoOptions(True, True, Asked()))  # alone: as io --what-if
     return with_engine_log(report, log, reading.warn) if log else report
 
 
@@ -9179,6 +9745,10 @@ def whole_list(text):
 
 cache_sizes = option_type(whole_list, lambda sizes: all(1 <= n <= MAX_CACHE_MB for n in sizes),
                           f"N[,N...]: cache sizes in whole MiB, 1 to {MAX_CACHE_MB}")
+
+
+lane_counts = option_type(whole_list, lambda counts: all(1 <= n <= 1024 for n in counts),
+                          "N[,N...]: lane counts, whole numbers from 1 to 1024")
 
 
 def window_bounds(text):
@@ -9336,6 +9906,9 @@ def what_if_options(what):
                         "(default: a quarter, a half and all of the experts' footprint, and "
                         "the run's own when its settings name one; a cached run: its own, "
                         "twice that and all)"),
+            option("--io-threads", type=lane_counts, metavar="N[,N...]",
+                   help=f"the lane counts the what-if tries, as the engine's --io-threads "
+                        f"(default: {', '.join(map(str, DEFAULT_LANES))}, but the run's own)"),
             option("--explain", action="store_true",
                    help="say how each what-if band is made (its parts and their sources)"),
             option("--calibration", metavar="FILE",
@@ -9428,7 +10001,7 @@ COMMANDS = {command.name: command for command in (
                                              "in report: accepted for io's sake)"),
              layers_option(FULL_LAYERS), FULL_OPTION, *ENGINE_LOG_OPTIONS),
             lambda args, reading: analyze_pair(args.compute_path, args.io_path, reading,
-                                               args.cache_mb or ()),
+                                               asked_of(args)),
             ("svg", "perfetto")),
     Command("diff", "diff BASE NEW...",
             "before and after: runs (A1 A2 vs B1 B2) compared, tested over runs",
@@ -9675,7 +10248,8 @@ def run(args, out, warn):
         settings=declared), log)
     if getattr(args, "calibration", None) is not None:  # the user's runs' costs, beside the log's
         reading = reading._replace(measured={**(reading.measured or {}),
-                                             "calibration": read_calibration(args.calibration)})
+                                             "calibration": read_calibration(args.calibration),
+                                             "calibration_path": args.calibration})
     report = command.analyze(args, reading)
     if "engine" in KINDS[report["kind"]].record.names:
         report = with_engine_log(report, log, warn)

@@ -127,7 +127,7 @@ def test_a_logs_resident_mib_is_the_whole_experts_nearest_it(run_name, experts):
     # a whole size is the engine's --cache-mb: the experts that fit under it
     whole = report_with_warnings("report", ct, io, "--cache-mb", "1,2,4")["what_if"]
     assert {s["value"]: s["figures"]["experts"]["point"] for s in whole["settings"]
-            if s["setting"] == "cache_mb"} == {1: 5, 2: 10, 4: 21}
+            if s["setting"] == "cache_mb" and s["value"]} == {1: 5, 2: 10, 4: 21}
 
 
 def test_the_engines_cache_figures_agree_on_the_cached_run():
@@ -142,7 +142,11 @@ def test_a_cached_runs_what_if_never_simulates_its_misses():
     assert r["reuse"]["lru"] == []
     sizes = {s["value"]: s for s in r["what_if"]["settings"] if s["setting"] == "cache_mb"}
     own, ceiling = r["run_cache"], 1 - r["reuse"]["experts"] / r["run_cache"]["lookups"]
-    assert sorted(sizes) == [1.9, 3.8, 6]  # its own (the log's resident MiB), twice, all 32
+    # the cache off, its own size (the log's resident MiB), twice that, all 32
+    assert sorted(sizes) == [0, 1.9, 3.8, 6]
+    # off, every lookup is read: its MiB over the share it missed
+    assert sizes[0]["figures"]["mib_per_token"]["point"] == pytest.approx(
+        r["mib_per_token"] / (1 - own["hit_share"]))
     assert sizes[1.9]["figures"]["hit_share"] == {"point": own["hit_share"],
                                                   "min": own["hit_share"],
                                                   "max": own["hit_share"]}
@@ -162,7 +166,8 @@ def test_a_declared_setting_joins_the_preamble_and_marks_its_source():
     assert r["meta"]["mem_limit_mb"] == "3" and r["meta"]["cache_mb"] == "2"
     assert r["settings"]["mem_limit_mb"] == {"value": "3", "source": "declared"}
     assert {s["value"]: s["fits"] for s in r["what_if"]["settings"]
-            if s["setting"] == "cache_mb"} == {2: None, 3: None}  # 6 MiB of experts: 2, 3 fit
+            if s["setting"] == "cache_mb"} == {0: None, 2: None, 3: None}  # 0: the cache off
+    # 6 MiB of experts: 2 and 3 fit
     bigger = report("io", SERIAL, "--cache-mb", "2,4", "--set", "mem_limit_mb=3")
     fits = {s["value"]: s["fits"] for s in bigger["what_if"]["settings"]
             if s["setting"] == "cache_mb"}

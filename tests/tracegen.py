@@ -197,14 +197,17 @@ def sweep_misses(routed, cache_experts):
 
 
 def sweep_run(folder, name, compute_ms, lanes=4, ms_per_mib=1.5, cache_experts=0,
-              management_ms_per_lookup=0.0, tokens=48):
+              management_ms_per_miss=0.0, tokens=48, overlap_factor=None):
     """Write NAME-ct.csv, NAME-io.csv and NAME.log of one run into `folder`; its decode
-    ms per token."""
+    ms per token. A cache's management costs management_ms_per_miss a miss, in the layer that
+    missed. overlap_factor: the run overlapped, and its reads cost the decode that many times
+    their time (below 1: hidden; above: the readers slowed compute), said as its stall."""
     missed, resident_mib = sweep_misses(sweep_routing(tokens), cache_experts)
-    layer_managing = management_ms_per_lookup * SWEEP_TOP_K if cache_experts else 0.0
-    io_rows, walls, total_mib, io_ms = [], [], 0.0, []
+    io_rows, walls, total_mib, io_ms, managed = [], [], 0.0, [], []
     for phase, step, layers in missed:
         token_ms = [0.0] * SWEEP_LAYERS
+        layer_managing = [management_ms_per_miss * len(experts) if cache_experts else 0.0
+                          for _, experts in layers]
         for layer, experts in layers:
             reads = [(expert, proj) for expert in experts for proj in range(3)]
             token_ms[layer] = len(reads) * SWEEP_PROJ_BYTES / 1048576 * ms_per_mib
@@ -216,42 +219,49 @@ def sweep_run(folder, name, compute_ms, lanes=4, ms_per_mib=1.5, cache_experts=0
                                f"{offset},{SWEEP_PROJ_BYTES},{SWEEP_PROJ_BYTES},"
                                f"{read_ns}\n")
             total_mib += len(reads) * SWEEP_PROJ_BYTES / 1048576
-        walls.append((phase, step, token_ms))
+        walls.append((phase, step, token_ms, layer_managing))
         if phase == 1:
             io_ms.append(sum(token_ms))
+            managed.append(sum(layer_managing))
     ct = [f"0,{phase},{step},{seq},{layer},LAYER,{segment},{round(ns)},0\n"
-          for phase, step, token_ms in walls
+          for phase, step, token_ms, layer_managing in walls
           for seq, (layer, segment, ns) in enumerate(sweep_segments(
-              compute_ms * (20 if phase == 0 else 1), token_ms, layer_managing))]
-    head = f" n_layer={SWEEP_LAYERS} n_threads=2 io_threads={lanes} o_direct=1 overlap=0"
+              compute_ms * (20 if phase == 0 else 1),
+              [read_ms * (overlap_factor or 1.0) for read_ms in token_ms], layer_managing))]
+    head = (f" n_layer={SWEEP_LAYERS} n_threads=2 io_threads={lanes} o_direct=1 "
+            f"overlap={0 if overlap_factor is None else 1}")
     model = "# model=sweep-moe.gguf arch=qwen3moe"
     write(f"{folder}/{name}-ct.csv", [f"# compute_trace v1\n{model}{head}\n",
                                       COMPUTE_HEADER + "\n", *ct])
     write(f"{folder}/{name}-io.csv", [f"# io_trace v1\n{model}{head}\n", IO_HEADER + "\n",
                                       *io_rows])
     flash = sum(io_ms) / tokens
-    managing = layer_managing * SWEEP_LAYERS
-    decode = compute_ms + flash + managing
+    managing = sum(managed) / tokens
+    waited = flash * (overlap_factor or 1.0)
+    decode = compute_ms + waited + managing
     lines = [f"generation: {tokens} tokens, {decode / 1e3:.3f} s/token "
              f"({1e3 / decode:.3f} tok/s)\n",
              f"moe-stream: read {total_mib:.1f} MiB ({total_mib / tokens:.2f} MiB/token), "
-             f"decode {decode / 1e3:.3f} s/token (compute {compute_ms / 1e3:.3f} + cache mgmt "
+             f"decode {decode / 1e3:.3f} s/token (compute {(decode - flash - managing) / 1e3:.3f} + cache mgmt "
              f"{managing / 1e3:.3f} + flash I/O {flash / 1e3:.3f} s/token, "
              f"{total_mib / tokens / flash * 1e3:.0f} MiB/s)\n"]
     if cache_experts:
         lines.append(f"moe-cache: {hit_pct(missed):.1f}% hit, resident {resident_mib:.1f} MiB\n")
+    if overlap_factor is not None:
+        lines.append(f"moe-overlap: stall {waited / 1e3:.3f} s/token (flash reads overlapped "
+                     f"with FFN compute)\n")
     write(f"{folder}/{name}.log", lines)
     return decode
 
 
-def sweep_segments(compute_ms, token_ms, managing_per_layer):
+def sweep_segments(compute_ms, token_ms, managing):
     """A token's layer rows (pre, each layer's attention and MoE halves, post) in ns: compute
     spread over them, each layer's reads and management in its MoE half (it waits for them)."""
     share = compute_ms / (2 * SWEEP_LAYERS + 2)
     yield -1, "pre", share * 1e6
-    for layer, read_ms in enumerate(token_ms):
+    for layer, (read_ms, managing_ms) in enumerate(zip(token_ms, managing)):
         yield layer, f"blk.{layer}", share * 1e6
-        yield layer, f"blk.{layer}", (share + read_ms + managing_per_layer) * 1e6
+        yield layer, f"blk.{layer}", (share + read_ms + managing_ms) * 1e6
     yield -1, "post", share * 1e6
 
 
@@ -259,3 +269,36 @@ def hit_pct(missed):
     demanded = SWEEP_TOP_K * SWEEP_LAYERS * len(missed)
     read = sum(len(experts) for _, _, layers in missed for _, experts in layers)
     return 100 * (demanded - read) / demanded
+
+
+# A sweep with known costs and a busy machine's noise (issue 49): four quiet serial repeats, three
+# more on a loaded machine (their compute 3-4x, their reads as fast), one 24x outlier, and one
+# run of each change: caches of 16, 32 and 48 experts, 1, 2 and 8 lanes. The costs: 1.5 ms a MiB
+# on 4 lanes, I/O as lanes ** -0.4, cached reads 1.3x the time a MiB, 0.2 ms of management a miss.
+SWEEP_COSTS = {"ms_per_mib": 1.5, "lane_exponent": 0.4, "cached_rate_factor": 1.3,
+               "management_ms_per_miss": 0.2}
+BUSY_SWEEP = (
+    ("serial-q1", 40.0, {}), ("serial-q2", 41.2, {}), ("serial-q3", 39.1, {}),
+    ("serial-q4", 40.6, {}), ("serial-busy1", 130.0, {}), ("serial-busy2", 155.0, {}),
+    ("serial-busy3", 142.0, {}), ("serial-outlier", 1800.0, {}),
+    *((f"cache{experts}", compute, {"cache_experts": experts})
+      for experts, compute in ((16, 40.3), (32, 39.7), (48, 40.9))),
+    *((f"lanes{lanes}", compute, {"lanes": lanes})
+      for lanes, compute in ((1, 40.4), (2, 39.4), (8, 40.8))))
+
+
+def busy_sweep(folder, runs=BUSY_SWEEP):
+    """Write the runs of BUSY_SWEEP into `folder`: {name: decode ms per token}."""
+    costs = SWEEP_COSTS
+    decodes = {}
+    for name, compute, change in runs:
+        lanes = change.get("lanes", 4)
+        rate = costs["ms_per_mib"] * (4 / lanes) ** costs["lane_exponent"]
+        experts = change.get("cache_experts", 0)
+        decodes[name] = sweep_run(
+            folder, name, compute, lanes=lanes,
+            ms_per_mib=rate * (costs["cached_rate_factor"] if experts else 1.0),
+            cache_experts=experts,
+            management_ms_per_miss=costs["management_ms_per_miss"] if experts else 0.0,
+            overlap_factor=change.get("overlap_factor"))
+    return decodes

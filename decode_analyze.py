@@ -10311,6 +10311,10 @@ def check_outputs(args, paths):
             if output_identity(log) == output_identity(target):
                 raise OutputError(f"{target}: is the engine log {log} of this run: not "
                                   f"writing over it")
+        calibration = getattr(args, "calibration", None)
+        if calibration and output_identity(calibration) == output_identity(target):
+            raise OutputError(f"{target}: is the calibration {calibration} this run reads: "
+                              f"not writing over it")
     if args.perfetto:
         for _, path in paths:
             if trace_io.read_once(path):

@@ -17,6 +17,7 @@ a slow spell of a shared machine falls on all of them alike; ratios are between 
   python3 tests/bench.py                  # everything (the reference's --adjacent takes minutes)
   python3 tests/bench.py --quick          # skip the reference runs
   python3 tests/bench.py --trials 5 --dir /tmp/bench
+  python3 tests/bench.py --only calibration  # report --calibration, summary --calibration-out
 
 Not a test: pytest does not collect it, and its numbers go in the README by hand.
 """
@@ -212,6 +213,8 @@ def main():
     parser.add_argument("--dir", type=Path, help="where to keep the generated traces")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="skip the reference runs")
+    parser.add_argument("--only", choices=("calibration",),
+                        help="only the calibration's cases (what a fit costs report and summary)")
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.mkdtemp(prefix="decode-analyze-bench-"))
     directory.mkdir(parents=True, exist_ok=True)
@@ -219,6 +222,8 @@ def main():
     python, trials = sys.executable, args.trials
     tool = [python, str(TOOL)]
     others = peers()
+    if args.only == "calibration":
+        return calibration_cases(tool, paths, directory, trials)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))}"
           f" usable); median [min-max] of {trials} trials; traces in {directory}; peers: "
           f"{', '.join(others) or 'none installed'}\n")
@@ -293,6 +298,43 @@ def main():
             theirs, = measure([[python, str(REFERENCE), *command[:1], str(paths[name])]], 1)
             print(f"| {label} | {mine.cell()} | {theirs.cell()} | "
                   f"{theirs.median / mine.median:.1f}x | {theirs.peak_mib:.0f} MiB |", flush=True)
+
+
+REAL = HERE / "data"
+
+
+def real_runs():
+    """Every real run the repository holds, as summary takes them: the sweep's and the 48-layer
+    repeats' pairs, the session pair, the single traces."""
+    pairs = [f"{ct}+{ct.with_name(ct.name.replace('-ct.csv', '-io.csv'))}" for ct in
+             sorted((REAL / "sweep").glob("*-ct.csv"))]
+    pairs += [f"{ct}+{ct.with_name(ct.name.replace('-ct.csv', '-io.csv.gz'))}" for ct in
+              sorted((REAL / "l48-repeats").glob("*-ct.csv"))]
+    examples = HERE.parent / "examples"
+    pairs.append(f"{examples / 'session-ct.csv'}+{examples / 'session-io.csv'}")
+    return pairs + [str(path) for path in sorted(REAL.glob("*-l4-*.csv"))]
+
+
+def calibration_cases(tool, paths, directory, trials):
+    """What a calibration costs: report with --calibration against report (a fit of the
+    pair's own model), and summary over every real run with --calibration-out against it
+    without (issue 49: each within 1.1x)."""
+    ct, io = str(paths["ct420"]), str(paths["io420"])
+    fit = directory / "calibration.json"
+    subprocess.run([*tool, "summary", f"{ct}+{io}", "--calibration-out", str(fit)], check=True,
+                   stdout=subprocess.DEVNULL)
+    plain, calibrated = measure([[*tool, "report", ct, io],
+                                 [*tool, "report", ct, io, "--calibration", str(fit)]], trials)
+    runs = real_runs()
+    written = directory / "real-calibration.json"
+    alone, out = measure([[*tool, "summary", *runs],
+                          [*tool, "summary", *runs, "--calibration-out", str(written)]], trials)
+    print("| case | without | with | with / without |")
+    print("|---" * 4 + "|")
+    print(f"| report, 420-token pair, --calibration | {plain.cell()} | {calibrated.cell()} | "
+          f"{calibrated.median / plain.median:.2f}x |")
+    print(f"| summary, {len(runs)} real runs, --calibration-out | {alone.cell()} | {out.cell()} | "
+          f"{out.median / alone.median:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -348,3 +348,15 @@ def test_the_committed_sweep_calibration_is_what_summary_writes(tmp_path):
     target = tmp_path / "fit.json"
     assert run("summary", *RUNS, "--calibration-out", target).code == 0
     assert json.loads(target.read_text()) == json.loads((SWEEP / "calibration.json").read_text())
+
+
+@pytest.mark.parametrize("option", ["--output", "--svg"])
+def test_no_output_is_written_over_the_calibration_it_reads(tmp_path, option):
+    """report ct io --calibration cal.json -o cal.json replaced the calibration with the report
+    (exit 0); it is refused and the file kept."""
+    target = tmp_path / "cal.json"
+    target.write_bytes((SWEEP / "calibration.json").read_bytes())
+    rep1 = [str(SWEEP / f"qwen3moe-l4-greedy-serial-rep1-{kind}.csv") for kind in ("ct", "io")]
+    result = run("report", *rep1, "--calibration", str(target), option, str(target))
+    assert result.code != 0 and "not writing over it" in result.err
+    assert target.read_bytes() == (SWEEP / "calibration.json").read_bytes()

@@ -6113,13 +6113,16 @@ def calibration_problem(fit):
     numbers = [(f"errors_ms.{kind}", value) for kind, value in fit["errors_ms"].items()]
     numbers += [(name, fit.get(name)) for name in ("quiet_spread_ms", "base_decode_ms")]
     for name, value in numbers:
-        if not is_number(value) or value < 0:
+        if not is_number(value) or not 0 <= value <= FIGURE_LIMIT:
             return f"{name} {str(value)[:40]!r} is not a number of ms >= 0"
     validation = fit.get("validation")
     if not isinstance(validation, dict) or not all(
             is_number(validation.get(key)) for key in ("held_out", "checked", "inside")):
         return "no `validation` counts"
     return None
+
+
+COST_MOST = 1e6  # no cost of a real run comes near (ms a MiB, a miss; a factor); past it, edited
 
 
 def cost_problem(cost, positive):
@@ -6129,6 +6132,8 @@ def cost_problem(cost, positive):
     if not isinstance(cost, dict) or not all(is_number(cost.get(bound))
                                              for bound in ("value", "min", "max")):
         return f"not a cost with a finite value, min and max: {str(cost)[:60]!r}"
+    if cost["max"] > COST_MOST:
+        return f"max {cost['max']:g} is past any run's ({COST_MOST:g})"
     if not cost["min"] <= cost["value"] <= cost["max"]:
         return f"min {cost['min']:g}, value {cost['value']:g}, max {cost['max']:g} out of order"
     if (positive and cost["min"] <= 0) or cost["min"] < 0:
@@ -6160,13 +6165,25 @@ def calibration_sample(name, report):
     identity = MODEL_ID(model=meta.get("model"), n_layer=meta_int(meta, "n_layer") or None,
                         experts=reuse.get("experts"), top_k=own.get("top_k"),
                         expert_mib=expert_mib or None)
-    return Sample(name, identity, meta_int(meta, "io_threads") or io["lanes"], cached,
-                  meta.get("overlap") == "1", mib,
-                  engine.get("flash_io_ms_per_token", pair["io_wall_ms_per_token"]["estimate"]),
-                  engine.get("cache_mgmt_ms_per_token"),
-                  mib / expert_mib if cached and expert_mib else 0.0,
-                  engine.get("stall_ms_per_token"), pair["decode_ms_per_token"],
-                  configuration(meta))
+    return checked_sample(Sample(
+        name, identity, meta_int(meta, "io_threads") or io["lanes"], cached,
+        meta.get("overlap") == "1", mib,
+        engine.get("flash_io_ms_per_token", pair["io_wall_ms_per_token"]["estimate"]),
+        engine.get("cache_mgmt_ms_per_token"), mib / expert_mib if cached and expert_mib else 0.0,
+        engine.get("stall_ms_per_token"), pair["decode_ms_per_token"], configuration(meta)))
+
+
+def checked_sample(sample):
+    """A Sample whose figures a fit can use (a saved report may hold anything): lanes a whole
+    number from 1, every figure a finite number >= 0 (the optional ones null)."""
+    if type(sample.lanes) is not int or not 1 <= sample.lanes <= 1024:
+        raise ValueError(f"lanes {str(sample.lanes)[:20]!r} is not a whole number from 1")
+    for field in ("mib", "io_ms", "decode_ms", "management_ms", "stall_ms", "misses"):
+        value = getattr(sample, field)
+        if (value is not None or field in ("mib", "io_ms", "decode_ms")) and not (
+                is_number(value) and 0 <= value <= FIGURE_LIMIT):
+            raise ValueError(f"the fit's {field} {str(value)[:20]!r} is not a number >= 0")
+    return sample
 
 
 def median_of(values):

@@ -310,6 +310,7 @@ def good_fit(busy):
     (lambda f: f["ms_per_mib"]["4"].update(min=0.0, value=0.0), "ms_per_mib.4: min 0 is not"),
     (lambda f: f["cached_rate_factor"].update(min=-1.0), "cached_rate_factor: min -1 is not"),
     (lambda f: f["ms_per_mib"]["4"].update(max=10 ** 401), "ms_per_mib.4: not a cost"),
+    (lambda f: f["ms_per_mib"]["4"].update(value=1.7e308, max=1.7e308), "past any run's"),
     (lambda f: f["errors_ms"].update(cache_mb=-3), "errors_ms.cache_mb '-3' is not"),
     (lambda f: f.update(quiet_spread_ms="wide"), "quiet_spread_ms 'wide' is not"),
     (lambda f: f["ms_per_mib"].update(four=f["ms_per_mib"]["4"]), "not a lane count")])
@@ -360,3 +361,21 @@ def test_no_output_is_written_over_the_calibration_it_reads(tmp_path, option):
     result = run("report", *rep1, "--calibration", str(target), option, str(target))
     assert result.code != 0 and "not writing over it" in result.err
     assert target.read_bytes() == (SWEEP / "calibration.json").read_bytes()
+
+
+@pytest.mark.parametrize("edit,said", [
+    (lambda r: r["pair"].update(io_mib_per_token=-1.0), "the fit's mib '-1.0'"),
+    (lambda r: r["pair"].update(decode_ms_per_token=1e999), "the fit's decode_ms 'inf'"),
+    (lambda r: (r["io"].update(lanes=2.5), r["io"]["meta"].pop("io_threads"),
+                r["compute"]["meta"].pop("io_threads")), "lanes '2.5' is not a whole number")])
+def test_a_saved_report_fed_into_a_fit_is_checked(tmp_path, edit, said):
+    """A saved report's figures enter the fit only finite, >= 0, with whole lanes; else the
+    run is refused in one line naming the file and the field."""
+    rep1 = [str(SWEEP / f"qwen3moe-l4-greedy-serial-rep1-{kind}.csv") for kind in ("ct", "io")]
+    saved = report_with_warnings("report", *rep1)
+    edit(saved)
+    path = tmp_path / "saved.json"
+    path.write_text(json.dumps(saved).replace("Infinity", "1e999"))
+    result = run("summary", str(path), *RUNS[:2])
+    assert result.code == 1 and result.err.count("\n") == 1
+    assert "saved.json" in result.err and said in result.err, result.err

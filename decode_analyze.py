@@ -10390,8 +10390,20 @@ def write_out(out, text):
 def refuse_to_overwrite_an_input(paths, target):
     """paths: (kind, path) of every input."""
     for _, path in paths:
-        if path != trace_io.STDIN and output_identity(path) == output_identity(target):
-            raise OutputError(f"{target}: is the input {path}: not writing over it")
+        read = stdin_identity() if path == trace_io.STDIN else output_identity(path)
+        if read is not None and read == output_identity(target):
+            raise OutputError(f"{target}: is the input {display_name(path)}: not writing over "
+                              f"it")
+
+
+def stdin_identity():
+    """The regular file stdin is redirected from (`< ct.csv`: its device and inode, as
+    output_identity names it), else None (a pipe, a terminal: no file to write over)."""
+    try:
+        status = os.fstat(sys.stdin.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+    return ("file", status.st_dev, status.st_ino) if stat.S_ISREG(status.st_mode) else None
 
 
 def silence_stdout():

@@ -335,3 +335,28 @@ def test_a_sweep_runs_log_is_found_by_the_runs_name(tmp_path):
     assert da.log_beside([str(tmp_path / "x-io.csv")]) == str(tmp_path / "x.log")
     assert da.log_beside([str(tmp_path / "x_ct.csv.gz")]) == str(tmp_path / "x.log")
     assert da.log_beside([str(tmp_path / "x-io-serial.csv")]) is None
+
+
+@pytest.mark.parametrize("argv", [["compute", "-", "-o", "{trace}"],
+                                  ["compute", "-", "--svg", "{link}"],
+                                  ["report", "-", "{io}", "--svg", "{hard}"]])
+def test_stdin_redirected_from_a_file_is_never_written_over(tmp_path, argv):
+    """`compute - -o ct.csv < ct.csv` replaced the trace with its report: stdin's own file
+    (fstat: its device and inode) is an input, however the output names it (a symlink, a hard
+    link); the run is refused and the file kept."""
+    import subprocess
+    import sys
+    trace = tmp_path / "ct.csv"
+    original = (ROOT / "tests/data/sweep/qwen3moe-l4-greedy-serial-rep1-ct.csv").read_bytes()
+    trace.write_bytes(original)
+    (tmp_path / "link.csv").symlink_to(trace)
+    os.link(trace, tmp_path / "hard.csv")
+    io = ROOT / "tests/data/sweep/qwen3moe-l4-greedy-serial-rep1-io.csv"
+    names = {"trace": trace, "link": tmp_path / "link.csv", "hard": tmp_path / "hard.csv",
+             "io": io}
+    with open(trace, "rb") as stdin:
+        done = subprocess.run([sys.executable, str(ROOT / "decode_analyze.py"),
+                               *(part.format(**names) for part in argv)], stdin=stdin,
+                              capture_output=True, text=True)
+    assert done.returncode == 1 and "is the input <stdin>: not writing over it" in done.stderr
+    assert trace.read_bytes() == original

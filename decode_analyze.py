@@ -123,6 +123,11 @@ def unit_named(name):
     return ""
 
 
+def counted(count, noun):
+    """'1 lane', '4 lanes': a count and its noun, plural but for one."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def num(value, spec, missing="n/a"):
     """format(value, spec), or 'n/a' for an undefined figure."""
     return missing if value is None else format(value, spec)
@@ -3795,7 +3800,7 @@ class WhatIf:
         figures = {} if part is None else {
             "io_wall_ms_per_token": figure(part.value, part.low, part.high)}
         return self.modelled("io_threads", lanes, figures, config,
-                             f"{lanes} lane{'s' if lanes != 1 else ''}: the MiB now at the ms "
+                             f"{counted(lanes, 'lane')}: the MiB now at the ms "
                              f"per MiB there")
 
     def overlap_settings(self, asked):
@@ -4484,7 +4489,7 @@ def lane_table(lanes):
     busy = [row["busy_ms_per_token"] for row in lanes]
     speeds = [row["mib_per_s"] or 0.0 for row in lanes]
     return Full("every lane", Grid(table_of(LANE_ROW), lanes), Prose([
-        f"  {len(lanes)} lanes, each busy {min(busy):.2f}-{max(busy):.2f} ms a token at "
+        f"  {counted(len(lanes), 'lane')}, each busy {min(busy):.2f}-{max(busy):.2f} ms a token at "
         f"{min(speeds):.0f}-{max(speeds):.0f} MiB/s"]))
 
 
@@ -6428,7 +6433,7 @@ def calibration_blocks(report, view):
              f"spread {fit['quiet_spread_ms']:.2f} ms (no band is narrower)"]
     for group in fit["configurations"]:
         lines += repeats_lines(group)
-    costs = [(f"flash I/O ms per MiB, {lanes} lane{'s' if lanes != '1' else ''}", cost)
+    costs = [(f"flash I/O ms per MiB, {counted(int(lanes), 'lane')}", cost)
              for lanes, cost in fit["ms_per_mib"].items()]
     costs += [(name, fit[field]) for name, field in (
         ("I/O as lanes to the power -", "lane_exponent"),
@@ -9359,7 +9364,7 @@ def weighed_io(path, reading, asked):
     if named != report["meta"].get("io_threads"):
         said = "declared" if "io_threads" in settings else "in the preamble"
         reading.warn(f"{trace.name}: io_threads={named} {said}, but the trace read on "
-                     f"{report['lanes']} lanes: the trace's lanes stand")
+                     f"{counted(report['lanes'], 'lane')}: the trace's lanes stand")
     report["meta"], shown = merged_settings(report["meta"], trace_settings(report), reading.warn,
                                     trace.name)
     report["settings"].update(shown)

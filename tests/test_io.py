@@ -327,3 +327,18 @@ def test_key_columns_of_many_values_are_held_bounded_and_read_the_same(write, mo
         assert list(map(cache.__getitem__, column)) == list(range(start, start + 30))
         assert len(valid) <= 8 + 30 and len(cache) <= 8
     assert not trace_io.Trace._keys_valid("expert", valid, ["1", "-2"])
+
+
+def test_one_lane_is_one_lane_not_1_lanes(tmp_path):
+    """Issue 50's words: a trace read on one lane said '1 lanes, each busy ...'."""
+    import decode_analyze
+    rows = "".join(f"0,1,{64 + step},0,0,0,0,0,0,65536,65536,100000\n" for step in range(4))
+    path = tmp_path / "one-io.csv"
+    path.write_text("# io_trace v1\n# model=m io_threads=1 o_direct=1 overlap=0\n"
+                    "turn,phase,step,layer,expert,proj,lane,spec,offset,req_bytes,read_bytes,"
+                    "latency_ns\n" + rows)
+    from helpers import run
+    out = run("io", str(path)).out
+    assert "1 lanes" not in out and "1 lane, each busy" in " ".join(out.split())
+    assert decode_analyze.counted(1, "lane") == "1 lane"
+    assert decode_analyze.counted(4, "lane") == "4 lanes"

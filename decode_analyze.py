@@ -3617,7 +3617,8 @@ class WhatIf:
         point = own - part.value
         half = self.model.validated_half(kinds)
         if half is None:
-            return Said(figure(point, own - part.high, own - part.low), UNCALIBRATED_METHOD)
+            return Said(self.within_decode(point, own - part.high, own - part.low),
+                        UNCALIBRATED_METHOD)
         half *= self.per_read
         share = ratio(2 * half, self.decode)
         known = share is not None and share <= BAND_MOST_SHARE
@@ -3631,7 +3632,13 @@ class WhatIf:
         if not known:
             return Said(figure(None, None, None), method, band,
                         narrowing_run(kinds, name, value, self.fit))
-        return Said(figure(point, point - half, point + half), method, band)
+        return Said(self.within_decode(point, point - half, point + half), method, band)
+
+    def within_decode(self, point, low, high):
+        """A saving no larger than the decode it is saved from (a log whose flash I/O exceeds
+        its decode would promise more)."""
+        most = math.inf if self.decode is None else self.decode
+        return figure(min(point, most), min(low, most), min(high, most))
 
     def fitted_on(self):
         fit = self.fit

@@ -559,3 +559,20 @@ def test_the_method_prose_is_behind_explain():
         head = offered["method"].split()[0]
         assert f"{offered['setting']}: {head}" in told
     assert len(told.splitlines()) > len(plain.splitlines()) + 10
+
+
+def test_no_saving_is_above_the_decode(tmp_path):
+    """Issue 50: a serial run whose reads take longer than its decode promised a change that
+    saves 80x the decode; a log whose flash I/O (6 s a token) exceeds its decode (39 ms) no
+    longer lets any saving pass the decode."""
+    data = ROOT / "tests" / "data"
+    log = tmp_path / "run.log"
+    log.write_text((data / "qwen3moe-l4-io-serial.log").read_text().replace(
+        "flash I/O 0.005 s/token, 344 MiB/s", "flash I/O 6.000 s/token, 1 MiB/s"))
+    r = report_with_warnings("io", REAL_TRACES["qwen3moe-l4-io-serial.csv"], "--what-if",
+                             "--engine-log", log)
+    decode = 39.0
+    assert any(s["ms_per_token_saved"]["max"] == decode for s in r["what_if"]["settings"])
+    for offered in r["what_if"]["settings"]:
+        for bound in offered["ms_per_token_saved"].values():
+            assert bound is None or bound <= decode, offered

@@ -34,13 +34,15 @@ sections above it:
   compute       CATEGORY_NAMES and classify_graph (node categories), TokenGraph, ComputeFold,
                 compute_report, compute_verdicts, its Kind (record and layout)
   io            PhaseReads, IoFold, ExpertLookups and ExpertCache (the engine's cache, every
-                size in one pass), WhatIf (what each setting would buy), io_report, io_verdicts
+                size in one pass), TokenModel (a token's I/O part at any setting), WhatIf (what
+                each setting would buy, calibrated or not), io_report, io_verdicts
   pair          pair_report: both traces of one run, per decoded token
   timeline      v2 traces on one clock: decode spans, unions of intervals
   engine        the engine's own end-of-run lines (NAME.log) beside the tool's figures
   settings      merged_settings: what a preamble lacks (--set, the log's, the trace's) joined
   runs          configuration (what makes runs repeats), Sample (what a pair gives a fit),
-                calibration: the what-if's costs fitted on runs (summary's, diff's sides)
+                repeats_of (outliers, a loaded level), calibration: the token model's costs
+                fitted on runs and validated leave-one-out (summary's, diff's sides)
   diff          DiffView (one run, checked), DiffSide (its runs), diff_report (every NEW side
                 against BASE's, tested over runs), the regression gate
   summary       summary_runs (runs found and paired), one row per run, repeats grouped

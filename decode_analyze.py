@@ -6110,6 +6110,10 @@ def calibration_problem(fit):
                 f"--calibration-out)")
     if not isinstance(fit.get("model"), dict) or not isinstance(fit["model"].get("model"), str):
         return "no `model` it was fitted on"
+    for key in ("n_layer", "top_k", "expert_mib"):
+        value = fit["model"].get(key)
+        if value is not None and not (is_number(value) and value > 0):
+            return f"model.{key} {str(value)[:20]!r} is not a number above 0"
     if not isinstance(fit.get("runs"), list) or not fit["runs"]:
         return "no `runs` it was fitted on"
     if not isinstance(fit.get("ms_per_mib"), dict) or not isinstance(fit.get("errors_ms"), dict):
@@ -6133,6 +6137,9 @@ def calibration_problem(fit):
     if not isinstance(validation, dict) or not all(
             is_number(validation.get(key)) for key in ("held_out", "checked", "inside")):
         return "no `validation` counts"
+    share = validation.get("median_band_share", "absent")
+    if share is not None and not (is_number(share) and share >= 0):
+        return f"validation.median_band_share {str(share)[:20]!r} is not a share"
     return None
 
 

@@ -379,3 +379,43 @@ def test_a_saved_report_fed_into_a_fit_is_checked(tmp_path, edit, said):
     result = run("summary", str(path), *RUNS[:2])
     assert result.code == 1 and result.err.count("\n") == 1
     assert "saved.json" in result.err and said in result.err, result.err
+
+
+JUNK = [None, -1, 0, 1e308, "4", [], {}, True, 10 ** 400, {"value": 1}]
+
+
+def leaves(value, path=()):
+    """Every (path, leaf) of a JSON value."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from leaves(item, path + (key,))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from leaves(item, path + (index,))
+    else:
+        yield path, value
+
+
+def test_any_value_of_a_calibration_changed_gives_a_report_or_one_line(busy, tmp_path):
+    """A seeded mutator over a real fit: each of 60 cases puts junk at a leaf; the report
+    either runs (the value is one the model can use) or refuses in one line, never with a
+    traceback, a non-JSON number, or NaN in its output."""
+    folder, _, fit = busy
+    places = [path for path, _ in leaves(fit)]
+    chosen = random.Random(49)
+    bad = tmp_path / "fit.json"
+    for case in range(60):
+        mutated = json.loads(json.dumps(fit))
+        path = chosen.choice(places)
+        node = mutated
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = chosen.choice(JUNK)
+        bad.write_text(json.dumps(mutated))
+        result = run("report", folder / "serial-q1-ct.csv", folder / "serial-q1-io.csv",
+                     "--calibration", bad, "--format", "json")
+        assert "Traceback" not in result.err, (path, result.err)
+        if result.code:
+            assert result.code == 1 and result.err.count("\n") == 1, (path, result.err)
+        else:
+            assert "NaN" not in result.out and "Infinity" not in result.out, path

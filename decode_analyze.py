@@ -130,6 +130,11 @@ def counted(count, noun):
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+def times(value, spec):
+    """'2.50x', or 'n/a' (never 'n/ax') for an undefined ratio."""
+    return "n/a" if value is None else f"{format(value, spec)}x"
+
+
 def num(value, spec, missing="n/a"):
     """format(value, spec), or 'n/a' for an undefined figure."""
     return missing if value is None else format(value, spec)
@@ -1108,7 +1113,9 @@ def engine_blocks(report, view):
     parts = [Full("every engine figure", Grid(table, rows), Grid(table, odd) if odd else None),
              Prose([f"  {agreeing} of {len(rows)} agree with the tool's"
                     + (f", {len(odd)} differ{'s' if len(odd) == 1 else ''} (above)" if odd else "")
-                    + "; the rest the tool derives or lacks"])] if rows else []
+                    + "; the rest the tool derives or lacks: " + ", ".join(
+                        row["figure"] for row in rows if row["agrees"] != "yes"
+                        and row not in odd)])] if rows else []
     turns = [f"  turn {turn['turn']} (trace {num(turn['trace_turn'], 'd', '?')}): "
              f"{turn['generated']} generated, hit {turn['cache_hit_pct']}% (traced "
              f"{num(turn['tool_cache_hit_pct'], '.1f')}), read {turn['read_mib']} MiB (traced "
@@ -2210,7 +2217,7 @@ def stretch_verdict(report):
     kind = "segment" if report["granularity"] == "layer" else "category"
     every = groups and len(groups) == len(set(report["category_us_by_token"]) or
                                           {row["name"] for row in report["segments"]})
-    named = ", ".join(f"{g['name']} {num(g['ratio'], '.0f')}x" for g in (groups or ())[:SLOWEST])
+    named = ", ".join(f"{g['name']} {times(g['ratio'], '.0f')}" for g in (groups or ())[:SLOWEST])
     left = len(groups or ()) - SLOWEST
     named += f" and {left} more" if left > 0 else ""
     slowed = f"every {kind} ({named})" if every else named or (
@@ -2220,7 +2227,7 @@ def stretch_verdict(report):
         f"SLOW STRETCH: turn {stretch['turn']} steps {stretch['first_step']}-"
         f"{stretch['last_step']} ({stretch['tokens']} tokens in a row) take "
         f"{stretch['ms_per_token']:.2f} ms each, "
-        f"{num(ratio(stretch['ms_per_token'], stretch['others_ms_per_token']), '.1f')}x the "
+        f"{times(ratio(stretch['ms_per_token'], stretch['others_ms_per_token']), '.1f')} the "
         f"other tokens ({num(stretch['others_ms_per_token'], '.2f')} ms), {stretch['share']:.0%} "
         f"of the time: one stretch, not scattered outliers; slowed in it: {slowed}")
 
@@ -5848,7 +5855,7 @@ def engine_joined(report, names, log, warn):
     for name, figure in (engine["figures"] if engine else {}).items():
         if figure["agrees"] is False:
             warn(f"{log.path}: the engine's {name} is {figure['engine']:.4g}, the traces' "
-                 f"{figure['tool']:.4g} ({num(figure['ratio'], '.2f')}x, beyond "
+                 f"{figure['tool']:.4g} ({times(figure['ratio'], '.2f')}, beyond "
                  f"{ENGINE_TOLERANCE:.0%}): a log of another run, or a trace cut short?")
     return {name: engine if name == "engine" else report[name] for name in names
             if name in report or name == "engine"}
@@ -7543,7 +7550,7 @@ def decode_lines(report, labels):
         tested = "" if change["p"] is None else \
             f", p{p_words(change['p'])}{'' if change['significant'] else ' ~'}"
         lines.append(f"  {row['name']}: base {figure_text(row['base'])} -> {label} "
-                     f"{figure_text(change['new'])} ({num(change['ratio'], '.2f')}x{tested})")
+                     f"{figure_text(change['new'])} ({times(change['ratio'], '.2f')}{tested})")
     return lines
 
 
@@ -7566,7 +7573,7 @@ def changed_lines(report, labels):
                          f"each {report['runs_to_decide']} times at least to test)")
             continue
         shown = [f"{name if title.endswith(' headline') else f'{title} ({name})'} "
-                 f"{num(change['ratio'], '.2f')}x" for title, name, change in
+                 f"{times(change['ratio'], '.2f')}" for title, name, change in
                  moved[:SIGNIFICANT_SHOWN]]
         more = len(moved) - len(shown)
         lines.append(f"  changed significantly{who}: " + (

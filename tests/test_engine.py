@@ -257,3 +257,15 @@ def test_a_log_with_no_engine_line_is_said_to_have_none(tmp_path):
         log.write_bytes(data)
         engine, err = engine_of("io", DATA / "qwen3moe-l4-io-serial.csv", "--engine-log", log)
         assert engine["figures"] == {} and "no line of the engine's" in err, name
+
+
+def test_an_undefined_ratio_is_n_a_not_n_ax_and_the_figures_not_compared_are_named():
+    """Issue 50's words: a ratio with no value printed '(n/ax, ...)'; '7 of 10 agree' did not
+    name the 3 it left."""
+    import decode_analyze
+    assert decode_analyze.times(None, ".2f") == "n/a"
+    assert decode_analyze.times(2.5, ".2f") == "2.50x"
+    from helpers import REAL_TRACES, run
+    out = " ".join(run("io", str(REAL_TRACES["qwen3moe-l4-io-serial.csv"])).out.split())
+    assert "n/ax" not in out
+    assert "the rest the tool derives or lacks: tokens," in out

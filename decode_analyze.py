@@ -4463,9 +4463,23 @@ def io_range_text(figures, per):
             f"MiB/s (between {num(rate['min'], '.0f')} and {num(rate['max'], '.0f')})")
 
 
+def own_cache_words(io):
+    """A cached run's own result, for its first screen: its hit share (the lookups missing
+    from its trace; the engine's counts prefill too), evictions and re-reads; [] without a
+    cache."""
+    own = io["run_cache"]
+    if not own or not (ran_cached(io) or cache_in_settings(io["meta"])):
+        return []
+    size = io["meta"].get("cache_mb")
+    return [f"this run's cache{f' (cache_mb={size})' if size else ''}: hit "
+            f"{pct(own['decode_hit_share'])} of the decode's expert lookups "
+            f"({pct(own['hit_share'])} with prefill's), "
+            f"{num(own['evictions'], 'd', 'unknown')} evictions, {own['rereads']} re-reads"]
+
+
 def io_headline_blocks(report, view):
     per = "per read-token"
-    return [Block(None, [Prose([
+    return [Block(None, [Prose([*own_cache_words(report),
         f"read-tokens={report['tokens']} ({selection_text(report)}; tokens that read: a token "
         f"served entirely from cache has no rows)",
         io_range_text(report, per),
@@ -5112,7 +5126,7 @@ def pair_headline_blocks(report, view):
                      f"{position['positions']} positions; per generated position, decode "
                      f"{position['decode_ms']:.2f} ms{split} {position['io_ms']:.2f} ms, "
                      f"{position['mib']:.2f} MiB read")
-    return [Block(None, [Prose(lines, ""),
+    return [Block(None, [Prose(lines + own_cache_words(report["io"]), ""),
                          Prose([f"warning: {message}" for message in pair["warnings"]])],
                   gap=False)]
 

@@ -269,3 +269,18 @@ def test_an_undefined_ratio_is_n_a_not_n_ax_and_the_figures_not_compared_are_nam
     out = " ".join(run("io", str(REAL_TRACES["qwen3moe-l4-io-serial.csv"])).out.split())
     assert "n/ax" not in out
     assert "the rest the tool derives or lacks: tokens," in out
+
+
+def test_a_cached_runs_first_screen_gives_its_own_hit_share():
+    """Issue 50: a cached run's own result was not on its first screen (io --cache, report):
+    its hit share now heads it, the prefill-counted one the engine's own 13.0%."""
+    from helpers import REAL_TRACES, ROOT, run
+    out = run("io", str(REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]), "--cache").out
+    first = " ".join(out.split("\n\n")[0].split())
+    assert "this run's cache (cache_mb=1.9): hit 13.3% of the decode's expert lookups (13.0% " \
+           "with prefill's), 904 evictions" in first
+    assert "moe-cache: 13.0% hit" in (ROOT / "tests/data/qwen3moe-l4-io-prefetch.log").read_text()
+    sweep = ROOT / "tests/data/sweep/qwen3moe-l4-greedy-cache1mb"
+    report = run("report", f"{sweep}-ct.csv", f"{sweep}-io.csv").out
+    assert "this run's cache (cache_mb=0.9): hit 0.0%" in " ".join(
+        report.split("\n\n")[0].split())

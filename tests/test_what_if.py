@@ -252,15 +252,19 @@ def test_a_caches_saving_is_its_parts_and_never_more_than_the_reads_cost():
     assert "(uncertain: it may be faster)" in " ".join(out.split())  # its point costs
 
 
+def with_edited_log(tmp_path, name, old, new):
+    """io --what-if of a real trace beside its log with `old` replaced by `new`."""
+    log = tmp_path / "run.log"
+    log.write_text((ROOT / "tests" / "data" / f"{name}.log").read_text().replace(old, new))
+    return report_with_warnings("io", REAL_TRACES[f"{name}.csv"], "--what-if", "--engine-log",
+                                log)
+
+
 def test_a_cached_runs_own_management_gives_a_point(tmp_path):
     """The prefetch run had a 2 MiB cache: its log's management (0.000 s) is its cost, so a
     point; larger sizes keep their band."""
-    data = ROOT / "tests" / "data"
-    log = tmp_path / "run.log"
-    log.write_text((data / "qwen3moe-l4-io-prefetch.log").read_text().replace(
-        "cache mgmt 0.000", "cache mgmt 0.001"))
-    r = report_with_warnings("io", REAL_TRACES["qwen3moe-l4-io-prefetch.csv"], "--what-if",
-                             "--engine-log", log)
+    r = with_edited_log(tmp_path, "qwen3moe-l4-io-prefetch", "cache mgmt 0.000",
+                        "cache mgmt 0.001")
     own = setting(r["what_if"], "cache_mb", 1.9)["ms_per_token_saved"]
     assert own["point"] is not None and own["point"] <= 0  # its own size saves nothing new
 
@@ -565,12 +569,8 @@ def test_no_saving_is_above_the_decode(tmp_path):
     """Issue 50: a serial run whose reads take longer than its decode promised a change that
     saves 80x the decode; a log whose flash I/O (6 s a token) exceeds its decode (39 ms) no
     longer lets any saving pass the decode."""
-    data = ROOT / "tests" / "data"
-    log = tmp_path / "run.log"
-    log.write_text((data / "qwen3moe-l4-io-serial.log").read_text().replace(
-        "flash I/O 0.005 s/token, 344 MiB/s", "flash I/O 6.000 s/token, 1 MiB/s"))
-    r = report_with_warnings("io", REAL_TRACES["qwen3moe-l4-io-serial.csv"], "--what-if",
-                             "--engine-log", log)
+    r = with_edited_log(tmp_path, "qwen3moe-l4-io-serial", "flash I/O 0.005 s/token, 344 MiB/s",
+                        "flash I/O 6.000 s/token, 1 MiB/s")
     decode = 39.0
     assert any(s["ms_per_token_saved"]["max"] == decode for s in r["what_if"]["settings"])
     for offered in r["what_if"]["settings"]:

@@ -781,6 +781,15 @@ def mean_of(values):
     return fsum(values) / len(values) if values else None
 
 
+def median_of(values):
+    """The middle value (the mean of the two middle ones for an even count); None for none:
+    a fit's costs, over a few runs, where no one run is the median."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return None if not ordered else ordered[middle] if len(ordered) % 2 else \
+        (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def sd_of(values):
     """The sample standard deviation (n - 1); None for fewer than two values."""
     if len(values) < 2:
@@ -3292,9 +3301,39 @@ def cache_shares(counts):
 # run's own I/O part less the part at the setting, and the run's compute, which a busy machine
 # inflates tenfold, is set aside. Each coefficient is fitted on the user's runs (summary
 # --calibration-out), or else is one of DEFAULT_COSTS, what real runs of the engine showed.
+ENGINE_MS_ROUNDING = 0.5  # the engine prints s/token to 3 decimals
+COST = Record("calibration cost", "`calibration` costs", (
+    ("value", "the median of the runs' values: what the model uses"),
+    ("min", "the least a run's value allows"), ("max", "the most"),
+    ("n", "the runs it is fitted on"),
+    ("residual", "the largest difference of a run's value from `value`, in its unit")))
+
+
+def cost_of(values, lows=None, highs=None):
+    """A COST over the runs' values (each allowing [low, high]), or None without any."""
+    if not values:
+        return None
+    value = median_of(values)
+    return COST(value=value, min=min(lows or values), max=max(highs or values), n=len(values),
+                residual=max(abs(one - value) for one in values))
+
+
 def known_cost(value, low, high):
-    """A cost (`calibration` costs' shape) known from real runs rather than fitted."""
-    return {"value": value, "min": low, "max": high, "n": 0, "residual": 0.0}
+    """A COST known from real runs rather than fitted on the user's (n 0)."""
+    return COST(value=value, min=low, max=high, n=0, residual=0.0)
+
+
+def management_cost(runs):
+    """Cache management a miss over runs' (management ms a token, as a log prints it: to 1 ms,
+    so +- ENGINE_MS_ROUNDING; misses a token): a COST, None without a run."""
+    return cost_of([ms / misses for ms, misses in runs],
+                   [max(0.0, ms - ENGINE_MS_ROUNDING) / misses for ms, misses in runs],
+                   [(ms + ENGINE_MS_ROUNDING) / misses for ms, misses in runs])
+
+
+def misses_of(mib, expert_mib):
+    """A cached run's misses a token: the MiB it read, an expert each (0 unknown)."""
+    return mib / expert_mib if expert_mib else 0.0
 
 
 DEFAULT_COSTS = {
@@ -3308,7 +3347,6 @@ DEFAULT_COSTS = {
     # its cache management follows the misses: 23, 18 and 11 ms a token at 0, 17 and 39% hit
     # of 384 lookups is 0.060, 0.057 and 0.047 ms a miss
     "management_ms_per_miss": known_cost(0.055, 0.045, 0.062)}
-ENGINE_MS_ROUNDING = 0.5  # the engine prints s/token to 3 decimals
 BAND_MOST_SHARE = 0.40  # a calibrated band wider than this share of the decode is not known
 DEFAULT_LANES = (1, 2, 4, 8)  # the lane counts a what-if tries (--io-threads: yours)
 # What a what-if is asked to try: cache sizes (--cache-mb) and lane counts (--io-threads), ()
@@ -3598,10 +3636,7 @@ class WhatIf:
         managed = measured.get("cache_mgmt_ms_per_token")
         if managed is None or not self.own.misses:
             return None
-        misses = self.own.misses / self.per_read  # per generated token, as the log's
-        return known_cost(managed / misses, max(0.0, managed - ENGINE_MS_ROUNDING) / misses,
-                          (managed + ENGINE_MS_ROUNDING) / misses)
-
+        return management_cost([(managed, self.own.misses / self.per_read)])  # per generated
 
     def own_part(self):
         """The run's own I/O part as measured (serial: its I/O, the log's where it has one, and
@@ -3765,9 +3800,7 @@ class WhatIf:
         return self.own._replace(mib=mib, cached=True, misses=self.misses(mib))
 
     def misses(self, mib):
-        """A cached configuration's misses a token: its MiB read, an expert each."""
-        expert_mib = self.cache.expert_bytes / MIB
-        return mib / expert_mib if expert_mib else 0.0
+        return misses_of(mib, self.cache.expert_bytes / MIB)
 
     def cache_change(self, name, mib, figures, mibs, method, fits):
         """A cache of `mib` MiB reading mibs = (fewest, middle, most) MiB a token: the token
@@ -5949,11 +5982,6 @@ def merged_settings(meta, given, warn, name):
 
 # ── runs: its records ────────────────────────────────────────────────────────────────────────────
 CALIBRATION_SCHEMA = 2  # of the file --calibration-out writes: 2 the fitted token model
-COST = Record("calibration cost", "`calibration` costs", (
-    ("value", "the median of the runs' values: what the model uses"),
-    ("min", "the least a run's value allows"), ("max", "the most"),
-    ("n", "the runs it is fitted on"),
-    ("residual", "the largest difference of a run's value from `value`, in its unit")))
 MODEL_ID = Record("calibrated model", "`calibration.model`", (
     ("model", "the model file its runs ran"), ("n_layer", "its layers"),
     ("experts", "the distinct (layer, expert) its runs read, the most of any run"),
@@ -6211,7 +6239,7 @@ def calibration_sample(name, report):
         name, identity, meta_int(meta, "io_threads") or io["lanes"], cached,
         meta.get("overlap") == "1", mib,
         engine.get("flash_io_ms_per_token", pair["io_wall_ms_per_token"]["estimate"]),
-        engine.get("cache_mgmt_ms_per_token"), mib / expert_mib if cached and expert_mib else 0.0,
+        engine.get("cache_mgmt_ms_per_token"), misses_of(mib, expert_mib) if cached else 0.0,
         engine.get("stall_ms_per_token"), pair["decode_ms_per_token"], configuration(meta)))
 
 
@@ -6226,22 +6254,6 @@ def checked_sample(sample):
                 is_number(value) and 0 <= value <= FIGURE_LIMIT):
             raise ValueError(f"the fit's {field} {str(value)[:20]!r} is not a number >= 0")
     return sample
-
-
-def median_of(values):
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return None if not ordered else ordered[middle] if len(ordered) % 2 else \
-        (ordered[middle - 1] + ordered[middle]) / 2
-
-
-def cost_of(values, lows=None, highs=None):
-    """A COST over the runs' values (each allowing [low, high]), or None without any."""
-    if not values:
-        return None
-    value = median_of(values)
-    return COST(value=value, min=min(lows or values), max=max(highs or values), n=len(values),
-                residual=max(abs(one - value) for one in values))
 
 
 def compute_of(sample):
@@ -6323,11 +6335,9 @@ def fitted_costs(samples, base_compute):
     cached = [(one, rates.rate(one.lanes)) for one in serial if one.cached]
     costs["cached_rate_factor"] = cost_of([one.io_ms / one.mib / rate.value
                                            for one, rate in cached if rate])
-    managed = [one for one, _ in cached if one.management_ms is not None and one.misses]
-    costs["management_ms_per_miss"] = cost_of(
-        [one.management_ms / one.misses for one in managed],
-        [max(0.0, one.management_ms - ENGINE_MS_ROUNDING) / one.misses for one in managed],
-        [(one.management_ms + ENGINE_MS_ROUNDING) / one.misses for one in managed])
+    costs["management_ms_per_miss"] = management_cost(
+        [(one.management_ms, one.misses) for one, _ in cached
+         if one.management_ms is not None and one.misses])
     serial_parts = TokenModel(costs, None, None)
     overlapped = [(one, serial_parts.part(Config(one.mib, one.lanes, one.cached, one.misses,
                                                  False))) for one in samples if one.overlap]

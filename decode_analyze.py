@@ -3260,6 +3260,12 @@ def recounted(run_cache, decoded):
     return {**run_cache, **cache_totals(turns, per_token)}
 
 
+def had_cache(io):
+    """Whether the run had a cache: its trace shows one, or its settings name one (a cache
+    that served nothing, 0% hit, traces every lookup, and managed all the same)."""
+    return ran_cached(io) or cache_in_settings(io["meta"])
+
+
 def ran_cached(io):
     """Whether an io report's run had a cache: its trace shows one, and no cache=0 was
     declared (a router that picks fewer experts than k by design)."""
@@ -3621,8 +3627,7 @@ class WhatIf:
         flash = measured.get("flash_io_ms_per_token")
         self.io_ms = self.estimate if flash is None or self.cap != math.inf else \
             flash * self.per_read
-        # a cache that served nothing (0% hit: its trace holds every lookup) managed all the same
-        cached = ran_cached(report) or cache_in_settings(report["meta"])
+        cached = had_cache(report)
         self.own = Config(report["mib_per_token"],
                           meta_int(report["meta"], "io_threads") or report["lanes"], cached,
                           self.misses(report["mib_per_token"]) if cached else 0.0,
@@ -3697,17 +3702,20 @@ class WhatIf:
                                band=said.band, narrow_with=said.narrow_with)
 
     def modelled(self, name, value, figures, config, method):
-        """A setting whose ms the token model gives (its method after `method`), or no saving
-        predicted."""
-        said = self.saving(config, name, value)
+        """A setting whose ms the token model gives at `config`."""
+        return self.offer(name, value, figures, self.saving(config, name, value), method)
+
+    def offer(self, name, value, figures, said, method, fits=None):
+        """A setting from what the token model Said (None: no saving predicted), its method
+        after `method`; uncalibrated under overlap, bounded by the stall."""
         if said is None:
             return self.setting(name, value, figures, Said(
-                figure(None, None, None), method + ". ms not predicted: no rate for it"))
+                figure(None, None, None), method + ". ms not predicted: no rate for it"), fits)
         saved = said.saved
         if self.cap != math.inf and said.band is None:
             saved = self.stall_bound(saved["min"], saved["max"])
         return self.setting(name, value, figures, said._replace(
-            saved=saved, method=f"{method}. {said.method}"))
+            saved=saved, method=f"{method}. {said.method}"), fits)
 
     def stall_bound(self, low, high):
         """An uncalibrated saving of an overlapped run: no point, at most the stall (none
@@ -3807,17 +3815,11 @@ class WhatIf:
         model's saving over the MiB's band, its point where the middle is known."""
         fewest, middle, most = (None if one is None else self.saving(
             self.cached_config(one), name, mib) for one in mibs)
-        if fewest is None or most is None:
-            return self.setting(name, mib, figures, Said(
-                figure(None, None, None), method + ". ms not predicted: no rate for it"), fits)
-        said = (middle or fewest)._replace(method=f"{method}. {(middle or fewest).method}")
-        if said.band is not None and not said.band["known"]:
-            return self.setting(name, mib, figures, said, fits)
-        point = None if middle is None else middle.saved["point"]
-        saved = figure(point, most.saved["min"], fewest.saved["max"])
-        if self.cap != math.inf and said.band is None:
-            saved = self.stall_bound(saved["min"], saved["max"])
-        return self.setting(name, mib, figures, said._replace(saved=saved), fits)
+        said = None if fewest is None or most is None else middle or fewest
+        if said is not None and (said.band is None or said.band["known"]):
+            said = said._replace(saved=figure(None if middle is None else middle.saved["point"],
+                                              most.saved["min"], fewest.saved["max"]))
+        return self.offer(name, mib, figures, said, method, fits)
 
     def o_direct_settings(self, asked):
         """Buffered reads, for a run that read with O_DIRECT; O_DIRECT, for one that did not."""
@@ -4501,7 +4503,7 @@ def own_cache_words(io):
     from its trace; the engine's counts prefill too), evictions and re-reads; [] without a
     cache."""
     own = io["run_cache"]
-    if not own or not (ran_cached(io) or cache_in_settings(io["meta"])):
+    if not own or not had_cache(io):
         return []
     size = io["meta"].get("cache_mb")
     return [f"this run's cache{f' (cache_mb={size})' if size else ''}: hit "
@@ -6277,14 +6279,14 @@ def repeats_of(config, runs):
         return len(ordered) >= 3 and middle > 0 and decode > 0 and \
             abs(decode - middle) > OUTLIER_MADS * MAD_SCALE * max(mad, 0.01 * middle) and \
             max(decode / middle, middle / decode) >= OUTLIER_RATIO
-    kept = [one for one in ordered if not far(one.decode_ms)]
+    outliers = [one for one in ordered if far(one.decode_ms)]
+    kept = [one for one in ordered if one not in outliers]
     steps = [(kept[at].decode_ms / kept[at - 1].decode_ms, at) for at in range(1, len(kept))
              if kept[at - 1].decode_ms > 0]
     step, cut = max(steps, default=(0.0, len(kept)))
     if step < LEVEL_RATIO:
         cut = len(kept)
-    return Repeats(config, ordered, kept[:cut], kept[cut:],
-                   [one for one in ordered if far(one.decode_ms)])
+    return Repeats(config, ordered, kept[:cut], kept[cut:], outliers)
 
 
 def change_of(config, base):

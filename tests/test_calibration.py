@@ -296,11 +296,6 @@ def test_another_models_calibration_is_refused(busy):
     assert "fitted on another model (model sweep-moe.gguf" in result.err
 
 
-def good_fit(busy):
-    _, _, fit = busy
-    return fit
-
-
 @pytest.mark.parametrize("change,said", [
     (lambda f: f.update(calibration_schema=1), "calibration_schema '1'"),
     (lambda f: f.pop("calibration_schema"), "calibration_schema 'None'"),
@@ -316,7 +311,8 @@ def good_fit(busy):
     (lambda f: f["ms_per_mib"].update(four=f["ms_per_mib"]["4"]), "not a lane count")])
 def test_a_bad_value_in_a_calibration_is_one_line_naming_its_field(busy, tmp_path, change,
                                                                    said):
-    fit = json.loads(json.dumps(good_fit(busy)))
+    *_, fitted = busy
+    fit = json.loads(json.dumps(fitted))
     change(fit)
     bad = tmp_path / "fit.json"
     bad.write_text(json.dumps(fit))

@@ -68,7 +68,7 @@ import tempfile
 import textwrap
 from array import array
 from bisect import bisect_left, bisect_right
-from collections import Counter, defaultdict, namedtuple
+from collections import Counter, OrderedDict, defaultdict, namedtuple
 from contextlib import ExitStack
 from functools import lru_cache, partial
 from io import StringIO
@@ -2522,17 +2522,27 @@ RUN_CACHE_TURN = Record("run cache turn", "io `run_cache.turns`", (
     ("decode_misses", "its demanded decode experts traced (misses)"),
     ("prefill_lookups", "its prefill's demanded experts"),
     ("decode_hit_share", "its decode lookups served (not traced) / its decode lookups"),
-    ("hit_share", "the same with its prefill lookups counted, as the engine counts")))
+    ("hit_share", "the same with its prefill lookups counted, as the engine counts"),
+    ("hit_share_most", "the most hit_share can be: = hit_share but where verify decodes hit "
+                       "what their trace cannot show (`run_cache.verify_decodes`)")))
 RUN_CACHE = Record("run cache", "io `run_cache`: the run's own cache, as its trace shows it", (
     ("detected", "whether the run had a cache: decode tokens (two at least) show fewer "
                  "experts in a layer than top_k"),
     ("top_k", "k: the most experts a decode (token, layer) demands"),
     ("layers", "the layers whose experts decode reads demand"),
     ("decode_lookups", "decode tokens (counted from each turn's steps: a token served "
-                       "entirely from cache has no rows) x layers x top_k"),
+                       "entirely from cache has no rows) x layers x top_k; with verify "
+                       "decodes, each layer's misses and at least k"),
     ("lookups", "decode_lookups + the prefill's demanded experts (a cold cache misses them)"),
     ("decode_hit_share", "(decode_lookups - the demanded experts traced) / decode_lookups"),
-    ("hit_share", "the same hits / lookups: the engine's hit %"),
+    ("hit_share", "the same hits / lookups: the engine's hit % (with verify decodes: the "
+                  "least it can be)"),
+    ("hit_share_most", "the most it can be: a verify decode may hit more of its layer's "
+                       "experts than it read, up to k x positions (no more than the layer's "
+                       "experts), and no more than an LRU of the run's size held of them"),
+    ("verify_decodes", "decodes that verified several positions (speculative decoding): the "
+                       "engine looks up an expert once a batch, so a layer's lookups are its "
+                       "misses and the hits it cannot show; 0 otherwise"),
     ("rereads", "lookups traced of an expert traced before: on a cached run, the engine's "
                 "re-reads"),
     ("evictions", "lookups traced less the whole experts its cache_mb holds: on a cached run, "
@@ -3181,8 +3191,10 @@ def cache_curve(cache, lookups, cached):
 # than the router picked (k), and a token served entirely from cache shows nothing. With k the
 # most any decode (token, layer) demands, a turn's decode lookups are its decode tokens (from
 # its steps: the first decode is the prefill's step + 1) x the layers x k; those not traced hit.
-CacheCounts = summing_record("CacheCounts", ("decode_lookups", "decode_misses", "prefill"),
-                             doc="A turn's decode lookups and misses, and its prefill lookups.")
+CacheCounts = summing_record(
+    "CacheCounts", ("decode_tokens", "decode_lookups", "decode_misses", "prefill", "unseen"),
+    doc="A turn's decode tokens, their lookups and misses, its prefill lookups, and the "
+        "lookups of verify decodes its trace cannot tell hit or not.")
 
 
 def own_cache(lookups, cache, own_mib):
@@ -3190,9 +3202,7 @@ def own_cache(lookups, cache, own_mib):
     decode token demanded any); its re-reads and evictions from the ExpertCache of its
     lookups traced, and the run's cache_mb (own_mib, None when unknown)."""
     demanded = defaultdict(set)  # (turn, phase, step) -> items
-    ends = chain(islice(lookups.token_starts, 1, None), [len(lookups.items)])
-    for start, end, phase, (turn, step) in zip(lookups.token_starts, ends, lookups.token_phases,
-                                               lookups.token_keys):
+    for start, end, phase, (turn, step) in token_runs(lookups):
         demanded[turn, phase, step].update(lookups.items[start:end])
     layer_of = {item: layer for (layer, _), item in lookups.item_of.items()}
     decodes = [(turn, phase, step) for turn, phase, step in demanded if phase == DECODE]
@@ -3200,45 +3210,126 @@ def own_cache(lookups, cache, own_mib):
     layers = set().union(*per_layer)
     if not layers:
         return None
-    top_k = routing_top_k(decodes, per_layer)
+    positions = batch_positions(decodes)
+    top_k = routing_top_k(decodes, per_layer, positions)
     short = sum(1 for counts in per_layer
                 if len(counts) < len(layers) or min(counts.values()) < top_k)
-    per_token = len(layers) * top_k
-    turns = turn_cache_counts(demanded, per_token)
+    batches = {key: counts for key, counts in zip(decodes, per_layer)
+               if positions[key] != 1 and max(counts.values()) > top_k}
+    if batches:  # speculative decoding: the engine looks an expert up once a verify batch
+        shape = Counter(layer_of.values())  # layer -> experts seen
+        turns = verify_counts(dict(zip(decodes, per_layer)), positions, demanded,
+                              (top_k, shape), held_by_layer(lookups, layer_of, cache, own_mib))
+    else:
+        turns = turn_cache_counts(demanded, len(layers) * top_k)
     return RUN_CACHE(detected=short >= 2, top_k=top_k, layers=len(layers),
-                     **cache_totals(turns, per_token), rereads=cache.lookups - cache.distinct,
+                     verify_decodes=len(batches), **cache_totals(turns),
+                     rereads=cache.lookups - cache.distinct,
                      evictions=cache.lookups - cache.capacity(own_mib) if own_mib else None)
 
 
-def routing_top_k(decodes, per_layer):
-    """The model's k: the most experts a decode (token, layer) demands, among decodes of one
-    position. A speculative decode verifies several positions (up to the next decode's step)
-    and demands up to k of each, so its count is k only over its positions (at least)."""
+def token_runs(lookups):
+    """(start, end, phase, (turn, step)) of each token run of the lookups, in trace order."""
+    ends = chain(islice(lookups.token_starts, 1, None), [len(lookups.items)])
+    return zip(lookups.token_starts, ends, lookups.token_phases, lookups.token_keys)
+
+
+def batch_positions(decodes):
+    """{(turn, phase, step): positions} of each decode with rows, up to the next one's step:
+    a verify decode's, or one position and tokens served whole from cache. A turn's last
+    decode's are not known (None): no step follows it."""
     steps = defaultdict(list)
     for turn, _, step in decodes:
         steps[turn].append(step)
-    following = {}
+    positions = {}
     for turn, found in steps.items():
         found.sort()
-        following.update(((turn, step), after) for step, after
-                         in zip(found, chain(islice(found, 1, None), [max(found) + 1])))
-    single, spread = [], []
-    for (turn, _, step), counts in zip(decodes, per_layer):
+        positions.update(((turn, DECODE, step), after - step if after else None)
+                         for step, after in zip(found, chain(islice(found, 1, None), [None])))
+    return positions
+
+
+def routing_top_k(decodes, per_layer, positions):
+    """The model's k: the most experts a decode (token, layer) demands, among decodes of one
+    position. A speculative decode verifies several positions (up to the next decode's step)
+    and demands up to k of each, so its count is k only over its positions (at least); a
+    turn's last decode, of positions unknown, tells k where nothing else does."""
+    single, spread, last = [], [], []
+    for key, counts in zip(decodes, per_layer):
         if counts:
-            positions = following[turn, step] - step
-            (single if positions == 1 else spread).append(
-                -(-max(counts.values()) // positions))
-    return max(single or spread)
+            most, spanned = max(counts.values()), positions[key]
+            (last if spanned is None else single if spanned == 1 else spread).append(
+                -(-most // (spanned or 1)))
+    return max(single or spread or last)
 
 
-def cache_totals(turns, per_token):
+def held_by_layer(lookups, layer_of, cache, own_mib):
+    """{(turn, phase, step): {layer: experts}} that an LRU of the run's own size, fed its
+    misses in trace order, holds of each layer as each decode reaches it, less those the
+    decode read (held by the model, not by the engine); None when the size is unknown."""
+    capacity = cache.capacity(own_mib) if own_mib else 0
+    if not capacity:
+        return None
+    held, by_layer, at_start = OrderedDict(), Counter(), {}
+    for start, end, phase, (turn, step) in token_runs(lookups):
+        key = (turn, phase, step)
+        first = key not in at_start
+        if first:  # a layer it read no expert of: as the decode starts
+            at_start[key], begun = Counter(by_layer), set()
+        for item in lookups.items[start:end]:
+            layer = layer_of[item]
+            if first and layer not in begun:  # as the engine reaches the layer
+                begun.add(layer)
+                at_start[key][layer] = by_layer[layer]
+            if item in held:
+                held.move_to_end(item)
+                at_start[key][layer] -= first
+                continue
+            held[item] = None
+            by_layer[layer] += 1
+            if len(held) > capacity:
+                evicted, _ = held.popitem(last=False)
+                by_layer[layer_of[evicted]] -= 1
+    return at_start
+
+
+def verify_counts(decoded, positions, demanded, model, held):
+    """{turn: CacheCounts} of a run decoded in verify batches: a batch's layer holds its
+    misses and hits its trace cannot show. A batch picks k at least, so a layer that read
+    fewer than k hit the rest; one that read m may have hit more, up to k x positions (no more
+    than the layer's experts; a turn's last decode: as many as the longest) less m, and no
+    more than an LRU of its size held of the layer (`held`: None, size unknown): those are
+    `unseen`. model: (k, {layer: experts})."""
+    top_k, shape = model
+    longest = max(filter(None, positions.values()), default=1)  # what a last decode may span
+    counts = defaultdict(CacheCounts)
+    for (turn, phase, step), items in demanded.items():
+        if phase != DECODE:
+            counts[turn].add(0, 0, 0, len(items), 0)
+            continue
+        misses = decoded[turn, phase, step]
+        certain = unseen = 0
+        for layer, experts in shape.items():
+            read = misses.get(layer, 0)
+            surely = max(0, top_k - read)
+            spanned = positions[turn, phase, step] or longest  # a last one's: unknown
+            most = min(experts, top_k * spanned) - read
+            if held is not None:
+                most = min(most, held[turn, phase, step][layer])
+            certain, unseen = certain + surely, unseen + max(0, most - surely)
+        counts[turn].add(positions[turn, phase, step] or 1, len(items) + certain, len(items),
+                         0, unseen)
+    return dict(sorted(counts.items()))
+
+
+def cache_totals(turns):
     """The run cache's lookups, hit shares and turns, from {turn: CacheCounts}."""
     whole = CacheCounts()
     for counts in turns.values():
         whole.merge(counts)
     return dict(decode_lookups=whole.decode_lookups,
                 lookups=whole.decode_lookups + whole.prefill, **cache_shares(whole),
-                turns=[RUN_CACHE_TURN(turn=turn, decode_tokens=counts.decode_lookups // per_token,
+                turns=[RUN_CACHE_TURN(turn=turn, decode_tokens=counts.decode_tokens,
                                       decode_misses=counts.decode_misses,
                                       prefill_lookups=counts.prefill, **cache_shares(counts))
                        for turn, counts in turns.items()])
@@ -3248,16 +3339,16 @@ def recounted(run_cache, decoded):
     """The run cache over every decoded token: decoded {turn: decode tokens} the compute
     trace or the log knows, where a turn's last tokens were served whole from cache and its
     io trace, which ends at its last read, does not show them (69 of gemma4's 128)."""
-    if not run_cache:
+    if not run_cache or run_cache["verify_decodes"]:  # a verify run's decodes are its batches
         return run_cache
     per_token = run_cache["layers"] * run_cache["top_k"]
     turns = {}
     for row in run_cache["turns"]:
         counts = CacheCounts()
         tokens = max(row["decode_tokens"], decoded.get(row["turn"], 0))
-        counts.add(tokens * per_token, row["decode_misses"], row["prefill_lookups"])
+        counts.add(tokens, tokens * per_token, row["decode_misses"], row["prefill_lookups"], 0)
         turns[row["turn"]] = counts
-    return {**run_cache, **cache_totals(turns, per_token)}
+    return {**run_cache, **cache_totals(turns)}
 
 
 def had_cache(io):
@@ -3279,23 +3370,26 @@ def turn_cache_counts(demanded, per_token):
     for (turn, phase, step), items in demanded.items():
         steps[turn, phase].append(step)
         if phase == DECODE:
-            counts[turn].add(0, len(items), 0)
+            counts[turn].add(0, 0, len(items), 0, 0)
         else:
-            counts[turn].add(0, 0, len(items))
+            counts[turn].add(0, 0, 0, len(items), 0)
     for turn, sums in counts.items():
         decoded = steps.get((turn, DECODE))
         if decoded:
             prefilled = steps.get((turn, PREFILL))
             first = max(prefilled) + 1 if prefilled and max(prefilled) < min(decoded) \
                 else min(decoded)
-            sums.add((max(decoded) - first + 1) * per_token, 0, 0)
+            tokens = max(decoded) - first + 1
+            sums.add(tokens, tokens * per_token, 0, 0, 0)
     return dict(sorted(counts.items()))
 
 
 def cache_shares(counts):
     hits = counts.decode_lookups - counts.decode_misses
+    lookups = counts.decode_lookups + counts.prefill
     return {"decode_hit_share": ratio(hits, counts.decode_lookups),
-            "hit_share": ratio(hits, counts.decode_lookups + counts.prefill)}
+            "hit_share": ratio(hits, lookups),
+            "hit_share_most": ratio(hits + counts.unseen, lookups + counts.unseen)}
 
 
 # ── io: what each engine setting would buy ───────────────────────────────────────────────────────
@@ -3388,6 +3482,14 @@ def figure(point, low=None, high=None):
     """A what-if figure: its point (None where only a bound is honest) and bounds."""
     return FIGURE(point=point, min=point if low is None and high is None else low,
                   max=point if low is None and high is None else high)
+
+
+def run_hit_band(own):
+    """A cached run's own hit share as a figure: a band where verify decodes hit what their
+    trace cannot show (its middle the point), else exact."""
+    least = own["hit_share"] or 0.0
+    most = own.get("hit_share_most") or least
+    return figure((least + most) / 2, least, most) if most > least else figure(least)
 
 
 def default_cache_sizes(meta, cache, cached):
@@ -3743,10 +3845,13 @@ class WhatIf:
     def off_setting(self, own):
         """cache_mb=0 on a run that had a cache: every lookup read, at the uncached rate, no
         management."""
-        hit = own["hit_share"] or 0.0
+        band = run_hit_band(own)
+        hit = band["point"]
         now = self.report["mib_per_token"]
         mib = now / (1 - hit) if hit < 1 else now
-        return self.modelled("cache_mb", 0, {"mib_per_token": figure(mib)},
+        fewest, most = (now / (1 - band[end]) if band[end] < 1 else now
+                        for end in ("min", "max"))
+        return self.modelled("cache_mb", 0, {"mib_per_token": figure(mib, fewest, most)},
                              self.own._replace(mib=mib, cached=False, misses=0.0),
                              "the cache off: every lookup read, as the trace's misses show "
                              f"{hit:.1%} of them served")
@@ -3760,18 +3865,19 @@ class WhatIf:
         own_mib = meta_number(self.report["meta"], "cache_mb")
         own_capacity = cache.capacity(own_mib) if own_mib else None
         ceiling = 1 - ratio(cache.distinct, own["lookups"]) if own["lookups"] else 0.0
-        hit = own["hit_share"] or 0.0
+        band = run_hit_band(own)
+        hit = band["point"]
         figures = {"experts": figure(capacity),
                    "experts_share": held_share(capacity, cache.distinct)}
         if capacity >= cache.distinct:
             shares = figure(ceiling)
         elif capacity == own_capacity:
-            shares = figure(hit)
+            shares = band
             figures.update(evictions=figure(own["evictions"]), rereads=figure(own["rereads"]))
         elif own_capacity is not None and capacity > own_capacity:
-            shares = figure(None, hit, ceiling)
+            shares = figure(None, band["min"], ceiling)
         else:
-            shares = figure(None, 0.0, hit if own_capacity is not None else ceiling)
+            shares = figure(None, 0.0, band["max"] if own_capacity is not None else ceiling)
         now = self.report["mib_per_token"]
 
         def mib_at(share):  # the bytes read go with the misses
@@ -4311,9 +4417,11 @@ def io_findings(report):
             f"{COALESCE_WORTH}x)"))
     own = report.get("run_cache")
     if ran_cached(report):
+        served = f"{own['hit_share']:.1%} to {own['hit_share_most']:.1%} of the expert " \
+            f"lookups" if own["verify_decodes"] else f"{own['hit_share']:.1%} of the expert " \
+            f"lookups ({own['decode_hit_share']:.1%} of the decode's)"
         verdicts.append(verdict("cache", None,
-            f"cache: this run had one, its trace shows it served {own['hit_share']:.1%} of the "
-            f"expert lookups ({own['decode_hit_share']:.1%} of the decode's); whether a larger "
+            f"cache: this run had one, its trace shows it served {served}; whether a larger "
             f"one would be worthwhile, a trace of a run without a cache tells"))
     elif (report["reuse"] or {}).get("judged"):  # a saved report before it: none
         verdicts.append(cache_verdict(report["reuse"]["judged"]))
@@ -4506,9 +4614,14 @@ def own_cache_words(io):
     if not own or not had_cache(io):
         return []
     size = io["meta"].get("cache_mb")
-    return [f"this run's cache{f' (cache_mb={size})' if size else ''}: hit "
-            f"{pct(own['decode_hit_share'])} of the decode's expert lookups "
-            f"({pct(own['hit_share'])} with prefill's), "
+    if own["verify_decodes"]:  # the decode's share alone would be one more band
+        hit = (f"{pct(own['hit_share'])} to {pct(own['hit_share_most'])} of the expert lookups "
+               f"(prefill's too; {counted(own['verify_decodes'], 'verify decode')} of several "
+               f"positions: their trace shows the misses, not every hit)")
+    else:
+        hit = (f"{pct(own['decode_hit_share'])} of the decode's expert lookups "
+               f"({pct(own['hit_share'])} with prefill's)")
+    return [f"this run's cache{f' (cache_mb={size})' if size else ''}: hit {hit}, "
             f"{num(own['evictions'], 'd', 'unknown')} evictions, {own['rereads']} re-reads"]
 
 
@@ -5793,7 +5906,10 @@ def own_cache_figures(io):
     every lookup, none short), as the what-if simulates the cache at the run's own size."""
     if ran_cached(io):
         own = io["run_cache"]
-        figures = {"hit_pct": own["hit_share"] * 100, "rereads": own["rereads"]}
+        # a verify run's hit % is a band (its trace cannot show all its hits): its middle
+        figures = {"hit_pct": (own["hit_share"] + own["hit_share_most"]) * 50,
+                   "hit_pct_half_band": (own["hit_share_most"] - own["hit_share"]) * 50,
+                   "rereads": own["rereads"]}
         if own["evictions"] is not None:
             figures["evictions"] = own["evictions"]
         return figures
@@ -5838,7 +5954,7 @@ def engine_report(log, report):
             if tool is not None else None
         allowed = max(ENGINE_TOLERANCE * abs(engine.value), engine.rounding,
                       LAYER_WAIT_MS * read_layers(report) if name == "flash_io_ms_per_token"
-                      else 0.0)
+                      else 0.0) + ours.get(name + "_half_band", 0.0)
         agrees = None if tool is None or note else abs(tool - engine.value) <= allowed
         compared[name] = ENGINE_FIGURE(engine=engine.value, tool=tool,
                                        ratio=ratio(tool, engine.value) if tool is not None

@@ -2,6 +2,9 @@
 known: a speculative run (k from the model, figures per generated position), a cached tail
 (tokens served whole from the cache read nothing), a session's turns (their speed, both
 numberings), the moe-stream compute as a remainder, and the engine's per-layer wait."""
+import random
+from collections import OrderedDict
+
 import pytest
 
 from helpers import ROOT, ct_text, io_text, report, report_with_warnings, run
@@ -34,8 +37,58 @@ def test_a_speculative_runs_k_is_the_models_not_a_verify_batchs(write):
     rows += [io_row(19, layer, expert) for layer in (0, 1) for expert in (6, 7)]  # 1 position
     own = report("io", write(io_text(rows)), "--cache")["run_cache"]
     assert own["top_k"] == 2 and own["layers"] == 2
-    # lookups over the positions: steps 10..19 x 2 layers x k=2
-    assert own["decode_lookups"] == 10 * 2 * 2
+    # the engine looks an expert up once a batch: 3 batches x 2 layers x 5 read, and step 19's
+    # 2 x 2 (once counted per position, 10 x 2 x 2: 75.0% hit where the engine said 2.8%)
+    assert own["decode_lookups"] == 3 * 2 * 5 + 2 * 2 and own["verify_decodes"] == 3
+    assert own["hit_share"] == 0
+    # a batch of 3 picks at most 6 a layer: 1 more each, which its trace cannot show; the
+    # last (step 19), its span unknown, as many as the longest: 4 more a layer
+    assert own["hit_share_most"] == pytest.approx((3 * 2 + 2 * 4) / (34 + 4 + 3 * 2 + 2 * 4))
+
+
+def engine_of_verify_batches(seed, capacity, batches=46):
+    """A top-2 engine of 4 layers x 8 experts, an LRU of `capacity` experts (a hit refreshes
+    it), decoding in verify batches of 1-5 positions: its io rows, and its hit % as the engine
+    counts it (once an expert a batch, the prefill's lookups too)."""
+    rng = random.Random(seed)
+    held, lookups, hits = OrderedDict(), 0, 0
+    rows, step = [], 10
+    for phase, positions in [(0, 8)] + [(1, rng.randint(1, 5)) for _ in range(batches)]:
+        for layer in range(4):
+            picked = set()
+            for _ in range(positions):
+                picked.update(rng.sample(range(8), 2))
+            for expert in sorted(picked):
+                lookups += 1
+                if (layer, expert) in held:
+                    hits += 1
+                    held.move_to_end((layer, expert))
+                    continue
+                rows.append(io_row(9 if phase == 0 else step, layer, expert, phase=phase))
+                held[layer, expert] = None
+                if len(held) > capacity:
+                    held.popitem(last=False)
+        step += positions if phase else 0
+    return rows, 100 * hits / lookups
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_verify_runs_hit_share_is_a_band_that_holds_the_engines(write, tmp_path, seed):
+    """An ngram run with a 2 MiB cache: its trace shows a verify batch's misses, not which of
+    its layer's picks hit. The band, capped by what an LRU of its size holds, holds the
+    engine's own hit % (counted as a simulated engine counts it), and its log agrees."""
+    rows, engine_hit = engine_of_verify_batches(seed, capacity=10)
+    trace = write(io_text(rows), "run-io.csv")
+    (tmp_path / "run-io.log").write_text(
+        f"moe-cache: {engine_hit:.1f}% hit, resident {10 * EXPERT / 2**20:.1f} MiB\n"
+        f"ngram: 100/100 drafts accepted (100.0%), 3.00 tokens per verify decode\n")
+    r = report_with_warnings("io", trace, "--cache")
+    own = r["run_cache"]
+    assert own["verify_decodes"] > 0
+    assert own["hit_share"] * 100 <= engine_hit + 0.05 <= own["hit_share_most"] * 100 + 0.1
+    assert (own["hit_share_most"] - own["hit_share"]) * 100 < 15  # the LRU's cap: narrow
+    assert r["engine"]["figures"]["hit_pct"]["agrees"], r["engine"]["figures"]["hit_pct"]
+    assert not [warning for warning in r["warnings"] if "hit" in warning]
 
 
 def test_a_speculative_runs_figures_are_per_generated_position(write, tmp_path):

@@ -1157,14 +1157,20 @@ def layout(*sections):
                  for section in sections)
 
 
-def engine_split_text(split):
-    """decode = compute + cache mgmt + flash I/O (and the stall), as the engine's log says."""
+def engine_split_text(split, runs=1):
+    """decode = compute + cache mgmt + flash I/O (and the stall), as the engine's log says:
+    in the whole ms it prints (s/token to 3 decimals; to 0.01 one log's split did not add up,
+    3.00 = 0.00 + 0.00 + 2.36), its finer flash I/O (from its MiB/s) beside; several runs'
+    means to 0.01."""
     stall = split.get("stall_ms_per_token")
-    return (f"decode {split['decode_ms_per_token']:.2f} ms = compute "
-            f"{split['compute_ms_per_token']:.2f} + cache mgmt "
-            f"{split['cache_mgmt_ms_per_token']:.2f} + flash I/O "
-            f"{split['flash_io_ms_per_token']:.2f}"
-            + ("" if stall is None else f"; stall {stall:.2f} ms"))
+    flash = split["flash_io_ms_per_token"]
+    spec = ".0f" if runs == 1 else ".2f"
+    said = (f"decode {split['decode_ms_per_token']:{spec}} = compute "
+            f"{split['compute_ms_per_token']:{spec}} + cache mgmt "
+            f"{split['cache_mgmt_ms_per_token']:{spec}} + flash I/O ")
+    said += f"{round(flash):.0f} ms (whole ms, as printed; flash I/O {flash:.2f} from MiB/s)" \
+        if runs == 1 else f"{flash:.2f} ms (means of the logs' figures)"
+    return said + ("" if stall is None else f"; stall {stall:{spec}} ms")
 
 
 # ── verdicts ─────────────────────────────────────────────────────────────────────────────────────
@@ -4606,13 +4612,52 @@ def io_range_text(figures, per):
             f"MiB/s (between {num(rate['min'], '.0f')} and {num(rate['max'], '.0f')})")
 
 
-def own_cache_words(io):
+def own_cache_words(report):
     """A cached run's own result, for its first screen: its hit share (the lookups missing
-    from its trace; the engine's counts prefill too), evictions and re-reads; [] without a
-    cache."""
+    from its trace; the engine's counts prefill too), evictions and re-reads, what managing
+    it costs, and whether it costs more than it saves; [] without a cache."""
+    io = report_halves(report)["io"]
     own = io["run_cache"]
     if not own or not had_cache(io):
         return []
+    return [own_cache_line(io, own), *cache_worth_words(report, io)]
+
+
+def cache_worth_words(report, io):
+    """What managing the run's cache costs a token (its log's, else the default a miss), and
+    what turning it off would save (the what-if's cache_mb=0): a cache that costs more than it
+    saves is called out."""
+    logged = ((report.get("engine") or {}).get("figures") or {}).get("cache_mgmt_ms_per_token")
+    per = "per read-token" if report["kind"] == "io" else per_words(report)
+    expert_mib = (io.get("reuse") or {}).get("expert_mib")
+    if logged:  # printed to 1 ms
+        managed = f"managing it cost {logged['engine']:.0f} ms {per} (the engine's log, to 1 ms)" \
+            if logged["engine"] else f"managing it cost under 0.5 ms {per} (the engine's log)"
+    elif expert_mib:
+        miss_ms = DEFAULT_COSTS["management_ms_per_miss"]["value"]
+        mib = report["pair"]["io_mib_per_token"] if report["kind"] == "report" else \
+            io["mib_per_token"]
+        misses = misses_of(mib, expert_mib)
+        managed = (f"managing it costs about {miss_ms * misses:.2f} ms {per} ({miss_ms} ms a "
+                   f"miss, real runs', x {misses:.1f} misses)")
+    else:
+        return []
+    off = next((setting["ms_per_token_saved"] for setting in
+                (report.get("what_if") or {}).get("settings", ())
+                if setting["setting"] == "cache_mb" and setting["value"] == 0), None)
+    if off is None or off["min"] is None or off["max"] is None:
+        return [managed]
+    band = f"{off['min']:+.2f} to {off['max']:+.2f} ms"
+    if off["min"] > 0:
+        return [f"{managed}; the cache COSTS MORE THAN IT SAVES: turning it off (cache_mb=0) "
+                f"saves {band} {per}"]
+    if off["max"] < 0:
+        return [f"{managed}; it pays: turning it off would cost {-off['max']:.2f} to "
+                f"{-off['min']:.2f} ms {per}"]
+    return [f"{managed}; whether it pays is not known: turning it off saves {band} {per}"]
+
+
+def own_cache_line(io, own):
     size = io["meta"].get("cache_mb")
     if own["verify_decodes"]:  # the decode's share alone would be one more band
         hit = (f"{pct(own['hit_share'])} to {pct(own['hit_share_most'])} of the expert lookups "
@@ -4621,8 +4666,8 @@ def own_cache_words(io):
     else:
         hit = (f"{pct(own['decode_hit_share'])} of the decode's expert lookups "
                f"({pct(own['hit_share'])} with prefill's)")
-    return [f"this run's cache{f' (cache_mb={size})' if size else ''}: hit {hit}, "
-            f"{num(own['evictions'], 'd', 'unknown')} evictions, {own['rereads']} re-reads"]
+    return (f"this run's cache{f' (cache_mb={size})' if size else ''}: hit {hit}, "
+            f"{num(own['evictions'], 'd', 'unknown')} evictions, {own['rereads']} re-reads")
 
 
 def io_headline_blocks(report, view):
@@ -5274,7 +5319,7 @@ def pair_headline_blocks(report, view):
                      f"{position['positions']} positions; per generated position, decode "
                      f"{position['decode_ms']:.2f} ms{split} {position['io_ms']:.2f} ms, "
                      f"{position['mib']:.2f} MiB read")
-    return [Block(None, [Prose(lines + own_cache_words(report["io"]), ""),
+    return [Block(None, [Prose(lines + own_cache_words(report), ""),
                          Prose([f"warning: {message}" for message in pair["warnings"]])],
                   gap=False)]
 
@@ -7693,7 +7738,7 @@ def diff_headline_blocks(report, view):
     labels = [input_label(index, len(sides)) for index in range(len(sides))]
     lines = decode_lines(report, labels)
     lines += [f"  {label}, its log{'s' if side['runs'] > 1 else ''}: "
-              f"{engine_split_text(side['engine'])}"
+              f"{engine_split_text(side['engine'], side['runs'])}"
               for label, side in zip(labels, sides) if side["engine"]]
     lines += changed_lines(report, labels)
     for label, changes in zip(labels[1:], report["preamble_changes"]):

@@ -330,3 +330,49 @@ def test_the_prediction_check_compares_per_decoded_token_on_both_sides():
     open_ended = report_with_warnings("diff", base, SWEEP.parent / "qwen3moe-l4-io-overlap.csv")
     assert all(row["within"] is None for row in open_ended["prediction_check"]
                if row["setting"] == "overlap")  # "0 to n/a" could not fail: not a check
+
+
+@pytest.mark.parametrize("name, words", [
+    ("qwen3moe-l4-greedy-cache1mb", "the cache COSTS MORE THAN IT SAVES"),
+    ("qwen3moe-l4-greedy-cache4mb", "it pays: turning it off would cost"),
+    ("qwen3moe-l4-greedy-cache2mb", "whether it pays is not known")])
+def test_a_cached_runs_first_screen_weighs_its_cache(name, words):
+    """A 0%-hit cache managed for 1 ms a token and nothing called it out: the first screen
+    gives what managing it cost (the log's, to its 1 ms) and what turning it off saves, the
+    what-if's cache_mb=0 band, and says which way it goes."""
+    inputs = [SWEEP / f"{name}-ct.csv", SWEEP / f"{name}-io.csv"]
+    data = report("report", *inputs)
+    off = next(setting["ms_per_token_saved"] for setting in data["what_if"]["settings"]
+               if setting["setting"] == "cache_mb" and setting["value"] == 0)
+    managed = data["engine"]["figures"]["cache_mgmt_ms_per_token"]["engine"]
+    text = " ".join(run("report", *inputs).out.split())
+    assert words in text
+    if words.startswith("the cache COSTS"):
+        assert off["min"] > 0 and managed == 1.0
+        assert "managing it cost 1 ms per decoded token" in text
+        assert f"saves {off['min']:+.2f} to {off['max']:+.2f} ms" in text
+    elif words.startswith("it pays"):
+        assert off["max"] < 0 and f"cost {-off['max']:.2f} to {-off['min']:.2f} ms" in text
+    else:
+        assert off["min"] < 0 < off["max"]
+
+
+def test_the_engines_split_is_said_to_the_ms_it_prints():
+    """'3.00 = 0.00 + 0.00 + 2.36' did not add up: the log prints s/token to 3 decimals."""
+    name = "qwen3moe-l4-greedy-cache1mb"
+    text = " ".join(run("report", SWEEP / f"{name}-ct.csv", SWEEP / f"{name}-io.csv").out.split())
+    # the log: decode 0.004 = compute 0.000 + cache mgmt 0.001 + flash I/O 0.003, 512 MiB/s
+    flash = 204.0 / 512 / 128 * 1000
+    assert (f"the engine's log: decode 4 = compute 0 + cache mgmt 1 + flash I/O 3 ms (whole ms, "
+            f"as printed; flash I/O {flash:.2f} from MiB/s)") in text
+
+
+def test_a_cached_runs_management_without_a_log_is_the_default_a_miss():
+    """No log: management is real runs' 0.055 ms a miss x the misses a token (its MiB over an
+    expert's), said as such."""
+    trace = ROOT / "tests" / "data" / "qwen3moe-l4-io-prefetch.csv"
+    data = report("io", trace, "--no-engine-log", "--cache")
+    misses = data["mib_per_token"] / data["reuse"]["expert_mib"]
+    text = " ".join(run("io", trace, "--no-engine-log", "--cache").out.split())
+    assert (f"managing it costs about {0.055 * misses:.2f} ms per read-token (0.055 ms a miss, "
+            f"real runs', x {misses:.1f} misses)") in text

@@ -419,8 +419,9 @@ def test_the_default_text_is_under_120_lines_and_full_has_every_table():
     tokens, mib, rate = (float(re.search(pattern, log).group(1)) for pattern in (
         r"generation: ([0-9]+) tokens", r"read ([0-9.]+) MiB", r"([0-9.]+) MiB/s\)"))
     flash = mib / tokens / rate * 1e3
-    assert (f"  the engine's log: decode {decode:.2f} ms = compute {compute:.2f} + cache mgmt "
-            f"{managing:.2f} + flash I/O {flash:.2f}") in short[:30]
+    assert (f"the engine's log: decode {decode:.0f} = compute {compute:.0f} + cache mgmt "
+            f"{managing:.0f} + flash I/O {round(flash)} ms (whole ms, as printed; flash I/O "
+            f"{flash:.2f} from MiB/s)") in " ".join(" ".join(short[:30]).split())
     assert len(short) < 120 and " ".join(short[-2:]).split() == (
         "(--full adds: every engine figure, every op, the latency histogram, every lane, the "
         "cache curve)").split()

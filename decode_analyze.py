@@ -1191,7 +1191,7 @@ def all_verdicts(report):
         return report["verdicts"]
     compute, io, pair = report["compute"], report["io"], report["pair"]
     own = {v["id"] for v in pair["verdicts"]}  # what the pair judged again
-    return ([v for v in compute["verdicts"] if v["id"] != "router_wait"]
+    return ([v for v in compute["verdicts"] if v["id"] not in own | {"router_wait"}]
             + [v for v in io["verdicts"] if v["id"] not in own] + pair["verdicts"])
 
 
@@ -2214,8 +2214,9 @@ def pressure_remedies(meta):
     larger = f"a larger memory limit (it had {limit:g} MiB)" if limit else \
         "more memory (a larger limit)"
     if cache_in_settings(meta):
-        return f"a smaller expert cache (cache_mb={meta.get('cache_mb', '?')}: it holds RAM the " \
-               f"weights need); {larger}; no larger cache"
+        size = f"cache_mb={meta['cache_mb']}: " if meta.get("cache_mb") else ""
+        return f"a smaller expert cache ({size}it holds RAM the weights need); {larger}; no " \
+               f"larger cache"
     if meta.get("moe_stream") == "1":
         return f"{larger}; no expert cache (it would take RAM the weights need)"
     return f"if the experts were mmapped (no --moe-stream), stream them: --moe-stream; with a " \
@@ -4531,6 +4532,11 @@ def weighed_io_verdicts(io, wall, stakes, pair=None):
             weighed.append(verdict(judged["id"], False, f"{name} not at stake: {stakes.moot}; "
                                                         f"{why}"))
             continue
+        if judged["id"] == "cache" and stakes.pressure:  # beside MEMORY PRESSURE, not WORTHWHILE
+            weighed.append(verdict("cache", False,
+                f"no larger cache: memory pressure (above) shows the RAM short, and a cache "
+                f"takes RAM the weights need; {why}"))
+            continue
         if stakes.cap is None:
             weighed.append(verdict(judged["id"], None,
                 f"{name} undetermined: {why}; overlap=1 ran the reads beside compute, so what "
@@ -5178,7 +5184,10 @@ def pair_verdicts(compute, io, pair, measured=None):
     waits for them, whether the tokens that read are the slow ones, and whether the io
     verdicts are at stake in the decode."""
     stakes = pair_stakes(compute, io, pair, measured or {})
-    judged = [io_bound_verdict(pair, stakes), router_pair_verdict(compute, pair, stakes),
+    # the io trace is the expert streamer's: memory pressure's remedies are a streamed run's
+    streamed = {**compute, "meta": {**compute["meta"], **io["meta"], "moe_stream": "1"}}
+    judged = [memory_verdict(streamed), io_bound_verdict(pair, stakes),
+              router_pair_verdict(compute, pair, stakes),
               read_split_verdict(pair, ran_overlapped(compute, io))]
     return [v for v in judged if v] + [
         v for v in weighed_io_verdicts(io, pair["io_wall_ms_per_token"], stakes, pair)

@@ -198,6 +198,13 @@ def test_under_memory_pressure_no_larger_cache_is_proposed(tmp_path):
     found = {v["id"]: v for v in pressed["compute"]["verdicts"]}
     assert found["memory_pressure"]["flagged"] is True
     assert not [s for s in pressed["what_if"]["settings"] if s["setting"] == "cache_mb"]
+    # beside it, no "cache WORTHWHILE --cache-mb 549", nor "stream them" to a streamed run
+    shown = {v["id"]: v for v in pressed["pair"]["verdicts"]}
+    assert shown["cache"]["flagged"] is False and "no larger cache" in shown["cache"]["text"]
+    assert "--moe-stream" not in shown["memory_pressure"]["text"]
+    assert "no expert cache" in shown["memory_pressure"]["text"]
+    text = run("report", node, data / "qwen3moe-l4-io-serial.csv", "--no-engine-log").out
+    assert "WORTHWHILE" not in text and "MEMORY PRESSURE" in text
 
 
 def test_a_log_that_says_a_cache_ran_where_the_trace_shows_none_is_said_and_loses():

@@ -5168,6 +5168,7 @@ def trace_id_warning(compute, io):
 
 
 READ_SPLIT_RATIO = 2.0  # compute ms of tokens that read over that of tokens that did not
+READ_SPLIT_SHARE = 0.05  # ... each side holding this share of the tokens, and two at least
 
 
 # ── pair: its verdicts ───────────────────────────────────────────────────────────────────────────
@@ -5271,6 +5272,13 @@ def read_split_verdict(pair, overlapped):
     read, idle = split["read"], split["no_read"]
     if not read["tokens"] or not idle["tokens"] or not idle["ms_per_token"]:
         return None
+    fewest, least = min(read["tokens"], idle["tokens"]), \
+        max(2, READ_SPLIT_SHARE * (read["tokens"] + idle["tokens"]))
+    if fewest < least:  # one all-hit token of 64 is no group
+        return verdict("read_split", None,
+            f"read split undetermined: {read['tokens']} tokens read, {idle['tokens']} read "
+            f"nothing; a group of {counted(fewest, 'token')} (< 2 or {READ_SPLIT_SHARE:.0%} of "
+            f"them) is too few to tell a split")
     factor = read["ms_per_token"] / idle["ms_per_token"]
     groups = (f"the {read['tokens']} tokens that read take {read['ms_per_token']:.2f} ms each, "
               f"the {idle['tokens']} that read nothing {idle['ms_per_token']:.2f} ms "

@@ -178,6 +178,18 @@ def test_a_slow_stretch_is_not_reads_splitting_the_tokens(write):
         "stretch")
 
 
+def test_one_token_that_read_nothing_is_no_split(write):
+    """READS SPLIT THE TOKENS fired because 1 token of 64 was all cache hits."""
+    token_ms = [12] * 63 + [2]
+    p, split = split_pair(write, token_ms, range(1, 64), 8)
+    assert p["read_split"]["no_read"]["tokens"] == 1
+    assert split["flagged"] is None and split["text"] == (
+        "read split undetermined: 63 tokens read, 1 read nothing; a group of 1 token (< 2 or 5% "
+        "of them) is too few to tell a split")
+    _, split = split_pair(write, [12] * 60 + [2] * 4, range(1, 61), 8)  # 4 of 64: 6%
+    assert split["flagged"] is True
+
+
 def test_read_split_is_undetermined_when_the_reads_ran_beside_compute(write):
     _, split = split_pair(write, [12, 2, 12, 2], [1, 3], 8, overlap="1")
     assert split["flagged"] is None

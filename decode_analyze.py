@@ -2176,14 +2176,34 @@ def compute_verdicts(report):
             f"warm-up undetermined: the selection starts past the first decode token of a turn "
             f"(--steps or --skip), so its first {warm['tokens']} tokens are not a warm-up"))
     elif warm["ratio"] is not None:
-        flagged = warm["ratio"] > WARMUP_RATIO
-        verdicts.append(verdict("warmup", flagged,
-            f"{'WARM-UP' if flagged else 'no warm-up'}: the first {warm['tokens']} decode tokens "
-            f"of each turn average {warm['first_mean']:.2f} ms, {warm['ratio']:.2f}x the rest "
-            f"({compare(flagged)} {WARMUP_RATIO}x)"))
+        verdicts.append(warmup_verdict(report))
     verdicts.append(memory_verdict(report))
     verdicts.append(stretch_verdict(report) or outlier_verdict(report))
     return [v for v in verdicts if v]
+
+
+def warmup_verdict(report):
+    """Whether each turn's first decode tokens are slower than the rest: not where a flagged
+    slow stretch starts among the first twice as many and lasts past them: that is one slow
+    episode, the stretch, and its slowness seen again is no warm-up (rep4 of the 48-layer
+    repeats, a 24x outlier run, was called both)."""
+    warm, stretch = report["warmup"], report["slow_stretch"]
+    head = (f"the first {warm['tokens']} decode tokens of each turn average "
+            f"{warm['first_mean']:.2f} ms, {warm['ratio']:.2f}x the rest")
+    flagged = warm["ratio"] > WARMUP_RATIO
+    window = 2 * warm["tokens"]
+    if flagged and stretch is not None and (stretch["share"] or 0) >= OUTLIER_SHARE:
+        before = sum(1 for token in report["per_token"] if token["phase"] == DECODE and
+                     token["turn"] == stretch["turn"] and token["step"] < stretch["first_step"])
+        if before < window <= before + stretch["tokens"]:
+            return verdict("warmup", None,
+                f"warm-up undetermined: {head}, but the slow stretch (turn {stretch['turn']} "
+                f"steps {stretch['first_step']}-{stretch['last_step']}) starts "
+                f"{counted(before, 'token')} into the decode and lasts past its first {window}: "
+                f"one slow episode, not a warm-up")
+    return verdict("warmup", flagged,
+        f"{'WARM-UP' if flagged else 'no warm-up'}: {head} ({compare(flagged)} "
+        f"{WARMUP_RATIO}x)")
 
 
 def memory_verdict(report):

@@ -2,7 +2,7 @@
 import pytest
 
 import decode_analyze
-from helpers import ENGINE, REAL_TRACES, ct_text, io_text, report
+from helpers import ENGINE, REAL_TRACES, ROOT, ct_text, io_text, report
 
 
 MIB = 1 << 20
@@ -263,3 +263,19 @@ def test_the_warmup_verdict_is_undetermined_past_a_turns_start(write, selection)
     cut = {v["id"]: v for v in report("compute", path, *selection)["verdicts"]}["warmup"]
     assert cut["flagged"] is None
     assert cut["text"].startswith("warm-up undetermined: the selection starts past the first")
+
+
+def test_a_slow_stretch_from_the_start_is_no_warm_up():
+    """rep4 of the 48-layer repeats (a 24x outlier run) was called both WARM-UP and SLOW
+    STRETCH: its stretch starts 6 tokens into the decode, one slow episode; rep5's slow first
+    tokens, with no stretch, stay a warm-up."""
+    repeats = ROOT / "tests" / "data" / "l48-repeats"
+    found = {v["id"]: v for v in report(
+        "compute", repeats / "qwen3moe-l48-e128-serial-rep4-ct.csv")["verdicts"]}
+    assert found["slow_stretch"]["flagged"] is True
+    assert found["warmup"]["flagged"] is None
+    assert "the slow stretch (turn 0 steps 70-86) starts 6 tokens into the decode and lasts past " \
+           "its first 16: one slow episode, not a warm-up" in found["warmup"]["text"]
+    other = {v["id"]: v for v in report(
+        "compute", repeats / "qwen3moe-l48-e128-serial-rep5-ct.csv")["verdicts"]}
+    assert other["warmup"]["flagged"] is True and "slow_stretch" not in other

@@ -353,6 +353,15 @@ class Selection:
 
     def __init__(self, phase=None, turns=None, steps=(None, None), skip=0):
         self.phase, self.turns, self.steps, self.skip = phase, turns, steps, skip
+        self.may_be_empty = False
+
+    def paired(self):
+        """A pair's io selection: the compute trace's phase (decode by default) even where the
+        io trace has no row of it (a cache that held every expert after prefill reads nothing
+        in decode: its prefill's reads are not decode's)."""
+        paired = Selection(self.phase, self.turns, self.steps, self.skip)
+        paired.may_be_empty = True  # and its default, decode, even where absent
+        return paired
 
     def admits(self, turn, phase, step, ordinal):
         """ordinal: the token's index among its turn's tokens of the same phase."""
@@ -519,7 +528,7 @@ def chosen_phases(selection, phases_present):
         return {DECODE}, "decode"
     if selection.phase == "prefill":
         return {PREFILL}, "prefill"
-    if selection.phase is None and DECODE in phases_present:
+    if selection.phase is None and (DECODE in phases_present or selection.may_be_empty):
         return {DECODE}, "decode"
     return set(phases_present), "all"
 
@@ -528,7 +537,7 @@ def selected_tokens(trace, book, selection, phases_present):
     """(phases, label, token records) of the selection; an empty one is an error."""
     phases, label = chosen_phases(selection, phases_present)
     tokens = [token for token in book.selected if token.phase in phases]
-    if not tokens:
+    if not tokens and not selection.may_be_empty:
         what = ", ".join([f"phase {selection.phase or 'decode'}"]
                          + describe_selection(selection.as_dict()))
         raise TraceError(trace.name, 0, f"no tokens match the selection ({what}); "
@@ -670,11 +679,11 @@ class PerToken:
     def __init__(self, tokens, total_ns):
         self.tokens, self.total_ns = tokens, total_ns
 
-    def count(self, value):
-        return value / self.tokens
+    def count(self, value):  # no token (a pair's io with no decode row): nothing a token
+        return value / self.tokens if self.tokens else 0.0
 
     def ms(self, wall_ns):
-        return wall_ns / NS_PER_MS / self.tokens
+        return wall_ns / NS_PER_MS / self.tokens if self.tokens else 0.0
 
     def share(self, wall_ns):
         return ratio(wall_ns, self.total_ns)
@@ -4297,6 +4306,8 @@ def add_cache_what_ifs(report, fold, chosen, phases, asked, measured=None):
         report["run_cache"] = recounted(report["run_cache"], {turn: int(generated)})
     cached = ran_cached(report)
     report["reuse"] = cache_curve(cache, fold.lookups, cached)
+    if not report["tokens"]:  # a pair's io that read nothing in decode: no setting saves
+        return
     runs = Coalesced(*map(sum, zip(*(phase_reads.runs for phase_reads in chosen)))) \
         if fold.adjacent and chosen else None
     what_if = WhatIf(report, cache, runs, fold.lookups, measured)
@@ -4424,7 +4435,10 @@ def io_verdicts(report, measured=None):
 
 def io_findings(report):
     """What the reads show on their own: latency-bound, lanes, coalescing, cache; before the
-    stakes (what their remedies could save) are weighed."""
+    stakes (what their remedies could save) are weighed; none of a selection that read
+    nothing (a pair's decode served whole from cache)."""
+    if not report["reads"]:
+        return []
     verdicts = [latency_verdict(report)]
     busy = [row["busy_ms_per_token"] for row in report["by_lane"]]
     if len(busy) > 1:
@@ -5168,7 +5182,7 @@ def pair_warnings(compute, io, tokens, readers):
     differs = trace_id_warning((compute["path"], compute["meta"]), (io["path"], io["meta"]))
     if differs:
         warnings.append(differs)
-    if not readers & tokens:
+    if readers and not readers & tokens:  # none at all: a decode that read nothing
         warnings.append("the traces share no token (turn, phase, step): not one run's pair")
     elif readers - tokens:
         warnings.append(f"{len(readers - tokens)} token(s) of the io trace are not among the "
@@ -5348,6 +5362,10 @@ def pair_headline_blocks(report, view):
     lines = [f"tokens={pair['tokens']} (from the compute trace; {selection_text(compute)}), "
              f"{pair['tokens_without_reads']} of them read nothing; every figure below is "
              f"{per_words(report)}"]
+    if not report["io"]["tokens"]:
+        lines.append(f"the io trace holds no read of phase {compute['phase']}: the cache held "
+                     f"every expert its tokens asked for (the trace's other rows, prefill's, "
+                     f"are not charged to them)")
     position = pair["per_position"]
     if position:
         split = f" = compute {position['compute_ms']:.2f} + flash I/O" \
@@ -9670,11 +9688,12 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     jobs = reading.jobs
     analyze_reads = partial(weighed_io, asked=IoOptions(True, True, asked))
     compute_reading = reading._replace(jobs=max(1, jobs // 2))
+    alone, reading = reading, reading._replace(selection=reading.selection.paired())
     child = Forked(_outcome, analyze_compute, compute_path, compute_reading) \
         if jobs > 1 and hasattr(os, "fork") else None
     try:
         if child is None or child.pid is None:  # one process: one after the other
-            outcomes = [_outcome(analyze_compute, compute_path, reading),
+            outcomes = [_outcome(analyze_compute, compute_path, alone),
                         _outcome(analyze_reads, io_path, reading)]
         else:
             io = _outcome(analyze_reads, io_path,
@@ -9685,6 +9704,8 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
         if child is not None:
             child.cancel()
     compute, (io, measured) = _reports(outcomes, reading.warn)
+    if compute["phase"] != io["phase"]:  # a compute trace without decode rows: all, both
+        (io, measured), = _reports([_outcome(analyze_reads, io_path, alone)], reading.warn)
     report = pair_report(compute, io)
     if report["io"]["run_cache"] != io["run_cache"]:  # recounted over every decoded token
         report["io"]["verdicts"] = io_verdicts(report["io"], measured)

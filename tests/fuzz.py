@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A seeded mutator over the real traces: cut, flip, inject bytes, bad numbers, odd CSV, line
-shuffles, speculative reads, sizes whose sums pass 2^64, compression; and saved JSON reports
-with odd values put in; engine logs (NAME.log beside the case: mutated, appended, UTF-16,
+shuffles, speculative reads, sizes whose sums pass 2^64, io of prefill rows only, compression;
+and saved JSON reports with odd values put in; engine logs (NAME.log beside the case: mutated, appended, UTF-16,
 random bytes, hostile long lines), --set values good and bad, one run given several times (its
 path and a copy), and outputs aimed at an input. Every mutated file goes
 through every command of the registry (decode_analyze.COMMANDS: as each of its inputs in turn,
@@ -167,7 +167,16 @@ def huge(data, rng):
     return b"\n".join(lines)
 
 
-MUTATIONS = [cut, flip, inject, bad_number, odd_csv, shuffle_lines, speculative, huge]
+def prefill_only(data, rng):
+    """An io trace's decode rows dropped (a cache that held every expert after prefill reads
+    nothing in decode): a pair must not charge the prefill's reads to decode."""
+    lines, body = io_rows(data)
+    decode = {i for i in body if lines[i].split(b",")[1:2] == [b"1"]}
+    return b"\n".join(line for i, line in enumerate(lines) if i not in decode)
+
+
+MUTATIONS = [cut, flip, inject, bad_number, odd_csv, shuffle_lines, speculative, huge,
+             prefill_only]
 HOSTILE_LINES = [b"compute: " + b", 1 " * 60_000, b"turn id=1: generated=1 " * 20_000,
                  b"moe-stream: read " + b"9" * 200_000, b"\x1b[" + b"1;" * 50_000 + b"m"]
 

@@ -244,3 +244,32 @@ def test_speculative_decoding_is_also_given_per_generated_position(write):
 
 def test_plain_decoding_has_no_per_position_figures(pair):
     assert report("report", *pair)["pair"]["per_position"] is None
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_pair_whose_io_has_no_decode_row_charges_decode_nothing(tmp_path, jobs):
+    """A cache that held every expert after prefill: the io trace has prefill rows only. The
+    io side fell back to all rows and charged prefill's reads to decode ("reads 4.1, 0.27
+    MiB" beside "19 of them read nothing", coalescing WORTHWHILE, "the traces share no token").
+    The pair's phase applies to both files, on every --jobs and on one process as on two."""
+    sweep = ROOT / "tests" / "data" / "sweep"
+    ct, io = (sweep / f"qwen3moe-l4-greedy-cache4mb-{part}.csv" for part in ("ct", "io"))
+    lines = io.read_text().splitlines(keepends=True)
+    prefill = [line for line in lines if line.startswith("#") or line.startswith("turn")
+               or line.split(",")[1] == "0"]
+    assert len(prefill) < len(lines)
+    io_only = tmp_path / "run-io.csv"
+    io_only.write_text("".join(prefill))
+    r = report_with_warnings("report", ct, io_only, "--no-engine-log", "--jobs", jobs)
+    pair = r["pair"]
+    assert r["io"]["phase"] == "decode" and r["io"]["tokens"] == 0
+    assert pair["tokens_without_reads"] == pair["tokens"] == 128
+    assert pair["io_reads_per_token"] == pair["io_mib_per_token"] == 0
+    assert pair["io_wall_ms_per_token"]["estimate"] == 0
+    assert pair["compute_ms_per_token"] == pytest.approx(r["compute"]["ms_per_token"])
+    assert not r["warnings"] and not r["io"]["verdicts"]
+    assert not [v for v in pair["verdicts"] if v["flagged"]]
+    text = run("report", ct, io_only, "--no-engine-log").out
+    assert "the io trace holds no read of phase decode" in text and "WORTHWHILE" not in text
+    # the io trace alone still reads its prefill, as ever
+    assert report("io", io_only, "--no-engine-log")["phase"] == "all"

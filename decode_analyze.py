@@ -4585,9 +4585,10 @@ def stake_verdict(judged, name, remedy, saving, stakes, pair):
     """A flagged finding, flagged still when its remedy's saving (at most the overlap's stall)
     is at least the threshold of the whole; else not at stake, or undetermined when memory
     pressure inflates the whole."""
-    at_most = max(0.0, capped(saving, stakes.cap))
+    stalled = " (the overlap's stall)" if capped(saving, stakes.cap) < saving else ""
+    # a pair's: never past the decode (io's whole is its I/O, which a log's flash I/O passes)
+    at_most = max(0.0, min(capped(saving, stakes.cap), stakes.whole_ms if pair else math.inf))
     share = ratio(at_most, stakes.whole_ms)
-    stalled = " (the overlap's stall)" if at_most < saving else ""
     per_position = per_position_words(pair, at_most, stakes.whole_ms) if pair else ""
     stake = (f"{remedy} could save at most {at_most:.2f} ms{stalled} of {stakes.whole}"
              f"{per_position} ({num(share, '.1%')}")
@@ -5015,11 +5016,14 @@ def pair_report(compute, io):
         return categories.get(name, {}).get("ms_per_token", 0.0) if categories else None
     wall = decoded_io_wall(compute, io)
     overlapped = ran_overlapped(compute, io)
+    # a serial decode waits for every read: reads estimated longer than it leave no compute
+    outlasting = not overlapped and wall.estimate > compute["ms_per_token"]
     pair = PAIR(
         tokens=n, tokens_without_reads=len(tokens - readers),
         per_position=per_position(compute, io, wall, overlapped),
         decode_ms_per_token=compute["ms_per_token"],
-        compute_ms_per_token=None if overlapped else compute["ms_per_token"] - wall.estimate,
+        compute_ms_per_token=None if overlapped or outlasting else
+        compute["ms_per_token"] - wall.estimate,
         faulting_ms_per_token=compute["faults"]["ms_per_token"],
         experts_ms_per_token=category_ms("experts"), router_ms_per_token=category_ms("router"),
         io_reads_per_token=io["reads"] / n, io_mib_per_token=io["read_bytes"] / MIB / n,
@@ -5031,7 +5035,11 @@ def pair_report(compute, io):
         adjacency=rescaled(io["adjacency"], per_decoded, ADJACENCY),
         read_split=read_split(compute["per_token"], io["per_token"]),
         by_layer=pair_layers(compute, io, per_decoded),
-        warnings=pair_warnings(compute, io, tokens, readers))
+        warnings=pair_warnings(compute, io, tokens, readers) + ([
+            f"the reads, estimated at {wall.estimate:.2f} ms a decoded token, outlast its "
+            f"{compute['ms_per_token']:.2f} ms decode, which waits for every read of a serial "
+            f"run (overlap=0): the two traces are not of one run, or the io trace's latencies "
+            f"are not this decode's; no compute is split off"] if outlasting else []))
     decoded = Counter(token["turn"] for token in compute["per_token"]) \
         if compute["phase"] == "decode" else {}
     io = {**io, "run_cache": recounted(io["run_cache"], decoded)}
@@ -5039,7 +5047,8 @@ def pair_report(compute, io):
     decodes = compute["decodes"]  # the what-if per generated position when a decode covers more
     units = decodes["positions"] if decodes["speculative"] and decodes["positions"] else n
     return PAIR_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="report", compute=compute,
-                       io=io, pair=pair, what_if=decoded_what_if(what_if, units))
+                       io=io, pair=pair, what_if=decoded_what_if(
+                           what_if, units, compute["ms_per_token"] * n / units))
 
 
 def within_memory(what_if, compute, meta):
@@ -5053,9 +5062,10 @@ def within_memory(what_if, compute, meta):
                                     or setting["value"] <= own]}
 
 
-def decoded_what_if(what_if, decoded):
+def decoded_what_if(what_if, decoded, decode_ms):
     """The io report's what-if per decoded token (its figures are per read-token): the figures
-    their Records declare per token scale; shares, counts and sizes do not."""
+    their Records declare per token scale; shares, counts and sizes do not. No saving passes
+    the decode (decode_ms a unit: reads that outlast a serial decode promised 80x it)."""
     if what_if is None:
         return None
     factor = what_if["baseline"]["tokens"] / decoded
@@ -5065,8 +5075,9 @@ def decoded_what_if(what_if, decoded):
         return {name: rescaled(value, factor, FIGURE) if name in scaling else value
                 for name, value in held.items()}
     settings = [{**setting, "figures": figures(setting["figures"]),
-                 "ms_per_token_saved": rescaled(setting["ms_per_token_saved"], factor,
-                                                FIGURE)}
+                 "ms_per_token_saved": {
+                     end: None if ms is None else min(ms, decode_ms) for end, ms in
+                     rescaled(setting["ms_per_token_saved"], factor, FIGURE).items()}}
                 for setting in what_if["settings"]]
     return {**what_if, "baseline": {**rescaled(what_if["baseline"], factor, WHAT_IF_BASELINE),
                                     "tokens": decoded},
@@ -5098,7 +5109,10 @@ def decoded_io_wall(compute, io):
     walls = {row_token(t): t["ms"] for t in compute["per_token"]}
     n = len(walls)
     busy = sum(t["busy_ms"] for t in io["per_token"])
-    high = sum(min(t["busy_ms"], walls.get(row_token(t), t["busy_ms"])) for t in io["per_token"])
+    # ... nor shorter than their estimate: a decode shorter than that is no bound (inverted,
+    # "within 184.71 and 2.65"), but a pair whose reads outlast a serial decode (warned)
+    high = sum(min(t["busy_ms"], max(t["io_ms"], walls.get(row_token(t), t["busy_ms"])))
+               for t in io["per_token"])
     return IoWall(busy / n, sum(t["io_ms"] for t in io["per_token"]) / n, high / n)
 
 
@@ -5248,6 +5262,11 @@ def io_bound_verdict(pair, stakes):
             f"I/O share undetermined: overlap=1 ran the reads ({estimate:.2f} ms estimated) "
             f"beside compute, so what they cost the {decode:.2f} ms decode is the stall, which "
             f"the engine's log gives (moe-overlap), not found here")
+    if stakes.cap == math.inf and estimate > decode:  # warned: reads outlast a serial decode
+        return verdict("io_bound", None,
+            f"I/O share undetermined: the reads' {estimate:.2f} ms estimated outlast the "
+            f"{decode:.2f} ms decode per token that waited for them (overlap=0): not one run's "
+            f"pair, or not its latencies")
     cost = estimate if stakes.cap == math.inf else stakes.cap  # the wait the reads caused
     what = "the overlap's stall" if stakes.cap < math.inf else "the I/O estimate"
     share = ratio(cost, decode)
@@ -5391,7 +5410,9 @@ def per_decoded_blocks(report, view):
              if pair["compute_ms_per_token"] is not None else
              f"decode {pair['decode_ms_per_token']:.2f} ms, reads beside it (overlap=1: their "
              f"time is not subtracted; lanes busy {pair['io_busy_ms_per_token']:.2f} ms is what "
-             f"the engine counts as flash I/O then); ")
+             f"the engine counts as flash I/O then); " if ran_overlapped(report["compute"], io)
+             else f"decode {pair['decode_ms_per_token']:.2f} ms, no split: the reads' "
+             f"{estimate:.2f} ms estimated outlast it (a warning above says why); ")
     return [Block(per_words(report), [Prose([
         f"  {split}in the decode, faulting nodes {pair['faulting_ms_per_token']:.2f} ms, {inside}",
         *engine_split(report),

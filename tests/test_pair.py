@@ -199,7 +199,7 @@ def test_real_session_pair():
 
 
 def test_layer_granularity_pair_has_no_categories(write):
-    rows = [f"0,1,{step},0,-1,LAYER,pre,1000000,0" for step in (5, 6)]
+    rows = [f"0,1,{step},0,-1,LAYER,pre,3000000,0" for step in (5, 6)]
     ct = write(ct_text(rows, preamble="# compute_trace v1\n# model=m.gguf n_layer=1\n"), "ct.csv")
     io = write(IO, "io.csv")
     r = report("report", ct, io)
@@ -273,3 +273,29 @@ def test_a_pair_whose_io_has_no_decode_row_charges_decode_nothing(tmp_path, jobs
     assert "the io trace holds no read of phase decode" in text and "WORTHWHILE" not in text
     # the io trace alone still reads its prefill, as ever
     assert report("io", io_only, "--no-engine-log")["phase"] == "all"
+
+
+def test_reads_that_outlast_a_serial_decode_split_nothing(write):
+    """A serial pair whose reads take longer than its decode printed "decode 2.65 = compute
+    -214.77 + flash I/O 217.42", bounds "within 184.71 and 2.65", and a saving 80x the
+    decode. Now: a warning, no compute, bounds in order, I/O share undetermined, no saving
+    past the decode."""
+    ct = ct_text([f"0,1,{step},0,0,MUL_MAT_ID,ffn_moe_up-0,2650000,0" for step in range(1, 6)])
+    io = io_text([f"0,1,{step},0,{expert},0,{expert % 2},0,{expert << 20},1048576,1048576,"
+                  f"100000000" for step in range(1, 6) for expert in range(4)])
+    r = report_with_warnings("report", write(ct, "ct.csv"), write(io, "io.csv"))
+    pair = r["pair"]
+    wall = pair["io_wall_ms_per_token"]
+    assert wall["estimate"] == pytest.approx(200.0) and pair["decode_ms_per_token"] == 2.65
+    assert pair["compute_ms_per_token"] is None
+    assert wall["min"] <= wall["estimate"] <= wall["max"]
+    assert [w for w in r["warnings"] if "outlast its 2.65 ms decode" in w]
+    found = {v["id"]: v for v in pair["verdicts"]}
+    assert found["io_bound"]["flagged"] is None
+    assert "could save at most 2.65 ms of the 2.65 ms decode" in found["coalescing"]["text"]
+    for setting in r["what_if"]["settings"]:
+        saved = setting["ms_per_token_saved"]["max"]
+        assert saved is None or saved <= 2.65 + 1e-9, setting
+    text = run("report", write(ct, "ct.csv"), write(io, "io.csv")).out
+    assert "no split: the reads' 200.00 ms estimated outlast it" in " ".join(text.split())
+    assert "compute -" not in text

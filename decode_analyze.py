@@ -279,7 +279,10 @@ ENGINE_TURN = Record("engine turn", "`engine.turns` (a session's `turn id=N:` li
     ("ms_per_token", "the engine's decode ms per token of that turn (1000 / its tok_s; null "
                      "where the line has none)"),
     ("tool_ms_per_token", "the compute trace's decode ms per token of that turn (null: no "
-                          "compute trace)")))
+                          "compute trace)"),
+    ("differs", "the figures of the turn beyond the tolerance (`read_mib`, `cache_hit_pct`, "
+                "`ms_per_token`); null when the traces hold no such turn (trace_turn null) "
+                "or nothing of it to compare")))
 ENGINE = Record("engine", "a run's `engine` (null without the engine's log)", (
     ("log", "the log read (NAME.log beside a trace, or --engine-log)"),
     ("figures", "{figure: engine figure}, every figure the log states", MapOf(ENGINE_FIGURE)),
@@ -1134,12 +1137,15 @@ def engine_blocks(report, view):
                     + "; the rest the tool derives or lacks: " + ", ".join(
                         row["figure"] for row in rows if row["agrees"] != "yes"
                         and row not in odd)])] if rows else []
-    turns = [f"  turn {turn['turn']} (trace {num(turn['trace_turn'], 'd', '?')}): "
+    turns = [f"  turn {turn['turn']} (trace {num(turn['trace_turn'], 'd', 'none')}): "
              f"{turn['generated']} generated, hit {turn['cache_hit_pct']}% (traced "
              f"{num(turn['tool_cache_hit_pct'], '.1f')}), read {turn['read_mib']} MiB (traced "
              f"{num(turn['tool_read_mib'], '.1f')})" + (
                  f", {turn['ms_per_token']:.2f} ms/token (traced "
                  f"{num(turn['tool_ms_per_token'], '.2f')})" if turn["ms_per_token"] else "")
+             + ("; not in the traces" if turn["trace_turn"] is None else "" if
+                turn["differs"] is None else f"; DIFFERS: {', '.join(turn['differs'])}"
+                if turn["differs"] else "; agrees")
              for turn in engine["turns"]]
     notes = [f"  {name}: {figure['note']}" for name, figure in engine["figures"].items()
              if figure["note"] and name not in REMAINDERS]
@@ -6140,11 +6146,29 @@ def turn_rows(turns, report):
     own = io.get("run_cache") if io else None
     hits = {row["turn"]: row["hit_share"] * 100 for row in own["turns"]} \
         if ran_cached(io) else {}
-    return [ENGINE_TURN(turn=turn, trace_turn=at, generated=generated, cache_hit_pct=hit,
+    rows = [ENGINE_TURN(turn=turn, trace_turn=at, generated=generated, cache_hit_pct=hit,
                         read_mib=mib, tool_read_mib=read.get(at), tool_cache_hit_pct=hits.get(at),
                         ms_per_token=1000 / speed if speed else None,
-                        tool_ms_per_token=mean_of(walls[at]) if walls.get(at) else None)
+                        tool_ms_per_token=mean_of(walls[at]) if walls.get(at) else None,
+                        differs=None)
             for (turn, generated, hit, mib, speed), at in zip(turns, matched)]
+    for row in rows:
+        compared = [(name, rounding) for name, rounding in TURN_FIGURES
+                    if row[name] is not None and row["tool_" + name] is not None]
+        if row["trace_turn"] in traced and compared:
+            row["differs"] = [name for name, rounding in compared
+                              if not turn_agrees(row[name], row["tool_" + name], rounding)]
+    return rows
+
+
+# A turn line's figures the traces also give, each with the rounding the engine prints it to
+# (read_mib and cache_hit to 0.1; ms from its tok_s, finer)
+TURN_FIGURES = (("read_mib", 0.05), ("cache_hit_pct", 0.05), ("ms_per_token", 0.0))
+
+
+def turn_agrees(engine, tool, rounding):
+    """Within ENGINE_TOLERANCE of the engine's figure or its rounding."""
+    return abs(tool - engine) <= max(ENGINE_TOLERANCE * abs(engine), rounding)
 
 
 def engine_joined(report, names, log, warn):
@@ -6153,13 +6177,15 @@ def engine_joined(report, names, log, warn):
     engine = engine_report(log, report) if log else None
     for note in log_notes(log) if log else ():
         warn(note)
+    chosen = any(half["selection"]["turns"] for half in report_halves(report).values())
     for turn in engine["turns"] if engine else ():
-        engine_ms, tool_ms = turn["ms_per_token"], turn["tool_ms_per_token"]
-        if engine_ms and tool_ms is not None and \
-                abs(tool_ms - engine_ms) > ENGINE_TOLERANCE * engine_ms:
-            warn(f"{log.path}: turn id={turn['turn']} decoded at {engine_ms:.2f} ms per token, "
-                 f"the compute trace's turn {turn['trace_turn']} at {tool_ms:.2f} (beyond "
-                 f"{ENGINE_TOLERANCE:.0%})")
+        if turn["trace_turn"] is None and not chosen:  # --turn left it out: no word
+            warn(f"{log.path}: turn id={turn['turn']} ({turn['generated']} generated) is not in "
+                 f"the traces: nothing of it is compared")
+        for name in turn["differs"] or ():
+            warn(f"{log.path}: turn id={turn['turn']}'s {name} is {turn[name]:.4g}, the "
+                 f"traces' turn {turn['trace_turn']} {turn['tool_' + name]:.4g} (beyond "
+                 f"{ENGINE_TOLERANCE:.0%}): turns out of order, or another run's?")
     for name, figure in (engine["figures"] if engine else {}).items():
         if figure["agrees"] is False:
             warn(f"{log.path}: the engine's {name} is {figure['engine']:.4g}, the traces' "

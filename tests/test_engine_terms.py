@@ -164,7 +164,50 @@ def test_a_sessions_turns_carry_their_speed_and_both_numberings(write, tmp_path)
     slower = tmp_path / "slower.log"
     slower.write_text(log.read_text().replace("tok_s=250.0", "tok_s=125.0"))
     said = run("compute", trace, "--engine-log", slower).err
-    assert "turn id=2 decoded at 8.00 ms per token, the compute trace's turn 1 at 4.00" in said
+    assert "turn id=2's ms_per_token is 8, the traces' turn 1 4 (beyond 10%)" in said
+
+
+SESSION = ROOT / "examples"  # the real session pair, qwen3moe-l4-session.log beside it
+
+
+@pytest.mark.parametrize("case", ["swapped", "read more", "a turn more"])
+def test_each_sessions_turn_is_compared_on_its_mib_and_hit(tmp_path, case):
+    """The README promised each turn's read MiB and hit % within 10%; only tok/s was. Turns
+    swapped ("read 87.8 MiB (traced 65.3)") passed unsaid, and a turn the trace lacks showed as
+    "turn 4 (trace ?)" without a warning."""
+    log = (SESSION / "session.log").read_text()
+    lines = log.splitlines(keepends=True)
+    turns = [line for line in lines if line.startswith("turn id=")]
+    if case == "swapped":  # turn 1's figures on turn 2's line and back
+        first, second = (line.split(": ", 1)[1] for line in turns[:2])
+        log = log.replace(turns[0], f"turn id=1: {second}").replace(turns[1],
+                                                                     f"turn id=2: {first}")
+    elif case == "read more":
+        log = log.replace("read_mib=65.3", "read_mib=80.0")
+    else:
+        log += "turn id=5: generated=16 n_prompt=9 n_past=25 cache_hit=13.0% read_mib=20.0\n"
+    (tmp_path / "session.log").write_text(log)
+    r = report_with_warnings("report", SESSION / "session-ct.csv", SESSION / "session-io.csv",
+                             "--engine-log", tmp_path / "session.log")
+    turns = r["engine"]["turns"]
+    said = " ".join(r["warnings"])
+    if case == "a turn more":
+        assert turns[-1]["trace_turn"] is None and turns[-1]["differs"] is None
+        assert "turn id=5 (16 generated) is not in the traces" in said
+        assert all(turn["differs"] == [] for turn in turns[:-1])
+        return
+    assert "read_mib" in turns[1]["differs"]
+    assert "turn id=2's read_mib is" in said and "turns out of order" in said
+    text = " ".join(run("report", SESSION / "session-ct.csv", SESSION / "session-io.csv",
+                        "--engine-log", tmp_path / "session.log").out.split())
+    assert "DIFFERS: read_mib" in text
+
+
+def test_a_real_sessions_turns_all_agree():
+    """The real session: 4 turns, each within 10% on MiB, hit % (13.5 against 12.9 at most)."""
+    r = report_with_warnings("report", SESSION / "session-ct.csv", SESSION / "session-io.csv")
+    assert [turn["differs"] for turn in r["engine"]["turns"]] == [[], [], [], []]
+    assert not r["warnings"]
 
 
 def test_the_moe_stream_compute_is_a_remainder_never_compared(tmp_path):

@@ -283,10 +283,15 @@ ENGINE_TURN = Record("engine turn", "`engine.turns` (a session's `turn id=N:` li
     ("differs", "the figures of the turn beyond the tolerance (`read_mib`, `cache_hit_pct`, "
                 "`ms_per_token`); null when the traces hold no such turn (trace_turn null) "
                 "or nothing of it to compare")))
+ENGINE_UNREAD = Record("engine line unread", "`engine.unread`", (
+    ("line", "its line number in the log"), ("lead", "the kind of line (`moe-stream:`)"),
+    ("figures", "the figures it holds, unread (its numbers are not as the engine prints them)",
+     VALUE)))
 ENGINE = Record("engine", "a run's `engine` (null without the engine's log)", (
     ("log", "the log read (NAME.log beside a trace, or --engine-log)"),
     ("figures", "{figure: engine figure}, every figure the log states", MapOf(ENGINE_FIGURE)),
-    ("turns", "the session's turns, in order", ListOf(ENGINE_TURN))))
+    ("turns", "the session's turns, in order", ListOf(ENGINE_TURN)),
+    ("unread", "the engine lines of the log not understood", ListOf(ENGINE_UNREAD))))
 ENGINE_FIELD = ("engine", "the engine's own figures beside the tool's (null without its log)",
                 ENGINE)
 
@@ -1131,12 +1136,15 @@ def engine_blocks(report, view):
     table = (text_column("figure", "figure"), *table_of(ENGINE_FIGURE))
     odd = [row for row in rows if row["agrees"] in ("NO", "not alike")]  # what to look at
     agreeing = sum(row["agrees"] == "yes" for row in rows)
+    unread = [name for line in engine.get("unread") or () for name in line["figures"]]
+    said = [f"  {agreeing} of {len(rows) + len(unread)} agree with the tool's"
+            + (f", {len(odd)} differ{'s' if len(odd) == 1 else ''} (above)" if odd else "")
+            + "; the rest the tool derives or lacks: " + ", ".join(
+                row["figure"] for row in rows if row["agrees"] != "yes" and row not in odd)]
+    said += [f"  line {line['line']} of the log ({line['lead']}) not understood: "
+             f"{', '.join(line['figures'])} unread" for line in engine.get("unread") or ()]
     parts = [Full("every engine figure", Grid(table, rows), Grid(table, odd) if odd else None),
-             Prose([f"  {agreeing} of {len(rows)} agree with the tool's"
-                    + (f", {len(odd)} differ{'s' if len(odd) == 1 else ''} (above)" if odd else "")
-                    + "; the rest the tool derives or lacks: " + ", ".join(
-                        row["figure"] for row in rows if row["agrees"] != "yes"
-                        and row not in odd)])] if rows else []
+             Prose(said)] if rows or unread else []
     turns = [f"  turn {turn['turn']} (trace {num(turn['trace_turn'], 'd', 'none')}): "
              f"{turn['generated']} generated, hit {turn['cache_hit_pct']}% (traced "
              f"{num(turn['tool_cache_hit_pct'], '.1f')}), read {turn['read_mib']} MiB (traced "
@@ -5874,7 +5882,9 @@ def engine_value(name, text):
 # A log read: its last run's figures {name: EngineValue} and turns [(id, generated, hit %,
 # MiB, tok/s or None)]; how many runs' end-of-run lines it holds (`2>>` appends a run's to the
 # last's), and how many engine lines.
-EngineLog = namedtuple("EngineLog", "path figures turns runs lines", defaults=(1, 1))
+# unread: (line number, lead, figure names) of each known line not understood
+EngineLog = namedtuple("EngineLog", "path figures turns runs lines unread",
+                       defaults=(1, 1, ()))
 
 
 def log_text(data):
@@ -5888,11 +5898,13 @@ def log_text(data):
 def engine_lines(text):
     """(kind, figures) of every engine line in the text, in order: kind the line's lead
     (`turn id=` for a session's turn), figures its {name: EngineValue}, or its turn tuple."""
-    for line in text.splitlines():
+    # lines end at a newline alone: splitlines() would also cut at a U+2028 inside a line
+    for number, line in enumerate(text.split("\n"), start=1):
         if len(line) > LOG_LINE_MOST:
             continue
         if "\x1b" in line:
             line = TERMINAL_CODES.sub("", line)
+        missed = {}  # lead -> the names of its kinds that did not fit the line
         for kind in ENGINE_LINES:
             at = line.find(kind.lead)
             if at < 0:
@@ -5900,18 +5912,31 @@ def engine_lines(text):
             at += len(kind.lead)
             found = kind.figures.search(line, at) if kind.anywhere else \
                 kind.figures.match(line, at)
-            if found:  # a figure past any float (a mangled log) is no figure
-                yield kind.lead, {name: engine_value(name, value)
-                                  for name, value in zip(kind.names, found.groups())
-                                  if math.isfinite(float(value))}
+            values = {} if not found else {  # a figure past any float is no figure
+                name: engine_value(name, value) for name, value in
+                zip(kind.names, found.groups()) if math.isfinite(float(value))}
+            if len(values) == len(kind.names):
+                missed[kind.lead] = None  # one kind of the lead fits (moe-cache has two)
+                yield kind.lead, values
+            elif kind.lead not in missed or missed[kind.lead] is not None:
+                missed[kind.lead] = (missed.get(kind.lead) or ()) + kind.names
+        # a known line whose numbers do not fit (0,003, 3e-3, -1) is said, not dropped
+        yield from ((UNREAD, (number, lead, names)) for lead, names in missed.items() if names)
         at = line.find(TURN_LEAD)
-        head = TURN_HEAD.match(line, at + len(TURN_LEAD)) if at >= 0 else None
+        if at < 0:
+            continue
+        head = TURN_HEAD.match(line, at + len(TURN_LEAD))
         tail = TURN_TAIL.search(line, head.end()) if head else None
-        if tail:
-            (number, generated), (hit, mib) = head.groups(), tail.groups()
-            speed = TURN_SPEED.search(line, head.end())
-            yield TURN_LEAD, (int(number), int(generated), float(hit), float(mib),
-                              float(speed.group(1)) if speed else None)
+        if not tail:
+            yield UNREAD, (number, TURN_LEAD, ("the turn's figures",))
+            continue
+        (turn, generated), (hit, mib) = head.groups(), tail.groups()
+        speed = TURN_SPEED.search(line, head.end())
+        yield TURN_LEAD, (int(turn), int(generated), float(hit), float(mib),
+                          float(speed.group(1)) if speed else None)
+
+
+UNREAD = "?"  # engine_lines' kind of a known line not understood
 
 
 def read_engine_log(path):
@@ -5925,19 +5950,23 @@ def read_engine_log(path):
         raise TraceError(path, 0, f"cannot read the engine's log: {exc.strerror or exc}")
     if len(data) > LOG_MOST_BYTES:
         raise TraceError(path, 0, f"over {LOG_MOST_BYTES >> 20} MiB: not an engine's log")
-    figures, turns, seen, runs, lines = {}, [], set(), 0, 0
+    figures, turns, seen, runs, lines, unread = {}, [], set(), 0, 0, []
     for kind, found in engine_lines(log_text(data)):
         lines += 1
+        if kind == UNREAD:
+            unread.append(found)
+            continue
         again = turns and found[0] <= turns[-1][0] if kind == TURN_LEAD else \
             (kind, tuple(found)) in seen
         if again or not runs:
             figures, turns, seen, runs = {}, [], set(), runs + 1
+            unread = unread if runs == 1 else []  # the lines not understood of a run before
         if kind == TURN_LEAD:
             turns.append(found)
         else:
             seen.add((kind, tuple(found)))
             figures.update(found)
-    return EngineLog(path, finer_flash_io(figures), turns, runs, lines)
+    return EngineLog(path, finer_flash_io(figures), turns, runs, lines, unread)
 
 
 def log_notes(log):
@@ -5945,10 +5974,13 @@ def log_notes(log):
     if not log.lines:
         return [f"{log.path}: no line of the engine's end-of-run summary in it (generation:, "
                 f"moe-stream:, ...): nothing to compare"]
+    notes = [f"{log.path}: line {number} ({lead.strip()}) not understood: its numbers are not "
+             f"the engine's (a decimal comma, an exponent, a sign, a part missing?); "
+             f"{', '.join(names)} unread" for number, lead, names in log.unread]
     if log.runs > 1:
-        return [f"{log.path}: holds the end-of-run lines of {log.runs} runs (appended, as 2>> "
-                f"does): its last run's are read"]
-    return []
+        notes.append(f"{log.path}: holds the end-of-run lines of {log.runs} runs (appended, as "
+                     f"2>> does): its last run's are read")
+    return notes
 
 
 def finer_flash_io(figures):
@@ -6086,7 +6118,9 @@ def engine_report(log, report):
         compared[name] = ENGINE_FIGURE(engine=engine.value, tool=tool,
                                        ratio=ratio(tool, engine.value) if tool is not None
                                        else None, agrees=agrees, note=note)
-    return ENGINE(log=log.path, figures=compared, turns=turn_rows(log.turns, report))
+    return ENGINE(log=log.path, figures=compared, turns=turn_rows(log.turns, report),
+                  unread=[ENGINE_UNREAD(line=number, lead=lead.strip(), figures=list(names))
+                          for number, lead, names in log.unread])
 
 
 def unlike_sums(name, report, logged):

@@ -426,3 +426,37 @@ def test_a_cached_runs_management_without_a_log_is_the_default_a_miss():
     text = " ".join(run("io", trace, "--no-engine-log", "--cache").out.split())
     assert (f"managing it costs about {0.055 * misses:.2f} ms per read-token (0.055 ms a miss, "
             f"real runs', x {misses:.1f} misses)") in text
+
+
+@pytest.mark.parametrize("line", [
+    "moe-stream: read 204.0 MiB (1.59 MiB/token), decode 0,039 s/token (compute 0.034 + cache "
+    "mgmt 0.000 + flash I/O 0.005 s/token, 344 MiB/s)",
+    "moe-stream: read 1,030.3 MiB (1.59 MiB/token), decode 0.039 s/token (compute 0.034 + cache "
+    "mgmt 0.000 + flash I/O 0.005 s/token, 344 MiB/s)",
+    "moe-stream: read 204.0 MiB (1.59 MiB/token), decode 3e-3 s/token (compute 0.034 + cache "
+    "mgmt 0.000 + flash I/O 0.005 s/token, 344 MiB/s)",
+    "moe-stream: read -204.0 MiB (1.59 MiB/token), decode 0.039 s/token (compute 0.034 + cache "
+    "mgmt 0.000 + flash I/O 0.005 s/token, 344 MiB/s)",
+    "moe-stream: read 204.0 MiB (1.59 MiB/token), decode 0.039 s/token (compute 0.034 + flash "
+    "I/O 0.005 s/token, 344 MiB/s)",
+    "moe-stream: read 204.0 MiB (1.59 MiB/token), decode 0.039 s/token (compute 0.034 + cache "
+    "mgmt 0.000 +\u2028flash I/O 0.005 s/token, 344 MiB/s)"])
+def test_a_known_line_not_understood_is_said_and_its_figures_unread(tmp_path, line):
+    """A moe-stream line whose numbers do not fit was dropped, and the table said "3 of 3
+    agree": now a warning names its line, and its figures count as unread."""
+    data = ROOT / "tests" / "data"
+    trace = tmp_path / "run-io.csv"
+    trace.write_text((data / "qwen3moe-l4-io-serial.csv").read_text())
+    logged = (data / "qwen3moe-l4-io-serial.log").read_text().splitlines()
+    number = next(i for i, text in enumerate(logged, 1) if text.startswith("moe-stream: "))
+    logged[number - 1] = line
+    (tmp_path / "run-io.log").write_text("\n".join(logged) + "\n", encoding="utf-8")
+    r = report_with_warnings("io", trace)
+    [unread] = r["engine"]["unread"]
+    assert unread["line"] == number and unread["lead"] == "moe-stream:"
+    assert "read_mib" in unread["figures"] and "read_mib" not in r["engine"]["figures"]
+    assert [w for w in r["warnings"] if f"line {number} (moe-stream:) not understood" in w]
+    text = " ".join(run("io", trace).out.split())
+    assert f"line {number} of the log (moe-stream:) not understood: read_mib" in text
+    compared = sum(1 for figure in r["engine"]["figures"].values() if figure["agrees"])
+    assert f"{compared} of {len(r['engine']['figures']) + 7} agree" in text

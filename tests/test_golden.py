@@ -40,6 +40,8 @@ COMMANDS = {
     "io-qwen-what-if": ["io", DATA + "qwen3moe-l4-io-serial.csv", "--what-if", "--cache-mb",
                         "1,2,4"],
     "io-gemma-serial": ["io", DATA + "gemma4-l4-io-serial.csv"],
+    "io-unread-log": ["io", DATA + "gemma4-l4-io-serial.csv", "--engine-log",
+                      DATA + "synthetic/unread.log"],
     "report-session": ["report", *SESSION],
     "report-gemma": ["report", DATA + "gemma4-l4-ct-node.csv", DATA + "gemma4-l4-io-serial.csv"],
     "report-qwen-layers": ["report", DATA + "qwen3moe-l4-ct-layers.csv",

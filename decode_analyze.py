@@ -4647,9 +4647,19 @@ PAIR_UNITS = {"decode": "decoded token", "prefill": "prefill batch",
 
 
 def per_words(report):
-    """What io_part's per-token figures are per."""
-    return f"per {PAIR_UNITS[report['compute']['phase']]}" if report["kind"] == "report" \
-        else "per read-token"
+    """What io_part's per-token figures are per: a speculative pair's per decode, each of
+    several positions (the ngram header said "per decoded token" over them)."""
+    if report["kind"] != "report":
+        return "per read-token"
+    if (report.get("pair") or {}).get("per_position"):
+        return "per decode (of several positions: speculative decoding)"
+    return f"per {PAIR_UNITS[report['compute']['phase']]}"
+
+
+def what_if_per(report):
+    """What a what-if's figures are per: a speculative pair's, per generated position."""
+    return "per generated position" if (report.get("pair") or {}).get("per_position") \
+        else per_words(report)
 
 
 def io_range_text(figures, per):
@@ -4894,7 +4904,7 @@ def best_change_blocks(report, view):
     calibrated = what_if.get("calibrated")
     if calibrated:
         lines.insert(0, calibrated_words(calibrated))
-    return [Block(f"best changes ({per_words(report) or 'per token'}, surest first)",
+    return [Block(f"best changes ({what_if_per(report)}, surest first)",
                   [Prose(lines, "    ")])]
 
 
@@ -4913,8 +4923,7 @@ def what_if_blocks(report, view):
     if what_if is None:
         return []
     baseline = what_if["baseline"]
-    per = "per generated position" if (report.get("pair") or {}).get("per_position") \
-        else per_words(report)
+    per = what_if_per(report)
     lines = []
     for setting in what_if["settings"]:
         figures = [what_if_figure(name, value) for name, value in setting["figures"].items()

@@ -8414,18 +8414,18 @@ def clipped(line, width=TEXT_WIDTH):
 
 
 def summary_blocks(report, view):
-    """A legend, a line a run (its whole name, its flagged verdicts, the keys that tell it
-    apart: cut at the width, the flags first), then the table, and a line naming the columns
-    --wide would add."""
+    """A legend, a run each (the keys that tell it apart first, its whole name, its flagged
+    verdicts; wrapped, never cut: a cut took the keys that differ), then the table, and a line
+    naming the columns --wide would add."""
     rows = report["runs"]
-    names = [f"  #{i} {row['run']}"
-             + (f"  FLAGGED: {' '.join(row['flagged'])};" if row["flagged"] else "")
-             + "".join(f"  {key}={setting_text(row, key)}" for key in report["keys"])
+    names = [f"  #{i}" + "".join(f" {key}={setting_text(row, key)}" for key in report["keys"])
+             + f"  {row['run']}"
+             + (f"  FLAGGED: {' '.join(row['flagged'])}" if row["flagged"] else "")
              for i, row in enumerate(rows, start=1)]
     columns, left_out = summary_table(report, view.wide)
     more = [f"(--wide adds: {', '.join(sorted(left_out))}; JSON has every figure)"] \
         if left_out else []
-    return [Block("runs", [Prose(names + [""], "      ", clip=True), Grid(columns, rows),
+    return [Block("runs", [Prose(names + [""], "      "), Grid(columns, rows),
                            *([Prose(more)] if more else [])])]
 
 

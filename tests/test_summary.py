@@ -64,8 +64,10 @@ def test_the_keys_that_differ_and_those_shared():
     assert r["common"]["io_threads"] == "4" and "overlap" not in r["common"]
     assert [row["settings"] for row in r["runs"]] == [{"overlap": "0"}, {"overlap": "1"}]
     out = run("summary", QWEN["io-serial"], QWEN["io-overlap"]).out
-    assert "  #1 qwen3moe-l4-io-serial.csv  FLAGGED: cache;  overlap=0" in out
-    assert "  #2 qwen3moe-l4-io-overlap.csv  FLAGGED: cache;  overlap=1" in out
+    # the keys that tell the runs apart first: a cut took them, so only --wide told them
+    assert "  #1 overlap=0  qwen3moe-l4-io-serial.csv  FLAGGED: cache" in out
+    assert "  #2 overlap=1  qwen3moe-l4-io-overlap.csv  FLAGGED: cache" in out
+    assert "…" not in out
 
 
 def test_names_are_the_shortest_ending_that_tells_them_apart(tmp_path):
@@ -106,8 +108,12 @@ def test_every_format_has_every_run():
     text = run("summary", *runs).out
     markdown = run("summary", *runs, "--format", "markdown").out
     rows = rows_of(*runs)
+    flat = " ".join(text.split())
     for i, row in enumerate(rows, start=1):
-        assert f"#{i} {row['run']}" in text and f"\\#{i} {row['run']}" in markdown
+        keys = "".join(f" {key}={'-' if value is None else value}"
+                       for key, value in row["settings"].items())
+        assert f"#{i}{keys}  {row['run']}" in text or f"#{i}{keys} {row['run']}" in flat
+        assert f"\\#{i}" in markdown and row["run"].replace("_", "\\_") in markdown
     assert all(len(line) <= 100 for line in text.splitlines())
     assert markdown.count("\n| ") == len(rows) + 1  # the header, then a row per run
 

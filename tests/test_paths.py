@@ -546,33 +546,16 @@ def test_one_answer_for_every_jobs_and_path_on_generated_traces(tokens, nodes, s
                                  Path(folder)), one) is None, "gzip"
 
 
-def test_the_default_jobs_are_the_idle_cores(monkeypatch, tmp_path):
-    """A second process wins only on an idle core (issue 39: 0.74x idle, 1.26-1.42x busy):
-    without --jobs, one for small inputs (no look), else the cores less the other runnable
-    tasks, the fewest of the looks (a task that ran a moment is no load), at least one. It
-    looked at idle ticks over 50 ms, 8% of a 0.6 s io run's wall (issue 51)."""
-    assert not os.path.exists("/proc/stat") or trace_io._running() >= 1  # this one runs
-    monkeypatch.setattr(trace_io, "usable_cores", lambda: 4)
-    waited = []
-    monkeypatch.setattr(trace_io.time, "sleep", waited.append)
-    for looks, since, idle in (([1, 1, 1], None, 4), ([2, 3, 2], None, 3), ([4, 5, 4], 4, 1),
-                               ([9, 9, 9], 9, 1), ([3, 1, 3], 3, 4), ([3, 3, 3], 1, 4)):
-        counts = iter(looks)
-        monkeypatch.setattr(trace_io, "_running", lambda: next(counts))
-        assert trace_io.idle_cores(since=since) == idle, (looks, since)
-    assert sum(waited) <= 0.01 * 6  # 2 ms between looks: no 50 ms wait
-    monkeypatch.setattr(trace_io, "usable_cores", lambda: 1)
-    monkeypatch.setattr(trace_io, "_running", lambda: 1 / 0)  # one core: nothing looked at
-    assert trace_io.idle_cores() == 1
+def test_the_default_jobs_are_the_usable_cores(monkeypatch, tmp_path):
+    """Without --jobs: one for small inputs, else the usable cores (at most 8). Two processes
+    won on wall even with the other of 2 cores busy (0.85 s against 0.98 on a 499k-read io
+    trace); a default of the idle cores ran one there, 1.39x the release's wall (issue 51)."""
+    monkeypatch.setattr(trace_io, "usable_cores", lambda: 3)
     small, large = tmp_path / "small.csv", tmp_path / "large.csv"
     small.write_bytes(b"x")
     with open(large, "wb") as f:
         f.truncate(trace_io.PARALLEL_MIN_BYTES)
 
-    def never():
-        raise AssertionError("sampled for a small input")
-    monkeypatch.setattr(trace_io, "idle_cores", never)
     assert trace_io.default_jobs([str(small), "-"], 8) == 1
-    monkeypatch.setattr(trace_io, "idle_cores", lambda since=None: 3)
     assert trace_io.default_jobs([str(small), str(large)], 8) == 3
     assert trace_io.default_jobs([str(large)], 2) == 2

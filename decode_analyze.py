@@ -334,6 +334,7 @@ def meta_flag(meta, key):
 
 
 FIGURE_LIMIT = 1e15  # no figure of a real run comes near; past it, a saved report was edited
+FIGURE_LEAST = 1e-9  # nor is a fit's figure this small but 0 (1e-320 MiB gave an infinite rate)
 
 
 def report_halves(report):
@@ -6582,8 +6583,9 @@ def checked_sample(sample):
     for field in ("mib", "io_ms", "decode_ms", "management_ms", "stall_ms", "misses"):
         value = getattr(sample, field)
         if (value is not None or field in ("mib", "io_ms", "decode_ms")) and not (
-                is_number(value) and 0 <= value <= FIGURE_LIMIT):
-            raise ValueError(f"the fit's {field} {str(value)[:20]!r} is not a number >= 0")
+                is_number(value) and (value == 0 or FIGURE_LEAST <= value <= FIGURE_LIMIT)):
+            raise ValueError(f"the fit's {field} {str(value)[:20]!r} is not 0 nor a number "
+                             f"from {FIGURE_LEAST:g} to {FIGURE_LIMIT:g}")
     return sample
 
 
@@ -8818,6 +8820,16 @@ class OutputError(Exception):
     """The report could not be written (a full disk, a closed stdout)."""
 
 
+def finite_json(report, ascii_only=False):
+    """json_text, or an OutputError where a figure is NaN or infinite: JSON holds neither,
+    and a figure that became one is the tool's to say in a line, not a traceback's."""
+    try:
+        return json_text(report, ascii_only)
+    except ValueError as problem:
+        raise OutputError(f"the report holds a figure that is not finite ({problem}): an input "
+                          f"holds a value no run gives") from None
+
+
 def write_output(path, text):
     """text (a string, or string pieces as they are made) to `path`: a regular file (or a new
     path) is replaced atomically, the target of a symlink being the file replaced; a FIFO, a
@@ -10628,7 +10640,7 @@ def reading_from(args, warn, paths=()):
 
 FORMATS = {"text": text_of,  # Markdown's tables scroll on GitHub: every column there
            "markdown": lambda report, view: markdown_of(report, view._replace(wide=True)),
-           "json": lambda report, view: json_text(report),
+           "json": lambda report, view: finite_json(report),
            "csv": lambda report, view: csv_of(report)}
 
 
@@ -10682,7 +10694,7 @@ def written(out, text, args, report, view):
         write_out(out, text)
     except UnicodeEncodeError:  # a cp1252 console, a non-UTF-8 locale: plain ASCII instead
         if args.format == "json":
-            text = json_text(report, ascii_only=True)
+            text = finite_json(report, ascii_only=True)
         elif args.format == "csv":
             text = text.encode("ascii", "backslashreplace").decode("ascii")
         elif args.format == "markdown":
@@ -10747,7 +10759,7 @@ def write_pictures(args, report, paths, reading):
         if report["calibration"] is None:  # a diff whose sides hold fewer than two pairs
             raise UsageError("--calibration-out: a fit takes two runs or more that are pairs "
                              "(CT+IO, or x-ct.csv beside x-io.csv)")
-        write_output(args.calibration_out, json_text(report["calibration"]))
+        write_output(args.calibration_out, finite_json(report["calibration"]))
 
 
 def write_out(out, text):

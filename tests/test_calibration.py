@@ -415,3 +415,27 @@ def test_any_value_of_a_calibration_changed_gives_a_report_or_one_line(busy, tmp
             assert result.code == 1 and result.err.count("\n") == 1, (path, result.err)
         else:
             assert "NaN" not in result.out and "Infinity" not in result.out, path
+
+
+@pytest.mark.parametrize("value", [1e-320, -5.0, 2e-10])
+def test_a_saved_reports_unusable_figure_is_refused_in_one_line(tmp_path, value):
+    """A saved report's io_mib_per_token of 1e-320 fed to summary --calibration-out gave an
+    infinite rate and ended in "ValueError: Out of range float values are not JSON
+    compliant"; a negative one was fitted. Each is refused where it enters, naming the file."""
+    pair = [SWEEP / f"qwen3moe-l4-greedy-serial-rep1-{part}.csv" for part in ("ct", "io")]
+    saved = report("report", *pair)
+    saved["pair"]["io_mib_per_token"] = value
+    path = tmp_path / "saved.json"
+    path.write_text(json.dumps(saved))
+    rest = [SWEEP / f"qwen3moe-l4-greedy-serial-rep2-{part}.csv" for part in ("ct", "io")]
+    result = run("summary", path, *rest, "--calibration-out", tmp_path / "fit.json")
+    assert result.code == 1 and "Traceback" not in result.err
+    [line] = result.err.strip().splitlines()
+    assert line.startswith(f"decode-analyze: {path}: ") and "the fit's mib" in line
+    assert not (tmp_path / "fit.json").exists()
+
+
+def test_a_figure_that_is_not_finite_is_one_line_not_a_traceback(capsys):
+    """JSON holds no NaN or infinity: a figure that became one is said in a line."""
+    with pytest.raises(da.OutputError, match="not finite"):
+        da.finite_json({"figure": float("inf")})

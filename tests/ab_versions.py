@@ -10,6 +10,8 @@ ratio (paired), with the old side's spread (its slowest run over its fastest); o
   python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench  # new/old per case
   python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench --processes --rounds 6  # whole
   # processes, the 3M-row traces and the real long pair (../shared/traces) among them
+  python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench --processes --wall --only io500k
+  # ... their wall time (run it again beside `yes > /dev/null` for a busy machine)
   python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench --instructions --only io500k
   # instructions counted under valgrind: the same figure whatever the machine's load
 
@@ -78,6 +80,17 @@ def as_processes(roots, argvs, order):
     return spent
 
 
+def as_walls(roots, argvs, order):
+    """{tag: wall seconds} of each checkout run as `python3 decode_analyze.py` with its default
+    --jobs: what the user waits for (a second process on a busy core costs CPU, not wall)."""
+    spent = {}
+    for tag in order:
+        start = time.perf_counter()
+        subprocess.run(script(roots[tag], argvs[tag]), stdout=subprocess.DEVNULL, check=False)
+        spent[tag] = time.perf_counter() - start
+    return spent
+
+
 def instructions(roots, argvs, order):
     """{tag: instructions executed} by each checkout run as `python3 decode_analyze.py ...
     --jobs 1` under valgrind's callgrind: the same count on every run, however busy the
@@ -111,6 +124,8 @@ def main():
     parser.add_argument("--only", help="run the cases whose command line holds this text")
     parser.add_argument("--processes", action="store_true",
                         help="time whole processes (start-up and --jobs included), not folds")
+    parser.add_argument("--wall", action="store_true",
+                        help="with --processes: their wall time, not their CPU time")
     parser.add_argument("--instructions", action="store_true",
                         help="count the instructions of one process each (valgrind; one round: "
                              "the count does not vary), not time")
@@ -132,7 +147,7 @@ def main():
                   ["report", REAL_PAIR[0], REAL_PAIR[1]],
                   ["report", REAL_PAIR[0], REAL_PAIR[1], "--format", "json"], ["--version"]]
         roots = {"old": args.old, "new": args.new}
-        timed = partial(as_processes, roots)
+        timed = partial(as_walls if args.wall else as_processes, roots)
     else:
         tools = {"old": load("old", args.old), "new": load("new", args.new)}
         timed = partial(in_process, tools)

@@ -69,11 +69,12 @@ import textwrap
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter, OrderedDict, defaultdict, namedtuple
+from collections.abc import Sequence
 from contextlib import ExitStack
 from functools import lru_cache, partial
 from io import StringIO
 from math import comb, erfc, fsum, sqrt
-from itertools import accumulate, chain, compress, filterfalse, islice, repeat
+from itertools import accumulate, chain, compress, filterfalse, groupby, islice, repeat
 from operator import add, gt, itemgetter, mod, neg, not_, sub
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -429,82 +430,294 @@ def summing_record(name, fields, doc, keys=()):
                            "__init__": __init__, "add": add, "merge": merge})
 
 
-class Inventory:
-    """What the file holds of one (turn, phase): its tokens and their lowest and highest step,
-    for the message of an empty selection."""
+WALL_32 = next(code for code in "IL" if array(code).itemsize == 4)
 
-    __slots__ = ("tokens", "low", "high")
 
-    def __init__(self, tokens, low, high):
-        self.tokens, self.low, self.high = tokens, low, high
+def extend_wide(values, more):
+    """`values`, an array of unsigned ints 4 bytes wide (WALL_32) until one needs 8 ("Q"), and
+    a list past that (a sum of a token's reads can pass 2^64 when each is legal), extended by
+    `more` (a list or an array): returns the sequence that holds them all, exactly."""
+    if isinstance(more, array) and isinstance(values, array) and more.typecode == values.typecode:
+        values.extend(more)  # of one width: every value fits
+        return values
+    if isinstance(more, array):
+        more = more.tolist()
+    elif not isinstance(more, list):
+        more = list(more)
+    if not isinstance(values, array):
+        values.extend(more)  # a list holds any value
+        return values
+    try:  # fromlist() takes all of them or none, at a third of extend()'s cost
+        values.fromlist(more)
+    except OverflowError:
+        values = array("Q", values) if values.typecode != "Q" else values.tolist()
+        return extend_wide(values, more)
+    return values
+
+
+# A token costs bytes, not objects: a long traced session has hundreds of thousands of tokens, and
+# a Python object a token (a record, a dict entry keyed by a tuple) is 100-1,500 bytes of it.
+# Each selected token is a row of a TokenTable, each figure a column: an array of 4-byte
+# unsigned ints, widened to 8 when a value needs it and to a list past 2^64 (sums stay exact).
+def widened(values):
+    """`values` one step wider: 4-byte array -> 8-byte array -> list."""
+    return array("Q", values) if values.typecode != "Q" else values.tolist()
+
+
+def zeros(count):
+    """An array of `count` zeros, 4 bytes each."""
+    return array(WALL_32, bytes(count * array(WALL_32).itemsize))
+
+
+class TokenTable:
+    """The selected tokens of a fold, a row each in trace order: their (turn, phase, step) and
+    the sums the fold keeps (a column each, made on first use with every row at 0)."""
+
+    KEYS = ("turn", "phase", "step")
+
+    def __init__(self):
+        self.columns = {name: array(WALL_32) for name in self.KEYS}
+
+    def __len__(self):
+        return len(self.columns["turn"])
+
+    def append(self, key):
+        """A new row for the token `key` (turn, phase, step), its sums at 0; its number."""
+        row = len(self)
+        for name, column in self.columns.items():
+            value = key[self.KEYS.index(name)] if name in self.KEYS else 0
+            try:
+                column.append(value)
+            except OverflowError:
+                column = self.columns[name] = widened(column)
+                column.append(value)  # a key is below 2^64: one step is enough
+        return row
+
+    def column(self, name):
+        """The column `name`, every row's value (made on first use, all 0)."""
+        column = self.columns.get(name)
+        if column is None:
+            column = self.columns[name] = zeros(len(self))
+        return column
+
+    def add(self, name, row, amount):
+        self.add_each(name, (row,), (amount,))
+
+    def add_each(self, name, rows, amounts):
+        """Add each amount to its row of the column `name`."""
+        column = self.column(name)
+        for row, amount in zip(rows, amounts):
+            while True:
+                try:
+                    column[row] += amount
+                    break
+                except OverflowError:
+                    column = self.columns[name] = widened(column)
+
+    def extended(self, name, values):
+        """Append `values` to the column `name` (the rows of a later fold)."""
+        self.columns[name] = extend_wide(self.column(name), values)
+
+    def merge(self, later, remap):
+        """Add a later fold's table: its row r is this table's remap[r], a row of this table
+        (a token both hold: the sums add) or the next new one (appended in order)."""
+        mine = len(self)
+        fresh = [row for row, at in enumerate(remap) if at >= mine]
+        for name in later.columns:
+            self.column(name)  # before any column grows: made with this table's rows
+        for name in list(self.columns):
+            theirs = later.columns.get(name) or zeros(len(later))
+            if len(fresh) == len(later):
+                self.extended(name, theirs)
+                continue
+            self.extended(name, [theirs[row] for row in fresh])
+            if name not in self.KEYS:
+                shared = [row for row, at in enumerate(remap) if at < mine]
+                self.add_each(name, [remap[row] for row in shared],
+                              [theirs[row] for row in shared])
+
+    def values(self, name, spans):
+        """The column `name` over rows `spans` (ranges), as one sequence."""
+        column = self.column(name)
+        if spans == [range(len(self))]:
+            return column
+        taken = column[:0]
+        for span in spans:
+            taken = extend_wide(taken, column[span.start:span.stop]) \
+                if isinstance(taken, array) else taken + list(column[span.start:span.stop])
+        return taken
+
+
+class StepIndex:
+    """Every step seen of one (turn, phase), sorted, and each one's row in the table (-1: not
+    selected): what the book finds a token by, 8 bytes a token."""
+
+    __slots__ = ("steps", "rows")
+
+    def __init__(self):
+        self.steps, self.rows = array(WALL_32), array("i")
+
+    def find(self, step):
+        """(where the step is or would go, its row or None when it is not there)."""
+        at = bisect_left(self.steps, step)
+        found = at < len(self.steps) and self.steps[at] == step
+        return at, self.rows[at] if found else None
+
+    def insert(self, at, step, row):
+        try:
+            self.steps.insert(at, step)
+        except OverflowError:
+            self.steps = widened(self.steps)
+            self.steps.insert(at, step)
+        self.rows.insert(at, row)
+
+    def following(self, step):
+        """The next step seen after `step`, or None."""
+        at = bisect_right(self.steps, step)
+        return self.steps[at] if at < len(self.steps) else None
 
 
 class TokenBook:
-    """Every token seen (for the 'file contains' message) and the selected ones' records, in
-    trace order. A token is one (turn, phase, step); its rows may come in several runs.
-    `new_token(turn, phase, step)` makes a selected token's record, which has merge(other)."""
+    """Every token seen (for the 'file contains' message, the warm-up and the positions) and
+    the selected ones' rows, in trace order. A token is one (turn, phase, step); its rows may
+    come in several runs. With `new_token(turn, phase, step)`, each selected token also has a
+    record (records[row], with merge(other)): the timeline's spans."""
 
-    def __init__(self, selection, new_token):
+    def __init__(self, selection, new_token=None):
         self.selection, self.new_token = selection, new_token
-        self.by_text = {}  # (turn, phase, step) as written -> record, or False
-        self.by_value = {}  # (turn, phase, step) -> record, or False
-        self.ordinals = defaultdict(int)  # (turn, phase) -> tokens seen
-        self.inventory = {}  # (turn, phase) -> Inventory
-        self.steps = defaultdict(list)  # (turn, phase) -> every step seen, selected or not
-        self.selected = []  # records, in trace order
+        self.table = TokenTable()
+        self.index = {}  # (turn, phase) -> StepIndex
+        self.records = [] if new_token else None
+        self._last = (None, None)  # the latest (turn, phase, step) as written, and its row
 
     def lookup(self, run):
-        """The record of this run's token if it is selected, else None."""
+        """This run's token's row if it is selected, else None (a row may be 0: test `is
+        None`). Runs of one token follow each other: the latest answer is kept."""
         text = (run.turn, run.phase, run.step)
-        record = self.by_text.get(text)
-        if record is None:  # the reader has checked the values: int() cannot fail
-            key = (int(run.turn), int(run.phase), int(run.step))
-            record = self.by_value.get(key)
-            if record is None:
-                record = self.by_value[key] = self._decide(*key)
-            self.by_text[text] = record
-        return record or None
+        last, row = self._last
+        if text != last:  # the reader has checked the values: int() cannot fail
+            row = self._row_of(int(run.turn), int(run.phase), int(run.step))
+            self._last = (text, row)
+        return row
 
-    def _decide(self, turn, phase, step):
-        ordinal = self.ordinals[turn, phase]
-        self.ordinals[turn, phase] = ordinal + 1
-        self._note(turn, phase, 1, step, step)
-        self.steps[turn, phase].append(step)
-        if not self.selection.admits(turn, phase, step, ordinal):
-            return False
-        record = self.new_token(turn, phase, step)
-        self.selected.append(record)
-        return record
+    def _row_of(self, turn, phase, step):
+        index = self.index.get((turn, phase)) or self.index.setdefault((turn, phase),
+                                                                       StepIndex())
+        at, row = index.find(step)
+        if row is None:
+            ordinal = len(index.steps)
+            row = self._new_row((turn, phase, step)) \
+                if self.selection.admits(turn, phase, step, ordinal) else -1
+            index.insert(at, step, row)
+        return None if row < 0 else row
 
-    def _note(self, turn, phase, tokens, low, high):
-        seen = self.inventory.get((turn, phase))
-        if seen is None:
-            seen = self.inventory[turn, phase] = Inventory(0, low, high)
-        seen.tokens += tokens
-        seen.low, seen.high = min(seen.low, low), max(seen.high, high)
+    def _new_row(self, key):
+        if self.records is not None:
+            self.records.append(self.new_token(*key))
+        return self.table.append(key)
 
     def merge(self, later):
-        """Add the book of the rows that follow this one's in the file."""
-        for key, record in later.by_value.items():
-            mine = self.by_value.get(key)
-            if mine is None:
-                self.by_value[key] = record
-                if record:
-                    self.selected.append(record)
-            elif mine and record:
-                mine.merge(record)
-        for (turn, phase), seen in later.inventory.items():
-            self._note(turn, phase, seen.tokens, seen.low, seen.high)
-        for key, steps in later.steps.items():
-            self.steps[key].extend(steps)
+        """Add the book of the rows that follow this one's in the file; returns, for each of
+        its rows, the row it is here."""
+        mine, added = len(self.table), 0
+        remap = array("i")
+        for turn, phase, step in zip(*(later.table.columns[name] for name in TokenTable.KEYS)):
+            index = self.index.get((turn, phase)) or self.index.setdefault((turn, phase),
+                                                                           StepIndex())
+            at, row = index.find(step)
+            if row is None or row < 0:  # new here (or, with another selection, not chosen)
+                if row is None:
+                    index.insert(at, step, mine + added)
+                else:
+                    index.rows[at] = mine + added
+                row, added = mine + added, added + 1
+            remap.append(row)
+        for key, theirs in later.index.items():  # the steps seen and not selected
+            index = self.index.get(key) or self.index.setdefault(key, StepIndex())
+            for step in compress(theirs.steps, [row < 0 for row in theirs.rows]):
+                at, row = index.find(step)
+                if row is None:
+                    index.insert(at, step, -1)
+        self.table.merge(later.table, remap)
+        if self.records is not None:
+            for row, at in enumerate(remap):
+                if at >= mine:
+                    self.records.append(later.records[row])
+                else:
+                    self.records[at].merge(later.records[row])
+        return remap
 
     def contents(self):
         """What the file holds, for an empty-selection error."""
         parts = []
-        for (turn, phase), seen in sorted(self.inventory.items()):
-            parts.append(f"turn {turn} {PHASE_NAMES[phase]}: {seen.tokens} token(s), steps "
-                         f"{seen.low}-{seen.high}")
+        for (turn, phase), index in sorted(self.index.items()):
+            parts.append(f"turn {turn} {PHASE_NAMES[phase]}: {len(index.steps)} token(s), steps "
+                         f"{min(index.steps)}-{max(index.steps)}")
         return "; ".join(parts) or "no rows"
+
+    def steps_of(self, phase):
+        """{turn: its StepIndex} of a phase: every step seen of each turn."""
+        return {turn: index for (turn, of), index in self.index.items() if of == phase}
+
+
+class Tokens:
+    """The tokens a report covers: rows of a fold's table (those of its phases), in trace
+    order, as spans of rows; values(name) gives a column over them."""
+
+    def __init__(self, table, phases):
+        self.table = table
+        self.spans = [range(start, start + count) for phase, count, start in
+                      self._runs(table.columns["phase"]) if phase in phases]
+        self.count = sum(map(len, self.spans))
+
+    @staticmethod
+    def _runs(phases):
+        start = 0
+        for phase, rows in groupby(phases):
+            count = sum(1 for _ in rows)
+            yield phase, count, start
+            start += count
+
+    def __len__(self):
+        return self.count
+
+    def values(self, name):
+        return self.table.values(name, self.spans) if self.spans else []
+
+    def rows(self):
+        return chain.from_iterable(self.spans)
+
+
+class TokenRows(Sequence):
+    """A report's `per_token`: a dict a token, each made when it is read (`row_of(table, row)`)
+    and never all held at once; JSON writes it as the list it reads as."""
+
+    def __init__(self, tokens, row_of):
+        self.table, self.row_of = tokens.table, row_of
+        # the rows in order: a range when they are one span, else 4 bytes a token
+        self.order = array("i", tokens.rows()) if len(tokens.spans) > 1 else \
+            next(iter(tokens.spans), range(0))
+        self.count = len(tokens)
+
+    def __len__(self):
+        return self.count
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.count))]
+        if not -self.count <= index < self.count:
+            raise IndexError(index)
+        return self.row_of(self.table, self.order[index % self.count])
+
+    def __iter__(self):
+        row_of, table = self.row_of, self.table
+        return (row_of(table, row) for row in self.order)
+
+    def __eq__(self, other):
+        return isinstance(other, (list, TokenRows)) and list(self) == list(other)
+
+    def __repr__(self):
+        return f"TokenRows({self.count} tokens)"
 
 
 class TokenFold:
@@ -512,8 +725,9 @@ class TokenFold:
     token runs are looked up in the book of tokens and folded by the subclass's _fold();
     _finished() closes the sums."""
 
-    def __init__(self, selection, new_token):
+    def __init__(self, selection, new_token=None):
         self.book = TokenBook(selection, new_token)
+        self.table = self.book.table
 
     def feed(self, batch):
         self._fold(batch, batch.runs)
@@ -543,10 +757,10 @@ def chosen_phases(selection, phases_present):
 
 
 def selected_tokens(trace, book, selection, phases_present):
-    """(phases, label, token records) of the selection; an empty one is an error."""
+    """(phases, label, Tokens) of the selection; an empty one is an error."""
     phases, label = chosen_phases(selection, phases_present)
-    tokens = [token for token in book.selected if token.phase in phases]
-    if not tokens and not selection.may_be_empty:
+    tokens = Tokens(book.table, phases)
+    if not len(tokens) and not selection.may_be_empty:
         what = ", ".join([f"phase {selection.phase or 'decode'}"]
                          + describe_selection(selection.as_dict()))
         raise TraceError(trace.name, 0, f"no tokens match the selection ({what}); "
@@ -557,31 +771,6 @@ def selected_tokens(trace, book, selection, phases_present):
 # ── statistics ───────────────────────────────────────────────────────────────────────────────────
 # Percentiles are exact: the value at index min(n-1, floor(n*q)) of the sorted values (0-based).
 PERCENTILES = {"p50": (1, 2), "p90": (9, 10), "p99": (99, 100), "p999": (999, 1000)}
-WALL_32 = next(code for code in "IL" if array(code).itemsize == 4)
-
-
-def extend_wide(values, more):
-    """`values`, an array of unsigned ints 4 bytes wide (WALL_32) until one needs 8 ("Q"), and
-    a list past that (a sum of a token's reads can pass 2^64 when each is legal), extended by
-    `more` (a list or an array): returns the sequence that holds them all, exactly."""
-    if isinstance(more, array) and isinstance(values, array) and more.typecode == values.typecode:
-        values.extend(more)  # of one width: every value fits
-        return values
-    if isinstance(more, array):
-        more = more.tolist()
-    elif not isinstance(more, list):
-        more = list(more)
-    if not isinstance(values, array):
-        values.extend(more)  # a list holds any value
-        return values
-    try:  # fromlist() takes all of them or none, at a third of extend()'s cost
-        values.fromlist(more)
-    except OverflowError:
-        values = array("Q", values) if values.typecode != "Q" else values.tolist()
-        return extend_wide(values, more)
-    return values
-
-
 def percentile_index(n, num, den):
     """The 0-based index, among n sorted values, of percentile num/den."""
     return min(n - 1, n * num // den)
@@ -660,6 +849,25 @@ def taken_from_the_end(values):
         chunk = values[-SORT_CHUNK:]
         del values[-SORT_CHUNK:]
         yield chunk
+
+
+def spread_of(values, unit=None):
+    """{p50, p90, p99, max} of a column of integers (a TokenTable's), each divided by `unit`:
+    exact, sorted SORT_CHUNK at a time, never a Python int per token held."""
+    wide = not isinstance(values, array)  # a sum past 2^64 (a list column): sorted as it is
+    ordered = SortedParts([sorted(values)]) if wide else sorted_parts(iter(values))
+    value = (lambda v: v) if unit is None else (lambda v: scaled(v, unit))
+    return TOKEN_SPREAD(p50=value(ordered.percentile("p50")), p90=value(ordered.percentile("p90")),
+                        p99=value(ordered.percentile("p99")), max=value(ordered.maximum()))
+
+
+def compact(values):
+    """An iterable of integers as the narrowest sequence that holds them (extend_wide), built
+    SORT_CHUNK at a time so that they never all stand as int objects."""
+    iterator, held = iter(values), array(WALL_32)
+    for chunk in iter(lambda: list(islice(iterator, SORT_CHUNK)), []):
+        held = extend_wide(held, chunk)
+    return held
 
 
 def percentile_summary(values):
@@ -861,12 +1069,14 @@ def json_text(report, ascii_only=False):
 def json_pieces(value, dump, newline, in_list=False):
     """The pieces of `value` as JSON, indented one space a level (newline: the line break and
     the indent of the value's own line)."""
-    if not isinstance(value, (list, dict)):
+    if isinstance(value, array) or isinstance(value, TokenRows) and not value:
+        value = list(value)  # a per-token series held compactly; no token
+    if not isinstance(value, (list, dict, TokenRows)):
         yield dump(value)
         return
     is_object = isinstance(value, dict)
     members = list(value.values()) if is_object else value
-    flat = not any(isinstance(member, (list, dict)) for member in members)
+    flat = not any(isinstance(member, (list, dict, array, TokenRows)) for member in members)
     if not value or flat and (in_list or not is_object):  # empty, a series, a table row
         yield dump(value)
         return
@@ -1549,31 +1759,11 @@ COMPUTE_COLUMNS = ("turn", "phase", "step", "layer", "op", "name", "wall_ns", "m
 SYNTHETIC_OPS = {"BMOE_DECODE", "BMOE_CALLBACK"}  # v2 rows that are not graph nodes
 
 
-class ComputeToken:
-    """One selected token of a compute trace: its summed wall time and major faults, and its
-    wall time per op and per node category (op_ns, category_ns: complete after the fold's
-    finish; the samples `diff` tests and the SVG stacks)."""
-
-    __slots__ = ("turn", "phase", "step", "wall_ns", "majflt", "faulting_ns", "op_ns",
-                 "category_ns", "segment_ns")
-
-    def __init__(self, turn, phase, step):
-        self.turn, self.phase, self.step = turn, phase, step
-        self.wall_ns = self.majflt = self.faulting_ns = 0
-        self.op_ns, self.category_ns = {}, {}
-        self.segment_ns = None  # a slow token of a layer trace: (segment names, their walls)
-
-    def add_group(self, op, category, wall_ns):
-        self.op_ns[op] = self.op_ns.get(op, 0) + wall_ns
-        self.category_ns[category] = self.category_ns.get(category, 0) + wall_ns
-
-    def merge(self, other):
-        self.wall_ns += other.wall_ns
-        self.majflt += other.majflt
-        self.faulting_ns += other.faulting_ns
-        add_sums(self.op_ns, other.op_ns)
-        add_sums(self.category_ns, other.category_ns)
-        self.segment_ns = self.segment_ns or other.segment_ns
+# A compute token's columns in its fold's TokenTable: its summed wall time and major faults, the
+# wall time of its faulting nodes, and (complete after the fold's finish) its wall time per op
+# and per node category: the samples `diff` tests and the SVG stacks.
+COMPUTE_SUMS = ("wall_ns", "majflt", "faulting_ns")
+OP_COLUMN, CATEGORY_COLUMN = "op ", "category "  # + the op's or the category's name
 
 
 # A layer trace keeps each segment's wall for its slowest tokens only (what a slow stretch's
@@ -1581,15 +1771,17 @@ class ComputeToken:
 KEPT_SLOW_TOKENS = 4096
 
 
-def keep_slow_segments(graph):
-    """Its slowest members' walls per segment, from the graph's history (a layer trace)."""
+def slow_segments(graph, table):
+    """{row: (segment names, their walls)} of the graph's slowest members, from its history
+    (a layer trace); {} for a node trace."""
     if not graph.members or any(op != SEGMENT_OP for op in graph.ops):
-        return
-    width, names = len(graph.ops), tuple(graph.names)
-    members = graph.members
-    for index in heapq.nlargest(KEPT_SLOW_TOKENS, range(len(members)),
-                                key=lambda i: members[i].wall_ns):
-        members[index].segment_ns = (names, graph.history[index * width:(index + 1) * width])
+        return {}
+    width, names, members = len(graph.ops), tuple(graph.names), graph.members
+    walls = table.column("wall_ns")
+    slowest = heapq.nlargest(KEPT_SLOW_TOKENS, range(len(members)),
+                             key=lambda i: walls[members[i]])
+    return {members[index]: (names, graph.history[index * width:(index + 1) * width])
+            for index in slowest}
 
 
 class TokenGraph:
@@ -1611,9 +1803,9 @@ class TokenGraph:
         # Every node's wall_ns, token after token, until ComputeFold sorts them by op for the
         # exact per-op percentiles: 4 bytes a row while walls fit in 32 bits (4.29 s), 8 after.
         self.history = array(WALL_32)
-        self.members = []  # the token record of each history entry, until finish
+        self.members = array("i")  # the token (its row) of each history entry, until finish
 
-    def add(self, token, walls, faults):
+    def add(self, row, walls, faults):
         # wall_ns is summed from the history at finish, at C speed per position.
         if any(faults):
             # Few nodes fault (the expert matmuls), so visit just those.
@@ -1622,7 +1814,7 @@ class TokenGraph:
                 majflt[position] += faults[position]
                 fault_wall_ns[position] += walls[position]
         self.history = extend_wide(self.history, walls)
-        self.members.append(token)
+        self.members.append(row)
         self.tokens += 1
 
     def merge(self, other):
@@ -1666,43 +1858,46 @@ class LooseNodes:
         self.sums = {}  # Node -> NodeTotals
         self.walls = defaultdict(list)  # op -> [wall_ns of each node], until finish
         self.op_walls = {}  # op -> sorted array, at finish
-        self.held = None  # (token, ops, names, layers, walls, faults, inherited category)
+        self.held = None  # (row, ops, names, layers, walls, faults, inherited category)
 
-    def holds(self, token):
-        return self.held is not None and self.held[0] is token
+    def holds(self, row):
+        return self.held is not None and self.held[0] == row
 
-    def add(self, token, ops, names, layers, walls, faults):
-        """A run of one token's rows: all but its last layer's are summed."""
+    def add(self, table, row, columns):
+        """A run of one token's rows (columns: ops, names, layers, walls, faults): all but its
+        last layer's are summed."""
         previous = "other"
+        ops, names, layers, walls, faults = columns
         layers = [int(layer) for layer in layers]
-        if self.holds(token):
+        if self.holds(row):
             _, *earlier, previous = self.held
             ops, names, layers, walls, faults = (list(before) + list(now) for before, now in
                                                  zip(earlier, (ops, names, layers, walls,
                                                                faults)))
         elif self.held is not None:
-            self.flush()
+            self.flush(table)
         self.held = None
         columns = (ops, names, layers, walls, faults)
         cut = last_layer_start(layers) if len(layers) < self.HOLD_MOST else len(layers)
-        previous = self._sum(token, [column[:cut] for column in columns], previous)
+        previous = self._sum(table, row, [column[:cut] for column in columns], previous)
         if cut < len(layers):
-            self.held = (token, *(column[cut:] for column in columns), previous)
+            self.held = (row, *(column[cut:] for column in columns), previous)
 
-    def flush(self):
+    def flush(self, table):
         """Sum the held rows: their token has ended."""
         if self.held is not None:
-            (token, *columns, previous), self.held = self.held, None
-            self._sum(token, columns, previous)
+            (row, *columns, previous), self.held = self.held, None
+            self._sum(table, row, columns, previous)
 
-    def _sum(self, token, columns, previous):
+    def _sum(self, table, row, columns, previous):
         """Classify and sum rows (columns: ops, names, layers, walls, faults; `previous`: the
         category an unnamed first node inherits); returns the category an unnamed node after
         them would inherit."""
         ops, names, layers, walls, faults = columns
         nodes = classify_graph(ops, names, layers, previous)
         for node, wall_ns, majflt in zip(nodes, walls, faults):
-            token.add_group(node.op, node.category, wall_ns)
+            table.add(OP_COLUMN + node.op, row, wall_ns)
+            table.add(CATEGORY_COLUMN + node.category, row, wall_ns)
             totals = self.sums.get(node)
             if totals is None:
                 totals = self.sums[node] = NodeTotals()
@@ -1712,8 +1907,8 @@ class LooseNodes:
                  if category is not None]
         return named[-1] if named else previous
 
-    def finish(self):
-        self.flush()
+    def finish(self, table):
+        self.flush(table)
         self.op_walls = {op: sorted_parts(walls) for op, walls in self.walls.items()}
         self.walls.clear()
 
@@ -1730,7 +1925,10 @@ class ComputeFold(TokenFold):
     """Folds compute-trace batches into per-graph sums, kept per phase."""
 
     def __init__(self, selection):
-        super().__init__(selection, ComputeToken)
+        super().__init__(selection)
+        for name in COMPUTE_SUMS:
+            self.table.column(name)
+        self.slow_segments = {}  # row -> (segment names, walls): a layer trace's slowest tokens
         self.graphs = {}  # phase -> {graph key: TokenGraph}
         self.loose = {}  # phase -> LooseNodes
         self.rows = defaultdict(int)  # phase -> rows
@@ -1740,24 +1938,27 @@ class ComputeFold(TokenFold):
     def _fold(self, batch, runs):
         ops, names, layers = batch["op"], batch["name"], batch["layer"]
         walls, faults = batch["wall_ns"], batch["majflt"]
+        table = self.table
         for run in runs:
-            token = self.book.lookup(run)
-            if token is None:
+            row = self.book.lookup(run)
+            if row is None:
                 continue
             start, end = run.start, run.end
             token_walls, token_faults = walls[start:end], faults[start:end]
-            token.wall_ns += sum(token_walls)
-            token.majflt += sum(token_faults)
-            if any(token_faults):  # the faulting nodes' time: the SVG's own band
-                token.faulting_ns += sum(compress(token_walls, token_faults))
-            self.rows[token.phase] += end - start
+            table.add("wall_ns", row, sum(token_walls))
+            majflt = sum(token_faults)
+            if majflt:  # the faulting nodes' time: the SVG's own band
+                table.add("majflt", row, majflt)
+                table.add("faulting_ns", row, sum(compress(token_walls, token_faults)))
+            phase = table.columns["phase"][row]
+            self.rows[phase] += end - start
             columns = (ops[start:end], names[start:end], layers[start:end])
-            loose = self.loose.get(token.phase)
-            if end - start >= HOLD_ROWS or loose is not None and loose.holds(token):
-                loose = loose or self.loose.setdefault(token.phase, LooseNodes())
-                loose.add(token, *columns, token_walls, token_faults)
+            loose = self.loose.get(phase)
+            if end - start >= HOLD_ROWS or loose is not None and loose.holds(row):
+                loose = loose or self.loose.setdefault(phase, LooseNodes())
+                loose.add(table, row, (*columns, token_walls, token_faults))
             else:
-                self._graph(token.phase, *columns).add(token, token_walls, token_faults)
+                self._graph(phase, *columns).add(row, token_walls, token_faults)
 
     def _graph(self, phase, ops, names, layers):
         """The TokenGraph of this token. Its key is each column joined by newlines, which no
@@ -1781,7 +1982,7 @@ class ComputeFold(TokenFold):
         for phase in set(self.graphs) | set(self.loose):
             graphs = self.graphs.get(phase, {})
             loose = self.loose.get(phase, LooseNodes())
-            loose.finish()
+            loose.finish(self.table)
             places = defaultdict(list)  # op -> [(graph, category, [positions])]
             for graph in graphs.values():
                 for (op, category), positions in graph.group_positions().items():
@@ -1794,21 +1995,25 @@ class ComputeFold(TokenFold):
                     graph_columns = [graph.history[p::width] for p in positions]
                     for position, column in zip(positions, graph_columns):
                         graph.wall_ns[position] = sum(column)
-                    for token, wall_ns in zip(graph.members, map(sum, zip(*graph_columns))):
-                        token.add_group(op, category, wall_ns)
+                    walls_of_members, *_ = graph_columns if len(graph_columns) == 1 else \
+                        [compact(map(sum, zip(*graph_columns)))]
+                    for name in (OP_COLUMN + op, CATEGORY_COLUMN + category):
+                        self.table.add_each(name, graph.members, walls_of_members)
                     columns.extend(graph_columns)
                 walls[op] = sorted_parts(chain.from_iterable(columns)) + \
                     loose.op_walls.get(op, SortedParts())
             loose.op_walls = {}
             for graph in graphs.values():
-                keep_slow_segments(graph)
-                graph.history, graph.members = array(WALL_32), []
+                self.slow_segments.update(slow_segments(graph, self.table))
+                graph.history, graph.members = array(WALL_32), array("i")
 
     def detach(self):
         self._last = {}
 
     def merge(self, later):
-        self.book.merge(later.book)
+        remap = self.book.merge(later.book)
+        for row, segments in later.slow_segments.items():
+            self.slow_segments.setdefault(remap[row], segments)
         for phase, graphs in later.graphs.items():
             mine = self.graphs.setdefault(phase, {})
             for key, graph in graphs.items():
@@ -1937,8 +2142,8 @@ def compute_report(trace, fold, selection, settings):
     without its verdicts; `settings` the report's (the settings joined to the preamble)."""
     phases, label, tokens = selected_tokens(trace, fold.book, selection,
                                            set(fold.graphs) | set(fold.loose))
-    total_ns = sum(token.wall_ns for token in tokens)
-    total_majflt = sum(token.majflt for token in tokens)
+    total_ns = sum(tokens.values("wall_ns"))
+    total_majflt = sum(tokens.values("majflt"))
     graphs = [graph for phase in phases for graph in fold.graphs.get(phase, {}).values()]
     loose = [fold.loose[phase] for phase in phases if phase in fold.loose]
     rows = sum(fold.rows[phase] for phase in phases)
@@ -1968,10 +2173,11 @@ def compute_report(trace, fold, selection, settings):
         unclassified=[UNCLASSIFIED_ROW(name=name, ms_per_token=per.ms(wall_ns))
                       for name, wall_ns in ordered_by(unclassified, lambda name, ns: (-ns, name))],
         **token_views(tokens, fold.book),
-        slow_stretch=compute_stretch(tokens, total_ns, segment_walls(tables, granularity)),
-        op_us_by_token=us_by_token(tokens, "op_ns", sorted(tables["op"])),
+        slow_stretch=compute_stretch(tokens, total_ns, segment_walls(tables, granularity),
+                                     fold.slow_segments),
+        op_us_by_token=us_by_token(tokens, OP_COLUMN, sorted(tables["op"])),
         category_us_by_token={} if granularity == "layer" else
-        us_by_token(tokens, "category_ns", sorted(tables["category"])))
+        us_by_token(tokens, CATEGORY_COLUMN, sorted(tables["category"])))
 
 
 # A token this many times the first quartile token is slow; this many slow tokens in a row (one
@@ -1989,29 +2195,30 @@ def segment_walls(tables, granularity):
     return {name: sums.wall_ns for name, sums in tables["segment"].items()}
 
 
-def compute_stretch(tokens, total_ns, segment_totals):
+def compute_stretch(tokens, total_ns, segment_totals, segments):
     """The longest run of consecutive slow tokens of one turn, when it holds STRETCH_TOKENS at
     least: where it starts and ends, what its tokens take against the others', and which
-    groups slowed (the COMPUTE_STRETCH), or None."""
-    walls = sorted(token.wall_ns for token in tokens)
+    groups slowed (the COMPUTE_STRETCH), or None. segments: {row: a layer trace's segment
+    walls} of its slowest tokens."""
+    walls = tokens.values("wall_ns")
     if len(walls) < 2 * STRETCH_TOKENS:
         return None
-    slow = STRETCH_FACTOR * walls[len(walls) // 4]
-    best = longest_run([bool(slow) and token.wall_ns >= slow for token in tokens],
-                       [token.turn for token in tokens])
+    slow = STRETCH_FACTOR * sorted_parts(iter(walls)).kth(len(walls) // 4) \
+        if isinstance(walls, array) else STRETCH_FACTOR * sorted(walls)[len(walls) // 4]
+    turns, steps = tokens.values("turn"), tokens.values("step")
+    best = longest_run(bytearray(slow and wall_ns >= slow for wall_ns in walls), turns)
     if len(best) < STRETCH_TOKENS:
         return None
-    inside = [tokens[index] for index in best]
-    others = [token for index, token in enumerate(tokens) if index not in best]
+    rows = list(islice(tokens.rows(), best.start, best.stop))
+    within_ns, others = sum(walls[best.start:best.stop]), len(walls) - len(best)
     return COMPUTE_STRETCH(
-        turn=tokens[best.start].turn, first_step=tokens[best.start].step,
-        last_step=tokens[best.stop - 1].step, tokens=len(inside),
-        ms_per_token=mean_of([t.wall_ns for t in inside]) / NS_PER_MS,
-        others_ms_per_token=mean_of([t.wall_ns for t in others]) / NS_PER_MS if others
-        else None,
-        share=ratio(sum(t.wall_ns for t in inside), total_ns),
-        slowed=slowed_groups(*group_walls(inside, others, segment_totals), len(inside),
-                             len(others)))
+        turn=turns[best.start], first_step=steps[best.start], last_step=steps[best.stop - 1],
+        tokens=len(best), ms_per_token=fsum(walls[best.start:best.stop]) / len(best) / NS_PER_MS,
+        others_ms_per_token=fsum(chain(walls[:best.start], walls[best.stop:])) / others /
+        NS_PER_MS if others else None,
+        share=ratio(within_ns, total_ns),
+        slowed=slowed_groups(*group_walls(tokens, rows, segment_totals, segments), len(best),
+                             others))
 
 
 def longest_run(flags, turns):
@@ -2028,18 +2235,24 @@ def longest_run(flags, turns):
     return best
 
 
-def group_walls(inside, others, segment_totals):
-    """({group: ns} of the stretch's tokens, of the others): node categories, or a layer
-    trace's segments (the others' as the segments' totals less the stretch's); (None, None)
-    when a stretch token's segments were not kept."""
+def group_walls(tokens, inside, segment_totals, segments):
+    """({group: ns} of the stretch's tokens (rows `inside`), of the others): node categories,
+    or a layer trace's segments (the others' as the segments' totals less the stretch's);
+    (None, None) when a stretch token's segments were not kept."""
     if segment_totals is None:
-        return tuple({name: sum(token.category_ns.get(name, 0) for token in side)
-                      for name in {name for token in inside for name in token.category_ns}}
-                     for side in (inside, others))
-    if any(token.segment_ns is None for token in inside):
+        table, within, others = tokens.table, {}, {}
+        for name in [name for name in table.columns if name.startswith(CATEGORY_COLUMN)]:
+            column = table.columns[name]
+            inside_ns = sum(map(column.__getitem__, inside))
+            if inside_ns:
+                group = name[len(CATEGORY_COLUMN):]
+                within[group] = inside_ns
+                others[group] = sum(tokens.values(name)) - inside_ns
+        return within, others
+    if any(row not in segments for row in inside):
         return None, None
     within = defaultdict(int)
-    for names, walls in (token.segment_ns for token in inside):
+    for names, walls in map(segments.__getitem__, inside):
         for name, wall_ns in zip(names, walls):
             within[name] += wall_ns
     return within, {name: segment_totals.get(name, 0) - wall_ns for name, wall_ns in
@@ -2063,83 +2276,97 @@ def slowed_groups(within_ns, others_ns, inside, others):
                                           row["name"]))
 
 
-def us_by_token(tokens, field, groups):
+def us_by_token(tokens, prefix, groups):
     """{group: its wall time in each token, in whole µs, in per_token's order}, of the ops
     (the samples `diff` tests a by-op change with, kept in the JSON report so that a saved
     one has them) or of the node categories (what the SVG stacks)."""
-    return {group: [round(getattr(token, field).get(group, 0) / 1e3) for token in tokens]
+    return {group: compact(round(ns / 1e3) for ns in tokens.values(prefix + group))
             for group in groups}
 
 
 def token_views(tokens, book):
     """The per-token part of the compute report: distribution, slowest, every token, the
     speculative decodes and the warm-up."""
-    def ms(token):
-        return token.wall_ns / NS_PER_MS
+    table = tokens.table
+    slowest = heapq.nlargest(SLOWEST, tokens.rows(), key=table.column("wall_ns").__getitem__)
     return {
-        "token_ms": percentile_summary([ms(token) for token in tokens]),
-        "slowest": [compute_token_dict(token)
-                    for token in sorted(tokens, key=lambda t: -t.wall_ns)[:SLOWEST]],
-        "per_token": [compute_token_dict(token) for token in tokens],
-        "decodes": decode_positions(tokens, book, ms),
-        "prefill": prefill_batches(tokens, ms),
-        "warmup": warmup(tokens, book, ms),
+        "token_ms": spread_of(tokens.values("wall_ns"), NS_PER_MS),
+        "slowest": [compute_token_row(table, row) for row in slowest],
+        "per_token": TokenRows(tokens, compute_token_row),
+        "decodes": decode_positions(tokens, book, "wall_ns", NS_PER_MS),
+        "prefill": prefill_batches(tokens, "wall_ns", NS_PER_MS),
+        "warmup": warmup(tokens, book, "wall_ns", NS_PER_MS),
     }
 
 
-def prefill_batches(tokens, value):
+def token_columns(tokens, name):
+    """(phase, turn, step, value of the column `name`) of each token, in trace order."""
+    return zip(*(tokens.values(column) for column in ("phase", "turn", "step", name)))
+
+
+def prefill_batches(tokens, name, unit):
     """Prefill batches and the prompt tokens they hold: a batch's step is the prompt's last
-    position, so it holds step + 1 prompt tokens (the decode of its turn starts there)."""
-    batches = [token for token in tokens if token.phase == PREFILL]
-    prompt = sum(token.step + 1 for token in batches)
-    total = sum(value(token) for token in batches)
-    return PREFILL_BATCHES(batches=len(batches), prompt_tokens=prompt,
-                           ms_per_batch=ratio(total, len(batches)),
+    position, so it holds step + 1 prompt tokens (the decode of its turn starts there).
+    Figures: the column `name` over `unit`."""
+    batches = prompt = total = 0
+    for phase, _, step, value in token_columns(tokens, name):
+        if phase == PREFILL:  # floats summed in trace order, as sum() adds them
+            batches, prompt, total = batches + 1, prompt + step + 1, total + value / unit
+    return PREFILL_BATCHES(batches=batches, prompt_tokens=prompt,
+                           ms_per_batch=ratio(total, batches),
                            ms_per_prompt_token=ratio(total, prompt))
 
 
-def compute_token_dict(token):
-    return COMPUTE_TOKEN(turn=token.turn, phase=token.phase, step=token.step,
-                         ms=token.wall_ns / NS_PER_MS, majflt=token.majflt,
-                         faulting_ms=token.faulting_ns / NS_PER_MS)
+def compute_token_row(table, row):
+    """A compute token's per_token dict, from its row."""
+    columns = table.columns
+    return COMPUTE_TOKEN(turn=columns["turn"][row], phase=columns["phase"][row],
+                         step=columns["step"][row], ms=columns["wall_ns"][row] / NS_PER_MS,
+                         majflt=columns["majflt"][row],
+                         faulting_ms=columns["faulting_ns"][row] / NS_PER_MS)
 
 
 WARMUP_TOKENS = 8
 
 
-def warmup(tokens, book, value):
+def warmup(tokens, book, name, unit):
     """Mean of the first WARMUP_TOKENS decode tokens of each turn vs the rest, and whether
-    those are the turn's first decode tokens (the book has every step seen)."""
+    those are the turn's first decode tokens (the book has every step seen). Figures: the
+    column `name` over `unit`."""
     seen = defaultdict(int)
-    first, rest = [], []
-    starts = {turn: min(steps) for (turn, phase), steps in book.steps.items() if phase == DECODE}
+    first = bytearray()  # of each token: 1 among its turn's first decode tokens, 2 after, 0 not
+    starts = {turn: min(index.steps) for turn, index in book.steps_of(DECODE).items()}
     from_start = True
-    for token in tokens:
-        if token.phase != DECODE:
+    for phase, turn, step, _ in token_columns(tokens, name):
+        if phase != DECODE:
+            first.append(0)
             continue
-        if not seen[token.turn] and token.step != starts.get(token.turn, token.step):
+        if not seen[turn] and step != starts.get(turn, step):
             from_start = False
-        (first if seen[token.turn] < WARMUP_TOKENS else rest).append(value(token))
-        seen[token.turn] += 1
-    first_mean, rest_mean = mean_of(first), mean_of(rest)
+        first.append(1 if seen[turn] < WARMUP_TOKENS else 2)
+        seen[turn] += 1
+    values = tokens.values(name)
+    first_mean, rest_mean = (
+        ratio(fsum(value / unit for value, kind in zip(values, first) if kind == wanted),
+              first.count(wanted)) for wanted in (1, 2))
     return WARMUP(tokens=WARMUP_TOKENS, first_mean=first_mean, rest_mean=rest_mean,
                   ratio=None if first_mean is None or not rest_mean else first_mean / rest_mean,
                   from_turn_start=from_start)
 
 
-def decode_positions(tokens, book, value):
+def decode_positions(tokens, book, name, unit):
     """Decodes vs generated positions: a decode generates the positions up to the next decode
-    of its turn (speculative decoding verifies a batch per step); a turn's last decode, one."""
-    following = {}
-    for (turn, phase), steps in book.steps.items():
-        if phase == DECODE:
-            ordered = sorted(set(steps))
-            following.update(((turn, a), b) for a, b in zip(ordered, ordered[1:]))
-    decodes = [token for token in tokens if token.phase == DECODE]
-    positions = sum(following.get((t.turn, t.step), t.step + 1) - t.step for t in decodes)
-    total = sum(value(token) for token in decodes)
-    return DECODES(decodes=len(decodes), positions=positions,
-                   speculative=positions > len(decodes), ms_per_decode=ratio(total, len(decodes)),
+    of its turn (speculative decoding verifies a batch per step); a turn's last decode, one.
+    Figures: the column `name` over `unit`."""
+    indexes = book.steps_of(DECODE)
+    decodes = positions = total = 0
+    for phase, turn, step, value in token_columns(tokens, name):
+        if phase == DECODE:  # floats summed in trace order, as sum() adds them
+            following = indexes[turn].following(step)
+            decodes, total = decodes + 1, total + value / unit
+            positions += (step + 1 if following is None else following) - step
+    return DECODES(decodes=decodes, positions=positions,
+                   speculative=positions > decodes, ms_per_decode=ratio(total, decodes),
                    ms_per_position=ratio(total, positions))
 
 
@@ -2731,25 +2958,32 @@ IO_COLUMNS = ("turn", "phase", "step", "layer", "expert", "lane", "spec", "offse
               "read_bytes", "latency_ns")
 
 
+# An io token's columns in its fold's TokenTable (and, with --svg, LANE_COLUMN + each lane's
+# bytes); its read latencies are kept in ReadLatencies, for its p99.
+IO_SUMS = ("reads", "read_bytes", "busy_ns", "io_ns")
+LANE_COLUMN = "lane "
+
+
 class IoToken:
-    """One selected token of an io trace: its reads and bytes read, in all and per lane."""
+    """The token whose reads are being folded: its I/O estimate's open layer, its latencies
+    and lanes until it is sealed into the table (when another token's reads come). A token
+    whose reads come again after another's starts a new layer there, in one process or
+    several (a file is cut between tokens)."""
 
-    __slots__ = ("turn", "phase", "step", "reads", "read_bytes", "lane_bytes", "busy_ns",
-                 "closed_ns", "open_layer", "open_lanes", "latencies")
+    __slots__ = ("row", "closed_ns", "open_layer", "open_lanes", "latencies", "lane_bytes")
 
-    def __init__(self, turn, phase, step):
-        self.turn, self.phase, self.step = turn, phase, step
-        self.reads = self.read_bytes = self.busy_ns = 0
-        self.lane_bytes = {}  # lane as written -> bytes
+    def __init__(self, row):
+        self.row = row
         self.latencies = array(WALL_32)  # each read's latency_ns: the token's p99, for diff
+        self.lane_bytes = {}  # lane as written -> bytes (--svg)
         # The I/O estimate: the layers whose reads are all in, and the last one seen, which the
         # token's next run of rows may continue ({lane: latency_ns}).
         self.closed_ns, self.open_layer, self.open_lanes = 0, None, {}
 
     def add_layers(self, layers, lanes, latencies):
-        """A run of the token's reads, for its lanes' busy time and its I/O estimate: the
-        engine issues a layer's reads across its lanes and the layer is done when its busiest
-        lane is, so a layer costs its busiest lane's summed latency."""
+        """A run of the token's reads, for its I/O estimate: the engine issues a layer's reads
+        across its lanes and the layer is done when its busiest lane is, so a layer costs its
+        busiest lane's summed latency."""
         by_layer = {} if self.open_layer is None else {self.open_layer: self.open_lanes}
         current = lane_ns = get = None
         # A token's reads come layer after layer: the layer's lanes are looked up only where
@@ -2761,7 +2995,6 @@ class IoToken:
                 lane_ns = by_layer.setdefault(layer, {})
                 get, current = lane_ns.get, layer
             lane_ns[lane] = get(lane, 0) + latency_ns
-        self.busy_ns += sum(latencies)
         self.open_layer = current  # the run's last row's layer, which the next run may go on
         self.open_lanes = by_layer.pop(current)
         self.closed_ns += sum(map(max, map(dict.values, by_layer.values())))
@@ -2777,20 +3010,57 @@ class IoToken:
         for lane, size in zip(lanes, sizes):
             lane_bytes[lane] = get(lane, 0) + size
 
-    def merge(self, other):
-        """Add the token's rows that come later in the file (another process's part)."""
-        self.latencies = extend_wide(self.latencies, other.latencies)
-        self.reads += other.reads
-        self.read_bytes += other.read_bytes
-        self.busy_ns += other.busy_ns
-        add_sums(self.lane_bytes, other.lane_bytes)
-        if other.open_layer is None:
-            return
-        if other.open_layer != self.open_layer:
-            self.closed_ns = self.io_ns
-            self.open_layer, self.open_lanes = other.open_layer, {}
-        self.closed_ns += other.closed_ns
-        add_sums(self.open_lanes, other.open_lanes)
+    def seal(self, table, latencies):
+        """Its figures into the table, its latencies into the ReadLatencies."""
+        table.add("io_ns", self.row, self.io_ns)
+        for lane, size in self.lane_bytes.items():
+            table.add(LANE_COLUMN + str(int(lane)), self.row, size)
+        latencies.add(self.row, self.latencies)
+
+
+class ReadLatencies:
+    """Each token's read latencies, 4 bytes a read in one array: where a token's are (its
+    first stretch by row; a token read again after another, every stretch)."""
+
+    def __init__(self):
+        self.values = array(WALL_32)
+        self.first = array("q")  # row -> start of its first stretch, -1 none yet
+        self.sizes = array(WALL_32)  # row -> the first stretch's length
+        self.more = {}  # row -> [(start, length)] of its later stretches
+
+    def add(self, row, latencies):
+        start = len(self.values)
+        self.values = extend_wide(self.values, latencies)
+        self._place(row, start, len(latencies))
+
+    def of(self, row):
+        """The token's latencies."""
+        if row >= len(self.first) or self.first[row] < 0:
+            return []
+        start = self.first[row]
+        held = self.values[start:start + self.sizes[row]]
+        for start, length in self.more.get(row, ()):
+            held = extend_wide(held, self.values[start:start + length])
+        return held
+
+    def merge(self, later, remap):
+        """A later fold's latencies, its rows made this fold's (remap)."""
+        offset = len(self.values)
+        self.values = extend_wide(self.values, later.values)
+        for row, at in enumerate(remap):
+            if row < len(later.first) and later.first[row] >= 0:
+                for start, length in [(later.first[row], later.sizes[row]),
+                                      *later.more.get(row, ())]:
+                    self._place(at, offset + start, length)
+
+    def _place(self, row, start, length):
+        if row >= len(self.first):
+            self.first.extend(repeat(-1, row + 1 - len(self.first)))
+            self.sizes.extend(repeat(0, row + 1 - len(self.sizes)))
+        if self.first[row] < 0:
+            self.first[row], self.sizes[row] = start, length
+        else:
+            self.more.setdefault(row, []).append((start, length))
 
 
 Span = namedtuple("Span", "start end")  # [start, end): of rows, or of time in ns
@@ -2875,15 +3145,15 @@ class ExpertLookups:
         self.read_bytes = array(WALL_32)  # each lookup's summed read_bytes
         self.req_bytes = array(WALL_32)  # ... and req_bytes
         self.token_starts = array(WALL_32)  # each token run's first lookup
-        self.token_phases = []  # each token run's phase
-        self.token_keys = []  # ... and its (turn, step)
+        self.token_phases = array("B")  # each token run's phase
+        self.token_turns, self.token_steps = array(WALL_32), array(WALL_32)  # ... its key
         self.speculative = []  # (token run, item) of each speculatively read expert
-        self.token = None  # the token whose run is being added to, and its sums so far
+        self.token = None  # the token whose run is being added to: its (turn, phase, step)
         self.open_read, self.open_req, self.open_spec = {}, {}, {}
 
     def add(self, token, layers, experts, specs, sizes, wanted):
-        """A run of one token's reads (a token's rows can span batches)."""
-        if token is not self.token:
+        """A run of one token's (turn, phase, step) reads (its rows can span batches)."""
+        if token != self.token:
             self.flush()
             self.token = token
         keys = zip(layers, experts)
@@ -2903,9 +3173,11 @@ class ExpertLookups:
         if self.token is None:
             return
         run = len(self.token_phases)
+        turn, phase, step = self.token
         self.token_starts = extend_wide(self.token_starts, [len(self.items)])
-        self.token_phases.append(self.token.phase)
-        self.token_keys.append((self.token.turn, self.token.step))
+        self.token_phases.append(phase)
+        self.token_turns = extend_wide(self.token_turns, [turn])
+        self.token_steps = extend_wide(self.token_steps, [step])
         self.items = extend_wide(self.items, self._numbered(list(self.open_read)))
         self.read_bytes = extend_wide(self.read_bytes, list(self.open_read.values()))
         self.req_bytes = extend_wide(self.req_bytes, list(self.open_req.values()))
@@ -2929,7 +3201,8 @@ class ExpertLookups:
         self.token_starts = extend_wide(self.token_starts,
                                         [start + lookups for start in later.token_starts])
         self.token_phases += later.token_phases
-        self.token_keys += later.token_keys
+        self.token_turns = extend_wide(self.token_turns, later.token_turns)
+        self.token_steps = extend_wide(self.token_steps, later.token_steps)
         self.items = extend_wide(self.items, list(map(renumbered.__getitem__, later.items)))
         self.read_bytes = extend_wide(self.read_bytes, later.read_bytes)
         self.req_bytes = extend_wide(self.req_bytes, later.req_bytes)
@@ -2987,7 +3260,11 @@ class IoFold(TokenFold):
     SUMMED = ("layer", "expert", "keys", "spec", "read_bytes", "latency_ns")
 
     def __init__(self, selection, adjacent=False, lookups=False, per_lane=False):
-        super().__init__(selection, IoToken)
+        super().__init__(selection)
+        for name in IO_SUMS:
+            self.table.column(name)
+        self.latencies = ReadLatencies()
+        self.open = None  # the IoToken being read
         self.per_lane = per_lane
         # --adjacent counts the runs; the what-if (lookups) also sums their bytes
         self.adjacent = (coalesced if lookups else run_count) if adjacent else None
@@ -3004,15 +3281,21 @@ class IoFold(TokenFold):
         layers, latencies, experts = batch["layer"], batch["latency_ns"], batch["expert"]
         keys = list(map(",".join, zip(lanes, batch["read_bytes"], batch["spec"], layers)))
         spans = defaultdict(list)  # phase -> [Span] of the batch's rows of its selected runs
+        table = self.table
         for run in runs:
-            token = self.book.lookup(run)
-            if token is None:
+            row = self.book.lookup(run)
+            if row is None:
                 continue
+            token = self.open
+            if token is None or token.row != row:
+                self._seal()
+                token = self.open = IoToken(row)
             start, end = run.start, run.end
-            reads = self.phases.get(token.phase) or self.phases.setdefault(token.phase,
-                                                                            PhaseReads())
-            token.reads += end - start
-            token.read_bytes += sum(sizes[start:end])
+            phase = table.columns["phase"][row]
+            reads = self.phases.get(phase) or self.phases.setdefault(phase, PhaseReads())
+            table.add("reads", row, end - start)
+            table.add("read_bytes", row, sum(sizes[start:end]))
+            table.add("busy_ns", row, sum(latencies[start:end]))
             token.add_layers(layers[start:end], lanes[start:end], latencies[start:end])
             token.latencies = extend_wide(token.latencies, latencies[start:end])
             if self.per_lane:  # a loop over every read, for the SVG alone
@@ -3021,9 +3304,10 @@ class IoFold(TokenFold):
             if self.adjacent:
                 reads.add_runs(self.adjacent(offsets[start:end], wanted[start:end]))
             if self.lookups is not None:
-                self.lookups.add(token, layers[start:end], experts[start:end],
-                                 batch["spec"][start:end], sizes[start:end], wanted[start:end])
-            phase_spans = spans[token.phase]
+                self.lookups.add((table.columns["turn"][row], phase, table.columns["step"][row]),
+                                 layers[start:end], experts[start:end], batch["spec"][start:end],
+                                 sizes[start:end], wanted[start:end])
+            phase_spans = spans[phase]
             if phase_spans and phase_spans[-1].end == start:  # the runs of a batch abut
                 phase_spans[-1] = Span(phase_spans[-1].start, end)
             else:
@@ -3044,14 +3328,20 @@ class IoFold(TokenFold):
             else:
                 self.phases[phase].add(*columns)
 
+    def _seal(self):
+        if self.open is not None:
+            self.open.seal(self.table, self.latencies)
+            self.open = None
+
     def _finished(self):
+        self._seal()
         for reads in self.phases.values():
             reads.sort()
         if self.lookups is not None:
             self.lookups.flush()
 
     def merge(self, later):
-        self.book.merge(later.book)
+        self.latencies.merge(later.latencies, self.book.merge(later.book))
         for phase, reads in later.phases.items():
             if phase in self.phases:
                 self.phases[phase].merge(reads)
@@ -3083,25 +3373,13 @@ CACHE_TABLE = (column("expert cache", lambda point: "all experts" if point["frac
 
 
 # ── io: the overlap's stall, from a v2 trace's wait rows ─────────────────────────────────────────
-class WaitToken:
-    """One selected token of a v2 io trace: how long compute threads waited for its experts."""
-
-    __slots__ = ("turn", "phase", "step", "waited_ns")
-
-    def __init__(self, turn, phase, step):
-        self.turn, self.phase, self.step = turn, phase, step
-        self.waited_ns = 0
-
-    def merge(self, other):
-        self.waited_ns += other.waited_ns
-
-
 class WaitFold(TokenFold):
     """The `wait` rows of a v2 io trace (a compute thread waiting for an expert to be ready;
     latency_ns its length): under overlap=1, the stall the run measured, token by token."""
 
     def __init__(self, selection):
-        super().__init__(selection, WaitToken)
+        super().__init__(selection)
+        self.table.column("waited_ns")  # each token's: how long compute threads waited
         self.waits = 0
 
     def _fold(self, batch, runs):
@@ -3109,10 +3387,10 @@ class WaitFold(TokenFold):
         self.waits += sum(waits)
         latencies = batch["latency_ns"]
         for run in runs:
-            token = self.book.lookup(run)
-            if token is not None:
-                token.waited_ns += sum(compress(latencies[run.start:run.end],
-                                                waits[run.start:run.end]))
+            row = self.book.lookup(run)
+            if row is not None:
+                self.table.add("waited_ns", row, sum(compress(latencies[run.start:run.end],
+                                                              waits[run.start:run.end])))
 
     def _finished(self):
         pass
@@ -3140,11 +3418,11 @@ def with_trace_stall(path, reading):
     quiet = reading._replace(warn=None)  # the reads' own pass says what is wrong with the file
     _, fold = fold_file(path, IO_WAITS, lambda: WaitFold(reading.selection),
                         in_parts_if_it_may(quiet))
-    phases, _ = chosen_phases(reading.selection, {token.phase for token in fold.book.selected})
-    tokens = [token for token in fold.book.selected if token.phase in phases]
-    if not fold.waits or not tokens:
+    phases, _ = chosen_phases(reading.selection, set(fold.table.columns["phase"]))
+    tokens = Tokens(fold.table, phases)
+    if not fold.waits or not len(tokens):
         return reading  # a fork that writes no wait rows has not measured the stall
-    waited_ms = sum(token.waited_ns for token in tokens) / NS_PER_MS
+    waited_ms = sum(tokens.values("waited_ns")) / NS_PER_MS
     return reading._replace(measured={**measured, "stall_ms_per_token": waited_ms / len(tokens),
                                       "stall_tokens": len(tokens)})
 
@@ -3282,7 +3560,8 @@ def own_cache(lookups, cache, own_mib):
 def token_runs(lookups):
     """(start, end, phase, (turn, step)) of each token run of the lookups, in trace order."""
     ends = chain(islice(lookups.token_starts, 1, None), [len(lookups.items)])
-    return zip(lookups.token_starts, ends, lookups.token_phases, lookups.token_keys)
+    return zip(lookups.token_starts, ends, lookups.token_phases,
+               zip(lookups.token_turns, lookups.token_steps))
 
 
 def batch_positions(decodes):
@@ -4281,7 +4560,7 @@ def io_report(trace, fold, selection, settings, asked=None, measured=None):
         version=trace.version, phase=label, selection=selection.as_dict(), tokens=len(tokens),
         reads=reads, read_bytes=read_bytes, req_bytes=req_bytes,
         reads_per_token=per.count(reads), mib_per_token=per.count(read_bytes / MIB), lanes=lanes,
-        **io_ranges(IoWall(busy_ms, per.count(sum(t.io_ns for t in tokens) / NS_PER_MS)),
+        **io_ranges(IoWall(busy_ms, per.count(sum(tokens.values("io_ns")) / NS_PER_MS)),
                     per.count(read_bytes / MIB), lanes),
         busy_ms_per_token=busy_ms, busy_mib_per_s=throughput(read_bytes / MIB, busy_ns / 1e9),
         waste_pct=None if not read_bytes else (read_bytes - req_bytes) / read_bytes * 100,
@@ -4292,22 +4571,23 @@ def io_report(trace, fold, selection, settings, asked=None, measured=None):
         **read_groups(tables, latency, read_bytes, per),
         hot_experts=hottest_experts(experts),
         adjacency=adjacency(fold, chosen, reads, per),
-        run_cache=None, reuse=None, what_if=None, **io_token_parts(tokens, fold.per_lane))
+        run_cache=None, reuse=None, what_if=None,
+        **io_token_parts(tokens, fold.latencies, fold.per_lane))
     if fold.lookups is not None:
         add_cache_what_ifs(report, fold, chosen, phases, asked, measured)
     return report
 
 
-def io_token_parts(tokens, per_lane):
+def io_token_parts(tokens, latencies, per_lane):
     """The io report's parts token by token: spreads, the heaviest, every token, and with
     per_lane (--svg) each lane's bytes."""
-    return {"token_mib": percentile_summary([token.read_bytes / MIB for token in tokens]),
-            "token_reads": percentile_summary([token.reads for token in tokens]),
-            "heaviest": [io_token_dict(token)
-                         for token in sorted(tokens, key=lambda t: -t.read_bytes)[:SLOWEST]],
-            "per_token": [io_token_dict(token) for token in tokens],
+    table, row_of = tokens.table, partial(io_token_row, latencies)
+    heaviest = heapq.nlargest(SLOWEST, tokens.rows(), key=table.column("read_bytes").__getitem__)
+    return {"token_mib": spread_of(tokens.values("read_bytes"), MIB),
+            "token_reads": spread_of(tokens.values("reads")),
+            "heaviest": [row_of(table, row) for row in heaviest],
+            "per_token": TokenRows(tokens, row_of),
             "lane_bytes_by_token": lane_bytes_by_token(tokens) if per_lane else None}
-
 
 
 def add_cache_what_ifs(report, fold, chosen, phases, asked, measured=None):
@@ -4345,9 +4625,9 @@ def hottest_experts(experts):
 def lane_bytes_by_token(tokens):
     """{lane: bytes each token read on it, in per_token's order} (what the SVG stacks, so
     counted only with --svg); JSON keys are text, so lanes are too."""
-    lanes = sorted({lane for token in tokens for lane in token.lane_bytes}, key=int)
-    return {str(int(lane)): [token.lane_bytes.get(lane, 0) for token in tokens]
-            for lane in lanes}
+    lanes = sorted((name[len(LANE_COLUMN):] for name in tokens.table.columns
+                    if name.startswith(LANE_COLUMN)), key=int)
+    return {lane: tokens.values(LANE_COLUMN + lane) for lane in lanes}
 
 
 def io_ranges(wall, mib, lanes):
@@ -4409,12 +4689,15 @@ def adjacency(fold, chosen, reads, per):
                      coalesce_factor=ratio(reads, runs) if fold.adjacent else None)
 
 
-def io_token_dict(token):
-    return IO_TOKEN(turn=token.turn, phase=token.phase, step=token.step,
-                    mib=token.read_bytes / MIB, reads=token.reads, io_ms=token.io_ns / NS_PER_MS,
-                    busy_ms=token.busy_ns / NS_PER_MS,
-                    latency_mean_us=ratio(token.busy_ns / 1e3, token.reads),
-                    latency_p99_us=token_p99(token.latencies))
+def io_token_row(latencies, table, row):
+    """An io token's per_token dict, from its row and its ReadLatencies."""
+    columns = table.columns
+    busy_ns, reads = columns["busy_ns"][row], columns["reads"][row]
+    return IO_TOKEN(turn=columns["turn"][row], phase=columns["phase"][row],
+                    step=columns["step"][row], mib=columns["read_bytes"][row] / MIB, reads=reads,
+                    io_ms=columns["io_ns"][row] / NS_PER_MS, busy_ms=busy_ns / NS_PER_MS,
+                    latency_mean_us=ratio(busy_ns / 1e3, reads),
+                    latency_p99_us=token_p99(latencies.of(row)))
 
 
 def token_p99(latencies):
@@ -5579,11 +5862,11 @@ class TimelineComputeFold(TokenFold):
     def _fold(self, batch, runs):
         ops, starts, ends = batch["op"], batch["start_ns"], batch["end_ns"]
         for run in runs:
-            token = self.book.lookup(run)
-            if token is None:
+            row = self.book.lookup(run)
+            if row is None:
                 continue
-            self.backwards += token.add(ops[run.start:run.end], starts[run.start:run.end],
-                                        ends[run.start:run.end])
+            self.backwards += self.book.records[row].add(
+                ops[run.start:run.end], starts[run.start:run.end], ends[run.start:run.end])
 
     def _finished(self):
         pass
@@ -5712,7 +5995,8 @@ def timeline_report(trace, fold, selection, io_trace=None, io_fold=None):
     """Per decode and summarised: decode wall, graph wall, read busy and its share, expert
     wait, overlap achieved and callbacks (the I/O figures null without an io trace)."""
     _, label, tokens = selected_tokens(trace, fold.book, selection,
-                                       {token.phase for token in fold.book.selected})
+                                       set(fold.table.columns["phase"]))
+    tokens = [fold.book.records[row] for row in tokens.rows()]
     reads = None
     if io_fold is not None:
         reads, waits = union(*io_fold.reads), union(*io_fold.waits)
@@ -8763,8 +9047,8 @@ def row_names(rows):
 def samples_by_key(value):
     """Whether a value is a map of per-token samples ({op: [µs, ...]}, non-empty)."""
     return isinstance(value, dict) and bool(value) and all(
-        isinstance(samples, list) and not any(isinstance(v, (dict, list)) for v in samples)
-        for samples in value.values())
+        isinstance(samples, array) or isinstance(samples, list) and
+        not any(isinstance(v, (dict, list)) for v in samples) for samples in value.values())
 
 
 def tidy_lines(value, section, rows=(), columns=(), row_unit=""):
@@ -8776,7 +9060,7 @@ def tidy_lines(value, section, rows=(), columns=(), row_unit=""):
     names state none."""
     if isinstance(value, dict) and isinstance(value.get("unit"), str):
         row_unit = value["unit"]
-    if isinstance(value, list):
+    if isinstance(value, (list, TokenRows)):
         for name, item in zip(row_names(value), value):
             yield from tidy_lines(item, section, rows + (name,), columns, row_unit)
     elif not rows and samples_by_key(value):  # {op: each token's µs}: rows tokens, columns ops
@@ -8787,7 +9071,7 @@ def tidy_lines(value, section, rows=(), columns=(), row_unit=""):
         for key, item in value.items():
             if rows:
                 yield from tidy_lines(item, section, rows, columns + (str(key),), row_unit)
-            elif isinstance(item, (dict, list)):
+            elif isinstance(item, (dict, list, TokenRows)):
                 name = csv_text(str(key))
                 yield from tidy_lines(item, f"{section}.{name}" if section else name,
                                       row_unit=row_unit)
@@ -8923,13 +9207,14 @@ def exported_runs(path, columns, export, keys=None):
     with Trace(path, export.reading.skip_bad_rows) as trace:
         trace.require(columns.kind, columns.required)
         book = TokenBook(export.reading.selection, lambda turn, phase, step: ExportToken(
-            turn, phase, step, len(book.selected)))
+            turn, phase, step, len(book.records)))
         present = columns._replace(ints=[c for c in columns.ints if c in trace.columns])
         for batch in trace.batches(present):
             for run in batch.runs:
-                token = book.lookup(run)
-                if token is None:
+                row = book.lookup(run)
+                if row is None:
                     continue
+                token = book.records[row]
                 if keys is not None:
                     if token_key(token) not in keys:
                         continue

@@ -276,7 +276,7 @@ def test_sums_past_two_to_the_64_are_exact(write):
             result = run(*argv, "--format", fmt)
             assert result.code == 0, (argv, result.err)
     lookups = decode_analyze.ExpertLookups()
-    token = type("Token", (), {"phase": 1, "turn": 0, "step": 0})()
+    token = (0, 1, 0)  # turn, phase, step
     lookups.add(token, ["0", "0"], ["1", "1"], ["0", "0"], [HUGE, HUGE], [HUGE, 7])
     lookups.flush()
     assert list(lookups.read_bytes) == [2 * HUGE] and list(lookups.req_bytes) == [HUGE + 7]
@@ -293,7 +293,7 @@ def test_every_cache_sum_is_exact(reads):
     tokens = {}
     expected = {}  # (token, expert) -> bytes, in first-read order within a token
     for step, expert, size in sorted(reads, key=lambda read: read[0]):
-        token = tokens.setdefault(step, type("Token", (), {"phase": 1, "turn": 0, "step": 0})())
+        token = tokens.setdefault(step, (0, 1, step))  # turn, phase, step
         lookups.add(token, ["0"], [str(expert)], ["0"], [size], [size])
         expected[step, expert] = expected.get((step, expert), 0) + size
     lookups.flush()

@@ -34,13 +34,6 @@ def simulated(lookups, capacity):
     return hits, served, evictions, len(lookups) - hits
 
 
-class Token:
-    """What ExpertLookups needs of a token."""
-
-    def __init__(self, phase, turn=0, step=0):
-        self.phase, self.turn, self.step = phase, turn, step
-
-
 def rows_of(tokens, spec=()):
     """io rows: each token a list of experts (layer 0), each expert three projections of 64 KiB
     read as 68 KiB; `spec`: (token index, expert) read speculatively."""
@@ -71,13 +64,13 @@ def test_every_capacity_equals_an_lru_simulation(tokens, prefill):
     lookups = decode_analyze.ExpertLookups()
     expected = []  # (item, bytes, counted)
     for index, experts in enumerate(tokens):
-        token = Token(0 if prefill[index] else 1, step=index)
+        token = (0, 0 if prefill[index] else 1, index)  # turn, phase, step
         for expert in experts:
             # two projections of a token's expert are one lookup, not a hit
             lookups.add(token, ["0", "0"], [str(expert)] * 2, ["0", "0"], [100, 50 + expert],
                         [64, 64])
         for expert in dict.fromkeys(experts):
-            expected.append((expert, experts.count(expert) * (150 + expert), token.phase == 1))
+            expected.append((expert, experts.count(expert) * (150 + expert), token[1] == 1))
         lookups.flush()
     cache = decode_analyze.ExpertCache(lookups, {1})
     distinct = len({item for item, _, _ in expected})

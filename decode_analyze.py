@@ -713,6 +713,11 @@ class TokenRows(Sequence):
         row_of, table = self.row_of, self.table
         return (row_of(table, row) for row in self.order)
 
+    def keys(self):
+        """Each token's (turn, phase, step), in order, without making its dict."""
+        columns = [self.table.columns[name] for name in TokenTable.KEYS]
+        return (tuple(column[row] for column in columns) for row in self.order)
+
     def __eq__(self, other):
         return isinstance(other, (list, TokenRows)) and list(self) == list(other)
 
@@ -2382,21 +2387,21 @@ def under_pressure(compute):
     token and a 19x slower run). A warm cache of weights faults in its first tokens only."""
     if compute["majflt_per_token"] >= MEMORY_PRESSURE_FAULTS:
         return True
-    steady = steady_tokens(compute)
-    return len(steady) >= STEADY_TOKENS and \
-        sum(1 for token in steady if token["majflt"]) >= STEADY_FAULTING * len(steady)
+    steady, faulting = steady_tokens(compute)
+    return steady >= STEADY_TOKENS and faulting >= STEADY_FAULTING * steady
 
 
 def steady_tokens(compute):
-    """The decode tokens past each turn's first WARMUP_TOKENS."""
+    """(how many decode tokens are past each turn's first WARMUP_TOKENS, how many of those
+    took major faults): counted, never held (a long session has hundreds of thousands)."""
     if compute["phase"] != "decode":
-        return []
-    seen, steady = Counter(), []
+        return 0, 0
+    seen, steady, faulting = Counter(), 0, 0
     for token in compute["per_token"]:
         seen[token["turn"]] += 1
         if seen[token["turn"]] > WARMUP_TOKENS:
-            steady.append(token)
-    return steady
+            steady, faulting = steady + 1, faulting + bool(token["majflt"])
+    return steady, faulting
 
 
 # ── compute: its verdicts ────────────────────────────────────────────────────────────────────────
@@ -2468,11 +2473,10 @@ def memory_verdict(report):
             f"no memory pressure: {faults:.1f} major faults per token (< "
             f"{MEMORY_PRESSURE_FAULTS}), and not on {STEADY_FAULTING:.0%} of the tokens past "
             f"the warm-up")
-    steady = steady_tokens(report)
-    faulting = sum(1 for token in steady if token["majflt"])
+    steady, faulting = steady_tokens(report)
     return verdict("memory_pressure", True,
         f"MEMORY PRESSURE: {faults:.1f} major faults per token"
-        + (f", on {faulting} of the {len(steady)} decode tokens past the warm-up" if steady
+        + (f", on {faulting} of the {steady} decode tokens past the warm-up" if steady
            else "") + f": pages of the weights are dropped and read again, so at least "
         f"{report['faults']['ms_per_token']:.2f} ms per token (the faulting nodes', "
         f"{num(report['faults']['share'], '.0%')} of compute) is lost, more as every op slows. "
@@ -5313,20 +5317,19 @@ def pair_report(compute, io):
     """Both reports of one traced run, and what only the pair can tell: I/O per decoded
     token (the compute trace knows every token, including those that read nothing), side by
     side with compute per layer. Without its verdicts."""
-    tokens = set(map(row_token, compute["per_token"]))
-    readers = set(map(row_token, io["per_token"]))
-    n = len(tokens)
+    tokens, readers = TokenIndex(compute["per_token"]), TokenIndex(io["per_token"])
+    n = len(compute["per_token"])
     per_decoded = io["tokens"] / n  # io figures are per read-token; the pair's per decoded token
     categories = {c["category"]: c for c in compute["by_category"]}
 
     def category_ms(name):  # a layer-granularity trace has no per-node detail to classify
         return categories.get(name, {}).get("ms_per_token", 0.0) if categories else None
-    wall = decoded_io_wall(compute, io)
+    wall = decoded_io_wall(io, tokens)
     overlapped = ran_overlapped(compute, io)
     # a serial decode waits for every read: reads estimated longer than it leave no compute
     outlasting = not overlapped and wall.estimate > compute["ms_per_token"]
     pair = PAIR(
-        tokens=n, tokens_without_reads=len(tokens - readers),
+        tokens=n, tokens_without_reads=readers.missing(compute["per_token"]),
         per_position=per_position(compute, io, wall, overlapped),
         decode_ms_per_token=compute["ms_per_token"],
         compute_ms_per_token=None if overlapped or outlasting else
@@ -5340,9 +5343,9 @@ def pair_report(compute, io):
         by_lane=[rescaled(row, per_decoded, LANE_ROW) for row in io["by_lane"]],
         demand_vs_spec=[rescaled(row, per_decoded, KIND_ROW) for row in io["demand_vs_spec"]],
         adjacency=rescaled(io["adjacency"], per_decoded, ADJACENCY),
-        read_split=read_split(compute["per_token"], io["per_token"]),
+        read_split=read_split(compute["per_token"], readers),
         by_layer=pair_layers(compute, io, per_decoded),
-        warnings=pair_warnings(compute, io, tokens, readers) + ([
+        warnings=pair_warnings(compute, io, tokens) + ([
             f"the reads, estimated at {wall.estimate:.2f} ms a decoded token, outlast its "
             f"{compute['ms_per_token']:.2f} ms decode, which waits for every read of a serial "
             f"run (overlap=0): the two traces are not of one run, or the io trace's latencies "
@@ -5410,22 +5413,67 @@ def per_position(compute, io, wall, overlapped):
                         mib=io["read_bytes"] / MIB / positions)
 
 
-def decoded_io_wall(compute, io):
+def decoded_io_wall(io, tokens):
     """The IoWall per decoded token of a pair: each token's reads took no longer than its
-    decode (its lanes' summed latency can exceed it, when lanes ran at once)."""
-    walls = {row_token(t): t["ms"] for t in compute["per_token"]}
-    n = len(walls)
-    busy = sum(t["busy_ms"] for t in io["per_token"])
-    # ... nor shorter than their estimate: a decode shorter than that is no bound (inverted,
-    # "within 184.71 and 2.65"), but a pair whose reads outlast a serial decode (warned)
-    high = sum(min(t["busy_ms"], max(t["io_ms"], walls.get(row_token(t), t["busy_ms"])))
-               for t in io["per_token"])
-    return IoWall(busy / n, sum(t["io_ms"] for t in io["per_token"]) / n, high / n)
+    decode (its lanes' summed latency can exceed it, when lanes ran at once). tokens: the
+    compute tokens' TokenIndex."""
+    n = len(tokens.rows)
+    busy = high = io_ms = 0
+    for token in io["per_token"]:  # floats summed in trace order, as sum() adds them
+        at = tokens.find(row_token(token))
+        wall_ms = token["busy_ms"] if at is None else tokens.rows[at]["ms"]
+        busy, io_ms = busy + token["busy_ms"], io_ms + token["io_ms"]
+        # ... nor shorter than their estimate: a decode shorter than that is no bound
+        # (inverted, "within 184.71 and 2.65"), but a pair whose reads outlast a serial
+        # decode (warned)
+        high += min(token["busy_ms"], max(token["io_ms"], wall_ms))
+    return IoWall(busy / n, io_ms / n, high / n)
 
 
 def row_token(row):
     """A per_token row's (turn, phase, step)."""
     return (row["turn"], row["phase"], row["step"])
+
+
+def token_keys(per_token):
+    """Each per_token row's (turn, phase, step), in order."""
+    return per_token.keys() if isinstance(per_token, TokenRows) else map(row_token, per_token)
+
+
+class TokenIndex:
+    """Finds a per_token row by its (turn, phase, step), 8 bytes a token: in a trace the
+    engine wrote, trace order is key order (turns appended, a turn's prefill before its
+    decodes, steps rising), so the keys, packed into one integer each, are bisected. A trace
+    out of that order, or keys past 2^31 turns or 2^32 steps, takes a dict."""
+
+    def __init__(self, per_token):
+        self.rows, self.packed, self.by_key = per_token, array("Q"), None
+        last = -1
+        for key in token_keys(per_token):
+            packed = self._packed(key)
+            if packed is None or packed <= last:
+                self.packed = None
+                self.by_key = {key: at for at, key in enumerate(token_keys(per_token))}
+                break
+            self.packed.append(packed)
+            last = packed
+
+    @staticmethod
+    def _packed(key):
+        turn, phase, step = key
+        return (turn << 33 | phase << 32 | step) if turn < 1 << 31 and step < 1 << 32 else None
+
+    def find(self, key):
+        """The row's index in per_token, or None."""
+        if self.by_key is not None:
+            return self.by_key.get(key)
+        packed = self._packed(key)
+        at = bisect_left(self.packed, packed) if packed is not None else len(self.packed)
+        return at if at < len(self.packed) and self.packed[at] == packed else None
+
+    def missing(self, per_token):
+        """How many of another per_token's rows are not found here."""
+        return sum(self.find(key) is None for key in token_keys(per_token))
 
 
 def rescaled(row, factor, record):
@@ -5437,35 +5485,41 @@ def rescaled(row, factor, record):
             for key, value in row.items()}
 
 
-def read_split(per_token, io_tokens):
+def read_split(per_token, readers):
     """Compute ms per token of the tokens that read and of those that read nothing, the
-    reading tokens' own I/O estimate, and the longest stretch of slow tokens."""
-    io_ms = {row_token(token): token["io_ms"] for token in io_tokens}
-    groups = {True: [], False: []}
-    for token in per_token:
-        groups[row_token(token) in io_ms].append(token["ms"])
-    read, no_read = (READ_GROUP(tokens=len(ms), ms_per_token=ratio(sum(ms), len(ms)))
-                     for ms in (groups[True], groups[False]))
-    reading_io = [io_ms[row_token(token)] for token in per_token if row_token(token) in io_ms]
-    idle = sorted(groups[False])
+    reading tokens' own I/O estimate, and the longest stretch of slow tokens. readers: the io
+    tokens' TokenIndex."""
+    count, total, io_total = {True: 0, False: 0}, {True: 0, False: 0}, 0
+    idle = array("d")
+    for token in per_token:  # floats summed in trace order, as sum() adds them
+        at = readers.find(row_token(token))
+        count[at is not None] += 1
+        total[at is not None] += token["ms"]
+        if at is None:
+            idle.append(token["ms"])
+        else:
+            io_total += readers.rows[at]["io_ms"]
+    read, no_read = (READ_GROUP(tokens=count[side], ms_per_token=ratio(total[side], count[side]))
+                     for side in (True, False))
+    idle = sorted(idle)
     return READ_SPLIT(read=read, no_read=no_read,
-                      io_ms_per_token=ratio(sum(reading_io), len(reading_io)),
-                      slow_stretch=slow_stretch(per_token, io_ms, idle[len(idle) // 2])
+                      io_ms_per_token=ratio(io_total, count[True]),
+                      slow_stretch=slow_stretch(per_token, readers, idle[len(idle) // 2])
                       if idle else None)
 
 
-def slow_stretch(per_token, io_ms, idle_median):
+def slow_stretch(per_token, readers, idle_median):
     """The longest run of consecutive decoded tokens of one turn slower than READ_SPLIT_RATIO x
     the median token that read nothing, when it holds at least half of the slow tokens."""
-    slow = [READ_SPLIT_RATIO * idle_median < token["ms"] for token in per_token]
-    best = longest_run(slow, [token["turn"] for token in per_token])
+    slow = bytearray(READ_SPLIT_RATIO * idle_median < token["ms"] for token in per_token)
+    best = longest_run(slow, compact(turn for turn, _, _ in token_keys(per_token)))
     if len(best) < 2 or 2 * len(best) < sum(slow):
         return None
     stretch = per_token[best.start:best.stop]
     first, *_, last = stretch
     return SLOW_STRETCH(turn=first["turn"], first_step=first["step"], last_step=last["step"],
                         tokens=len(stretch),
-                        without_reads=sum(row_token(t) not in io_ms for t in stretch),
+                        without_reads=sum(readers.find(row_token(t)) is None for t in stretch),
                         ms_per_token=sum(t["ms"] for t in stretch) / len(stretch))
 
 
@@ -5489,10 +5543,10 @@ def preamble_of(report):
     return {key: value for key, value in report["meta"].items() if key not in report["settings"]}
 
 
-def pair_warnings(compute, io, tokens, readers):
+def pair_warnings(compute, io, tokens):
     """What makes the two reports a doubtful pair: preambles that differ on a key both name
     (one process writes both traces of a run, with one set of settings), tokens that do not
-    match (tokens: the compute trace's keys; readers: the io trace's)."""
+    match (tokens: the compute tokens' TokenIndex)."""
     warnings = []
     io_preamble = preamble_of(io)
     for key, left in preamble_of(compute).items():
@@ -5503,10 +5557,11 @@ def pair_warnings(compute, io, tokens, readers):
     differs = trace_id_warning((compute["path"], compute["meta"]), (io["path"], io["meta"]))
     if differs:
         warnings.append(differs)
-    if readers and not readers & tokens:  # none at all: a decode that read nothing
+    strangers = tokens.missing(io["per_token"])  # io tokens the compute trace lacks
+    if io["per_token"] and strangers == len(io["per_token"]):  # a decode that read nothing
         warnings.append("the traces share no token (turn, phase, step): not one run's pair")
-    elif readers - tokens:
-        warnings.append(f"{len(readers - tokens)} token(s) of the io trace are not among the "
+    elif strangers:
+        warnings.append(f"{strangers} token(s) of the io trace are not among the "
                         f"compute trace's: their reads are still counted")
     return warnings
 

@@ -292,6 +292,7 @@ TokenRun = namedtuple("TokenRun", "turn phase step start end")
 # The valid values of a key column (and decode_analyze's IntCache) kept at most: a trace of
 # many distinct values has them checked again, never held without bound
 KEPT_VALUES = 1 << 16
+KEPT_TOKENS = 1 << 12  # token keys known valid: a batch's, and then some
 HOLD_ROWS = 1 << 14  # a token longer than this is handed out in pieces
 
 
@@ -724,6 +725,8 @@ class Trace:
             return []
         runs = token_runs(*(columns[name] for name in TOKEN_COLUMNS))
         valid = self._valid_tokens
+        if len(valid) >= KEPT_TOKENS:  # a long run's tokens are many: keep the latest only
+            valid.clear()
         for run in runs:
             token = (run.turn, run.phase, run.step)
             if token not in valid:

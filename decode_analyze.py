@@ -3534,29 +3534,26 @@ def own_cache(lookups, cache, own_mib):
     """The io report's `run_cache`, from the demanded experts of every token (None when no
     decode token demanded any); its re-reads and evictions from the ExpertCache of its
     lookups traced, and the run's cache_mb (own_mib, None when unknown)."""
-    demanded = defaultdict(set)  # (turn, phase, step) -> items
-    for start, end, phase, (turn, step) in token_runs(lookups):
-        demanded[turn, phase, step].update(lookups.items[start:end])
     layer_of = {item: layer for (layer, _), item in lookups.item_of.items()}
-    decodes = [(turn, phase, step) for turn, phase, step in demanded if phase == DECODE]
-    per_layer = [Counter(map(layer_of.__getitem__, demanded[key])) for key in decodes]
-    layers = set().union(*per_layer)
-    if not layers:
+    demand = TokenDemand(lookups, layer_of)
+    if not demand.layers:
         return None
-    positions = batch_positions(decodes)
-    top_k = routing_top_k(decodes, per_layer, positions)
-    short = sum(1 for counts in per_layer
-                if len(counts) < len(layers) or min(counts.values()) < top_k)
-    batches = {key: counts for key, counts in zip(decodes, per_layer)
-               if positions[key] != 1 and max(counts.values()) > top_k}
+    top_k = demand.top_k()
+    short = sum(1 for layers, least in zip(demand.layer_counts, demand.least)
+                if layers < len(demand.layers) or least < top_k)
+    batches = sum(1 for spanned, most in zip(demand.spanned, demand.most)
+                  if spanned != 1 and most > top_k)
     if batches:  # speculative decoding: the engine looks an expert up once a verify batch
+        demanded = dict(demanded_tokens(lookups))  # each token's items, for its layers
+        decoded = {(turn, phase, step): Counter(map(layer_of.__getitem__, items))
+                   for (turn, phase, step), items in demanded.items() if phase == DECODE}
         shape = Counter(layer_of.values())  # layer -> experts seen
-        turns = verify_counts(dict(zip(decodes, per_layer)), positions, demanded,
-                              (top_k, shape), held_by_layer(lookups, layer_of, cache, own_mib))
+        turns = verify_counts(decoded, demand.positions(), demanded, (top_k, shape),
+                              held_by_layer(lookups, layer_of, cache, own_mib))
     else:
-        turns = turn_cache_counts(demanded, len(layers) * top_k)
-    return RUN_CACHE(detected=short >= 2, top_k=top_k, layers=len(layers),
-                     verify_decodes=len(batches), **cache_totals(turns),
+        turns = demand.turn_counts(len(demand.layers) * top_k)
+    return RUN_CACHE(detected=short >= 2, top_k=top_k, layers=len(demand.layers),
+                     verify_decodes=batches, **cache_totals(turns),
                      rereads=cache.lookups - cache.distinct,
                      evictions=cache.lookups - cache.capacity(own_mib) if own_mib else None)
 
@@ -3568,33 +3565,122 @@ def token_runs(lookups):
                zip(lookups.token_turns, lookups.token_steps))
 
 
-def batch_positions(decodes):
-    """{(turn, phase, step): positions} of each decode with rows, up to the next one's step:
-    a verify decode's, or one position and tokens served whole from cache. A turn's last
-    decode's are not known (None): no step follows it."""
-    steps = defaultdict(list)
-    for turn, _, step in decodes:
-        steps[turn].append(step)
-    positions = {}
-    for turn, found in steps.items():
-        found.sort()
-        positions.update(((turn, DECODE, step), after - step if after else None)
-                         for step, after in zip(found, chain(islice(found, 1, None), [None])))
-    return positions
+def packed_key(key):
+    """A (turn, phase, step) as one integer below 2^64 that sorts as the key does, or None
+    past 2^31 turns or 2^32 steps."""
+    turn, phase, step = key
+    return (turn << 33 | phase << 32 | step) if turn < 1 << 31 and step < 1 << 32 else None
 
 
-def routing_top_k(decodes, per_layer, positions):
-    """The model's k: the most experts a decode (token, layer) demands, among decodes of one
-    position. A speculative decode verifies several positions (up to the next decode's step)
-    and demands up to k of each, so its count is k only over its positions (at least); a
-    turn's last decode, of positions unknown, tells k where nothing else does."""
-    single, spread, last = [], [], []
-    for key, counts in zip(decodes, per_layer):
-        if counts:
-            most, spanned = max(counts.values()), positions[key]
-            (last if spanned is None else single if spanned == 1 else spread).append(
-                -(-most // (spanned or 1)))
-    return max(single or spread or last)
+def demanded_tokens(lookups):
+    """((turn, phase, step), its distinct items) of each token of the lookups, its runs
+    joined: one token at a time where the runs come in key order (as the engine writes them),
+    else through a dict of every token."""
+    if not in_key_order(lookups):
+        demanded = defaultdict(set)
+        for start, end, phase, (turn, step) in token_runs(lookups):
+            demanded[turn, phase, step].update(lookups.items[start:end])
+        yield from demanded.items()
+        return
+    def key_of(run):
+        _, _, phase, (turn, step) = run
+        return turn, phase, step
+    for (turn, phase, step), group in groupby(token_runs(lookups), key=key_of):
+        items = set()
+        for start, end, *_ in group:
+            items.update(lookups.items[start:end])
+        yield (turn, phase, step), items
+
+
+def in_key_order(lookups):
+    """Whether the token runs' keys never go down (so one token's runs are adjacent)."""
+    last = -1
+    for key in zip(lookups.token_turns, lookups.token_phases, lookups.token_steps):
+        packed = packed_key(key)
+        if packed is None or packed < last:
+            return False
+        last = packed
+    return True
+
+
+class TokenDemand:
+    """What each decode token of the lookups demanded, a few integers a token: its distinct
+    experts, the layers they are in, the most and fewest of one layer, the positions it
+    generates (up to the next decode's step; 0: a turn's last, not known); and each turn's
+    steps and lookups, for the turns' cache counts."""
+
+    def __init__(self, lookups, layer_of):
+        self.turns, self.steps = array(WALL_32), array(WALL_32)
+        self.layer_counts, self.most, self.least = array("I"), array("I"), array("I")
+        self.layers = set()
+        self.bounds = {}  # (turn, phase) -> (lowest step, highest step)
+        self.counts = defaultdict(CacheCounts)  # turn -> its misses and prefill lookups
+        for (turn, phase, step), items in demanded_tokens(lookups):
+            low, high = self.bounds.get((turn, phase), (step, step))
+            self.bounds[turn, phase] = (min(low, step), max(high, step))
+            if phase != DECODE:
+                self.counts[turn].add(0, 0, 0, len(items), 0)
+                continue
+            self.counts[turn].add(0, 0, len(items), 0, 0)
+            per_layer = Counter(map(layer_of.__getitem__, items))
+            self.layers.update(per_layer)
+            self.turns = extend_wide(self.turns, [turn])
+            self.steps = extend_wide(self.steps, [step])
+            self.layer_counts.append(len(per_layer))
+            self.most.append(max(per_layer.values(), default=0))  # 0: speculative reads only
+            self.least.append(min(per_layer.values(), default=0))
+        self.spanned = self._spanned()
+
+    def _spanned(self):
+        """Each decode's positions: the next decode of its turn's step less its own."""
+        order = range(len(self.steps))
+        keys = array("Q")
+        for turn, step in zip(self.turns, self.steps):
+            packed = packed_key((turn, DECODE, step))
+            if packed is None:  # past 2^31 turns or 2^32 steps: the keys as they are
+                keys = list(zip(self.turns, self.steps))
+                break
+            keys.append(packed)
+        if any(map(gt, keys, islice(keys, 1, None))):  # not in (turn, step) order
+            order = sorted(order, key=keys.__getitem__)
+        spanned = array("Q", bytes(8 * len(self.steps)))
+        for at, after in zip(order, islice(order, 1, None)):
+            if self.turns[at] == self.turns[after]:
+                spanned[at] = self.steps[after] - self.steps[at]
+        return spanned
+
+    def positions(self):
+        """{(turn, phase, step): positions, None for a turn's last} of each decode."""
+        return {(turn, DECODE, step): spanned or None
+                for turn, step, spanned in zip(self.turns, self.steps, self.spanned)}
+
+    def top_k(self):
+        """The model's k: the most experts a decode (token, layer) demands, among decodes of
+        one position. A speculative decode verifies several positions (up to the next
+        decode's step) and demands up to k of each, so its count is k only over its positions
+        (at least); a turn's last decode, of positions unknown, tells k where nothing else
+        does."""
+        single = spread = last = 0
+        for most, spanned in zip(self.most, self.spanned):
+            if spanned == 1:
+                single = max(single, most)
+            elif spanned:
+                spread = max(spread, -(-most // spanned))
+            else:
+                last = max(last, most)
+        return single or spread or last
+
+    def turn_counts(self, per_token):
+        """{turn: CacheCounts}, a decode token's lookups being `per_token`: a turn's decode
+        tokens run from its prefill's step + 1 (else its first decode) to its last decode."""
+        for turn, sums in self.counts.items():
+            if (turn, DECODE) in self.bounds:
+                first, last = self.bounds[turn, DECODE]
+                _, prefilled = self.bounds.get((turn, PREFILL), (None, None))
+                first = prefilled + 1 if prefilled is not None and prefilled < first else first
+                tokens = last - first + 1
+                sums.add(tokens, tokens * per_token, 0, 0, 0)
+        return dict(sorted(self.counts.items()))
 
 
 def held_by_layer(lookups, layer_of, cache, own_mib):
@@ -3696,26 +3782,6 @@ def ran_cached(io):
     declared (a router that picks fewer experts than k by design)."""
     own = io.get("run_cache") if io else None
     return bool(own and own["detected"]) and io["meta"].get("cache") != "0"
-
-
-def turn_cache_counts(demanded, per_token):
-    """{turn: CacheCounts}, a decode token's lookups being `per_token`."""
-    steps, counts = defaultdict(list), defaultdict(CacheCounts)
-    for (turn, phase, step), items in demanded.items():
-        steps[turn, phase].append(step)
-        if phase == DECODE:
-            counts[turn].add(0, 0, len(items), 0, 0)
-        else:
-            counts[turn].add(0, 0, 0, len(items), 0)
-    for turn, sums in counts.items():
-        decoded = steps.get((turn, DECODE))
-        if decoded:
-            prefilled = steps.get((turn, PREFILL))
-            first = max(prefilled) + 1 if prefilled and max(prefilled) < min(decoded) \
-                else min(decoded)
-            tokens = max(decoded) - first + 1
-            sums.add(tokens, tokens * per_token, 0, 0, 0)
-    return dict(sorted(counts.items()))
 
 
 def cache_shares(counts):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from helpers import REAL_TRACES, ROOT, ct_text, run_measured
+from helpers import REAL_TRACES, ROOT, ct_text, io_text, run_measured
 
 
 # The suite's share of fuzzing, bounded so that the whole suite stays well inside a minute on a
@@ -78,3 +78,36 @@ def test_one_token_spanning_many_batches_is_linear_and_bounded(one_token):
                                     timeout=120)
     assert status == 0, err
     assert peak < MEMORY_LIMIT_MIB
+
+
+# Memory bounded by the run: a long traced session of one row a token grew 1.5 KB a token
+# (an object, two dicts and a report dict each: 800k tokens took 1.29 GB in compute, and a 400k
+# pair 1.15 GB in report). Measured on 2026-12-05 with one process: compute ~100 bytes a token,
+# io ~107, summary ~100, report ~220 (two traces a token). Bound here with a margin for noise.
+ONE_ROW_TOKENS = (20_000, 120_000)
+MOST_BYTES_A_TOKEN = {"compute": 200, "summary": 200, "io": 200, "report": 400}
+
+
+def one_row_traces(folder, tokens):
+    """A compute and an io trace of `tokens` decode tokens of one row each."""
+    compute = [f"0,1,{64 + step},0,-1,LAYER,pre,{100000 + step % 7919 * 97},{step % 3}"
+               for step in range(tokens)]
+    reads = [f"0,1,{64 + step},0,{step % 8},0,{step % 2},0,{4096 * (step % 100)},65536,65536,"
+             f"{50000 + step % 6007 * 13}" for step in range(tokens)]
+    (folder / f"ct{tokens}.csv").write_text(ct_text(compute))
+    (folder / f"io{tokens}.csv").write_text(io_text(reads))
+    return folder / f"ct{tokens}.csv", folder / f"io{tokens}.csv"
+
+
+@pytest.mark.parametrize("command", sorted(MOST_BYTES_A_TOKEN))
+def test_memory_grows_by_bytes_a_token_not_objects(command, tmp_path):
+    peaks = []
+    for tokens in ONE_ROW_TOKENS:
+        compute, reads = one_row_traces(tmp_path, tokens)
+        paths = {"compute": [compute], "summary": [compute], "io": [reads],
+                 "report": [compute, reads]}[command]
+        status, err, peak = run_process(command, *paths, "--jobs", "1", timeout=120)
+        assert status == 0, err
+        peaks.append(peak)
+    grown = (peaks[1] - peaks[0]) * (1 << 20) / (ONE_ROW_TOKENS[1] - ONE_ROW_TOKENS[0])
+    assert grown <= MOST_BYTES_A_TOKEN[command], f"{grown:.0f} bytes a token"

@@ -341,3 +341,35 @@ def test_one_lane_is_one_lane_not_1_lanes(tmp_path):
     assert "1 lanes" not in out and "1 lane, each busy" in " ".join(out.split())
     assert decode_analyze.counted(1, "lane") == "1 lane"
     assert decode_analyze.counted(4, "lane") == "4 lanes"
+
+
+def test_a_token_read_again_after_another_keeps_every_read(write):
+    """Token 1 reads layer 0 on lanes 0 (3 ms) and 1 (1 ms), token 2 reads, then token 1 reads
+    layer 0 again on lane 1 (4 ms). Its second stretch starts a new layer (the file is cut
+    between tokens for --jobs, so no process could go on with the first): 3 + 4 = 7 ms, not
+    max(3, 1 + 4) = 5. Its reads, bytes, busy time and p99 hold all three reads."""
+    rows = ["0,1,1,0,1,0,0,0,0,4096,4096,3000000", "0,1,1,0,2,0,1,0,4096,4096,4096,1000000",
+            "0,1,2,0,1,0,0,0,0,4096,4096,2000000",
+            "0,1,1,0,3,0,1,0,8192,4096,4096,4000000"]
+    path = write(io_text(rows))
+    for jobs in ("1", "2"):
+        first, second = report("io", path, "--jobs", jobs)["per_token"]
+        assert (first["step"], first["reads"], first["mib"]) == (1, 3, 3 * 4096 / (1 << 20))
+        assert first["io_ms"] == pytest.approx(7.0) and first["busy_ms"] == pytest.approx(8.0)
+        assert first["latency_p99_us"] == pytest.approx(4000.0)  # the largest of 3
+        assert (second["step"], second["reads"], second["io_ms"]) == (2, 1, 2.0)
+
+
+def test_read_latencies_are_each_tokens_across_stretches_and_processes():
+    """ReadLatencies gives a token all of its latencies, however they were split, and a merge
+    of a later fold's (its rows remapped) gives the same as one fold of everything."""
+    whole, head, tail = (decode_analyze.ReadLatencies() for _ in range(3))
+    for latencies, row in ((whole, 0), (head, 0)):
+        latencies.add(row, [5, 6])
+    whole.add(1, [7])
+    whole.add(0, [8])
+    tail.add(0, [7])  # the tail's row 0 is the head's row 1 ...
+    tail.add(1, [8])  # ... and its row 1 the head's row 0
+    head.merge(tail, [1, 0])
+    for latencies in (whole, head):
+        assert sorted(latencies.of(0)) == [5, 6, 8] and list(latencies.of(1)) == [7]

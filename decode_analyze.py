@@ -75,7 +75,7 @@ from functools import lru_cache, partial
 from io import StringIO
 from math import comb, erfc, fsum, sqrt
 from itertools import accumulate, chain, compress, filterfalse, groupby, islice, repeat
-from operator import add, gt, itemgetter, mod, neg, not_, sub
+from operator import add, ge, gt, itemgetter, mod, neg, not_, sub
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trace_io  # noqa: E402
@@ -433,6 +433,11 @@ def summing_record(name, fields, doc, keys=()):
 WALL_32 = next(code for code in "IL" if array(code).itemsize == 4)
 
 
+def widened(values):
+    """`values` one step wider: 4-byte array -> 8-byte array -> list."""
+    return array("Q", values) if values.typecode != "Q" else values.tolist()
+
+
 def extend_wide(values, more):
     """`values`, an array of unsigned ints 4 bytes wide (WALL_32) until one needs 8 ("Q"), and
     a list past that (a sum of a token's reads can pass 2^64 when each is legal), extended by
@@ -450,8 +455,7 @@ def extend_wide(values, more):
     try:  # fromlist() takes all of them or none, at a third of extend()'s cost
         values.fromlist(more)
     except OverflowError:
-        values = array("Q", values) if values.typecode != "Q" else values.tolist()
-        return extend_wide(values, more)
+        return extend_wide(widened(values), more)
     return values
 
 
@@ -459,11 +463,6 @@ def extend_wide(values, more):
 # a Python object a token (a record, a dict entry keyed by a tuple) is 100-1,500 bytes of it.
 # Each selected token is a row of a TokenTable, each figure a column: an array of 4-byte
 # unsigned ints, widened to 8 when a value needs it and to a list past 2^64 (sums stay exact).
-def widened(values):
-    """`values` one step wider: 4-byte array -> 8-byte array -> list."""
-    return array("Q", values) if values.typecode != "Q" else values.tolist()
-
-
 def zeros(count):
     """An array of `count` zeros, 4 bytes each."""
     return array(WALL_32, bytes(count * array(WALL_32).itemsize))
@@ -501,7 +500,10 @@ class TokenTable:
         return column
 
     def add(self, name, row, amount):
-        self.add_each(name, (row,), (amount,))
+        try:  # the usual case, once a token run: no tuple, no loop
+            self.columns[name][row] += amount
+        except (KeyError, OverflowError):  # a new column, or a value past its width
+            self.add_each(name, (row,), (amount,))
 
     def add_each(self, name, rows, amounts):
         """Add each amount to its row of the column `name`."""
@@ -523,16 +525,16 @@ class TokenTable:
         (a token both hold: the sums add) or the next new one (appended in order)."""
         mine = len(self)
         fresh = [row for row, at in enumerate(remap) if at >= mine]
+        shared = [row for row, at in enumerate(remap) if at < mine]
         for name in later.columns:
             self.column(name)  # before any column grows: made with this table's rows
         for name in list(self.columns):
             theirs = later.columns.get(name) or zeros(len(later))
-            if len(fresh) == len(later):
+            if not shared:
                 self.extended(name, theirs)
                 continue
             self.extended(name, [theirs[row] for row in fresh])
             if name not in self.KEYS:
-                shared = [row for row, at in enumerate(remap) if at < mine]
                 self.add_each(name, [remap[row] for row in shared],
                               [theirs[row] for row in shared])
 
@@ -543,8 +545,7 @@ class TokenTable:
             return column
         taken = column[:0]
         for span in spans:
-            taken = extend_wide(taken, column[span.start:span.stop]) \
-                if isinstance(taken, array) else taken + list(column[span.start:span.stop])
+            taken = extend_wide(taken, column[span.start:span.stop])
         return taken
 
 
@@ -600,9 +601,13 @@ class TokenBook:
             self._last = (text, row)
         return row
 
+    def _steps(self, turn, phase):
+        """The StepIndex of a (turn, phase), made when first seen."""
+        return self.index.get((turn, phase)) or self.index.setdefault((turn, phase),
+                                                                      StepIndex())
+
     def _row_of(self, turn, phase, step):
-        index = self.index.get((turn, phase)) or self.index.setdefault((turn, phase),
-                                                                       StepIndex())
+        index = self._steps(turn, phase)
         at, row = index.find(step)
         if row is None:
             ordinal = len(index.steps)
@@ -622,8 +627,7 @@ class TokenBook:
         mine, added = len(self.table), 0
         remap = array("i")
         for turn, phase, step in zip(*(later.table.columns[name] for name in TokenTable.KEYS)):
-            index = self.index.get((turn, phase)) or self.index.setdefault((turn, phase),
-                                                                           StepIndex())
+            index = self._steps(turn, phase)
             at, row = index.find(step)
             if row is None or row < 0:  # new here (or, with another selection, not chosen)
                 if row is None:
@@ -632,8 +636,8 @@ class TokenBook:
                     index.rows[at] = mine + added
                 row, added = mine + added, added + 1
             remap.append(row)
-        for key, theirs in later.index.items():  # the steps seen and not selected
-            index = self.index.get(key) or self.index.setdefault(key, StepIndex())
+        for (turn, phase), theirs in later.index.items():  # the steps seen and not selected
+            index = self._steps(turn, phase)
             for step in compress(theirs.steps, [row < 0 for row in theirs.rows]):
                 at, row = index.find(step)
                 if row is None:
@@ -658,6 +662,29 @@ class TokenBook:
     def steps_of(self, phase):
         """{turn: its StepIndex} of a phase: every step seen of each turn."""
         return {turn: index for (turn, of), index in self.index.items() if of == phase}
+
+
+def packed_key(key):
+    """A (turn, phase, step) as one integer below 2^64 that sorts as the key does, or None
+    past 2^31 turns or 2^32 steps."""
+    turn, phase, step = key
+    return (turn << 33 | phase << 32 | step) if turn < 1 << 31 and step < 1 << 32 else None
+
+
+def packed_keys(keys):
+    """The keys packed (packed_key), 8 bytes each, or None when one cannot be."""
+    packed = array("Q")
+    for key in keys:
+        value = packed_key(key)
+        if value is None:
+            return None
+        packed.append(value)
+    return packed
+
+
+def rising(values, strictly=False):
+    """Whether no value is below (strictly: at or below) the one before it."""
+    return not any(map(ge if strictly else gt, values, islice(values, 1, None)))
 
 
 class Tokens:
@@ -856,11 +883,17 @@ def taken_from_the_end(values):
         yield chunk
 
 
+def sorted_column(values):
+    """A TokenTable's column as SortedParts, sorted SORT_CHUNK at a time (never a Python int a
+    token held), the column left as it is; a list column (a sum past 2^64) sorted whole."""
+    return sorted_parts(iter(values)) if isinstance(values, array) else \
+        SortedParts([sorted(values)])
+
+
 def spread_of(values, unit=None):
     """{p50, p90, p99, max} of a column of integers (a TokenTable's), each divided by `unit`:
-    exact, sorted SORT_CHUNK at a time, never a Python int per token held."""
-    wide = not isinstance(values, array)  # a sum past 2^64 (a list column): sorted as it is
-    ordered = SortedParts([sorted(values)]) if wide else sorted_parts(iter(values))
+    exact."""
+    ordered = sorted_column(values)
     value = (lambda v: v) if unit is None else (lambda v: scaled(v, unit))
     return TOKEN_SPREAD(p50=value(ordered.percentile("p50")), p90=value(ordered.percentile("p90")),
                         p99=value(ordered.percentile("p99")), max=value(ordered.maximum()))
@@ -2000,8 +2033,7 @@ class ComputeFold(TokenFold):
                     graph_columns = [graph.history[p::width] for p in positions]
                     for position, column in zip(positions, graph_columns):
                         graph.wall_ns[position] = sum(column)
-                    walls_of_members, *_ = graph_columns if len(graph_columns) == 1 else \
-                        [compact(map(sum, zip(*graph_columns)))]
+                    walls_of_members = compact(map(sum, zip(*graph_columns)))
                     for name in (OP_COLUMN + op, CATEGORY_COLUMN + category):
                         self.table.add_each(name, graph.members, walls_of_members)
                     columns.extend(graph_columns)
@@ -2208,8 +2240,7 @@ def compute_stretch(tokens, total_ns, segment_totals, segments):
     walls = tokens.values("wall_ns")
     if len(walls) < 2 * STRETCH_TOKENS:
         return None
-    slow = STRETCH_FACTOR * sorted_parts(iter(walls)).kth(len(walls) // 4) \
-        if isinstance(walls, array) else STRETCH_FACTOR * sorted(walls)[len(walls) // 4]
+    slow = STRETCH_FACTOR * sorted_column(walls).kth(len(walls) // 4)
     turns, steps = tokens.values("turn"), tokens.values("step")
     best = longest_run(bytearray(slow and wall_ns >= slow for wall_ns in walls), turns)
     if len(best) < STRETCH_TOKENS:
@@ -3565,13 +3596,6 @@ def token_runs(lookups):
                zip(lookups.token_turns, lookups.token_steps))
 
 
-def packed_key(key):
-    """A (turn, phase, step) as one integer below 2^64 that sorts as the key does, or None
-    past 2^31 turns or 2^32 steps."""
-    turn, phase, step = key
-    return (turn << 33 | phase << 32 | step) if turn < 1 << 31 and step < 1 << 32 else None
-
-
 def demanded_tokens(lookups):
     """((turn, phase, step), its distinct items) of each token of the lookups, its runs
     joined: one token at a time where the runs come in key order (as the engine writes them),
@@ -3594,13 +3618,8 @@ def demanded_tokens(lookups):
 
 def in_key_order(lookups):
     """Whether the token runs' keys never go down (so one token's runs are adjacent)."""
-    last = -1
-    for key in zip(lookups.token_turns, lookups.token_phases, lookups.token_steps):
-        packed = packed_key(key)
-        if packed is None or packed < last:
-            return False
-        last = packed
-    return True
+    packed = packed_keys(zip(lookups.token_turns, lookups.token_phases, lookups.token_steps))
+    return packed is not None and rising(packed)
 
 
 class TokenDemand:
@@ -3634,14 +3653,10 @@ class TokenDemand:
     def _spanned(self):
         """Each decode's positions: the next decode of its turn's step less its own."""
         order = range(len(self.steps))
-        keys = array("Q")
-        for turn, step in zip(self.turns, self.steps):
-            packed = packed_key((turn, DECODE, step))
-            if packed is None:  # past 2^31 turns or 2^32 steps: the keys as they are
-                keys = list(zip(self.turns, self.steps))
-                break
-            keys.append(packed)
-        if any(map(gt, keys, islice(keys, 1, None))):  # not in (turn, step) order
+        keys = packed_keys(zip(self.turns, repeat(DECODE), self.steps))
+        if keys is None:  # past 2^31 turns or 2^32 steps: the keys as they are
+            keys = list(zip(self.turns, self.steps))
+        if not rising(keys):
             order = sorted(order, key=keys.__getitem__)
         spanned = array("Q", bytes(8 * len(self.steps)))
         for at, after in zip(order, islice(order, 1, None)):
@@ -5513,27 +5528,16 @@ class TokenIndex:
     out of that order, or keys past 2^31 turns or 2^32 steps, takes a dict."""
 
     def __init__(self, per_token):
-        self.rows, self.packed, self.by_key = per_token, array("Q"), None
-        last = -1
-        for key in token_keys(per_token):
-            packed = self._packed(key)
-            if packed is None or packed <= last:
-                self.packed = None
-                self.by_key = {key: at for at, key in enumerate(token_keys(per_token))}
-                break
-            self.packed.append(packed)
-            last = packed
-
-    @staticmethod
-    def _packed(key):
-        turn, phase, step = key
-        return (turn << 33 | phase << 32 | step) if turn < 1 << 31 and step < 1 << 32 else None
+        self.rows, self.packed, self.by_key = per_token, packed_keys(token_keys(per_token)), None
+        if self.packed is None or not rising(self.packed, strictly=True):
+            self.packed = None
+            self.by_key = {key: at for at, key in enumerate(token_keys(per_token))}
 
     def find(self, key):
         """The row's index in per_token, or None."""
         if self.by_key is not None:
             return self.by_key.get(key)
-        packed = self._packed(key)
+        packed = packed_key(key)
         at = bisect_left(self.packed, packed) if packed is not None else len(self.packed)
         return at if at < len(self.packed) and self.packed[at] == packed else None
 

@@ -3579,7 +3579,7 @@ def own_cache(lookups, cache, own_mib):
         decoded = {(turn, phase, step): Counter(map(layer_of.__getitem__, items))
                    for (turn, phase, step), items in demanded.items() if phase == DECODE}
         shape = Counter(layer_of.values())  # layer -> experts seen
-        turns = verify_counts(decoded, demand.positions(), demanded, (top_k, shape),
+        turns = verify_counts(decoded, demand.positions(decoded), demanded, (top_k, shape),
                               held_by_layer(lookups, layer_of, cache, own_mib))
     else:
         turns = demand.turn_counts(len(demand.layers) * top_k)
@@ -3598,13 +3598,13 @@ def token_runs(lookups):
 
 def demanded_tokens(lookups):
     """((turn, phase, step), its distinct items) of each token of the lookups, its runs
-    joined: one token at a time where the runs come in key order (as the engine writes them),
-    else through a dict of every token."""
+    joined, in key order: one token at a time where the runs come in key order (as the engine
+    writes them), else through a dict of every token, sorted."""
     if not in_key_order(lookups):
         demanded = defaultdict(set)
         for start, end, phase, (turn, step) in token_runs(lookups):
             demanded[turn, phase, step].update(lookups.items[start:end])
-        yield from demanded.items()
+        yield from sorted(demanded.items())
         return
     def key_of(run):
         _, _, phase, (turn, step) = run
@@ -3617,23 +3617,26 @@ def demanded_tokens(lookups):
 
 
 def in_key_order(lookups):
-    """Whether the token runs' keys never go down (so one token's runs are adjacent)."""
-    packed = packed_keys(zip(lookups.token_turns, lookups.token_phases, lookups.token_steps))
-    return packed is not None and rising(packed)
+    """Whether the token runs' keys never go down (so one token's runs are adjacent): compared
+    a pair at a time, never all held."""
+    columns = (lookups.token_turns, lookups.token_phases, lookups.token_steps)
+    return all(map(operator.le, zip(*columns), zip(*(islice(column, 1, None)
+                                                      for column in columns))))
 
 
 class TokenDemand:
-    """What each decode token of the lookups demanded, a few integers a token: its distinct
-    experts, the layers they are in, the most and fewest of one layer, the positions it
+    """What each decode token of the lookups demanded, in key order, 16 bytes a token: its
+    layers with experts demanded, the most and fewest experts of one layer, the positions it
     generates (up to the next decode's step; 0: a turn's last, not known); and each turn's
-    steps and lookups, for the turns' cache counts."""
+    step bounds and lookups, for the turns' cache counts."""
 
     def __init__(self, lookups, layer_of):
-        self.turns, self.steps = array(WALL_32), array(WALL_32)
         self.layer_counts, self.most, self.least = array("I"), array("I"), array("I")
+        self.spanned = array(WALL_32)
         self.layers = set()
         self.bounds = {}  # (turn, phase) -> (lowest step, highest step)
         self.counts = defaultdict(CacheCounts)  # turn -> its misses and prefill lookups
+        before = None  # the (turn, step) of the decode before, whose positions this one ends
         for (turn, phase, step), items in demanded_tokens(lookups):
             low, high = self.bounds.get((turn, phase), (step, step))
             self.bounds[turn, phase] = (min(low, step), max(high, step))
@@ -3641,33 +3644,27 @@ class TokenDemand:
                 self.counts[turn].add(0, 0, 0, len(items), 0)
                 continue
             self.counts[turn].add(0, 0, len(items), 0, 0)
+            if before is not None:
+                self._spans(before, turn, step)
+            before = (turn, step)
             per_layer = Counter(map(layer_of.__getitem__, items))
             self.layers.update(per_layer)
-            self.turns = extend_wide(self.turns, [turn])
-            self.steps = extend_wide(self.steps, [step])
             self.layer_counts.append(len(per_layer))
             self.most.append(max(per_layer.values(), default=0))  # 0: speculative reads only
             self.least.append(min(per_layer.values(), default=0))
-        self.spanned = self._spanned()
+        if before is not None:
+            self._spans(before, None, None)
 
-    def _spanned(self):
-        """Each decode's positions: the next decode of its turn's step less its own."""
-        order = range(len(self.steps))
-        keys = packed_keys(zip(self.turns, repeat(DECODE), self.steps))
-        if keys is None:  # past 2^31 turns or 2^32 steps: the keys as they are
-            keys = list(zip(self.turns, self.steps))
-        if not rising(keys):
-            order = sorted(order, key=keys.__getitem__)
-        spanned = array("Q", bytes(8 * len(self.steps)))
-        for at, after in zip(order, islice(order, 1, None)):
-            if self.turns[at] == self.turns[after]:
-                spanned[at] = self.steps[after] - self.steps[at]
-        return spanned
+    def _spans(self, before, turn, step):
+        """The decode `before`'s positions: up to this decode's step in its turn, else 0."""
+        before_turn, before_step = before
+        self.spanned = extend_wide(self.spanned,
+                                   [step - before_step if turn == before_turn else 0])
 
-    def positions(self):
-        """{(turn, phase, step): positions, None for a turn's last} of each decode."""
-        return {(turn, DECODE, step): spanned or None
-                for turn, step, spanned in zip(self.turns, self.steps, self.spanned)}
+    def positions(self, decodes):
+        """{(turn, phase, step): positions, None for a turn's last} of each decode, `decodes`
+        their keys in key order."""
+        return {key: spanned or None for key, spanned in zip(decodes, self.spanned)}
 
     def top_k(self):
         """The model's k: the most experts a decode (token, layer) demands, among decodes of

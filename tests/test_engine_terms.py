@@ -46,6 +46,22 @@ def test_a_speculative_runs_k_is_the_models_not_a_verify_batchs(write):
     assert own["hit_share_most"] == pytest.approx((3 * 2 + 2 * 4) / (34 + 4 + 3 * 2 + 2 * 4))
 
 
+
+def test_a_verify_runs_cache_counts_do_not_depend_on_token_order(write):
+    """Tokens out of key order (a merged trace) go through the dict of every token, sorted:
+    each decode's positions still end at the next decode's step, and the counts are those of
+    the trace in order."""
+    rows, _ = engine_of_verify_batches(seed=1, capacity=10, batches=12)
+    blocks = {}
+    for row in rows:
+        blocks.setdefault(row.split(",")[2], []).append(row)
+    shuffled = [row for step in sorted(blocks, key=lambda step: -int(step))
+                for row in blocks[step]]
+    in_order = report("io", write(io_text(rows), "a-io.csv"), "--cache")["run_cache"]
+    out_of_order = report("io", write(io_text(shuffled), "b-io.csv"), "--cache")["run_cache"]
+    assert in_order["verify_decodes"] > 0
+    assert in_order == out_of_order
+
 def engine_of_verify_batches(seed, capacity, batches=46):
     """A top-2 engine of 4 layers x 8 experts, an LRU of `capacity` experts (a hit refreshes
     it), decoding in verify batches of 1-5 positions: its io rows, and its hit % as the engine

@@ -10962,20 +10962,6 @@ def exit_status_lines(width):
     return "\n".join(lines + [line])
 
 
-# The parser and the commands it was built for: main() in-process builds it once.
-_PARSER = {"commands": (), "parser": None}
-
-
-def current_parser():
-    """The parser of the registry as it is now, built again only when the registry changed
-    (building one costs a few ms: most of a small in-process run)."""
-    commands, held = tuple(COMMANDS.values()), _PARSER["commands"]
-    if _PARSER["parser"] is None or len(held) != len(commands) or \
-            any(was is not now for was, now in zip(held, commands)):
-        _PARSER.update(commands=commands, parser=build_parser())
-    return _PARSER["parser"]
-
-
 def build_parser():
     """The command line's parser: every command, its inputs and options."""
     epilog = EPILOG.format(exit_status=exit_status_lines(84))
@@ -11225,7 +11211,7 @@ def main(argv=None, out=None, err=None):
     out = out or sys.stdout
     err = err or sys.stderr
     argv = sys.argv[1:] if argv is None else argv
-    parser = current_parser()
+    parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:

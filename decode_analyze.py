@@ -551,12 +551,14 @@ class TokenTable:
 
 class StepIndex:
     """Every step seen of one (turn, phase), sorted, and each one's row in the table (-1: not
-    selected): what the book finds a token by, 8 bytes a token."""
+    selected): what the book finds a token by. While each step is the one before + 1 and
+    each row too (a decode as the engine writes it, in one process or merged), both are
+    ranges, a few integers in all; else arrays, 8 bytes a token."""
 
     __slots__ = ("steps", "rows")
 
     def __init__(self):
-        self.steps, self.rows = array(WALL_32), array("i")
+        self.steps, self.rows = range(0), range(0)
 
     def find(self, step):
         """(where the step is or would go, its row or None when it is not there)."""
@@ -565,12 +567,32 @@ class StepIndex:
         return at, self.rows[at] if found else None
 
     def insert(self, at, step, row):
+        steps, rows = self.steps, self.rows
+        if isinstance(steps, range) and at == len(steps) and row >= 0 and \
+                (not steps or (step, row) == (steps.stop, rows.stop)):
+            self.steps = range(steps.start if steps else step, step + 1)
+            self.rows = range(rows.start if rows else row, row + 1)
+            return
+        self._held()
         try:
             self.steps.insert(at, step)
         except OverflowError:
             self.steps = widened(self.steps)
             self.steps.insert(at, step)
         self.rows.insert(at, row)
+
+    def set_row(self, at, row):
+        self._held()
+        self.rows[at] = row
+
+    def _held(self):
+        """Arrays from now on: a step out of order, a gap, or a token not selected."""
+        if isinstance(self.steps, range):
+            try:
+                steps = array(WALL_32, self.steps)
+            except OverflowError:  # steps past 2^32 (the reader holds them below 2^64)
+                steps = array("Q", self.steps)
+            self.steps, self.rows = steps, array("i", self.rows)
 
     def following(self, step):
         """The next step seen after `step`, or None."""
@@ -633,7 +655,7 @@ class TokenBook:
                 if row is None:
                     index.insert(at, step, mine + added)
                 else:
-                    index.rows[at] = mine + added
+                    index.set_row(at, mine + added)
                 row, added = mine + added, added + 1
             remap.append(row)
         for (turn, phase), theirs in later.index.items():  # the steps seen and not selected

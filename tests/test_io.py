@@ -373,3 +373,36 @@ def test_read_latencies_are_each_tokens_across_stretches_and_processes():
     head.merge(tail, [1, 0])
     for latencies in (whole, head):
         assert sorted(latencies.of(0)) == [5, 6, 8] and list(latencies.of(1)) == [7]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.booleans()), max_size=60),
+       st.integers(0, 2**33))
+def test_a_step_index_finds_every_step_as_a_dict_would(steps, base):
+    """The book's index: ranges while steps and rows run on by one, arrays after; whichever
+    it holds, each step seen is found with its row, and a step never seen is not."""
+    index, rows, next_row = decode_analyze.StepIndex(), {}, 0
+    for offset, selected in steps:
+        step = base + offset
+        at, row = index.find(step)
+        assert row == rows.get(step)
+        if row is None:
+            rows[step] = next_row if selected else -1
+            next_row += selected
+            index.insert(at, step, rows[step])
+    assert list(index.steps) == sorted(rows)
+    assert list(index.rows) == [rows[step] for step in sorted(rows)]
+    for step in range(base, base + 42):
+        assert index.find(step)[1] == rows.get(step)
+
+
+def test_a_decode_as_the_engine_writes_it_is_indexed_by_ranges():
+    """Steps and rows one after another cost no bytes a token; a gap turns them into arrays
+    that still answer."""
+    index = decode_analyze.StepIndex()
+    for row, step in enumerate(range(64, 100_064)):
+        index.insert(len(index.steps), step, row)
+    assert index.steps == range(64, 100_064) and index.rows == range(0, 100_000)
+    index.insert(len(index.steps), 100_070, 100_000)  # a gap: a verify batch's positions
+    assert isinstance(index.steps, decode_analyze.array)
+    assert index.find(100_070) == (100_000, 100_000) and index.find(70) == (6, 6)

@@ -4003,6 +4003,7 @@ def request_overhead(io):
     return min(1.0, fixed / latency["mean"])
 
 
+# ── io: the token model and the what-if ──────────────────────────────────────────────────────────
 # A configuration as the token model sees it: its MiB read a token, lanes, whether it has a
 # cache, its misses a token and whether it overlaps.
 Config = namedtuple("Config", "mib lanes cached misses overlap")
@@ -7698,6 +7699,7 @@ def ordered_rows(rows):
                                          str(row["name"])))
 
 
+# ── diff: the sides, compared part by part ───────────────────────────────────────────────────────
 class DiffSide:
     """The runs of one configuration: one side of a diff (one run each, without `vs`)."""
 

@@ -1484,7 +1484,7 @@ def all_verdicts(report):
     if report["kind"] != "report":
         return report["verdicts"]
     compute, io, pair = report["compute"], report["io"], report["pair"]
-    own = {v["id"] for v in pair["verdicts"]}  # what the pair judged again
+    own = {v["id"] for v in pair["verdicts"]}  # the pair's (an older saved report: io's too)
     return ([v for v in compute["verdicts"] if v["id"] not in own | {"router_wait"}]
             + [v for v in io["verdicts"] if v["id"] not in own] + pair["verdicts"])
 
@@ -3007,7 +3007,8 @@ IO_REPORT = Record("io report", "`io`; a pair's `io` (its own per-read-token fig
     ("per_token", "every read-token, in trace order", ListOf(IO_TOKEN)),
     ("lane_bytes_by_token", "{lane: bytes each token read on it, in per_token's order} (with "
                             "--svg, which draws it; null otherwise)", MapOf(VALUE)),
-    ENGINE_FIELD, ("verdicts", "the io verdicts", ListOf(VERDICT)), WARNINGS), later=LATER)
+    ENGINE_FIELD, ("verdicts", "the io verdicts (a pair's: those it does not judge in the decode)",
+                   ListOf(VERDICT)), WARNINGS), later=LATER)
 
 
 # ── io: the fold ─────────────────────────────────────────────────────────────────────────────────
@@ -5405,7 +5406,8 @@ PAIR = Record("pair", "report `pair`: per decoded token", (
     ("read_split", "compute of the tokens that read and of those that did not", READ_SPLIT),
     ("by_layer", "compute and reads side by side", ListOf(PAIR_LAYER_ROW)),
     ("warnings", "what makes the two files a doubtful pair"),
-    ("verdicts", "the pair's own verdicts", ListOf(VERDICT))), later=("verdicts",))
+    ("verdicts", "the pair's own verdicts, and the io verdicts weighed in the decode",
+     ListOf(VERDICT))), later=("verdicts",))
 PAIR_REPORT = Record("pair report", "`report`", (
     *REPORT_HEAD, ("compute", "the compute report", COMPUTE_REPORT),
     ("io", "the io report", IO_REPORT), ("pair", "what only the pair can tell", PAIR),
@@ -5683,16 +5685,17 @@ IO_SHARE = 0.20  # a pair: I/O-bound when the reads cost the decode this share o
 def pair_verdicts(compute, io, pair, measured=None):
     """What only the pair can decide: whether the reads bound the decode, whether routing
     waits for them, whether the tokens that read are the slow ones, and whether the io
-    verdicts are at stake in the decode."""
+    verdicts are at stake in the decode; and the io trace's other verdicts (the io part's,
+    judged here once: its verdicts at stake are the pair's, never weighed in I/O time too)."""
     stakes = pair_stakes(compute, io, pair, measured or {})
     # the io trace is the expert streamer's: memory pressure's remedies are a streamed run's
     streamed = {**compute, "meta": {**compute["meta"], **io["meta"], "moe_stream": "1"}}
     judged = [memory_verdict(streamed), io_bound_verdict(pair, stakes),
               router_pair_verdict(compute, pair, stakes),
               read_split_verdict(pair, ran_overlapped(compute, io))]
-    return [v for v in judged if v] + [
-        v for v in weighed_io_verdicts(io, pair["io_wall_ms_per_token"], stakes, pair)
-        if v["id"] in AT_STAKE]
+    weighed = weighed_io_verdicts(io, pair["io_wall_ms_per_token"], stakes, pair)
+    return ([v for v in judged if v] + [v for v in weighed if v["id"] in AT_STAKE],
+            [v for v in weighed if v["id"] not in AT_STAKE])
 
 
 def pair_stakes(compute, io, pair, measured):
@@ -10152,7 +10155,8 @@ def asked_of(args):
 
 def analyze_io(path, reading, asked=IoOptions(True, True, None)):
     """Read, sum up and judge an io trace: its report dict."""
-    report, _ = weighed_io(path, reading, asked)
+    report, measured = weighed_io(path, reading, asked)
+    report["verdicts"] = io_verdicts(report, measured)
     return report
 
 
@@ -10189,7 +10193,6 @@ def weighed_io(path, reading, asked):
     report["meta"], shown = merged_settings(report["meta"], trace_settings(report), reading.warn,
                                     trace.name)
     report["settings"].update(shown)
-    report["verdicts"] = io_verdicts(report, reading.measured)
     if report["req_bytes"] > report["read_bytes"]:
         reading.warn(f"{trace.name}: the reads asked for more bytes ({report['req_bytes']}) "
                      f"than they read ({report['read_bytes']}): short reads, so the alignment "
@@ -10240,9 +10243,8 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     if compute["phase"] != io["phase"]:  # a compute trace without decode rows: all, both
         (io, measured), = _reports([_outcome(analyze_reads, io_path, alone)], reading.warn)
     report = pair_report(compute, io)
-    if report["io"]["run_cache"] != io["run_cache"]:  # recounted over every decoded token
-        report["io"]["verdicts"] = io_verdicts(report["io"], measured)
-    report["pair"]["verdicts"] = pair_verdicts(compute, report["io"], report["pair"], measured)
+    report["pair"]["verdicts"], report["io"]["verdicts"] = pair_verdicts(
+        compute, report["io"], report["pair"], measured)
     for message in report["pair"]["warnings"]:
         reading.warn(message)
     return report

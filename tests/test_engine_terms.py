@@ -144,7 +144,7 @@ def test_a_cached_tail_counts_every_decoded_token(write, tmp_path):
     pair = report("report", compute_path, io_path)
     assert pair["io"]["run_cache"]["decode_lookups"] == lookups
     assert pair["io"]["run_cache"]["hit_share"] == pytest.approx(hit)
-    cache, = [v for v in pair["io"]["verdicts"] if v["id"] == "cache"]
+    cache, = [v for v in pair["pair"]["verdicts"] if v["id"] == "cache"]  # the pair's own
     assert f"served {hit:.1%} of the expert lookups" in cache["text"]  # judged on the recount
     log = tmp_path / "run.log"
     read_mib = 13 * EXPERT / (1 << 20)

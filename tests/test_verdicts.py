@@ -279,3 +279,23 @@ def test_a_slow_stretch_from_the_start_is_no_warm_up():
     other = {v["id"]: v for v in report(
         "compute", repeats / "qwen3moe-l48-e128-serial-rep5-ct.csv")["verdicts"]}
     assert other["warmup"]["flagged"] is True and "slow_stretch" not in other
+
+
+@pytest.mark.parametrize("pair", [
+    ("examples/session-ct.csv", "examples/session-io.csv"),
+    ("tests/data/synthetic/faults-ct.csv", "tests/data/synthetic/faults-io.csv"),
+    ("tests/data/sweep/qwen3moe-l4-greedy-cache2mb-ct.csv",
+     "tests/data/sweep/qwen3moe-l4-greedy-cache2mb-io.csv")])
+def test_a_pairs_io_verdicts_are_judged_once(pair):
+    """A pair weighs lanes, coalescing and the cache in the decode; its io part no longer
+    keeps a second judgement of them weighed in I/O time ("cache WORTHWHILE" in the JSON's
+    io verdicts where the pair's said the cache was not at stake)."""
+    r = report("report", *(ROOT / path for path in pair))
+    io_ids = [v["id"] for v in r["io"]["verdicts"]]
+    pair_ids = [v["id"] for v in r["pair"]["verdicts"]]
+    assert not set(io_ids) & set(pair_ids)
+    assert not set(io_ids) & set(decode_analyze.AT_STAKE)
+    assert set(decode_analyze.AT_STAKE) & set(pair_ids)  # they are judged, by the pair
+    assert decode_analyze.all_verdicts(r) == [
+        v for v in r["compute"]["verdicts"] if v["id"] not in {*pair_ids, "router_wait"}] + \
+        r["io"]["verdicts"] + r["pair"]["verdicts"]

@@ -2467,7 +2467,9 @@ OUTLIER_SHARE = 0.10  # ... is an outlier; flagged when the outliers hold this s
 WARMUP_RATIO = 1.5  # first WARMUP_TOKENS decode tokens' mean over the rest's
 
 
-def compute_verdicts(report):
+def compute_verdicts(report, paired=False):
+    """The compute verdicts; `paired`: without those a pair judges with its reads (the
+    router's wait, memory pressure), so that each is judged once."""
     verdicts = []
     share = report["faults"]["share"]
     if share is not None and report["majflt_per_token"]:
@@ -2477,7 +2479,7 @@ def compute_verdicts(report):
             f"are {share:.0%} of compute ({compare(flagged)} "
             f"{FAULT_BOUND_SHARE:.0%}){': flash wait billed as compute' if flagged else ''}"))
     router = next((c for c in report["by_category"] if c["category"] == "router"), None)
-    if router and router["share"] is not None:
+    if router and router["share"] is not None and not paired:
         verdicts.append(router_alone_verdict(router))
     warm = report["warmup"]
     if warm["ratio"] is not None and not warm["from_turn_start"]:
@@ -2486,7 +2488,7 @@ def compute_verdicts(report):
             f"(--steps or --skip), so its first {warm['tokens']} tokens are not a warm-up"))
     elif warm["ratio"] is not None:
         verdicts.append(warmup_verdict(report))
-    verdicts.append(memory_verdict(report))
+    verdicts.append(None if paired else memory_verdict(report))
     verdicts.append(stretch_verdict(report) or outlier_verdict(report))
     return [v for v in verdicts if v]
 
@@ -10129,11 +10131,12 @@ def with_engine_log(report, log, warn):
     return engine_joined(report, KINDS[report["kind"]].record.names, log, warn)
 
 
-def analyze_compute(path, reading):
-    """Read, sum up and judge a compute trace: its report dict."""
+def analyze_compute(path, reading, paired=False):
+    """Read, sum up and judge a compute trace: its report dict (`paired`: a pair's part,
+    without the verdicts the pair judges)."""
     trace, fold = read_compute(path, reading)
     report = compute_report(trace, fold, reading.selection, join_settings(trace, reading))
-    report["verdicts"] = compute_verdicts(report)
+    report["verdicts"] = compute_verdicts(report, paired)
     return report
 
 
@@ -10223,18 +10226,19 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     first error come in the order a one-after-the-other reading gives (compute first)."""
     jobs = reading.jobs
     analyze_reads = partial(weighed_io, asked=IoOptions(True, True, asked))
+    analyze_paired = partial(analyze_compute, paired=True)
     compute_reading = reading._replace(jobs=max(1, jobs // 2))
     alone, reading = reading, reading._replace(selection=reading.selection.paired())
-    child = Forked(_outcome, analyze_compute, compute_path, compute_reading) \
+    child = Forked(_outcome, analyze_paired, compute_path, compute_reading) \
         if jobs > 1 and hasattr(os, "fork") else None
     try:
         if child is None or child.pid is None:  # one process: one after the other
-            outcomes = [_outcome(analyze_compute, compute_path, alone),
+            outcomes = [_outcome(analyze_paired, compute_path, alone),
                         _outcome(analyze_reads, io_path, reading)]
         else:
             io = _outcome(analyze_reads, io_path,
                           reading._replace(jobs=jobs - compute_reading.jobs))
-            outcomes = [child.result() or _outcome(analyze_compute, compute_path,
+            outcomes = [child.result() or _outcome(analyze_paired, compute_path,
                                                    compute_reading), io]
     finally:
         if child is not None:

@@ -741,8 +741,9 @@ class TokenRows(Sequence):
     """A report's `per_token`: a dict a token, each made when it is read (`row_of(table, row)`)
     and never all held at once; JSON writes it as the list it reads as."""
 
-    def __init__(self, tokens, row_of):
+    def __init__(self, tokens, row_of, figures=None):
         self.table, self.row_of = tokens.table, row_of
+        self.figures = figures or {}  # a dict's figure -> (its column, the unit it is over)
         # the rows in order: a range when they are one span, else 4 bytes a token
         self.order = array("i", tokens.rows()) if len(tokens.spans) > 1 else \
             next(iter(tokens.spans), range(0))
@@ -762,6 +763,13 @@ class TokenRows(Sequence):
         row_of, table = self.row_of, self.table
         return (row_of(table, row) for row in self.order)
 
+    def figure(self, name):
+        """Every token's figure `name` as its dict holds it, read from its column (8 bytes a
+        token, no dict made)."""
+        column, unit = self.figures[name]
+        values = self.table.column(column)
+        return array("d", (values[row] / unit for row in self.order))
+
     def keys(self):
         """Each token's (turn, phase, step), in order, without making its dict."""
         columns = [self.table.columns[name] for name in TokenTable.KEYS]
@@ -772,6 +780,14 @@ class TokenRows(Sequence):
 
     def __repr__(self):
         return f"TokenRows({self.count} tokens)"
+
+
+def token_figure(per_token, name):
+    """Each token's figure `name`: from the columns of a TokenRows that has it, else from the
+    dicts (a saved report's list)."""
+    if isinstance(per_token, TokenRows) and name in per_token.figures:
+        return per_token.figure(name)
+    return [token[name] for token in per_token]
 
 
 class TokenFold:
@@ -2350,7 +2366,7 @@ def token_views(tokens, book):
     return {
         "token_ms": spread_of(tokens.values("wall_ns"), NS_PER_MS),
         "slowest": [compute_token_row(table, row) for row in slowest],
-        "per_token": TokenRows(tokens, compute_token_row),
+        "per_token": TokenRows(tokens, compute_token_row, {"ms": ("wall_ns", NS_PER_MS)}),
         "decodes": decode_positions(tokens, book, "wall_ns", NS_PER_MS),
         "prefill": prefill_batches(tokens, "wall_ns", NS_PER_MS),
         "warmup": warmup(tokens, book, "wall_ns", NS_PER_MS),
@@ -2595,18 +2611,19 @@ def outlier_verdict(report):
     median = report["token_ms"]["p50"]
     if not median or len(report["per_token"]) < 2:
         return None
-    outliers = sorted((t for t in report["per_token"] if t["ms"] >= OUTLIER_FACTOR * median),
-                      key=lambda t: -t["ms"])
-    total = sum(t["ms"] for t in report["per_token"])
-    share = ratio(sum(t["ms"] for t in outliers), total) or 0.0
-    mean_ratio = total / len(report["per_token"]) / median
+    walls = token_figure(report["per_token"], "ms")
+    outliers = sorted((at for at, ms in enumerate(walls) if ms >= OUTLIER_FACTOR * median),
+                      key=lambda at: -walls[at])
+    total = sum(walls)
+    share = ratio(sum(walls[at] for at in outliers), total) or 0.0
+    mean_ratio = total / len(walls) / median
     if not outliers or share < OUTLIER_SHARE:
         return verdict("outliers", False,
             f"no outlier tokens: the slowest token is {report['token_ms']['max'] / median:.1f}x "
             f"the median ({median:.2f} ms); tokens >= {OUTLIER_FACTOR}x the median hold "
             f"{share:.0%} of the time (< {OUTLIER_SHARE:.0%})")
     named = ", ".join(f"turn {t['turn']} step {t['step']} {t['ms']:.2f} ms"
-                      for t in outliers[:SLOWEST])
+                      for t in map(report["per_token"].__getitem__, outliers[:SLOWEST]))
     more = f" and {len(outliers) - SLOWEST} more" if len(outliers) > SLOWEST else ""
     return verdict("outliers", True,
         f"OUTLIER TOKENS: {len(outliers)} token(s) >= {OUTLIER_FACTOR}x the median "
@@ -2757,7 +2774,7 @@ def token_block(report, value, unit):
     """Per-token distribution, the slowest (heaviest) tokens and a sparkline of the run."""
     dist = report[f"token_{value}"]
     name = "heaviest" if "heaviest" in report else "slowest"
-    per_token = [t[value] for t in report["per_token"]]
+    per_token = token_figure(report["per_token"], value)
     group = -(-len(per_token) // SPARK_WIDTH)
     each = f"each mark the max of {group} tokens, " if group > 1 else ""
     parts = []
@@ -4694,7 +4711,7 @@ def io_token_parts(tokens, latencies, per_lane):
     return {"token_mib": spread_of(tokens.values("read_bytes"), MIB),
             "token_reads": spread_of(tokens.values("reads")),
             "heaviest": [row_of(table, row) for row in heaviest],
-            "per_token": TokenRows(tokens, row_of),
+            "per_token": TokenRows(tokens, row_of, {"mib": ("read_bytes", MIB)}),
             "lane_bytes_by_token": lane_bytes_by_token(tokens) if per_lane else None}
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 import decode_analyze
 import trace_io
-from helpers import ENGINE, REAL_TRACES, io_text, report, run, trace_rows
+from helpers import ENGINE, REAL_TRACES, ROOT, io_text, report, run, trace_rows
 
 
 MIB = 1 << 20
@@ -406,3 +406,17 @@ def test_a_decode_as_the_engine_writes_it_is_indexed_by_ranges():
     index.insert(len(index.steps), 100_070, 100_000)  # a gap: a verify batch's positions
     assert isinstance(index.steps, decode_analyze.array)
     assert index.find(100_070) == (100_000, 100_000) and index.find(70) == (6, 6)
+
+
+@pytest.mark.parametrize("command, path, figure", [
+    ("compute", "examples/session-ct.csv", "ms"), ("io", "examples/session-io.csv", "mib")])
+def test_a_tokens_figure_read_from_its_column_is_its_dicts(command, path, figure):
+    """The sparkline and the outliers read a figure of every token from its column, not from
+    a dict made a token: the same numbers, to the bit, in the same order."""
+    analyze = {"compute": decode_analyze.analyze_compute, "io": decode_analyze.analyze_io}
+    reading = trace_io.Reading(decode_analyze.Selection(), warn=lambda message: None)
+    rows = analyze[command](str(ROOT / path), reading)["per_token"]
+    from_columns = decode_analyze.token_figure(rows, figure)
+    assert isinstance(rows, decode_analyze.TokenRows) and len(from_columns) > 100
+    assert list(from_columns) == [token[figure] for token in rows]
+    assert decode_analyze.token_figure(list(rows), figure) == list(from_columns)

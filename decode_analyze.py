@@ -764,11 +764,14 @@ class TokenRows(Sequence):
         return (row_of(table, row) for row in self.order)
 
     def figure(self, name):
-        """Every token's figure `name` as its dict holds it, read from its column (8 bytes a
-        token, no dict made)."""
+        """Every token's figure `name` as its dict holds it, read from its column (an array,
+        no dict made): the column over its unit, or (unit None) the column's integers."""
         column, unit = self.figures[name]
         values = self.table.column(column)
-        return array("d", (values[row] / unit for row in self.order))
+        if unit is not None:
+            return array("d", (values[row] / unit for row in self.order))
+        picked = map(values.__getitem__, self.order)
+        return array(values.typecode, picked) if isinstance(values, array) else list(picked)
 
     def keys(self):
         """Each token's (turn, phase, step), in order, without making its dict."""
@@ -2366,7 +2369,7 @@ def token_views(tokens, book):
     return {
         "token_ms": spread_of(tokens.values("wall_ns"), NS_PER_MS),
         "slowest": [compute_token_row(table, row) for row in slowest],
-        "per_token": TokenRows(tokens, compute_token_row, {"ms": ("wall_ns", NS_PER_MS)}),
+        "per_token": TokenRows(tokens, compute_token_row, COMPUTE_TOKEN_FIGURES),
         "decodes": decode_positions(tokens, book, "wall_ns", NS_PER_MS),
         "prefill": prefill_batches(tokens, "wall_ns", NS_PER_MS),
         "warmup": warmup(tokens, book, "wall_ns", NS_PER_MS),
@@ -2389,6 +2392,12 @@ def prefill_batches(tokens, name, unit):
     return PREFILL_BATCHES(batches=batches, prompt_tokens=prompt,
                            ms_per_batch=ratio(total, batches),
                            ms_per_prompt_token=ratio(total, prompt))
+
+
+# The per_token figures read straight from the columns (TokenRows.figure): name -> (its column,
+# the unit it is over; None: the integer as it is)
+COMPUTE_TOKEN_FIGURES = {"ms": ("wall_ns", NS_PER_MS), "majflt": ("majflt", None),
+                         "turn": ("turn", None)}
 
 
 def compute_token_row(table, row):
@@ -2466,10 +2475,11 @@ def steady_tokens(compute):
     if compute["phase"] != "decode":
         return 0, 0
     seen, steady, faulting = Counter(), 0, 0
-    for token in compute["per_token"]:
-        seen[token["turn"]] += 1
-        if seen[token["turn"]] > WARMUP_TOKENS:
-            steady, faulting = steady + 1, faulting + bool(token["majflt"])
+    per_token = compute["per_token"]
+    for turn, majflt in zip(token_figure(per_token, "turn"), token_figure(per_token, "majflt")):
+        seen[turn] += 1
+        if seen[turn] > WARMUP_TOKENS:
+            steady, faulting = steady + 1, faulting + bool(majflt)
     return steady, faulting
 
 

@@ -4721,7 +4721,9 @@ def io_token_parts(tokens, latencies, per_lane):
     return {"token_mib": spread_of(tokens.values("read_bytes"), MIB),
             "token_reads": spread_of(tokens.values("reads")),
             "heaviest": [row_of(table, row) for row in heaviest],
-            "per_token": TokenRows(tokens, row_of, {"mib": ("read_bytes", MIB)}),
+            "per_token": TokenRows(tokens, row_of, {"mib": ("read_bytes", MIB),
+                                                    "busy_ms": ("busy_ns", NS_PER_MS),
+                                                    "io_ms": ("io_ns", NS_PER_MS)}),
             "lane_bytes_by_token": lane_bytes_by_token(tokens) if per_lane else None}
 
 
@@ -5549,16 +5551,19 @@ def decoded_io_wall(io, tokens):
     """The IoWall per decoded token of a pair: each token's reads took no longer than its
     decode (its lanes' summed latency can exceed it, when lanes ran at once). tokens: the
     compute tokens' TokenIndex."""
-    n = len(tokens.rows)
+    n, reads = len(tokens.rows), io["per_token"]
+    decode_ms = token_figure(tokens.rows, "ms")
     busy = high = io_ms = 0
-    for token in io["per_token"]:  # floats summed in trace order, as sum() adds them
-        at = tokens.find(row_token(token))
-        wall_ms = token["busy_ms"] if at is None else tokens.rows[at]["ms"]
-        busy, io_ms = busy + token["busy_ms"], io_ms + token["io_ms"]
+    # floats summed in trace order, as sum() adds them
+    for key, busy_ms, token_io_ms in zip(token_keys(reads), token_figure(reads, "busy_ms"),
+                                         token_figure(reads, "io_ms")):
+        at = tokens.find(key)
+        wall_ms = busy_ms if at is None else decode_ms[at]
+        busy, io_ms = busy + busy_ms, io_ms + token_io_ms
         # ... nor shorter than their estimate: a decode shorter than that is no bound
         # (inverted, "within 184.71 and 2.65"), but a pair whose reads outlast a serial
         # decode (warned)
-        high += min(token["busy_ms"], max(token["io_ms"], wall_ms))
+        high += min(busy_ms, max(token_io_ms, wall_ms))
     return IoWall(busy / n, io_ms / n, high / n)
 
 
@@ -5612,27 +5617,29 @@ def read_split(per_token, readers):
     tokens' TokenIndex."""
     count, total, io_total = {True: 0, False: 0}, {True: 0, False: 0}, 0
     idle = array("d")
-    for token in per_token:  # floats summed in trace order, as sum() adds them
-        at = readers.find(row_token(token))
+    walls, read_ms = token_figure(per_token, "ms"), token_figure(readers.rows, "io_ms")
+    for key, ms in zip(token_keys(per_token), walls):  # floats summed in trace order
+        at = readers.find(key)
         count[at is not None] += 1
-        total[at is not None] += token["ms"]
+        total[at is not None] += ms
         if at is None:
-            idle.append(token["ms"])
+            idle.append(ms)
         else:
-            io_total += readers.rows[at]["io_ms"]
+            io_total += read_ms[at]
     read, no_read = (READ_GROUP(tokens=count[side], ms_per_token=ratio(total[side], count[side]))
                      for side in (True, False))
     idle = sorted(idle)
     return READ_SPLIT(read=read, no_read=no_read,
                       io_ms_per_token=ratio(io_total, count[True]),
-                      slow_stretch=slow_stretch(per_token, readers, idle[len(idle) // 2])
+                      slow_stretch=slow_stretch(per_token, walls, readers, idle[len(idle) // 2])
                       if idle else None)
 
 
-def slow_stretch(per_token, readers, idle_median):
+def slow_stretch(per_token, walls, readers, idle_median):
     """The longest run of consecutive decoded tokens of one turn slower than READ_SPLIT_RATIO x
-    the median token that read nothing, when it holds at least half of the slow tokens."""
-    slow = bytearray(READ_SPLIT_RATIO * idle_median < token["ms"] for token in per_token)
+    the median token that read nothing, when it holds at least half of the slow tokens.
+    walls: each token's ms."""
+    slow = bytearray(READ_SPLIT_RATIO * idle_median < ms for ms in walls)
     best = longest_run(slow, compact(turn for turn, _, _ in token_keys(per_token)))
     if len(best) < 2 or 2 * len(best) < sum(slow):
         return None
@@ -5641,7 +5648,7 @@ def slow_stretch(per_token, readers, idle_median):
     return SLOW_STRETCH(turn=first["turn"], first_step=first["step"], last_step=last["step"],
                         tokens=len(stretch),
                         without_reads=sum(readers.find(row_token(t)) is None for t in stretch),
-                        ms_per_token=sum(t["ms"] for t in stretch) / len(stretch))
+                        ms_per_token=sum(walls[best.start:best.stop]) / len(stretch))
 
 
 def pair_layers(compute, io, per_decoded):

@@ -410,10 +410,12 @@ def test_a_decode_as_the_engine_writes_it_is_indexed_by_ranges():
 
 @pytest.mark.parametrize("command, path, figure", [
     ("compute", "examples/session-ct.csv", "ms"), ("compute", "examples/session-ct.csv", "turn"),
-    ("compute", "examples/session-ct.csv", "majflt"), ("io", "examples/session-io.csv", "mib")])
+    ("compute", "examples/session-ct.csv", "majflt"), ("io", "examples/session-io.csv", "mib"),
+    ("io", "examples/session-io.csv", "busy_ms"), ("io", "examples/session-io.csv", "io_ms")])
 def test_a_tokens_figure_read_from_its_column_is_its_dicts(command, path, figure):
-    """The sparkline, the outliers and memory pressure read a figure of every token from its
-    column, not from a dict made a token: the same numbers, to the bit, in the same order."""
+    """The sparkline, the outliers, memory pressure and the pair's joins read a figure of
+    every token from its column, not from a dict made a token: the same numbers, to the bit,
+    in the same order."""
     analyze = {"compute": decode_analyze.analyze_compute, "io": decode_analyze.analyze_io}
     reading = trace_io.Reading(decode_analyze.Selection(), warn=lambda message: None)
     rows = analyze[command](str(ROOT / path), reading)["per_token"]

@@ -704,9 +704,9 @@ def packed_keys(keys):
     return packed
 
 
-def rising(values, strictly=False):
-    """Whether no value is below (strictly: at or below) the one before it."""
-    return not any(map(ge if strictly else gt, values, islice(values, 1, None)))
+def rising(values):
+    """Whether each value is above the one before it."""
+    return not any(map(ge, values, islice(values, 1, None)))
 
 
 class Tokens:
@@ -5585,7 +5585,7 @@ class TokenIndex:
 
     def __init__(self, per_token):
         self.rows, self.packed, self.by_key = per_token, packed_keys(token_keys(per_token)), None
-        if self.packed is None or not rising(self.packed, strictly=True):
+        if self.packed is None or not rising(self.packed):
             self.packed = None
             self.by_key = {key: at for at, key in enumerate(token_keys(per_token))}
 

@@ -793,6 +793,16 @@ def token_figure(per_token, name):
     return [token[name] for token in per_token]
 
 
+def row_token(row):
+    """A per_token row's (turn, phase, step)."""
+    return (row["turn"], row["phase"], row["step"])
+
+
+def token_keys(per_token):
+    """Each per_token row's (turn, phase, step), in order."""
+    return per_token.keys() if isinstance(per_token, TokenRows) else map(row_token, per_token)
+
+
 class TokenFold:
     """The base of both folds (the fold contract is in trace_io's docstring): each batch's
     token runs are looked up in the book of tokens and folded by the subclass's _fold();
@@ -2396,8 +2406,7 @@ def prefill_batches(tokens, name, unit):
 
 # The per_token figures read straight from the columns (TokenRows.figure): name -> (its column,
 # the unit it is over; None: the integer as it is)
-COMPUTE_TOKEN_FIGURES = {"ms": ("wall_ns", NS_PER_MS), "majflt": ("majflt", None),
-                         "turn": ("turn", None)}
+COMPUTE_TOKEN_FIGURES = {"ms": ("wall_ns", NS_PER_MS), "majflt": ("majflt", None)}
 
 
 def compute_token_row(table, row):
@@ -2476,7 +2485,7 @@ def steady_tokens(compute):
         return 0, 0
     seen, steady, faulting = Counter(), 0, 0
     per_token = compute["per_token"]
-    for turn, majflt in zip(token_figure(per_token, "turn"), token_figure(per_token, "majflt")):
+    for (turn, _, _), majflt in zip(token_keys(per_token), token_figure(per_token, "majflt")):
         seen[turn] += 1
         if seen[turn] > WARMUP_TOKENS:
             steady, faulting = steady + 1, faulting + bool(majflt)
@@ -4721,9 +4730,7 @@ def io_token_parts(tokens, latencies, per_lane):
     return {"token_mib": spread_of(tokens.values("read_bytes"), MIB),
             "token_reads": spread_of(tokens.values("reads")),
             "heaviest": [row_of(table, row) for row in heaviest],
-            "per_token": TokenRows(tokens, row_of, {"mib": ("read_bytes", MIB),
-                                                    "busy_ms": ("busy_ns", NS_PER_MS),
-                                                    "io_ms": ("io_ns", NS_PER_MS)}),
+            "per_token": TokenRows(tokens, row_of, IO_TOKEN_FIGURES),
             "lane_bytes_by_token": lane_bytes_by_token(tokens) if per_lane else None}
 
 
@@ -4824,6 +4831,11 @@ def adjacency(fold, chosen, reads, per):
     return ADJACENCY(reads_per_token=per.count(reads),
                      runs_per_token=per.count(runs) if fold.adjacent else None,
                      coalesce_factor=ratio(reads, runs) if fold.adjacent else None)
+
+
+# The per_token figures read straight from the columns (as COMPUTE_TOKEN_FIGURES)
+IO_TOKEN_FIGURES = {"mib": ("read_bytes", MIB), "busy_ms": ("busy_ns", NS_PER_MS),
+                    "io_ms": ("io_ns", NS_PER_MS)}
 
 
 def io_token_row(latencies, table, row):
@@ -5565,16 +5577,6 @@ def decoded_io_wall(io, tokens):
         # decode (warned)
         high += min(busy_ms, max(token_io_ms, wall_ms))
     return IoWall(busy / n, io_ms / n, high / n)
-
-
-def row_token(row):
-    """A per_token row's (turn, phase, step)."""
-    return (row["turn"], row["phase"], row["step"])
-
-
-def token_keys(per_token):
-    """Each per_token row's (turn, phase, step), in order."""
-    return per_token.keys() if isinstance(per_token, TokenRows) else map(row_token, per_token)
 
 
 class TokenIndex:

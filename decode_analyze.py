@@ -75,7 +75,7 @@ from functools import lru_cache, partial
 from io import StringIO
 from math import comb, erfc, fsum, sqrt
 from itertools import accumulate, chain, compress, filterfalse, groupby, islice, repeat
-from operator import add, ge, gt, itemgetter, mod, neg, not_, sub
+from operator import add, ge, gt, itemgetter, le, mod, neg, not_, sub
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trace_io  # noqa: E402
@@ -3681,8 +3681,7 @@ def in_key_order(lookups):
     """Whether the token runs' keys never go down (so one token's runs are adjacent): compared
     a pair at a time, never all held."""
     columns = (lookups.token_turns, lookups.token_phases, lookups.token_steps)
-    return all(map(operator.le, zip(*columns), zip(*(islice(column, 1, None)
-                                                      for column in columns))))
+    return all(map(le, zip(*columns), zip(*(islice(column, 1, None) for column in columns))))
 
 
 class TokenDemand:
@@ -10200,7 +10199,8 @@ def analyze_io(path, reading, asked=IoOptions(True, True, None)):
 
 
 def weighed_io(path, reading, asked):
-    """analyze_io's report, and what its reads were weighed against (the log's figures, or the
+    """analyze_io's report without its verdicts, which its caller judges (io alone, or the
+    pair in the decode), and what its reads were weighed against (the log's figures, or the
     trace's waits), which a pair weighs again per decoded token: one pass over the waits."""
     reading = with_trace_stall(path, reading)
     trace, fold = read_io(path, reading, asked.adjacent, asked.cache)

@@ -46,7 +46,6 @@ def test_a_speculative_runs_k_is_the_models_not_a_verify_batchs(write):
     assert own["hit_share_most"] == pytest.approx((3 * 2 + 2 * 4) / (34 + 4 + 3 * 2 + 2 * 4))
 
 
-
 def test_a_verify_runs_cache_counts_do_not_depend_on_token_order(write):
     """Tokens out of key order (a merged trace) go through the dict of every token, sorted:
     each decode's positions still end at the next decode's step, and the counts are those of

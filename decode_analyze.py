@@ -10739,9 +10739,9 @@ READING_OPTIONS = (  # a command that reads traces
     option("--skip-bad-rows", action="store_true",
            help="skip malformed rows (counted on stderr) instead of stopping"),
     option("--jobs", type=positive, metavar="N",
-           help=f"processes reading a large plain file at once (default: the cores idle now, "
-                f"sampled for 50 ms when an input is over {trace_io.PARALLEL_MIN_BYTES >> 20} MiB, "
-                f"at most {MAX_JOBS}; report shares them between its files)"))
+           help=f"processes reading a large plain file at once (default: 1 when no input is "
+                f"over {trace_io.PARALLEL_MIN_BYTES >> 20} MiB, else the usable cores, at most "
+                f"{MAX_JOBS}; report shares them between its files)"))
 PICTURE_OPTIONS = {
     "svg": (option("--svg", metavar="FILE", help="also write the report's pictures to FILE: "
                                                  "one self-contained SVG"),),

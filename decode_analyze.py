@@ -1503,8 +1503,45 @@ def verdict(verdict_id, flagged, text):
     return VERDICT(id=verdict_id, flagged=flagged, text=text)
 
 
-def compare(flagged):
-    return ">" if flagged else "<="
+# The threshold verdicts, declared once: a figure flagged when it is past its limit (`strict`:
+# above it, else at or above it), said in its flagged words or its calm ones, then its evidence
+# and the comparison with the limit, "(> 30%)". The verdicts that weigh several figures, or
+# that can be undetermined, are written out where they are judged.
+Threshold = namedtuple("Threshold", "limit shown strict flagged calm")
+FAULT_BOUND_SHARE, WARMUP_RATIO, OUTLIER_SHARE = 0.30, 1.5, 0.10
+THRESHOLDS = {
+    "fault_bound": Threshold(FAULT_BOUND_SHARE, "{:.0%}", True,  # of compute
+                             "FAULT-BOUND", "not fault-bound"),
+    "warmup": Threshold(WARMUP_RATIO, "{}x", True,  # the first tokens' mean over the rest's
+                        "WARM-UP", "no warm-up"),
+    "outliers": Threshold(OUTLIER_SHARE, "{:.0%}", False,  # the outliers' share of the time
+                          "OUTLIER TOKENS", "no outlier tokens"),
+    "lanes_unbalanced": Threshold(1.5, "{}x", True,  # the busiest lane's busy over the least's
+                                  "UNBALANCED lanes", "lanes balanced"),
+    "coalescing": Threshold(1.2, "{}x", True,  # the coalescing factor
+                            "coalescing WORTHWHILE", "coalescing not worthwhile"),
+    "cache": Threshold(0.20, "{:.0%}", True,  # the lookups a cache of half the footprint serves
+                       "cache WORTHWHILE", "cache not worthwhile"),
+    "io_bound": Threshold(0.20, "{:.0%}", True,  # a pair: what the reads cost, of the decode
+                          "I/O-BOUND", "not I/O-bound"),
+}
+
+
+def past(verdict_id, figure):
+    """Whether `figure` is past the verdict's limit; None (a figure that cannot be had, as a
+    lane that never read) is."""
+    threshold = THRESHOLDS[verdict_id]
+    return figure is None or (gt if threshold.strict else ge)(figure, threshold.limit)
+
+
+def threshold_verdict(verdict_id, flagged, evidence, shown="", after=""):
+    """"HEAD: evidence (shown, > limit)after", or its calm words and "<=" when not flagged."""
+    threshold = THRESHOLDS[verdict_id]
+    words, sign = (threshold.flagged, ">" if threshold.strict else ">=") if flagged else \
+        (threshold.calm, "<=" if threshold.strict else "<")
+    limit = threshold.shown.format(threshold.limit)
+    return verdict(verdict_id, flagged,
+                   f"{words}: {evidence} ({shown + ', ' if shown else ''}{sign} {limit}){after}")
 
 
 def all_verdicts(report):
@@ -2493,13 +2530,9 @@ def steady_tokens(compute):
 
 
 # ── compute: its verdicts ────────────────────────────────────────────────────────────────────────
-FAULT_BOUND_SHARE = 0.30  # faulting nodes' share of compute
 ROUTER_SHARE = 0.20  # router category's share of compute (a pair: its read wait's, of the decode)
 
-OUTLIER_FACTOR = 10  # a token this many times the median token ...
-OUTLIER_SHARE = 0.10  # ... is an outlier; flagged when the outliers hold this share of the time
-
-WARMUP_RATIO = 1.5  # first WARMUP_TOKENS decode tokens' mean over the rest's
+OUTLIER_FACTOR = 10  # a token this many times the median token is an outlier
 
 
 def compute_verdicts(report, paired=False):
@@ -2508,11 +2541,10 @@ def compute_verdicts(report, paired=False):
     verdicts = []
     share = report["faults"]["share"]
     if share is not None and report["majflt_per_token"]:
-        flagged = share > FAULT_BOUND_SHARE
-        verdicts.append(verdict("fault_bound", flagged,
-            f"{'FAULT-BOUND' if flagged else 'not fault-bound'}: nodes that took major faults "
-            f"are {share:.0%} of compute ({compare(flagged)} "
-            f"{FAULT_BOUND_SHARE:.0%}){': flash wait billed as compute' if flagged else ''}"))
+        flagged = past("fault_bound", share)
+        verdicts.append(threshold_verdict("fault_bound", flagged,
+            f"nodes that took major faults are {share:.0%} of compute",
+            after=": flash wait billed as compute" if flagged else ""))
     router = next((c for c in report["by_category"] if c["category"] == "router"), None)
     if router and router["share"] is not None and not paired:
         verdicts.append(router_alone_verdict(router))
@@ -2536,7 +2568,7 @@ def warmup_verdict(report):
     warm, stretch = report["warmup"], report["slow_stretch"]
     head = (f"the first {warm['tokens']} decode tokens of each turn average "
             f"{warm['first_mean']:.2f} ms, {warm['ratio']:.2f}x the rest")
-    flagged = warm["ratio"] > WARMUP_RATIO
+    flagged = past("warmup", warm["ratio"])
     window = 2 * warm["tokens"]
     if flagged and stretch is not None and (stretch["share"] or 0) >= OUTLIER_SHARE:
         before = sum(1 for token in report["per_token"] if token["phase"] == DECODE and
@@ -2547,9 +2579,7 @@ def warmup_verdict(report):
                 f"steps {stretch['first_step']}-{stretch['last_step']}) starts "
                 f"{counted(before, 'token')} into the decode and lasts past its first {window}: "
                 f"one slow episode, not a warm-up")
-    return verdict("warmup", flagged,
-        f"{'WARM-UP' if flagged else 'no warm-up'}: {head} ({compare(flagged)} "
-        f"{WARMUP_RATIO}x)")
+    return threshold_verdict("warmup", flagged, head)
 
 
 def memory_verdict(report):
@@ -2636,18 +2666,18 @@ def outlier_verdict(report):
     total = sum(walls)
     share = ratio(sum(walls[at] for at in outliers), total) or 0.0
     mean_ratio = total / len(walls) / median
-    if not outliers or share < OUTLIER_SHARE:
-        return verdict("outliers", False,
-            f"no outlier tokens: the slowest token is {report['token_ms']['max'] / median:.1f}x "
-            f"the median ({median:.2f} ms); tokens >= {OUTLIER_FACTOR}x the median hold "
-            f"{share:.0%} of the time (< {OUTLIER_SHARE:.0%})")
+    if not outliers or not past("outliers", share):
+        return threshold_verdict("outliers", False,
+            f"the slowest token is {report['token_ms']['max'] / median:.1f}x the median "
+            f"({median:.2f} ms); tokens >= {OUTLIER_FACTOR}x the median hold {share:.0%} of "
+            f"the time")
     named = ", ".join(f"turn {t['turn']} step {t['step']} {t['ms']:.2f} ms"
                       for t in map(report["per_token"].__getitem__, outliers[:SLOWEST]))
     more = f" and {len(outliers) - SLOWEST} more" if len(outliers) > SLOWEST else ""
-    return verdict("outliers", True,
-        f"OUTLIER TOKENS: {len(outliers)} token(s) >= {OUTLIER_FACTOR}x the median "
-        f"({median:.2f} ms) hold {share:.0%} of the time (>= {OUTLIER_SHARE:.0%}): {named}{more}; "
-        f"the mean token is {mean_ratio:.2f}x the median")
+    return threshold_verdict("outliers", True,
+        f"{len(outliers)} token(s) >= {OUTLIER_FACTOR}x the median ({median:.2f} ms) hold "
+        f"{share:.0%} of the time",
+        after=f": {named}{more}; the mean token is {mean_ratio:.2f}x the median")
 
 
 # ── compute: its text and Markdown sections ──────────────────────────────────────────────────────
@@ -4865,9 +4895,6 @@ def token_p99(latencies):
 # ── io: its verdicts ─────────────────────────────────────────────────────────────────────────────
 LATENCY_BOUND_KIB = 256  # median read below this ...
 LATENCY_BOUND_RATE = 0.25  # ... and its bucket below this fraction of the best bucket's MiB/s
-LANE_IMBALANCE = 1.5  # busiest lane's busy time over the least busy lane's
-COALESCE_WORTH = 1.2  # coalescing factor
-CACHE_WORTH = 0.20  # share of read bytes an LRU of half the footprint would serve
 IO_MATERIAL = 0.10  # io alone: a remedy is at stake when it could save this share of the I/O
 
 PAGE_CACHE_US = 50  # buffered reads (o_direct=0) with a median this fast came from memory
@@ -4889,19 +4916,13 @@ def io_findings(report):
     busy = [row["busy_ms_per_token"] for row in report["by_lane"]]
     if len(busy) > 1:
         spread = ratio(max(busy), min(busy))
-        flagged = spread is None or spread > LANE_IMBALANCE
-        verdicts.append(verdict("lanes_unbalanced", flagged,
-            f"{'UNBALANCED lanes' if flagged else 'lanes balanced'}: the busiest lane is busy "
-            + ("while the least busy never read" if spread is None else
-               f"{spread:.2f}x as long as the least busy") +
-            f" ({compare(flagged)} {LANE_IMBALANCE}x)"))
+        verdicts.append(threshold_verdict("lanes_unbalanced", past("lanes_unbalanced", spread),
+            "the busiest lane is busy " + ("while the least busy never read" if spread is None
+                                           else f"{spread:.2f}x as long as the least busy")))
     factor = report["adjacency"]["coalesce_factor"]
     if factor is not None:
-        flagged = factor > COALESCE_WORTH
-        verdicts.append(verdict("coalescing", flagged,
-            f"{'coalescing WORTHWHILE' if flagged else 'coalescing not worthwhile'}: perfect "
-            f"merging would issue {factor:.2f}x fewer requests ({compare(flagged)} "
-            f"{COALESCE_WORTH}x)"))
+        verdicts.append(threshold_verdict("coalescing", past("coalescing", factor),
+            f"perfect merging would issue {factor:.2f}x fewer requests"))
     own = report.get("run_cache")
     if ran_cached(report):
         served = f"{own['hit_share']:.1%} to {own['hit_share_most']:.1%} of the expert " \
@@ -4916,16 +4937,13 @@ def io_findings(report):
 
 
 def cache_verdict(judged):
-    """Whether a cache of half the experts' footprint serves CACHE_WORTH of the lookups: the
+    """Whether a cache of half the experts' footprint serves enough of the lookups: the
     what-if's setting at that size (its stake is that setting's saving)."""
     figures = judged["figures"]
     hit = figures["hit_share"]["point"]
-    flagged = hit > CACHE_WORTH
-    return verdict("cache", flagged,
-        f"{'cache WORTHWHILE' if flagged else 'cache not worthwhile'}: the engine's cache at "
-        f"--cache-mb {judged['value']:g} (half the experts' footprint: "
-        f"{figures['experts']['point']} experts) would serve {hit:.0%} of the expert lookups "
-        f"({compare(flagged)} {CACHE_WORTH:.0%})")
+    return threshold_verdict("cache", past("cache", hit),
+        f"the engine's cache at --cache-mb {judged['value']:g} (half the experts' footprint: "
+        f"{figures['experts']['point']} experts) would serve {hit:.0%} of the expert lookups")
 
 
 def latency_verdict(report):
@@ -5716,8 +5734,6 @@ ROUTER_EXPLAINED = 0.5  # a pair: the share of the router's time the reads can a
 READS_EXPLAIN = 0.5  # ... and the reads' own time must cover this share of the difference
 MATERIAL = 0.05  # a pair: an I/O verdict is flagged when it could save this share of the decode
 
-IO_SHARE = 0.20  # a pair: I/O-bound when the reads cost the decode this share of it
-
 
 def pair_verdicts(compute, io, pair, measured=None):
     """What only the pair can decide: whether the reads bound the decode, whether routing
@@ -5762,12 +5778,9 @@ def io_bound_verdict(pair, stakes):
     cost = estimate if stakes.cap == math.inf else stakes.cap  # the wait the reads caused
     what = "the overlap's stall" if stakes.cap < math.inf else "the I/O estimate"
     share = ratio(cost, decode)
-    flagged = share is not None and share > IO_SHARE
-    moot = f"; {stakes.moot}" if stakes.moot else ""
-    return verdict("io_bound", flagged,
-        f"{'I/O-BOUND' if flagged else 'not I/O-bound'}: the reads cost {cost:.2f} ms ({what}) "
-        f"of the {decode:.2f} ms decode per token ({num(share, '.0%')}, {compare(flagged)} "
-        f"{IO_SHARE:.0%}){moot}")
+    return threshold_verdict("io_bound", share is not None and past("io_bound", share),
+        f"the reads cost {cost:.2f} ms ({what}) of the {decode:.2f} ms decode per token",
+        shown=num(share, ".0%"), after=f"; {stakes.moot}" if stakes.moot else "")
 
 
 def router_pair_verdict(compute, pair, stakes):

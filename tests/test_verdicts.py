@@ -301,3 +301,34 @@ def test_a_pairs_verdicts_are_judged_once(pair):
     assert not set(compute_ids) & {*pair_ids, "router_wait"}  # the pair's too
     assert decode_analyze.all_verdicts(r) == \
         r["compute"]["verdicts"] + r["io"]["verdicts"] + r["pair"]["verdicts"]
+
+
+@pytest.mark.parametrize("verdict_id", sorted(decode_analyze.THRESHOLDS))
+def test_a_threshold_verdict_at_its_limit(verdict_id):
+    """The table's one rule: a strict threshold's limit itself is calm ("<= 30%"), an inclusive
+    one's flagged (">= 10%"); just past it is flagged, just short calm, and a figure that
+    cannot be had (None) is flagged."""
+    threshold = decode_analyze.THRESHOLDS[verdict_id]
+    limit = threshold.limit
+    assert decode_analyze.past(verdict_id, limit) is not threshold.strict
+    assert decode_analyze.past(verdict_id, limit * 1.001)
+    assert not decode_analyze.past(verdict_id, limit * 0.999)
+    assert decode_analyze.past(verdict_id, None)
+    shown = threshold.shown.format(limit)
+    flagged = decode_analyze.threshold_verdict(verdict_id, True, "evidence", "7%", ": why")
+    calm = decode_analyze.threshold_verdict(verdict_id, False, "evidence")
+    strict = threshold.strict
+    assert flagged["text"] == f"{threshold.flagged}: evidence (7%, {'>' if strict else '>='} " \
+                              f"{shown}): why"
+    assert calm["text"] == f"{threshold.calm}: evidence ({'<=' if strict else '<'} {shown})"
+    assert (flagged["flagged"], calm["flagged"]) == (True, False)
+
+
+@pytest.mark.parametrize("verdict_id", sorted(decode_analyze.THRESHOLDS))
+def test_the_readme_states_each_threshold_the_table_declares(verdict_id):
+    threshold = decode_analyze.THRESHOLDS[verdict_id]
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    verdicts = text[text.index("## Verdicts"):]
+    said = verdicts[verdicts.index(f"`{verdict_id}`"):][:200]
+    number = threshold.shown.format(threshold.limit).rstrip("x")
+    assert f"{'>' if threshold.strict else '≥'} {number}" in said, said

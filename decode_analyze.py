@@ -30,12 +30,13 @@ sections above it:
                 mann_whitney_p
   rendering     Column and table_lines (every text table), json_text; the layout's pieces (Section,
                 Block, View); the sections every report shares (header, engine, caveats)
-  verdicts      verdict and compare: a one-line conclusion and its threshold; verdict_blocks
+  verdicts      verdict: a one-line conclusion; THRESHOLDS, the verdicts that compare one
+                figure with a limit (threshold_verdict); verdict_blocks
   compute       CATEGORY_NAMES and classify_graph (node categories), TokenGraph, ComputeFold,
                 compute_report, compute_verdicts, its Kind (record and layout)
   io            PhaseReads, IoFold, ExpertLookups and ExpertCache (the engine's cache, every
                 size in one pass), TokenModel (a token's I/O part at any setting), WhatIf (what
-                each setting would buy, calibrated or not), io_report, io_verdicts
+                each setting would buy, calibrated or not), io_report, io_findings
   pair          pair_report: both traces of one run, per decoded token
   timeline      v2 traces on one clock: decode spans, unions of intervals
   engine        the engine's own end-of-run lines (NAME.log) beside the tool's figures
@@ -1080,12 +1081,6 @@ def exact_p(ranks, n1):
 def ratio(numerator, denominator):
     """numerator/denominator, or None (printed n/a, JSON null) when undefined."""
     return numerator / denominator if denominator else None
-
-
-def add_sums(sums, more):
-    """Add the dict of sums `more` into the dict `sums`, key by key (two processes' parts)."""
-    for key, value in more.items():
-        sums[key] = sums.get(key, 0) + value
 
 
 def scaled(value, scale):
@@ -2298,8 +2293,9 @@ def compute_report(trace, fold, selection, settings):
         unclassified=[UNCLASSIFIED_ROW(name=name, ms_per_token=per.ms(wall_ns))
                       for name, wall_ns in ordered_by(unclassified, lambda name, ns: (-ns, name))],
         **token_views(tokens, fold.book),
-        slow_stretch=compute_stretch(tokens, total_ns, segment_walls(tables, granularity),
-                                     fold.slow_segments),
+        slow_stretch=compute_stretch(tokens, total_ns, {  # a layer trace's segments' walls
+            name: sums.wall_ns for name, sums in tables["segment"].items()}
+            if granularity == "layer" else None, fold.slow_segments),
         op_us_by_token=us_by_token(tokens, OP_COLUMN, sorted(tables["op"])),
         category_us_by_token={} if granularity == "layer" else
         us_by_token(tokens, CATEGORY_COLUMN, sorted(tables["category"])))
@@ -2311,13 +2307,6 @@ def compute_report(trace, fold, selection, settings):
 STRETCH_FACTOR = 3
 STRETCH_TOKENS = 8
 STRETCH_SLOWED = 2
-
-
-def segment_walls(tables, granularity):
-    """{segment: its wall_ns} of a layer trace, None of a node trace."""
-    if granularity != "layer":
-        return None
-    return {name: sums.wall_ns for name, sums in tables["segment"].items()}
 
 
 def compute_stretch(tokens, total_ns, segment_totals, segments):
@@ -3215,7 +3204,7 @@ class PhaseReads:
     def __init__(self):
         self.by_expert = Counter()  # "layer,expert,read_bytes" -> reads
         self.by_lane = Counter()  # "lane,read_bytes,spec,layer" -> reads
-        self.lane_ns = {}  # "lane,read_bytes,spec,layer" -> latency_ns
+        self.lane_ns = Counter()  # "lane,read_bytes,spec,layer" -> latency_ns
         # spec -> latency_ns of each read; sorted into SortedParts by sort()
         self.latency = {"0": array(WALL_32), "1": array(WALL_32)}
         self.req_bytes = 0
@@ -3247,7 +3236,7 @@ class PhaseReads:
     def merge(self, later):
         self.by_expert.update(later.by_expert)
         self.by_lane.update(later.by_lane)
-        add_sums(self.lane_ns, later.lane_ns)
+        self.lane_ns.update(later.lane_ns)
         for spec, latencies in later.latency.items():
             self.latency[spec] = self.latency[spec] + latencies
         self.req_bytes += later.req_bytes
@@ -4900,12 +4889,6 @@ IO_MATERIAL = 0.10  # io alone: a remedy is at stake when it could save this sha
 PAGE_CACHE_US = 50  # buffered reads (o_direct=0) with a median this fast came from memory
 
 
-def io_verdicts(report, measured=None):
-    """The io verdicts, those whose remedy saves I/O time weighed in I/O time (io_stakes)."""
-    return weighed_io_verdicts(report, report["io_wall_ms_per_token"],
-                               io_stakes(report, measured or {}))
-
-
 def io_findings(report):
     """What the reads show on their own: latency-bound, lanes, coalescing, cache; before the
     stakes (what their remedies could save) are weighed; none of a selection that read
@@ -4975,14 +4958,6 @@ def latency_verdict(report):
 # nothing the reads do is at stake (they came from the page cache), or None; pressure: the
 # decode is inflated by memory pressure, so a small share is no answer.
 Stakes = namedtuple("Stakes", "whole_ms whole threshold cap moot pressure")
-
-
-def io_stakes(io, measured):
-    """io alone: a remedy weighed against the I/O time itself (IO_MATERIAL of it)."""
-    estimate = io["io_wall_ms_per_token"]["estimate"]
-    return Stakes(estimate, f"the {estimate:.2f} ms of I/O per read-token", IO_MATERIAL,
-                  overlap_cap(io["meta"], measured, io["tokens"]), page_cache_words(io),
-                  False)
 
 
 def page_cache_words(io):
@@ -5740,7 +5715,10 @@ def pair_verdicts(compute, io, pair, measured=None):
     waits for them, whether the tokens that read are the slow ones, and whether the io
     verdicts are at stake in the decode; and the io trace's other verdicts (the io part's,
     judged here once: its verdicts at stake are the pair's, never weighed in I/O time too)."""
-    stakes = pair_stakes(compute, io, pair, measured or {})
+    decode = pair["decode_ms_per_token"]  # a remedy weighed against the decode, MATERIAL of it
+    stakes = Stakes(decode, f"the {decode:.2f} ms decode per token", MATERIAL,
+                    overlap_cap({**compute["meta"], **io["meta"]}, measured or {}, pair["tokens"]),
+                    page_cache_words(io), under_pressure(compute))
     # the io trace is the expert streamer's: memory pressure's remedies are a streamed run's
     streamed = {**compute, "meta": {**compute["meta"], **io["meta"], "moe_stream": "1"}}
     judged = [memory_verdict(streamed), io_bound_verdict(pair, stakes),
@@ -5749,15 +5727,6 @@ def pair_verdicts(compute, io, pair, measured=None):
     weighed = weighed_io_verdicts(io, pair["io_wall_ms_per_token"], stakes, pair)
     return ([v for v in judged if v] + [v for v in weighed if v["id"] in AT_STAKE],
             [v for v in weighed if v["id"] not in AT_STAKE])
-
-
-def pair_stakes(compute, io, pair, measured):
-    """A pair: a remedy weighed against the decode (MATERIAL of it)."""
-    decode = pair["decode_ms_per_token"]
-    meta = {**compute["meta"], **io["meta"]}
-    return Stakes(decode, f"the {decode:.2f} ms decode per token", MATERIAL,
-                  overlap_cap(meta, measured, pair["tokens"]), page_cache_words(io),
-                  under_pressure(compute))
 
 
 def io_bound_verdict(pair, stakes):
@@ -6167,11 +6136,6 @@ def read_timeline(path, reading):
     """(trace, TimelineComputeFold) of a v2 compute trace; a v1 trace is refused."""
     return fold_file(path, TIMELINE_COMPUTE_READ, lambda: TimelineComputeFold(reading.selection),
                      in_parts_if_it_may(reading), check=require_v2)
-
-
-def read_io_timeline(path, reading):
-    """(trace, TimelineIoFold) of a v2 io trace: every read and wait, whatever its token."""
-    return fold_file(path, TIMELINE_IO_READ, TimelineIoFold, reading, check=require_v2)
 
 
 def has_v2_clock(trace):
@@ -7572,12 +7536,14 @@ class DiffView:
                 for row in report.get(table.table) or ()}
         meta = {str(k): str(v) for k, v in report["meta"].items()}
         per_decoded = report["tokens"] / (self.decoded or report["tokens"])
+        tail = report.get("tail_in_post")
         return {**(predictions(report, limit, per_decoded) if part == "io" else {}),
                 "tokens": tokens, "samples": samples, "op_samples": op_samples,
                 "headline": headline, "tables": tables, "meta": meta,
                 "selection": report.get("selection"),
                 "granularity": granularity_name(report.get("granularity")),
-                "tail_in_post": checked_tail(report.get("tail_in_post")),
+                "tail_in_post": tail if isinstance(tail, dict) and type(tail.get("layer")) is int
+                else None,  # a saved report may say anything
                 "latency_hist": [HISTOGRAM_ROW(lo_us=figure_value(row["lo_us"], limit),
                                                hi_us=figure_value(row["hi_us"], limit),
                                                count=figure_value(row["count"], limit))
@@ -7640,11 +7606,6 @@ def granularity_name(granularity):
     if granularity is not None and type(granularity) is not str:
         raise ValueError("granularity is not a name")
     return granularity
-
-
-def checked_tail(tail):
-    """A report's tail_in_post, if it is one (a saved report may say anything)."""
-    return tail if isinstance(tail, dict) and type(tail.get("layer")) is int else None
 
 
 def pair_half(report):
@@ -7904,7 +7865,8 @@ def diff_report(sides, alpha, test, gates=()):
         inputs=[DIFF_INPUT(path=view.path, name=name, side=index, source=view.source,
                            kind=view.kind,
                            tokens={part: view.parts[part]["tokens"] for part in parts})
-                for (index, view), name in zip(side_indexed(sides), names)],
+                for (index, view), name in zip(((index, view) for index, side in
+                                                enumerate(sides) for view in side.views), names)],
         preamble_changes=changes,
         latency_hist=[side_histogram(side) for side in sides] if "io" in parts else [],
         sections=sections,
@@ -7968,10 +7930,6 @@ def side_changes(base, new, parts):
             if change not in found:
                 found.append(change)
     return found
-
-
-def side_indexed(sides):
-    return [(index, view) for index, side in enumerate(sides) for view in side.views]
 
 
 def runs_to_decide(alpha, most=100):
@@ -8893,11 +8851,6 @@ def spread_column(field):
     return Column(shown.header, lambda row: row, written, ">")
 
 
-def clipped(line, width=TEXT_WIDTH):
-    """One line of a legend: cut at `width` with an ellipsis (JSON holds it whole)."""
-    return line if len(line) <= width else line[:width - 1] + "…"
-
-
 def summary_blocks(report, view):
     """A legend, a run each (the keys that tell it apart first, its whole name, its flagged
     verdicts; wrapped, never cut: a cut took the keys that differ), then the table, and a line
@@ -9021,7 +8974,9 @@ def text_grid(grid, view):
 
 def text_prose(prose):
     if prose.clip:
-        return [clipped(safe(logical)) for logical in prose.lines]
+        # a legend's line, cut at the width with an ellipsis (JSON holds it whole)
+        return [line if len(line) <= TEXT_WIDTH else line[:TEXT_WIDTH - 1] + "…"
+                for line in map(safe, prose.lines)]
     return [line for logical in prose.lines for line in wrap(safe(logical), prose.hang)]
 
 
@@ -10207,7 +10162,11 @@ def asked_of(args):
 def analyze_io(path, reading, asked=IoOptions(True, True, None)):
     """Read, sum up and judge an io trace: its report dict."""
     report, measured = weighed_io(path, reading, asked)
-    report["verdicts"] = io_verdicts(report, measured)
+    estimate = report["io_wall_ms_per_token"]["estimate"]  # weighed in I/O time, IO_MATERIAL
+    stakes = Stakes(estimate, f"the {estimate:.2f} ms of I/O per read-token", IO_MATERIAL,
+                    overlap_cap(report["meta"], measured or {}, report["tokens"]),
+                    page_cache_words(report), False)
+    report["verdicts"] = weighed_io_verdicts(report, report["io_wall_ms_per_token"], stakes)
     return report
 
 
@@ -10557,7 +10516,8 @@ def analyze_timeline(compute_path, io_path, reading):
     trace, fold = read_timeline(compute_path, reading)
     io_trace = io_fold = None
     if io_path is not None:
-        io_trace, io_fold = read_io_timeline(io_path, reading)
+        io_trace, io_fold = fold_file(io_path, TIMELINE_IO_READ, TimelineIoFold, reading,
+                                      check=require_v2)  # every read and wait, whatever its token
         differs = trace_id_warning((trace.name, trace.meta), (io_trace.name, io_trace.meta))
         if differs:
             reading.warn(differs)
@@ -10680,10 +10640,6 @@ def declared_setting(text):
 KnownSetting = namedtuple("KnownSetting", "accepts wanted")
 
 
-def setting_flag(value):
-    return value in ("0", "1")
-
-
 def setting_count(most):
     return lambda value: value.isascii() and value.isdigit() and 1 <= int(value) <= most
 
@@ -10694,7 +10650,7 @@ def setting_mib(least):
 
 
 KNOWN_SETTINGS = {
-    **{key: KnownSetting(setting_flag, "0 or 1")
+    **{key: KnownSetting(("0", "1").__contains__, "0 or 1")
        for key in ("cache", "prefetch", "overlap", "o_direct", "ngram", "moe_stream")},
     "cache_mb": KnownSetting(setting_mib(0), f"MiB from 0 (no cache) to {MAX_CACHE_MB}"),
     "mem_limit_mb": KnownSetting(setting_mib(1), f"MiB from 1 to {MAX_CACHE_MB}"),

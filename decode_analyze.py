@@ -434,9 +434,15 @@ def summing_record(name, fields, doc, keys=()):
 WALL_32 = next(code for code in "IL" if array(code).itemsize == 4)
 
 
+# The widths an array of unsigned ints takes, narrowest first; past the last, a list.
+WIDTHS = ("B", "H", WALL_32, "Q")
+
+
 def widened(values):
-    """`values` one step wider: 4-byte array -> 8-byte array -> list."""
-    return array("Q", values) if values.typecode != "Q" else values.tolist()
+    """`values` one step wider: 1 byte -> 2 -> 4 -> 8 -> a list."""
+    if values.typecode == "Q":
+        return values.tolist()
+    return array(WIDTHS[WIDTHS.index(values.typecode) + 1], values)
 
 
 def extend_wide(values, more):
@@ -475,8 +481,8 @@ class TokenTable:
 
     KEYS = ("turn", "phase", "step")
 
-    def __init__(self):
-        self.columns = {name: array(WALL_32) for name in self.KEYS}
+    def __init__(self):  # keys start a byte wide: a turn, a phase, most steps need no more
+        self.columns = {name: array("B") for name in self.KEYS}
 
     def __len__(self):
         return len(self.columns["turn"])
@@ -486,11 +492,12 @@ class TokenTable:
         row = len(self)
         for name, column in self.columns.items():
             value = key[self.KEYS.index(name)] if name in self.KEYS else 0
-            try:
-                column.append(value)
-            except OverflowError:
-                column = self.columns[name] = widened(column)
-                column.append(value)  # a key is below 2^64: one step is enough
+            while True:
+                try:
+                    column.append(value)
+                    break
+                except OverflowError:
+                    column = self.columns[name] = widened(column)
         return row
 
     def column(self, name):

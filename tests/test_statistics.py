@@ -45,6 +45,24 @@ def test_extend_wide_keeps_every_value_and_widens_only_when_needed(first, then):
     assert values.itemsize == (4 if max(first + then, default=0) < 2**32 else 8)
 
 
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2), st.integers(0, 2**64 - 1)),
+                max_size=30), st.integers(0, 30))
+def test_a_token_tables_keys_start_a_byte_wide_and_widen_to_any_key(keys, cut):
+    """Each key column holds its values exactly, as narrow as they allow (1 byte a token for a
+    turn or a phase, 2 for most steps): a merged table is the table of all its keys."""
+    first, later = decode_analyze.TokenTable(), decode_analyze.TokenTable()
+    for key in keys[:cut]:
+        first.append(key)
+    for key in keys[cut:]:
+        later.append(key)
+    first.merge(later, range(len(first), len(first) + len(later)))
+    for position, name in enumerate(decode_analyze.TokenTable.KEYS):
+        column = first.columns[name]
+        assert list(column) == [key[position] for key in keys]
+        widest = max((key[position] for key in keys), default=0)
+        assert column.itemsize == next(size for size in (1, 2, 4, 8) if widest < 1 << 8 * size)
+
+
 def test_a_tokens_p99_without_a_sort_is_the_sorted_ones():
     # near the top the p99 is found by taking the largest away: the same value as sorting,
     # ties included, for every count of reads (1..399 and larger, where it sorts)

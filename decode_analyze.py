@@ -468,11 +468,12 @@ def extend_wide(values, more):
 
 # A token costs bytes, not objects: a long traced session has hundreds of thousands of tokens, and
 # a Python object a token (a record, a dict entry keyed by a tuple) is 100-1,500 bytes of it.
-# Each selected token is a row of a TokenTable, each figure a column: an array of 4-byte
-# unsigned ints, widened to 8 when a value needs it and to a list past 2^64 (sums stay exact).
+# Each selected token is a row of a TokenTable, each figure a column: an array of unsigned ints
+# a byte wide, widened a step (WIDTHS) when a value needs it and to a list past 2^64 (sums stay
+# exact): a count that stays small (faults, reads) costs a byte a token.
 def zeros(count):
-    """An array of `count` zeros, 4 bytes each."""
-    return array(WALL_32, bytes(count * array(WALL_32).itemsize))
+    """An array of `count` zeros, a byte each."""
+    return array("B", bytes(count))
 
 
 class TokenTable:
@@ -3268,7 +3269,7 @@ class ExpertLookups:
         self.req_bytes = array(WALL_32)  # ... and req_bytes
         self.token_starts = array(WALL_32)  # each token run's first lookup
         self.token_phases = array("B")  # each token run's phase
-        self.token_turns, self.token_steps = array(WALL_32), array(WALL_32)  # ... its key
+        self.token_turns, self.token_steps = array("B"), array("B")  # ... its key (widened)
         self.speculative = []  # (token run, item) of each speculatively read expert
         self.token = None  # the token whose run is being added to: its (turn, phase, step)
         self.open_read, self.open_req, self.open_spec = {}, {}, {}

@@ -476,6 +476,16 @@ def zeros(count):
     return array("B", bytes(count))
 
 
+def put(values, index, value):
+    """values[index] = value, in `values` widened as far as it needs: returns the sequence."""
+    while True:
+        try:
+            values[index] = value
+            return values
+        except OverflowError:
+            values = widened(values)
+
+
 class TokenTable:
     """The selected tokens of a fold, a row each in trace order: their (turn, phase, step) and
     the sums the fold keeps (a column each, made on first use with every row at 0)."""
@@ -518,12 +528,10 @@ class TokenTable:
         """Add each amount to its row of the column `name`."""
         column = self.column(name)
         for row, amount in zip(rows, amounts):
-            while True:
-                try:
-                    column[row] += amount
-                    break
-                except OverflowError:
-                    column = self.columns[name] = widened(column)
+            try:
+                column[row] += amount
+            except OverflowError:
+                column = self.columns[name] = put(column, row, column[row] + amount)
 
     def extended(self, name, values):
         """Append `values` to the column `name` (the rows of a later fold)."""
@@ -3147,8 +3155,8 @@ class ReadLatencies:
 
     def __init__(self):
         self.values = array(WALL_32)
-        self.first = array("q")  # row -> start of its first stretch, -1 none yet
-        self.sizes = array(WALL_32)  # row -> the first stretch's length
+        self.first = zeros(0)  # row -> 1 + the start of its first stretch, 0 none yet
+        self.sizes = zeros(0)  # row -> the first stretch's length
         self.more = {}  # row -> [(start, length)] of its later stretches
 
     def add(self, row, latencies):
@@ -3158,9 +3166,9 @@ class ReadLatencies:
 
     def of(self, row):
         """The token's latencies."""
-        if row >= len(self.first) or self.first[row] < 0:
+        if row >= len(self.first) or not self.first[row]:
             return []
-        start = self.first[row]
+        start = self.first[row] - 1
         held = self.values[start:start + self.sizes[row]]
         for start, length in self.more.get(row, ()):
             held = extend_wide(held, self.values[start:start + length])
@@ -3171,19 +3179,19 @@ class ReadLatencies:
         offset = len(self.values)
         self.values = extend_wide(self.values, later.values)
         for row, at in enumerate(remap):
-            if row < len(later.first) and later.first[row] >= 0:
-                for start, length in [(later.first[row], later.sizes[row]),
+            if row < len(later.first) and later.first[row]:
+                for start, length in [(later.first[row] - 1, later.sizes[row]),
                                       *later.more.get(row, ())]:
                     self._place(at, offset + start, length)
 
     def _place(self, row, start, length):
         if row >= len(self.first):
-            self.first.extend(repeat(-1, row + 1 - len(self.first)))
-            self.sizes.extend(repeat(0, row + 1 - len(self.sizes)))
-        if self.first[row] < 0:
-            self.first[row], self.sizes[row] = start, length
-        else:
+            self.first = extend_wide(self.first, zeros(row + 1 - len(self.first)))
+            self.sizes = extend_wide(self.sizes, zeros(row + 1 - len(self.sizes)))
+        if self.first[row]:
             self.more.setdefault(row, []).append((start, length))
+            return
+        self.first, self.sizes = put(self.first, row, start + 1), put(self.sizes, row, length)
 
 
 Span = namedtuple("Span", "start end")  # [start, end): of rows, or of time in ns

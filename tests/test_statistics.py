@@ -103,3 +103,19 @@ def test_the_test_over_few_runs_is_exact_ties_or_not(base, new):
 
 def test_three_runs_a_side_with_a_tie_never_go_below_their_least_p():
     assert decode_analyze.mann_whitney_p([1.0, 1.0, 2.0], [3.0, 4.0, 5.0]) == pytest.approx(0.1)
+
+
+@given(st.lists(st.tuples(st.integers(0, 300), st.lists(st.integers(0, 2**32 - 1), max_size=5)),
+                max_size=40), st.integers(0, 40))
+def test_read_latencies_give_each_token_its_reads_in_order(stretches, cut):
+    """A token's latencies, however its stretches come (rows out of order, a row read again
+    after another, rows past a byte or two of index): in one fold or two merged."""
+    first, later = decode_analyze.ReadLatencies(), decode_analyze.ReadLatencies()
+    for row, latencies in stretches[:cut]:
+        first.add(row, array(decode_analyze.WALL_32, latencies))
+    for row, latencies in stretches[cut:]:
+        later.add(row, array(decode_analyze.WALL_32, latencies))
+    first.merge(later, range(301))
+    for row in range(301):
+        expected = [value for at, latencies in stretches if at == row for value in latencies]
+        assert list(first.of(row)) == expected

@@ -82,12 +82,11 @@ def test_one_token_spanning_many_batches_is_linear_and_bounded(one_token):
 
 # Memory bounded by the run: a long traced session of one row a token grew 1.5 KB a token
 # (an object, two dicts and a report dict each: 800k tokens took 1.29 GB in compute, and a 400k
-# pair 1.15 GB in report). Measured on 2026-12-05 with one process: compute ~75 bytes a token,
-# io ~97, summary ~75, report ~163 (two traces a token; 220 while the run cache's demand held
-# each token's key; the rest of the gap to the traced ~112 is the heap's fragmentation). Bound
-# here with a margin for noise.
+# pair 1.15 GB in report). Measured on 2026-12-06 with one process, columns a byte wide until
+# a value needs more: compute ~57 bytes a token, io ~46, summary ~49, report ~108 (two traces a
+# token; ~150 while every column was 4 bytes wide). Bound here with a margin for noise.
 ONE_ROW_TOKENS = (20_000, 120_000)
-MOST_BYTES_A_TOKEN = {"compute": 200, "summary": 200, "io": 200, "report": 300}
+MOST_BYTES_A_TOKEN = {"compute": 120, "summary": 120, "io": 120, "report": 200}
 
 
 def one_row_traces(folder, tokens):

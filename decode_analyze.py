@@ -3272,10 +3272,10 @@ class ExpertLookups:
 
     def __init__(self):
         self.item_of = {}  # (layer, expert) as written -> item, numbered in order of first use
-        self.items = array(WALL_32)  # each lookup's item
+        self.items = array("B")  # each lookup's item (widened by extend_wide, as the rest)
         self.read_bytes = array(WALL_32)  # each lookup's summed read_bytes
         self.req_bytes = array(WALL_32)  # ... and req_bytes
-        self.token_starts = array(WALL_32)  # each token run's first lookup
+        self.token_starts = array("B")  # each token run's first lookup
         self.token_phases = array("B")  # each token run's phase
         self.token_turns, self.token_steps = array("B"), array("B")  # ... its key (widened)
         self.speculative = []  # (token run, item) of each speculatively read expert

@@ -502,13 +502,9 @@ class TokenTable:
         """A new row for the token `key` (turn, phase, step), its sums at 0; its number."""
         row = len(self)
         for name, column in self.columns.items():
-            value = key[self.KEYS.index(name)] if name in self.KEYS else 0
-            while True:
-                try:
-                    column.append(value)
-                    break
-                except OverflowError:
-                    column = self.columns[name] = widened(column)
+            column.append(0)  # fits any width; a key is put in as wide as it needs
+            if name in self.KEYS:
+                self.columns[name] = put(column, row, key[self.KEYS.index(name)])
         return row
 
     def column(self, name):
@@ -3185,9 +3181,9 @@ class ReadLatencies:
                     self._place(at, offset + start, length)
 
     def _place(self, row, start, length):
-        if row >= len(self.first):
-            self.first = extend_wide(self.first, zeros(row + 1 - len(self.first)))
-            self.sizes = extend_wide(self.sizes, zeros(row + 1 - len(self.sizes)))
+        if row >= len(self.first):  # 0 fits any width: no array to make or convert
+            self.first.extend(repeat(0, row + 1 - len(self.first)))
+            self.sizes.extend(repeat(0, row + 1 - len(self.sizes)))
         if self.first[row]:
             self.more.setdefault(row, []).append((start, length))
             return

@@ -717,11 +717,6 @@ def packed_keys(keys):
     return packed
 
 
-def rising(values):
-    """Whether each value is above the one before it."""
-    return not any(map(ge, values, islice(values, 1, None)))
-
-
 class Tokens:
     """The tokens a report covers: rows of a fold's table (those of its phases), in trace
     order, as spans of rows; values(name) gives a column over them."""
@@ -1310,12 +1305,6 @@ def table_lines(columns, rows, indent="  "):
     return [line(heads)] + [line(values) for values in cells]
 
 
-def share_of_peak(rows):
-    """key function: a row's ms/token as a fraction of the largest, for bars."""
-    peak = max((row["ms_per_token"] for row in rows), default=0) or 1
-    return lambda row: row["ms_per_token"] / peak
-
-
 def shown_column(field):
     """A figure's column, as its declaration shows it (Shown: its head and its format)."""
     header, form = field.shown.header, field.shown.format
@@ -1330,8 +1319,9 @@ def table_of(record, *then):
 
 
 def bar_table(record, rows):
-    """A table of `record`'s rows with a bar of each row's share of the largest."""
-    return table_of(record, bar_column(share_of_peak(rows)))
+    """A table of `record`'s rows with a bar of each row's ms/token over the largest's."""
+    peak = max((row["ms_per_token"] for row in rows), default=0) or 1
+    return table_of(record, bar_column(lambda row: row["ms_per_token"] / peak))
 
 
 def histogram_table(rows):
@@ -3692,7 +3682,9 @@ def demanded_tokens(lookups):
     """((turn, phase, step), its distinct items) of each token of the lookups, its runs
     joined, in key order: one token at a time where the runs come in key order (as the engine
     writes them), else through a dict of every token, sorted."""
-    if not in_key_order(lookups):
+    columns = (lookups.token_turns, lookups.token_phases, lookups.token_steps)
+    # whether the runs' keys never go down, compared a pair at a time, never all held
+    if not all(map(le, zip(*columns), zip(*(islice(column, 1, None) for column in columns)))):
         demanded = defaultdict(set)
         for start, end, phase, (turn, step) in token_runs(lookups):
             demanded[turn, phase, step].update(lookups.items[start:end])
@@ -3706,13 +3698,6 @@ def demanded_tokens(lookups):
         for start, end, *_ in group:
             items.update(lookups.items[start:end])
         yield (turn, phase, step), items
-
-
-def in_key_order(lookups):
-    """Whether the token runs' keys never go down (so one token's runs are adjacent): compared
-    a pair at a time, never all held."""
-    columns = (lookups.token_turns, lookups.token_phases, lookups.token_steps)
-    return all(map(le, zip(*columns), zip(*(islice(column, 1, None) for column in columns))))
 
 
 class TokenDemand:
@@ -3993,13 +3978,6 @@ def run_hit_band(own):
     least = own["hit_share"] or 0.0
     most = own.get("hit_share_most") or least
     return figure((least + most) / 2, least, most) if most > least else figure(least)
-
-
-def default_cache_sizes(meta, cache, cached):
-    """--cache-mb's default: the proposed sizes a declared mem_limit_mb can hold."""
-    limit = meta_number(meta, "mem_limit_mb")  # a cache the memory cannot hold is not proposed
-    return [size for size in proposed_cache_sizes(meta, cache, cached)
-            if limit is None or size <= limit]
 
 
 def proposed_cache_sizes(meta, cache, cached):
@@ -4784,8 +4762,11 @@ def add_cache_what_ifs(report, fold, chosen, phases, asked, measured=None):
         report["reuse"]["judged"] = what_if.cache_setting(footprint_share_mib(cache, 0.5))
     if asked is None:
         return
+    limit = meta_number(report["meta"], "mem_limit_mb")  # a cache it cannot hold is not proposed
     report["what_if"] = what_if.report_of(Asked(
-        list(asked.cache_sizes) or default_cache_sizes(report["meta"], cache, cached),
+        list(asked.cache_sizes) or [size for size in proposed_cache_sizes(report["meta"], cache,
+                                                                          cached)
+                                    if limit is None or size <= limit],
         list(asked.lanes) or DEFAULT_LANES))
 
 
@@ -4992,15 +4973,12 @@ AT_STAKE = {
     "coalescing": ("coalescing", "merging requests (their fixed cost)",
                    lambda io, wall: merging_saves(io, wall["estimate"],
                                                   io["adjacency"]["coalesce_factor"])),
-    "cache": ("cache", "that cache", lambda io, wall: judged_cache_saves(io, wall)),
+    # the judged cache's most saved, per token of `wall`: a pair's decoded tokens scale it as
+    # they scale the what-if
+    "cache": ("cache", "that cache", lambda io, wall: (
+        io["reuse"]["judged"]["ms_per_token_saved"]["max"] or 0.0)
+        * (ratio(wall["estimate"], io["io_wall_ms_per_token"]["estimate"]) or 0.0)),
 }
-
-
-def judged_cache_saves(io, wall):
-    """The most the judged cache saves (its what-if's ms_per_token_saved max), per token of
-    `wall`: a pair's decoded tokens scale it as they scale the what-if."""
-    most = io["reuse"]["judged"]["ms_per_token_saved"]["max"] or 0.0
-    return most * (ratio(wall["estimate"], io["io_wall_ms_per_token"]["estimate"]) or 0.0)
 
 
 def weighed_io_verdicts(io, wall, stakes, pair=None):
@@ -5591,7 +5569,7 @@ class TokenIndex:
 
     def __init__(self, per_token):
         self.rows, self.packed, self.by_key = per_token, packed_keys(token_keys(per_token)), None
-        if self.packed is None or not rising(self.packed):
+        if self.packed is None or any(map(ge, self.packed, islice(self.packed, 1, None))):
             self.packed = None
             self.by_key = {key: at for at, key in enumerate(token_keys(per_token))}
 
@@ -5921,16 +5899,12 @@ def pair_layer_blocks(report, view):
                    *tail_note(report["compute"])])]
 
 
-def divider(title):
-    """A section that is only a heading over the sections after it."""
-    return lambda report, view: [Block(title)]
-
-
 KINDS["report"] = Kind(PAIR_REPORT, layout(
     header_section(pair_header), pair_headline_blocks, per_decoded_blocks, verdict_blocks,
     best_change_blocks, calm_blocks, engine_blocks, caveat_blocks, pair_layer_blocks,
     segment_blocks, pair_op_blocks, fault_blocks, category_blocks, compute_token_blocks,
-    divider("flash reads"), *IO_READ_SECTIONS, adjacency_blocks, cache_blocks, what_if_blocks))
+    lambda report, view: [Block("flash reads")],  # a heading over the sections after it
+    *IO_READ_SECTIONS, adjacency_blocks, cache_blocks, what_if_blocks))
 
 
 # ── timeline: its records ────────────────────────────────────────────────────────────────────────
@@ -6142,12 +6116,6 @@ TIMELINE_COMPUTE_READ = Columns("compute", TIMELINE_COMPUTE_COLUMNS, ints=("star
                                 keys=("turn", "phase", "step"), strings=("op",))
 TIMELINE_IO_READ = Columns("io", TIMELINE_IO_COLUMNS, ints=("start_ns", "end_ns"),
                            strings=("kind",))
-
-
-def read_timeline(path, reading):
-    """(trace, TimelineComputeFold) of a v2 compute trace; a v1 trace is refused."""
-    return fold_file(path, TIMELINE_COMPUTE_READ, lambda: TimelineComputeFold(reading.selection),
-                     in_parts_if_it_may(reading), check=require_v2)
 
 
 def has_v2_clock(trace):
@@ -6574,13 +6542,15 @@ def engine_report(log, report):
     """The report's `engine`: each figure of the EngineLog beside the tool's, and the turns."""
     generated = log.figures.get("tokens")
     ours = tool_figures(report, generated.value if generated else None)
+    io = report_halves(report).get("io")  # each layer its reads span is a wait of the engine's
+    read_layers = len([row for row in io["by_layer"] if row["reads_per_token"]]) if io else 0
     compared = {}
     for name, engine in log.figures.items():
         tool = ours.get(name)
         note = (REMAINDERS.get(name) or unlike_sums(name, report, log.figures)) \
             if tool is not None else None
         allowed = max(ENGINE_TOLERANCE * abs(engine.value), engine.rounding,
-                      LAYER_WAIT_MS * read_layers(report) if name == "flash_io_ms_per_token"
+                      LAYER_WAIT_MS * read_layers if name == "flash_io_ms_per_token"
                       else 0.0) + ours.get(name + "_half_band", 0.0)
         agrees = None if tool is None or note else abs(tool - engine.value) <= allowed
         compared[name] = ENGINE_FIGURE(engine=engine.value, tool=tool,
@@ -6624,12 +6594,6 @@ def overlapped_with(io, logged):
     return " and ".join(kinds)
 
 
-def read_layers(report):
-    """How many layers a decoded token's reads span (each a wait of the engine's)."""
-    io = report_halves(report).get("io")
-    return len([row for row in io["by_layer"] if row["reads_per_token"]]) if io else 0
-
-
 def turn_rows(turns, report):
     """The session's turn lines, each beside what the traces hold of its turn: the MiB its
     decode reads, its hit %, its decode ms per token. Turns are matched in order: the engine
@@ -6658,19 +6622,15 @@ def turn_rows(turns, report):
         compared = [(name, rounding) for name, rounding in TURN_FIGURES
                     if row[name] is not None and row["tool_" + name] is not None]
         if row["trace_turn"] in traced and compared:
-            row["differs"] = [name for name, rounding in compared
-                              if not turn_agrees(row[name], row["tool_" + name], rounding)]
+            row["differs"] = [name for name, rounding in compared  # outside the tolerance
+                              if abs(row["tool_" + name] - row[name])
+                              > max(ENGINE_TOLERANCE * abs(row[name]), rounding)]
     return rows
 
 
 # A turn line's figures the traces also give, each with the rounding the engine prints it to
 # (read_mib and cache_hit to 0.1; ms from its tok_s, finer)
 TURN_FIGURES = (("read_mib", 0.05), ("cache_hit_pct", 0.05), ("ms_per_token", 0.0))
-
-
-def turn_agrees(engine, tool, rounding):
-    """Within ENGINE_TOLERANCE of the engine's figure or its rounding."""
-    return abs(tool - engine) <= max(ENGINE_TOLERANCE * abs(engine), rounding)
 
 
 def engine_joined(report, names, log, warn):
@@ -7718,13 +7678,6 @@ def change_size(row):
     return max(sizes, default=0)
 
 
-def ordered_rows(rows):
-    """Largest change first; among equal changes the largest base value (the heaviest op
-    first when nothing changed), then the name."""
-    return sorted(rows, key=lambda row: (-change_size(row), -abs(row["base"] or 0),
-                                         str(row["name"])))
-
-
 # ── diff: the sides, compared part by part ───────────────────────────────────────────────────────
 class DiffSide:
     """The runs of one configuration: one side of a diff (one run each, without `vs`)."""
@@ -7779,8 +7732,10 @@ def diff_part(part, sides, alpha, test):
         if not any(run for sampled in figures.values() for side in sampled for run in side.runs):
             continue  # none or all zero (no faults, no speculative reads): nothing to compare
         rows = diff_rows(figures, alpha, test, unit_named(table.title))
-        sections.append(DIFF_SECTION(part=part, title=table.title, key=table.key,
-                                     rows=ordered_rows(rows)))
+        # largest change first; among equal ones the largest base (the heaviest op first when
+        # nothing changed), then the name
+        rows.sort(key=lambda row: (-change_size(row), -abs(row["base"] or 0), str(row["name"])))
+        sections.append(DIFF_SECTION(part=part, title=table.title, key=table.key, rows=rows))
     return sections
 
 
@@ -8099,7 +8054,8 @@ def selection_warnings(part, views):
 
 def shortest_names(paths):
     """Each path's shortest ending (whole components) that no other path ends with."""
-    parts = [path_parts(path) for path in paths]
+    parts = [tuple(part for part in str(path).replace(os.sep, "/").split("/") if part) or ("",)
+             for path in paths]
     names = []
     for mine in parts:
         for depth in range(1, len(mine) + 1):
@@ -8108,10 +8064,6 @@ def shortest_names(paths):
                 names.append("/".join(ending))
                 break
     return names
-
-
-def path_parts(path):
-    return tuple(part for part in str(path).replace(os.sep, "/").split("/") if part) or ("",)
 
 
 # ── diff: the regression gate ────────────────────────────────────────────────────────────────────
@@ -9054,16 +9006,13 @@ def md_lines(lines):
     return "\n".join(md(line.strip()) + "  " for line in lines if line.strip())
 
 
-def md_cell(col, row):
-    if col.width:  # a bar: a code span keeps every character, where spaces would collapse
-        return f"`{bar(value_of(col, row), col.width)}`"
-    return md(cell(col, row))
-
-
 def md_table(columns, rows):
     lines = ["| " + " | ".join(md(col.header) for col in columns) + " |",
              "|" + "|".join("---:" if col.align == ">" else ":---" for col in columns) + "|"]
-    lines += ["| " + " | ".join(md_cell(col, row) for col in columns) + " |" for row in rows]
+    # a bar is a code span: it keeps every character, where spaces would collapse
+    lines += ["| " + " | ".join(f"`{bar(value_of(col, row), col.width)}`" if col.width
+                                else md(cell(col, row)) for col in columns) + " |"
+              for row in rows]
     return "\n".join(lines)
 
 
@@ -9312,7 +9261,9 @@ def write_atomically(path, text, named=None):
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
             f.writelines([text] if isinstance(text, str) else text)
-        os.chmod(temporary, 0o666 & ~current_umask())  # mkstemp's 0600 is not what > gives
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 is not what > gives
         os.replace(temporary, path)
     except BaseException as exc:
         try:
@@ -9322,12 +9273,6 @@ def write_atomically(path, text, named=None):
         if not isinstance(exc, OSError):
             raise  # a bad trace met while writing: its error, with no file left behind
         raise OutputError(f"{named}: cannot write: {exc.strerror or exc}") from None
-
-
-def current_umask():
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 # ── pictures: Perfetto, a Chrome Trace Event Format file ─────────────────────────────────────────
@@ -10525,7 +10470,9 @@ def summary_row(name, run, inputs, reading):
 
 def analyze_timeline(compute_path, io_path, reading):
     """Read both v2 traces of a run (the io one optional): the timeline report dict."""
-    trace, fold = read_timeline(compute_path, reading)
+    trace, fold = fold_file(compute_path, TIMELINE_COMPUTE_READ,
+                            lambda: TimelineComputeFold(reading.selection),
+                            in_parts_if_it_may(reading), check=require_v2)
     io_trace = io_fold = None
     if io_path is not None:
         io_trace, io_fold = fold_file(io_path, TIMELINE_IO_READ, TimelineIoFold, reading,

@@ -64,9 +64,29 @@ def in_process(tools, argvs, order):
     return spent
 
 
+# How a checkout is run: `python3 decode_analyze.py`, which compiles the whole file on every
+# run (CPython caches no bytecode for a script), or with --installed as the `decode-analyze`
+# command `pip install .` makes, which imports the module from its cached bytecode.
+INSTALLED = ("import sys; sys.path[0] = sys.argv.pop(1); sys.argv[0] = 'decode-analyze'; "
+             "import decode_analyze; decode_analyze.run_and_exit()")
+RUN_AS = {"script": lambda root: [str(root / "decode_analyze.py")],
+          "installed": lambda root: ["-c", INSTALLED, str(root)]}
+run_as = "script"
+
+
 def script(root, argv):
     """The command line that runs a checkout's tool as a user does."""
-    return [sys.executable, str(root / "decode_analyze.py"), *argv]
+    return [sys.executable, *RUN_AS[run_as](root), *argv]
+
+
+def cache_bytecode(roots):
+    """Let the children write and read bytecode, under a folder of its own (it mirrors each
+    source's path, so the checkouts' stay apart, and the checkouts stay clean), and write it
+    now, so that no timed run compiles."""
+    os.environ["PYTHONPYCACHEPREFIX"] = "/tmp/ab_versions_pyc"
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    for root in roots.values():
+        subprocess.run(script(root, ["--version"]), stdout=subprocess.DEVNULL, check=True)
 
 
 def as_processes(roots, argvs, order):
@@ -126,10 +146,17 @@ def main():
                         help="time whole processes (start-up and --jobs included), not folds")
     parser.add_argument("--wall", action="store_true",
                         help="with --processes: their wall time, not their CPU time")
+    parser.add_argument("--installed", action="store_true",
+                        help="with --processes or --instructions: run each checkout as the "
+                             "`decode-analyze` "
+                             "command pip installs does (imported, its bytecode cached), not as "
+                             "`python3 decode_analyze.py` (compiled on every run)")
     parser.add_argument("--instructions", action="store_true",
                         help="count the instructions of one process each (valgrind; one round: "
                              "the count does not vary), not time")
     args = parser.parse_args()
+    if args.installed and not (args.processes or args.instructions):
+        parser.error("--installed runs processes: give it with --processes or --instructions")
     cases = [["compute", "ct420.csv"], ["io", "io500k.csv"], ["io", "io500k.csv", "--adjacent"],
              ["io", "io500k.csv", "--adjacent", "--cache"]]
     what_if = ["io", "io500k.csv", "--what-if"]  # new's, against old's --adjacent --cache
@@ -151,6 +178,10 @@ def main():
     else:
         tools = {"old": load("old", args.old), "new": load("new", args.new)}
         timed = partial(in_process, tools)
+    if args.installed:
+        global run_as
+        run_as = "installed"
+        cache_bytecode(roots)
     runs = [(case, case) for case in cases] + [(cases[3], what_if)]
     runs = [run for run in runs if not args.only or args.only in " ".join(run[1])
             or run[1] == ["--version"]]  # start-up, counted with every choice of cases

@@ -36,7 +36,8 @@ sections above it:
                 compute_report, compute_verdicts, its Kind (record and layout)
   io            PhaseReads, IoFold, ExpertLookups and ExpertCache (the engine's cache, every
                 size in one pass), TokenModel (a token's I/O part at any setting), WhatIf (what
-                each setting would buy, calibrated or not), io_report, io_findings
+                each setting would buy, calibrated or not), io_report, io_findings; Clock, the
+                one reader of v2 rows as intervals (the stall, the timeline, Perfetto)
   pair          pair_report: both traces of one run, per decoded token
   timeline      v2 traces on one clock: decode spans, unions of intervals
   engine        the engine's own end-of-run lines (NAME.log) beside the tool's figures
@@ -3489,6 +3490,53 @@ CACHE_TABLE = (column("expert cache", lambda point: "all experts" if point["frac
                       f"1/{round(1 / point['fraction'])} of them"), *table_of(LRU_POINT))
 
 
+# ── io: v2 rows, read as intervals on the run's one clock, and by kind ───────────────────────────
+# A v2 trace stamps every row with start_ns/end_ns on the steady clock, the same clock in both
+# files of a run; its io rows are of two kinds, `read` and `wait`. The stall, the timeline and
+# Perfetto read them here alone, so that a row is one interval [start, end) to each of them, and
+# one that ends before it starts is counted and taken as empty (a span never runs backwards).
+Intervals = namedtuple("Intervals", "starts ends")  # [start, end) each, as two sequences
+
+
+class Clock:
+    """Reads the rows' Intervals; `backwards`: how many rows read so far end before they
+    start (each taken as empty: its end is its start)."""
+
+    def __init__(self):
+        self.backwards = 0
+
+    def intervals(self, rows, start=0, end=None):
+        """The Intervals of rows[start:end] ({column: values}, start_ns and end_ns among
+        them)."""
+        starts, ends = rows["start_ns"][start:end], rows["end_ns"][start:end]
+        backwards = sum(map(gt, starts, ends))
+        if backwards:
+            self.backwards += backwards
+            ends = list(map(max, starts, ends))
+        return Intervals(starts, ends)
+
+    def by_kind(self, rows):
+        """{"read": Intervals, "wait": Intervals} of an io batch's rows."""
+        timed, kinds = self.intervals(rows), rows["kind"]
+        if "wait" not in kinds:
+            return {"read": timed, "wait": Intervals((), ())}
+        return {kind: Intervals(*(of_kind(kinds, kind, values) for values in timed))
+                for kind in ("read", "wait")}
+
+    def merge(self, later):
+        self.backwards += later.backwards
+
+
+def of_kind(kinds, kind, values):
+    """The values of the rows of that kind."""
+    return list(compress(values, map(kind.__eq__, kinds)))
+
+
+def total_ns(intervals):
+    starts, ends = intervals
+    return sum(map(sub, ends, starts))
+
+
 # ── io: the overlap's stall, from a v2 trace's wait rows ─────────────────────────────────────────
 class WaitFold(TokenFold):
     """The `wait` rows of a v2 io trace (a compute thread waiting for an expert to be ready;
@@ -3500,14 +3548,13 @@ class WaitFold(TokenFold):
         self.waits = 0
 
     def _fold(self, batch, runs):
-        waits = list(map("wait".__eq__, batch["kind"]))
-        self.waits += sum(waits)
-        latencies = batch["latency_ns"]
+        kinds, latencies = batch["kind"], batch["latency_ns"]
+        self.waits += kinds.count("wait")
         for run in runs:
             row = self.book.lookup(run)
             if row is not None:
-                self.table.add("waited_ns", row, sum(compress(latencies[run.start:run.end],
-                                                              waits[run.start:run.end])))
+                self.table.add("waited_ns", row, sum(of_kind(
+                    kinds[run.start:run.end], "wait", latencies[run.start:run.end])))
 
     def _finished(self):
         pass
@@ -5937,10 +5984,10 @@ TIMELINE_REPORT = Record("timeline report", "`timeline`", (
 
 
 # ── timeline: v2 traces, measured on one clock ───────────────────────────────────────────────────
-# A v2 trace stamps every row with start_ns/end_ns on the steady clock, the same clock in both
-# files of a run: a decode's I/O time is then a measurement, not a range. Reads and waits are
-# given to decodes by time (clipped to the decode's span), not by the token they were stamped
-# with, so a read that runs across two decodes counts in each for the part it spent there.
+# On a v2 trace's clock (Clock), a decode's I/O time is a measurement, not a range. Reads and
+# waits are given to decodes by time (clipped to the decode's span), not by the token they were
+# stamped with, so a read that runs across two decodes counts in each for the part it spent
+# there.
 TIMELINE_COMPUTE_COLUMNS = ("turn", "phase", "step", "op", "start_ns", "end_ns")
 TIMELINE_IO_COLUMNS = ("start_ns", "end_ns", "kind")
 TIMELINE_FIGURES = (("decode_ms", "decode wall (BMOE_DECODE span)"),
@@ -5963,12 +6010,9 @@ class TimelineToken:
         self.decode = self.graph = None  # Span (ns)
         self.callbacks = []  # Span (ns) each
 
-    def add(self, ops, starts, ends):
-        """A run of the token's rows; returns how many end before they start (counted, then
-        taken as empty: a span never runs backwards)."""
-        backwards = sum(map(gt, starts, ends))
-        if backwards:
-            ends = list(map(max, starts, ends))
+    def add(self, ops, timed):
+        """A run of the token's rows: their ops and Intervals."""
+        starts, ends = timed
         nodes = [op not in SYNTHETIC_OPS for op in ops]
         if any(nodes):
             self.graph = widest(self.graph, Span(min(compress(starts, nodes)),
@@ -5979,7 +6023,6 @@ class TimelineToken:
                     self.decode = widest(self.decode, Span(start, end))
                 elif op == "BMOE_CALLBACK":
                     self.callbacks.append(Span(start, end))
-        return backwards
 
     def merge(self, other):
         self.decode = widest(self.decode, other.decode)
@@ -6010,51 +6053,35 @@ class TimelineComputeFold(TokenFold):
 
     def __init__(self, selection):
         super().__init__(selection, TimelineToken)
-        self.backwards = 0  # rows that end before they start
+        self.clock = Clock()
 
     def _fold(self, batch, runs):
-        ops, starts, ends = batch["op"], batch["start_ns"], batch["end_ns"]
         for run in runs:
             row = self.book.lookup(run)
-            if row is None:
-                continue
-            self.backwards += self.book.records[row].add(
-                ops[run.start:run.end], starts[run.start:run.end], ends[run.start:run.end])
+            if row is not None:
+                self.book.records[row].add(batch["op"][run.start:run.end],
+                                           self.clock.intervals(batch, run.start, run.end))
 
     def _finished(self):
         pass
 
     def merge(self, later):
         self.book.merge(later.book)
-        self.backwards += later.backwards
-
-
-# Intervals [start, end), as two sequences.
-Intervals = namedtuple("Intervals", "starts ends")
-
-
-def new_intervals():
-    return Intervals(array("Q"), array("Q"))
+        self.clock.merge(later.clock)
 
 
 class TimelineIoFold:
     """Every read's and every wait's interval (Intervals of two arrays)."""
 
     def __init__(self):
-        self.reads, self.waits = new_intervals(), new_intervals()
-        self.backwards = 0  # rows that end before they start
+        self.reads, self.waits = (Intervals(array("Q"), array("Q")) for _ in range(2))
+        self.clock = Clock()
 
     def feed(self, batch):
-        kinds, starts, ends = batch["kind"], batch["start_ns"], batch["end_ns"]
-        self.backwards += sum(map(gt, starts, ends))
-        if "wait" not in kinds:
-            self.reads.starts.extend(starts)
-            self.reads.ends.extend(ends)
-            return
-        for intervals, wanted in ((self.reads, "read"), (self.waits, "wait")):
-            chosen = [kind == wanted for kind in kinds]
-            intervals.starts.extend(compress(starts, chosen))
-            intervals.ends.extend(compress(ends, chosen))
+        timed = self.clock.by_kind(batch)
+        for mine, kind in ((self.reads, "read"), (self.waits, "wait")):
+            mine.starts.extend(timed[kind].starts)
+            mine.ends.extend(timed[kind].ends)
 
     def finish(self):
         pass
@@ -6063,7 +6090,7 @@ class TimelineIoFold:
         pass
 
     def merge(self, later):
-        self.backwards += later.backwards
+        self.clock.merge(later.clock)
         for mine, theirs in ((self.reads, later.reads), (self.waits, later.waits)):
             mine.starts.extend(theirs.starts)
             mine.ends.extend(theirs.ends)
@@ -6171,11 +6198,6 @@ def timeline_report(trace, fold, selection, io_trace=None, io_fold=None):
 
 def span_ms(span):
     return (span.end - span.start) / NS_PER_MS
-
-
-def total_ns(intervals):
-    starts, ends = intervals
-    return sum(map(sub, ends, starts))
 
 
 def outside_decodes(reads, windows):
@@ -9367,10 +9389,10 @@ def name_event(kind, track, name):
 LaidOut = namedtuple("LaidOut", "events end anchors")  # anchors: {layer: its reads' start, µs}
 
 
-def compute_events(token, rows, start_us, v2_origin=None):
+def compute_events(token, rows, start_us, timed=None):
     """The token's slice and its nodes' slices (category-named), its end in µs, and where each
     layer's reads may start (v1: its first READS_AFTER node's start). v1: nodes end to end
-    from start_us; v2: at their own timestamps less the origin."""
+    from start_us; v2: at their own timestamps (`timed`: Intervals in ns from the origin)."""
     ops, names, walls = rows["op"], rows["name"], rows["wall_ns"]
     synthetic = [op in SYNTHETIC_OPS for op in ops]
     nodes = [i for i, flag in enumerate(synthetic) if not flag]
@@ -9380,7 +9402,7 @@ def compute_events(token, rows, start_us, v2_origin=None):
     events, cursor, anchors = [], start_us, {}
     total_ns = sum(walls[i] for i in nodes)
     for i, node in zip(nodes, categories):
-        at = cursor if v2_origin is None else (rows["start_ns"][i] - v2_origin) / 1e3
+        at = cursor if timed is None else timed.starts[i] / 1e3
         if node.base == READS_AFTER:
             anchors.setdefault(node.layer, at)
         events.append(event(names[i] or ops[i], (at, walls[i] / 1e3), track,
@@ -9388,21 +9410,21 @@ def compute_events(token, rows, start_us, v2_origin=None):
                              "majflt": rows["majflt"][i]}, node.category))
         cursor += walls[i] / 1e3
     start, end = start_us, start_us + total_ns / 1e3
-    if v2_origin is not None:  # the span as the timeline measures it
-        timed = TimelineToken(token.turn, token.phase, token.step)
-        timed.add(ops, rows["start_ns"], rows["end_ns"])
-        _, span = decode_span(timed)
-        start, end = (span.start - v2_origin) / 1e3, (span.end - v2_origin) / 1e3
+    if timed is not None:  # the span as the timeline measures it
+        spans = TimelineToken(token.turn, token.phase, token.step)
+        spans.add(ops, timed)
+        _, span = decode_span(spans)
+        start, end = span.start / 1e3, span.end / 1e3
         callbacks = Track(COMPUTE_PID, token.turn * 2 + 1)
-        events += [event("callback", ((rows["start_ns"][i] - v2_origin) / 1e3, walls[i] / 1e3),
-                         callbacks, {}) for i, op in enumerate(ops) if op == "BMOE_CALLBACK"]
+        events += [event("callback", (timed.starts[i] / 1e3, walls[i] / 1e3), callbacks, {})
+                   for i, op in enumerate(ops) if op == "BMOE_CALLBACK"]
     head = event(f"turn {token.turn} step {token.step}", (start, end - start), track,
                  {"turn": token.turn, "phase": token.phase, "step": token.step,
                   "ms": total_ns / NS_PER_MS, "majflt": sum(rows["majflt"])}, "token")
     return LaidOut([head] + events, end, anchors)
 
 
-def io_events(rows, start_us, threads, v2_origin=None, anchors=None):
+def io_events(rows, start_us, threads, anchors=None, timed=None):
     """The reads' slices, by lane (and the waits', by thread, in v2), and how long the
     token's reads took in µs: v1 lays each lane's reads end to end from start_us, a layer's
     no earlier than its anchor (its routing node's start, when the compute trace gives it)."""
@@ -9411,12 +9433,11 @@ def io_events(rows, start_us, threads, v2_origin=None, anchors=None):
     kinds = rows.get("kind") or ["read"] * len(rows["lane"])
     thread_ids = rows.get("thread_id") or ["?"] * len(rows["lane"])
     for i, kind in enumerate(kinds):
-        if kind == "wait" and v2_origin is None:
+        if kind == "wait" and timed is None:
             continue  # not a read: on a reconstructed lane it would push the reads along
         latency_us = rows["latency_ns"][i] / 1e3
-        if v2_origin is not None:
-            at = (rows["start_ns"][i] - v2_origin) / 1e3
-            latency_us = max(0, rows["end_ns"][i] - rows["start_ns"][i]) / 1e3  # never < 0
+        if timed is not None:
+            at, latency_us = timed.starts[i] / 1e3, (timed.ends[i] - timed.starts[i]) / 1e3
         else:
             at = max(lane_end.get(rows["lane"][i], start_us),
                      anchors.get(int(rows["layer"][i]), start_us))
@@ -9449,12 +9470,9 @@ def export_perfetto(target, export):
                        starts), default=0) if v2 else None
     pieces = PerfettoPieces(export, io_rows, keys, origin)
     write_output(target, pieces)
-    if origin is not None:
-        backwards = sum(sum(map(gt, rows["start_ns"], rows["end_ns"]))
-                        for runs in io_rows.values() for rows in runs) + pieces.backwards
-        if backwards:
-            export.reading.warn(f"{target}: {backwards} row(s) end before they start: drawn as "
-                                f"empty intervals")
+    if pieces.clock.backwards:
+        export.reading.warn(f"{target}: {pieces.clock.backwards} row(s) end before they start: "
+                            f"drawn as empty intervals")
     return pieces.tokens
 
 
@@ -9483,7 +9501,7 @@ class PerfettoPieces:
 
     def __init__(self, export, io_rows, keys, origin):
         self.export, self.io_rows, self.keys, self.origin = export, io_rows, keys, origin
-        self.tokens = self.backwards = 0  # backwards: compute rows that end before they start
+        self.tokens, self.clock = 0, Clock()
 
     def __iter__(self):
         threads, self.tracks = {}, set()
@@ -9493,16 +9511,14 @@ class PerfettoPieces:
             self.tokens += 1
             events, end, anchors = [], cursor, {}
             for rows in runs:
-                if self.origin is not None:
-                    self.backwards += sum(map(gt, rows["start_ns"], rows["end_ns"]))
-                laid = compute_events(token, rows, cursor, self.origin)
+                laid = compute_events(token, rows, cursor, self.timed(rows))
                 events += laid.events
                 end = laid.end
                 for layer, at in laid.anchors.items():
                     anchors.setdefault(layer, at)
             reads_end = cursor
             for rows in self.io_rows.get(token_key(token), ()):
-                more, took = io_events(rows, cursor, threads, self.origin, anchors)
+                more, took = io_events(rows, cursor, threads, anchors, self.timed(rows))
                 events += more
                 reads_end = max(reads_end, cursor + took)
             self.tracks.update(Track(e["pid"], e["tid"]) for e in events)
@@ -9511,6 +9527,14 @@ class PerfettoPieces:
         yield ",\n".join(map(json_event, self.names(threads)))
         yield ('\n], "displayTimeUnit": "ms", "otherData": ' + json_event(self.other_data())
                + "}\n")
+
+    def timed(self, rows):
+        """v2: the rows' Intervals (Clock) in ns from the origin; v1, which has no clock: None."""
+        if self.origin is None:
+            return None
+        starts, ends = self.clock.intervals(rows)
+        return Intervals([start - self.origin for start in starts],
+                         [end - self.origin for end in ends])
 
     def names(self, threads):
         """The name events of the tracks that hold events (an empty track is not declared):
@@ -10480,9 +10504,9 @@ def analyze_timeline(compute_path, io_path, reading):
         differs = trace_id_warning((trace.name, trace.meta), (io_trace.name, io_trace.meta))
         if differs:
             reading.warn(differs)
-    if fold.backwards or io_fold is not None and io_fold.backwards:
-        reading.warn(f"{fold.backwards + (io_fold.backwards if io_fold else 0)} row(s) end "
-                     f"before they start: counted as empty intervals")
+    backwards = fold.clock.backwards + (io_fold.clock.backwards if io_fold else 0)
+    if backwards:
+        reading.warn(f"{backwards} row(s) end before they start: counted as empty intervals")
     return timeline_report(trace, fold, reading.selection, io_trace, io_fold)
 
 

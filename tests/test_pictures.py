@@ -554,3 +554,22 @@ def test_diff_draws_what_changed_and_lanes_in_order(tmp_path):
     names = [t.text for t in lanes.iter(f"{SVG}text") if t.get("class") == "tick"
              and t.get("text-anchor") == "middle" and (t.text or "").isdigit()]
     assert names == ["0", "1", "2", "3"]
+
+
+def test_the_timeline_and_perfetto_read_a_backwards_row_alike(tmp_path):
+    """One reader (Clock) gives both their intervals: a wait that ends before it starts is
+    counted once by each and is empty to each. Decode 11's wait (3.05-3.20 ms) turned around
+    leaves its wait 0 ms in the timeline and its wait slice 0 µs long in Perfetto, where the
+    other wait keeps its 150 µs."""
+    io = tmp_path / "io.csv"
+    io.write_text(V2_IO.read_text().replace(",3050000,3200000,wait,", ",3200000,3050000,wait,"))
+    timeline = run("timeline", V2_CT, io, "--format", "json")
+    assert "1 row(s) end before they start: counted as empty intervals" in timeline.err
+    waits = {row["step"]: row["wait_ms"] for row in json.loads(timeline.out)["decodes"]}
+    assert waits[10] == 0.15 and waits[11] == 0
+    target = tmp_path / "p.json"
+    exported = run("report", V2_CT, io, "--perfetto", target, "--format", "json")
+    assert "1 row(s) end before they start: drawn as empty intervals" in exported.err
+    slices = sorted(e["dur"] for e in json.loads(target.read_text())["traceEvents"]
+                    if e.get("cat") == "wait")
+    assert slices == [0, 150]

@@ -77,7 +77,7 @@ from functools import lru_cache, partial
 from io import StringIO
 from math import comb, erfc, fsum, sqrt
 from itertools import accumulate, chain, compress, filterfalse, groupby, islice, repeat
-from operator import add, ge, gt, itemgetter, le, mod, neg, not_, sub
+from operator import add, attrgetter, ge, gt, itemgetter, le, mod, neg, not_, sub
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trace_io  # noqa: E402
@@ -430,6 +430,17 @@ def summing_record(name, fields, doc, keys=()):
     # Pickled into and out of child processes: the class must be found by its name here.
     return type(name, (), {"__slots__": keys + fields, "__doc__": doc, "__module__": __name__,
                            "__init__": __init__, "add": add, "merge": merge})
+
+
+def group_sums(entries, keys, sums):
+    """{table: {group: sums record}}, the one group-by of the node and read tables: each
+    (of, amounts) entry's amounts added to its group in every table, `keys` {table: of -> its
+    group there}."""
+    tables = {name: defaultdict(sums) for name in keys}
+    for of, amounts in entries:
+        for name, key in keys.items():
+            tables[name][key(of)].add(*amounts)
+    return tables
 
 
 WALL_32 = next(code for code in "IL" if array(code).itemsize == 4)
@@ -2175,27 +2186,28 @@ NodeSums = summing_record("NodeSums", ("wall_ns", "majflt", "nodes"),
                           doc="Wall time, major faults and node count of a group of nodes.")
 
 
+# The compute report's tables: each groups the nodes by one of their fields.
+NODE_GROUPS = {"op": attrgetter("op"), "layer": attrgetter("inferred_layer"),
+               "layer_column": attrgetter("layer"), "segment": attrgetter("name"),
+               "category": attrgetter("category")}
+
+
 def node_tables(node_sums):
     """Per-node sums, (Node, wall_ns, majflt, fault_wall_ns, nodes) each, added into groups:
-    {table: {group: NodeSums}}, plus the unclassified base names' wall_ns and the wall_ns moved
-    to an inferred layer."""
-    tables = {name: defaultdict(NodeSums) for name in (
-        "op", "fault", "layer", "layer_column", "segment", "category")}
+    {table: {group: NodeSums}} (NODE_GROUPS, and the faulting nodes' time by op), plus the
+    unclassified base names' wall_ns and the wall_ns moved to an inferred layer."""
+    node_sums = list(node_sums)
+    tables = group_sums(((node, (wall_ns, majflt, nodes))
+                      for node, wall_ns, majflt, _, nodes in node_sums), NODE_GROUPS, NodeSums)
+    tables.update(group_sums(((node, (fault_wall_ns, majflt, nodes))
+                           for node, _, majflt, fault_wall_ns, nodes in node_sums if majflt),
+                          {"fault": attrgetter("op")}, NodeSums))
     unclassified = defaultdict(int)
-    reattributed = 0
-    for node, wall_ns, majflt, fault_wall_ns, nodes in node_sums:
-        tables["op"][node.op].add(wall_ns, majflt, nodes)
-        if majflt:
-            tables["fault"][node.op].add(fault_wall_ns, majflt, nodes)
-        tables["layer"][node.inferred_layer].add(wall_ns, majflt, nodes)
-        tables["layer_column"][node.layer].add(wall_ns, majflt, nodes)
-        tables["segment"][node.name].add(wall_ns, majflt, nodes)
-        tables["category"][node.category].add(wall_ns, majflt, nodes)
-        if node.inferred_layer != node.layer:
-            reattributed += wall_ns
+    for node, wall_ns, *_ in node_sums:
         if node.category == "other":
             unclassified[node.base] += wall_ns
-    return tables, unclassified, reattributed
+    return tables, unclassified, sum(wall_ns for node, wall_ns, *_ in node_sums
+                                     if node.inferred_layer != node.layer)
 
 
 def ordered_by(table, key):
@@ -4670,31 +4682,38 @@ def bucket_label(kib):
     return f"{kib} KiB" if kib == 1 else f"{kib}-{2 * kib - 1} KiB"
 
 
-def key_values(keys):
-    """[(int, ...)] of joined keys ("lane,read_bytes,spec,layer"), checked by the reader."""
-    return [tuple(map(int, key.split(","))) for key in keys]
+# The joined keys PhaseReads counts by, as fields.
+ReadKey = namedtuple("ReadKey", "lane read_bytes spec layer")
+ExpertKey = namedtuple("ExpertKey", "layer expert read_bytes")
+
+
+def key_values(keys, record):
+    """[record of ints] of joined keys ("lane,read_bytes,spec,layer"), checked by the
+    reader."""
+    return [record(*map(int, key.split(","))) for key in keys]
+
+
+# The io report's tables: each groups the reads by one part of their (lane, read_bytes, spec,
+# layer) key.
+READ_GROUPS = {"size": lambda key: size_bucket(key.read_bytes), "lane": attrgetter("lane"),
+               "spec": lambda key: READ_KINDS[key.spec], "layer": attrgetter("layer")}
 
 
 def read_tables(chosen):
-    """Fold the phases' keyed sums into {table: {group: ReadSums}} by size bucket, lane, kind
-    (READ_KINDS) and layer, reads by read size, and the (layer, expert) pairs' ReadSums (no
-    latency)."""
-    tables = {name: defaultdict(ReadSums) for name in ("size", "lane", "spec", "layer")}
-    tables["spec"].update((kind, ReadSums()) for kind in READ_KINDS)
+    """Fold the phases' keyed sums into {table: {group: ReadSums}} (READ_GROUPS), reads by
+    read size, and the (layer, expert) pairs' ReadSums (no latency)."""
+    by_key = [(values, (count, count * values.read_bytes, reads.lane_ns[key]))
+              for reads in chosen for (key, count), values in zip(
+                  reads.by_lane.items(), key_values(reads.by_lane, ReadKey))]
     read_sizes = Counter()
-    experts = defaultdict(ReadSums)
-    for reads in chosen:
-        for (key, count), (lane, size, spec, layer) in zip(reads.by_lane.items(),
-                                                           key_values(reads.by_lane)):
-            latency_ns = reads.lane_ns[key]
-            read_sizes[size] += count
-            for name, group in (("size", size_bucket(size)), ("lane", lane),
-                                ("spec", READ_KINDS[spec]), ("layer", layer)):
-                tables[name][group].add(count, count * size, latency_ns)
-        for count, (layer, expert, size) in zip(reads.by_expert.values(),
-                                                key_values(reads.by_expert)):
-            experts[layer, expert].add(count, count * size, 0)
-    return tables, read_sizes, experts
+    for values, (count, _, _) in by_key:
+        read_sizes[values.read_bytes] += count
+    by_expert = [(values, (count, count * values.read_bytes, 0))
+                 for reads in chosen for count, values in zip(
+                     reads.by_expert.values(), key_values(reads.by_expert, ExpertKey))]
+    return (group_sums(by_key, READ_GROUPS, ReadSums), read_sizes,
+            group_sums(by_expert, {"experts": attrgetter("layer", "expert")},
+                       ReadSums)["experts"])
 
 
 def latency_summary(latencies):

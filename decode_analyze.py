@@ -11284,12 +11284,30 @@ def terminate(signum, frame):
     raise Terminated()
 
 
+# glibc's mallopt(M_MMAP_THRESHOLD): past this size an allocation is mapped pages of its own.
+M_MMAP_THRESHOLD, MMAP_THRESHOLD = -3, 128 * 1024
+
+
+def map_large_arrays():
+    """Keep glibc's threshold for mapping an allocation its own pages at its default, where
+    freeing one large array would raise it for good: the token columns, grown a step at a time,
+    then come from the heap and leave it in fragments. Fixed, each grows in place (mremap).
+    Measured (one-row tokens, report): 800k tokens 152 MB before, 131 after; 125 bytes a token
+    from 120k to 800k before, 95 after. Elsewhere (another libc) there is nothing to set."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    except (ImportError, OSError, AttributeError):
+        pass
+
+
 def run_and_exit():
     """The command line's entry point: main(), its output flushed here (a reader that went
     away, head or less, is a status, not a complaint), then an exit that does not tear down
     the heap: freeing every object one by one is time the user waits for and nothing needs
     (measured: README, Speed and memory)."""
     signal.signal(signal.SIGTERM, terminate)
+    map_large_arrays()
     try:
         status = main()
     except Terminated:

@@ -83,10 +83,11 @@ def test_one_token_spanning_many_batches_is_linear_and_bounded(one_token):
 # Memory bounded by the run: a long traced session of one row a token grew 1.5 KB a token
 # (an object, two dicts and a report dict each: 800k tokens took 1.29 GB in compute, and a 400k
 # pair 1.15 GB in report). Measured on 2026-12-06 with one process, columns a byte wide until
-# a value needs more: compute ~57 bytes a token, io ~46, summary ~49, report ~108 (two traces a
-# token; ~150 while every column was 4 bytes wide). Bound here with a margin for noise.
+# a value needs more and glibc's mmap threshold fixed (map_large_arrays): compute ~43 bytes a
+# token, io ~42, summary ~46, report ~80 (two traces a token; ~105 before the threshold, ~150
+# while every column was 4 bytes wide). Bound here with a margin for noise.
 ONE_ROW_TOKENS = (20_000, 120_000)
-MOST_BYTES_A_TOKEN = {"compute": 120, "summary": 120, "io": 120, "report": 200}
+MOST_BYTES_A_TOKEN = {"compute": 120, "summary": 120, "io": 120, "report": 120}
 
 
 def one_row_traces(folder, tokens):
@@ -112,3 +113,22 @@ def test_memory_grows_by_bytes_a_token_not_objects(command, tmp_path):
         peaks.append(peak)
     grown = (peaks[1] - peaks[0]) * (1 << 20) / (ONE_ROW_TOKENS[1] - ONE_ROW_TOKENS[0])
     assert grown <= MOST_BYTES_A_TOKEN[command], f"{grown:.0f} bytes a token"
+
+
+def test_the_command_line_fixes_glibcs_mmap_threshold(monkeypatch):
+    """run_and_exit keeps large arrays in pages of their own (mallopt M_MMAP_THRESHOLD at
+    128 KiB: README, Speed and memory), and a libc without mallopt is no error."""
+    import ctypes
+
+    import decode_analyze
+    calls = []
+
+    class Libc:
+        def mallopt(self, option, value):
+            calls.append((option, value))
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: Libc())
+    decode_analyze.map_large_arrays()
+    assert calls == [(-3, 128 * 1024)]
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: object())  # no mallopt there
+    decode_analyze.map_large_arrays()
+    assert calls == [(-3, 128 * 1024)]

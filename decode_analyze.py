@@ -711,24 +711,6 @@ class TokenBook:
         return {turn: index for (turn, of), index in self.index.items() if of == phase}
 
 
-def packed_key(key):
-    """A (turn, phase, step) as one integer below 2^64 that sorts as the key does, or None
-    past 2^31 turns or 2^32 steps."""
-    turn, phase, step = key
-    return (turn << 33 | phase << 32 | step) if turn < 1 << 31 and step < 1 << 32 else None
-
-
-def packed_keys(keys):
-    """The keys packed (packed_key), 8 bytes each, or None when one cannot be."""
-    packed = array("Q")
-    for key in keys:
-        value = packed_key(key)
-        if value is None:
-            return None
-        packed.append(value)
-    return packed
-
-
 class Tokens:
     """The tokens a report covers: rows of a fold's table (those of its phases), in trace
     order, as spans of rows; values(name) gives a column over them."""
@@ -5628,22 +5610,36 @@ def decoded_io_wall(io, tokens):
 
 
 class TokenIndex:
-    """Finds a per_token row by its (turn, phase, step), 8 bytes a token: in a trace the
-    engine wrote, trace order is key order (turns appended, a turn's prefill before its
-    decodes, steps rising), so the keys, packed into one integer each, are bisected. A trace
-    out of that order, or keys past 2^31 turns or 2^32 steps, takes a dict."""
+    """Finds a per_token row by its (turn, phase, step): in a trace the engine wrote, trace
+    order is key order (turns appended, a turn's prefill before its decodes, steps rising),
+    so the keys, packed into one integer each, are bisected. A key packs into as few bits as
+    the largest phase and step need, and the integers into the narrowest array that holds
+    them (compact): 4 bytes a token for a session of a million steps. A trace out of that
+    order takes a dict."""
 
     def __init__(self, per_token):
-        self.rows, self.packed, self.by_key = per_token, packed_keys(token_keys(per_token)), None
-        if self.packed is None or any(map(ge, self.packed, islice(self.packed, 1, None))):
+        self.rows, self.by_key = per_token, None
+        self.phase_bits, self.step_bits = (
+            max(map(itemgetter(at), token_keys(per_token)), default=0).bit_length()
+            for at in (1, 2))
+        self.packed = compact(map(self.packed_key, token_keys(per_token)))
+        if any(map(ge, self.packed, islice(self.packed, 1, None))):
             self.packed = None
             self.by_key = {key: at for at, key in enumerate(token_keys(per_token))}
+
+    def packed_key(self, key):
+        """The key as one integer that sorts as the keys do; None when its phase or step is
+        past every one indexed (it cannot be here)."""
+        turn, phase, step = key
+        if phase >> self.phase_bits or step >> self.step_bits:
+            return None
+        return (turn << self.phase_bits | phase) << self.step_bits | step
 
     def find(self, key):
         """The row's index in per_token, or None."""
         if self.by_key is not None:
             return self.by_key.get(key)
-        packed = packed_key(key)
+        packed = self.packed_key(key)
         at = bisect_left(self.packed, packed) if packed is not None else len(self.packed)
         return at if at < len(self.packed) and self.packed[at] == packed else None
 
@@ -11284,7 +11280,8 @@ def terminate(signum, frame):
     raise Terminated()
 
 
-# glibc's mallopt(M_MMAP_THRESHOLD): past this size an allocation is mapped pages of its own.
+# glibc's mallopt(M_MMAP_THRESHOLD): past this size an allocation is mapped pages of its own
+# (a batch's text, trace_io.BATCH_BYTES, stays under it).
 M_MMAP_THRESHOLD, MMAP_THRESHOLD = -3, 128 * 1024
 
 

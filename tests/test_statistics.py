@@ -119,3 +119,30 @@ def test_read_latencies_give_each_token_its_reads_in_order(stretches, cut):
     for row in range(301):
         expected = [value for at, latencies in stretches if at == row for value in latencies]
         assert list(first.of(row)) == expected
+
+
+@given(st.sets(st.tuples(st.integers(0, 2**40), st.integers(0, 1), st.integers(0, 2**70)),
+               max_size=60),
+       st.lists(st.tuples(st.integers(0, 2**41), st.integers(0, 3), st.integers(0, 2**71)),
+                max_size=20),
+       st.booleans())
+@settings(max_examples=150, deadline=None)
+def test_a_token_index_finds_every_key_it_holds_and_no_other(keys, others, shuffled):
+    """Packed as few bits as the largest phase and step need (a key past them cannot be there),
+    bisected in key order, a dict out of it: every held key is found at its row, any other is
+    not, whatever the keys' size."""
+    ordered = sorted(keys)
+    if shuffled:
+        ordered.reverse()
+    rows = [{"turn": turn, "phase": phase, "step": step} for turn, phase, step in ordered]
+    index = decode_analyze.TokenIndex(rows)
+    assert [index.find(key) for key in ordered] == list(range(len(ordered)))
+    assert [index.find(key) for key in others if key not in keys] == \
+        [None] * len([key for key in others if key not in keys])
+
+
+def test_a_session_of_a_million_steps_is_indexed_in_4_bytes_a_token():
+    rows = [{"turn": 0, "phase": 1, "step": step} for step in range(0, 1 << 20, 64)]
+    index = decode_analyze.TokenIndex(rows)
+    assert index.packed.itemsize == 4 and index.by_key is None
+    assert index.find((0, 1, 64 * 99)) == 99 and index.find((0, 1, 65)) is None

@@ -569,3 +569,19 @@ def test_the_jobs_help_says_the_default_the_code_takes():
     assert f"default: 1 when no input is over {trace_io.PARALLEL_MIN_BYTES >> 20} MiB, else " \
            f"the usable cores, at most {decode_analyze.MAX_JOBS}" in words
     assert "idle" not in words
+
+
+def test_report_reads_each_file_with_every_job(monkeypatch):
+    """report once read its two files at once, each with its share of the jobs: a large io
+    trace beside a small compute trace was read in one process (1.41x the two commands in
+    turn, issue 51). One after the other, each gets them all."""
+    jobs = []
+
+    def recorded(path, columns, make_fold, reading, check=None):
+        jobs.append((columns.kind, reading.jobs))
+        return trace_io.fold_file(path, columns, make_fold, reading, check)
+    monkeypatch.setattr(decode_analyze, "fold_file", recorded)
+    ct, io_trace = (REAL_TRACES[name] for name in ("qwen3moe-l4-ct-node.csv",
+                                                   "qwen3moe-l4-io-serial.csv"))
+    assert run("report", ct, io_trace, "--jobs", "2", "--no-engine-log").code == 0
+    assert ("compute", 2) in jobs and ("io", 2) in jobs

@@ -83,9 +83,10 @@ def test_one_token_spanning_many_batches_is_linear_and_bounded(one_token):
 # Memory bounded by the run: a long traced session of one row a token grew 1.5 KB a token
 # (an object, two dicts and a report dict each: 800k tokens took 1.29 GB in compute, and a 400k
 # pair 1.15 GB in report). Measured on 2026-12-06 with one process, columns a byte wide until
-# a value needs more and glibc's mmap threshold fixed (map_large_arrays): compute ~43 bytes a
-# token, io ~42, summary ~46, report ~80 (two traces a token; ~105 before the threshold, ~150
-# while every column was 4 bytes wide). Bound here with a margin for noise.
+# a value needs more and glibc's mmap threshold fixed (map_large_arrays): from 20k to 120k
+# tokens compute ~76 bytes a token, io ~56, summary ~77, report ~102 (two traces a token; a
+# sort's transient of up to SORT_CHUNK values is part of it), from 120k to 800k 40-45 and 94.
+# Bound here with a margin for noise.
 ONE_ROW_TOKENS = (20_000, 120_000)
 MOST_BYTES_A_TOKEN = {"compute": 120, "summary": 120, "io": 120, "report": 120}
 

@@ -3526,11 +3526,6 @@ def of_kind(kinds, kind, values):
     return list(compress(values, map(kind.__eq__, kinds)))
 
 
-def total_ns(intervals):
-    starts, ends = intervals
-    return sum(map(sub, ends, starts))
-
-
 # ── io: the overlap's stall, from a v2 trace's wait rows ─────────────────────────────────────────
 class WaitFold(TokenFold):
     """The `wait` rows of a v2 io trace (a compute thread waiting for an expert to be ready;
@@ -6213,6 +6208,11 @@ def timeline_report(trace, fold, selection, io_trace=None, io_fold=None):
 
 def span_ms(span):
     return (span.end - span.start) / NS_PER_MS
+
+
+def total_ns(intervals):
+    starts, ends = intervals
+    return sum(map(sub, ends, starts))
 
 
 def outside_decodes(reads, windows):

@@ -14,6 +14,8 @@ ratio (paired), with the old side's spread (its slowest run over its fastest); o
   # ... their wall time (run it again beside `yes > /dev/null` for a busy machine)
   python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench --instructions --only io500k
   # instructions counted under valgrind: the same figure whatever the machine's load
+  python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench --installed --in-turn ct.csv io.csv
+  # report of a pair against its two commands in turn (--installed: from cached bytecode)
 
 The last case runs a different command line on each side: the new checkout's `io --what-if`
 against the old one's `io --adjacent --cache` (what the what-if may cost: at most 1.3x).
@@ -130,12 +132,32 @@ REAL_PAIR = [str(Path(__file__).resolve().parents[2] / "shared" / "traces" / nam
              for name in ("qwen3moe-l4-session-ct-node.csv", "qwen3moe-l4-session-ct-node-io.csv")]
 
 
+def report_in_turn(root, pair, rounds):
+    """The new checkout's `report CT IO` against its `compute CT` then `io IO --what-if` (the
+    analyses report makes), wall time, alternating which goes first: one ratio a round."""
+    def wall(*argv):
+        start = time.perf_counter()
+        subprocess.run(script(root, [*argv, "--no-engine-log"]), stdout=subprocess.DEVNULL,
+                       check=True)
+        return time.perf_counter() - start
+    ratios = []
+    for round_number in range(rounds):
+        timed = [lambda: wall("report", *pair),
+                 lambda: wall("compute", pair[0]) + wall("io", pair[1], "--what-if")]
+        first, second = (timed if round_number % 2 == 0 else timed[::-1])
+        one, other = first(), second()
+        ratios.append(one / other if round_number % 2 == 0 else other / one)
+    print(f"report / (compute + io --what-if) in turn: median {statistics.median(ratios):.3f}, "
+          f"min {min(ratios):.3f}, max {max(ratios):.3f} ({rounds} rounds)")
+
+
 def in_dir(folder, word):
     """A benchmark trace's name as its path in the traces' folder; any other word as it is."""
     return str(folder / word) if word.endswith(".csv") and (folder / word).exists() else word
 
 
 def main():
+    global run_as
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("old", type=Path)
     parser.add_argument("new", type=Path)
@@ -147,16 +169,26 @@ def main():
     parser.add_argument("--wall", action="store_true",
                         help="with --processes: their wall time, not their CPU time")
     parser.add_argument("--installed", action="store_true",
-                        help="with --processes or --instructions: run each checkout as the "
-                             "`decode-analyze` "
-                             "command pip installs does (imported, its bytecode cached), not as "
-                             "`python3 decode_analyze.py` (compiled on every run)")
+                        help="with --processes, --instructions or --in-turn: run each checkout "
+                             "as the `decode-analyze` command pip installs does (imported, its "
+                             "bytecode cached), not as `python3 decode_analyze.py` (compiled on "
+                             "every run)")
+    parser.add_argument("--in-turn", nargs=2, metavar=("CT", "IO"),
+                        help="time NEW's report of this pair against its compute and io "
+                             "--what-if run in turn (OLD is not run)")
     parser.add_argument("--instructions", action="store_true",
                         help="count the instructions of one process each (valgrind; one round: "
                              "the count does not vary), not time")
     args = parser.parse_args()
-    if args.installed and not (args.processes or args.instructions):
-        parser.error("--installed runs processes: give it with --processes or --instructions")
+    if args.installed and not (args.processes or args.instructions or args.in_turn):
+        parser.error("--installed runs processes: give it with --processes, --instructions or "
+                     "--in-turn")
+    if args.in_turn:
+        if args.installed:
+            run_as = "installed"
+            cache_bytecode({"new": args.new})
+        report_in_turn(args.new, [in_dir(args.dir, word) for word in args.in_turn], args.rounds)
+        return
     cases = [["compute", "ct420.csv"], ["io", "io500k.csv"], ["io", "io500k.csv", "--adjacent"],
              ["io", "io500k.csv", "--adjacent", "--cache"]]
     what_if = ["io", "io500k.csv", "--what-if"]  # new's, against old's --adjacent --cache
@@ -179,7 +211,6 @@ def main():
         tools = {"old": load("old", args.old), "new": load("new", args.new)}
         timed = partial(in_process, tools)
     if args.installed:
-        global run_as
         run_as = "installed"
         cache_bytecode(roots)
     runs = [(case, case) for case in cases] + [(cases[3], what_if)]

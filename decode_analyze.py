@@ -4673,22 +4673,20 @@ def key_values(keys, record):
 # The io report's tables: each groups the reads by one part of their (lane, read_bytes, spec,
 # layer) key.
 READ_GROUPS = {"size": lambda key: size_bucket(key.read_bytes), "lane": attrgetter("lane"),
-               "spec": lambda key: READ_KINDS[key.spec], "layer": attrgetter("layer")}
+               "spec": lambda key: READ_KINDS[key.spec], "layer": attrgetter("layer"),
+               "read_bytes": attrgetter("read_bytes")}
 
 
 def read_tables(chosen):
-    """Fold the phases' keyed sums into {table: {group: ReadSums}} (READ_GROUPS), reads by
-    read size, and the (layer, expert) pairs' ReadSums (no latency)."""
+    """Fold the phases' keyed sums into {table: {group: ReadSums}} (READ_GROUPS) and the
+    (layer, expert) pairs' ReadSums (no latency)."""
     by_key = [(values, (count, count * values.read_bytes, reads.lane_ns[key]))
               for reads in chosen for (key, count), values in zip(
                   reads.by_lane.items(), key_values(reads.by_lane, ReadKey))]
-    read_sizes = Counter()
-    for values, (count, _, _) in by_key:
-        read_sizes[values.read_bytes] += count
     by_expert = [(values, (count, count * values.read_bytes, 0))
                  for reads in chosen for count, values in zip(
                      reads.by_expert.values(), key_values(reads.by_expert, ExpertKey))]
-    return (group_sums(by_key, READ_GROUPS, ReadSums), read_sizes,
+    return (group_sums(by_key, READ_GROUPS, ReadSums),
             group_sums(by_expert, {"experts": attrgetter("layer", "expert")},
                        ReadSums)["experts"])
 
@@ -4740,7 +4738,7 @@ def io_report(trace, fold, selection, settings, asked=None, measured=None):
     phases, label, tokens = selected_tokens(trace, fold.book, selection, fold.phases.keys())
     per = PerToken(len(tokens), None)
     chosen = [fold.phases[phase] for phase in phases if phase in fold.phases]
-    tables, read_sizes, experts = read_tables(chosen)
+    tables, experts = read_tables(chosen)
     by_lane = tables["lane"]
     reads = sum(sums.reads for sums in by_lane.values())
     read_bytes = sum(sums.read_bytes for sums in by_lane.values())
@@ -4760,7 +4758,8 @@ def io_report(trace, fold, selection, settings, asked=None, measured=None):
         busy_ms_per_token=busy_ms, busy_mib_per_s=throughput(read_bytes / MIB, busy_ns / 1e9),
         waste_pct=None if not read_bytes else (read_bytes - req_bytes) / read_bytes * 100,
         waste_mib_per_token=per.count((read_bytes - req_bytes) / MIB),
-        median_read_bytes=weighted_percentile(read_sizes, "p50"),
+        median_read_bytes=weighted_percentile(
+            {size: sums.reads for size, sums in tables["read_bytes"].items()}, "p50"),
         latency_us=latency_summary(latency["0"] + latency["1"]),
         latency_hist=latency_histogram(latency["0"] + latency["1"]),
         **read_groups(tables, latency, read_bytes, per),

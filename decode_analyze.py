@@ -165,15 +165,6 @@ Field = namedtuple("Field", "name doc shape shown per")
 COMPARED = "compared"  # of a list field: diff compares its rows by their key (Record.key)
 
 
-def field_of(name, doc, *parts):
-    """A Field from its declaration: (name, doc) then, in any order, its shape (a Record,
-    ListOf or MapOf), how it is Shown, and its denominator or COMPARED."""
-    shape = next((part for part in parts if isinstance(part, (Record, ListOf, MapOf))), None)
-    shown = next((part for part in parts if isinstance(part, Shown)), None)
-    per = next((part for part in parts if isinstance(part, str)), None)
-    return Field(name, doc, shape, shown, per)
-
-
 class Record:
     """One kind of JSON object. Calling it with every field as a keyword builds the object (a
     dict, in the declared order). `later` fields may be left out, to be added after the object
@@ -184,7 +175,11 @@ class Record:
 
     def __init__(self, name, where, fields, later=(), key=None, by=None):
         self.name, self.where, self.later, self.key, self.by = name, where, later, key, by
-        self.fields = [field_of(*field) for field in fields]
+        # A field is declared (name, doc) then, in any order, its shape (a Record, ListOf or
+        # MapOf), how it is Shown, and its denominator or COMPARED.
+        self.fields = [Field(name, doc, *(
+            next((part for part in parts if isinstance(part, kind)), None)
+            for kind in ((Record, ListOf, MapOf), Shown, str))) for name, doc, *parts in fields]
         self.names = [field.name for field in self.fields]
         self._built = [name for name in self.names if name not in later]
         self.per_token = {field.name for field in self.fields if field.per == PER_TOKEN}
@@ -861,6 +856,13 @@ def percentile_index(n, num, den):
     return min(n - 1, n * num // den)
 
 
+def deviation(value, median):
+    """How many times away from the median a figure is, either way (inf from a zero one)."""
+    if not median or not value:
+        return 1.0 if value == median else float("inf")
+    return max(value / median, median / value)
+
+
 class SortedParts:
     """Several sorted arrays read as one sorted sequence, never merged: each process and
     phase sorts its own values, and ranks are found by bisecting every part."""
@@ -914,26 +916,19 @@ def sorted_parts(values):
     """values (all below 2^64) as SortedParts: sorted SORT_CHUNK at a time into the most
     compact arrays that hold them, so that a million walls never stand as int objects at
     once. An array is emptied from its end as its parts are made, so that the values are
-    never held twice."""
-    if isinstance(values, array):
-        chunks = taken_from_the_end(values)
-    else:
-        iterator = iter(values)
-        chunks = iter(lambda: list(islice(iterator, SORT_CHUNK)), [])
+    never held twice (a large array gives its memory back as it shrinks)."""
+    iterator = None if isinstance(values, array) else iter(values)
     parts = []
-    for chunk in chunks:
+    while True:
+        if iterator is None:
+            chunk = values[-SORT_CHUNK:]
+            del values[-SORT_CHUNK:]
+        else:
+            chunk = list(islice(iterator, SORT_CHUNK))
+        if not chunk:
+            return SortedParts(parts)
         ordered = sorted(chunk)
         parts.append(array(WALL_32 if ordered[-1] < 1 << 32 else "Q", ordered))
-    return SortedParts(parts)
-
-
-def taken_from_the_end(values):
-    """SORT_CHUNK values at a time from the end of an array, each removed as it is handed
-    out (a large array gives its memory back as it shrinks)."""
-    while values:
-        chunk = values[-SORT_CHUNK:]
-        del values[-SORT_CHUNK:]
-        yield chunk
 
 
 def sorted_column(values):
@@ -1318,21 +1313,6 @@ def bar_table(record, rows):
     return table_of(record, bar_column(lambda row: row["ms_per_token"] / peak))
 
 
-def histogram_table(rows):
-    peak = max((row["count"] for row in rows), default=0) or 1
-    return (column("us", lambda row: f"{row['lo_us']} -> {row['hi_us'] - 1}"),
-            column("count", "count"),
-            Column("distribution", lambda row: row["count"] / peak,
-                   lambda fraction: "|" + bar(fraction, HIST_WIDTH).replace(".", " ") + "|", "<",
-                   HIST_WIDTH))
-
-
-def deviation(value, median):
-    """How many times away from the median a figure is, either way (inf from a zero one)."""
-    if not median or not value:
-        return 1.0 if value == median else float("inf")
-    return max(value / median, median / value)
-
 def selection_text(report):
     return ", ".join([f"phase {report['phase']}"] + describe_selection(report["selection"]))
 
@@ -1391,25 +1371,21 @@ def engine_split_of(report, limit):
 def header_section(header_of):
     """The section that says what produced the report, from which files, the run's preamble:
     header_of(report) is the Header of its kind, joined here by the engine's log and the
-    settings the preamble lacked."""
+    settings the preamble lacked, each with where it came from."""
     def header_blocks(report, view):
         header = header_of(report)
         engine = report.get("engine")
         if engine:
             header = header._replace(paths=header.paths + [("engine log", engine["log"], "")])
-        return [Block(None, [with_settings(header, report)], gap=False)]
+        settings = {}
+        for half in report_halves(report).values():
+            settings.update(half.get("settings") or {})
+        shown = {key: f"{setting['value']} ({setting['source']})"
+                 for key, setting in settings.items()}
+        header = header._replace(meta={**header.meta, **shown}, keys=header.keys + tuple(
+            key for key in shown if key not in header.keys))
+        return [Block(None, [header], gap=False)]
     return header_blocks
-
-
-def with_settings(header, report):
-    """The header with the settings the preamble lacked, each with where it came from."""
-    settings = {}
-    for half in report_halves(report).values():
-        settings.update(half.get("settings") or {})
-    shown = {key: f"{setting['value']} ({setting['source']})"
-             for key, setting in settings.items()}
-    return header._replace(meta={**header.meta, **shown},
-                           keys=header.keys + tuple(key for key in shown if key not in header.keys))
 
 
 AGREEMENT = {True: "yes", False: "NO", None: "-"}
@@ -5213,9 +5189,15 @@ def io_headline_blocks(report, view):
 def latency_blocks(report, view):
     io = io_part(report)
     hist = io["latency_hist"]
+    peak = max((row["count"] for row in hist), default=0) or 1
+    histogram = (column("us", lambda row: f"{row['lo_us']} -> {row['hi_us'] - 1}"),
+                 column("count", "count"),
+                 Column("distribution", lambda row: row["count"] / peak,
+                        lambda fraction: "|" + bar(fraction, HIST_WIDTH).replace(".", " ") + "|",
+                        "<", HIST_WIDTH))
     return [Block("per-read latency (us)", [
         Grid(table_of(LATENCY), [io["latency_us"]]),
-        Full("the latency histogram", Grid(histogram_table(hist), hist))])]
+        Full("the latency histogram", Grid(histogram, hist))])]
 
 
 def size_blocks(report, view):
@@ -7066,7 +7048,7 @@ def repeats_of(config, runs):
     def far(decode):
         return len(ordered) >= 3 and middle > 0 and decode > 0 and \
             abs(decode - middle) > OUTLIER_MADS * MAD_SCALE * max(mad, 0.01 * middle) and \
-            max(decode / middle, middle / decode) >= OUTLIER_RATIO
+            deviation(decode, middle) >= OUTLIER_RATIO
     outliers = [one for one in ordered if far(one.decode_ms)]
     kept = [one for one in ordered if one not in outliers]
     steps = [(kept[at].decode_ms / kept[at - 1].decode_ms, at) for at in range(1, len(kept))

@@ -3500,11 +3500,6 @@ class Clock:
         self.backwards += later.backwards
 
 
-def of_kind(kinds, kind, values):
-    """The values of the rows of that kind."""
-    return list(compress(values, map(kind.__eq__, kinds)))
-
-
 # ── io: the overlap's stall, from a v2 trace's wait rows ─────────────────────────────────────────
 class WaitFold(TokenFold):
     """The `wait` rows of a v2 io trace (a compute thread waiting for an expert to be ready;
@@ -3521,8 +3516,8 @@ class WaitFold(TokenFold):
         for run in runs:
             row = self.book.lookup(run)
             if row is not None:
-                self.table.add("waited_ns", row, sum(of_kind(
-                    kinds[run.start:run.end], "wait", latencies[run.start:run.end])))
+                self.table.add("waited_ns", row, sum(compress(
+                    latencies[run.start:run.end], map("wait".__eq__, kinds[run.start:run.end]))))
 
     def _finished(self):
         pass
@@ -4632,12 +4627,6 @@ def size_bucket(read_bytes):
     return 1 << (kib.bit_length() - 1) if kib else 0
 
 
-def bucket_label(kib):
-    if kib == 0:
-        return "<1 KiB"
-    return f"{kib} KiB" if kib == 1 else f"{kib}-{2 * kib - 1} KiB"
-
-
 # The joined keys PhaseReads counts by, as fields.
 ReadKey = namedtuple("ReadKey", "lane read_bytes spec layer")
 ExpertKey = namedtuple("ExpertKey", "layer expert read_bytes")
@@ -4699,18 +4688,6 @@ def throughput(mib, seconds):
     return ratio(mib, seconds)
 
 
-def lanes_read(meta, by_lane):
-    """The preamble with the lanes the trace read on where they are more than it names (the
-    trace's stand), and how many lanes there are; by_lane gets a row for every named lane,
-    since a lane that never read is the most idle of all."""
-    named = meta_int(meta, "io_threads")
-    if named and len(by_lane) > named:
-        meta = {**meta, "io_threads": str(len(by_lane))}
-    for lane in range(named):
-        by_lane.setdefault(lane, ReadSums())
-    return meta, meta_int(meta, "io_threads") or len(by_lane)
-
-
 def io_report(trace, fold, selection, settings, asked=None, measured=None):
     """The whole io report as a plain dict (the JSON output; text is rendered from it),
     without its verdicts. asked: what the what-if tries (an Asked), None for no what-if."""
@@ -4724,8 +4701,16 @@ def io_report(trace, fold, selection, settings, asked=None, measured=None):
     busy_ns = sum(sums.latency_ns for sums in by_lane.values())
     req_bytes = sum(phase_reads.req_bytes for phase_reads in chosen)
     latency = {spec: sum((r.latency[spec] for r in chosen), SortedParts()) for spec in "01"}
-    meta, lanes = lanes_read(trace.meta, by_lane)
+    # The lanes the trace read on, where they are more than the preamble names (the trace's
+    # stand); a row for every named lane, since a lane that never read is the most idle of all.
+    named = meta_int(trace.meta, "io_threads")
+    meta = {**trace.meta, "io_threads": str(len(by_lane))} if named and len(by_lane) > named \
+        else trace.meta
+    for lane in range(named):
+        by_lane.setdefault(lane, ReadSums())
+    lanes = meta_int(meta, "io_threads") or len(by_lane)
     busy_ms = per.count(busy_ns / NS_PER_MS)
+    runs = sum(phase_reads.runs.runs for phase_reads in chosen)
     report = IO_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="io", path=trace.name, meta=meta,
         settings=settings,
@@ -4742,8 +4727,12 @@ def io_report(trace, fold, selection, settings, asked=None, measured=None):
         latency_us=latency_summary(latency["0"] + latency["1"]),
         latency_hist=latency_histogram(latency["0"] + latency["1"]),
         **read_groups(tables, latency, read_bytes, per),
-        hot_experts=hottest_experts(experts),
-        adjacency=adjacency(fold, chosen, reads, per),
+        hot_experts=[EXPERT_ROW(layer=layer, expert=expert, reads=sums.reads,
+                                mib=sums.read_bytes / MIB) for (layer, expert), sums in ordered_by(
+            experts, lambda where, sums: (-sums.read_bytes, where))[:HOT_EXPERTS]],
+        adjacency=ADJACENCY(reads_per_token=per.count(reads),
+                            runs_per_token=per.count(runs) if fold.adjacent else None,
+                            coalesce_factor=ratio(reads, runs) if fold.adjacent else None),
         run_cache=None, reuse=None, what_if=None,
         **io_token_parts(tokens, fold.latencies, fold.per_lane))
     if fold.lookups is not None:
@@ -4760,7 +4749,10 @@ def io_token_parts(tokens, latencies, per_lane):
             "token_reads": spread_of(tokens.values("reads")),
             "heaviest": [row_of(table, row) for row in heaviest],
             "per_token": TokenRows(tokens, row_of, IO_TOKEN_FIGURES),
-            "lane_bytes_by_token": lane_bytes_by_token(tokens) if per_lane else None}
+            # what the SVG stacks, so counted only with --svg; JSON keys are text, so lanes are
+            "lane_bytes_by_token": {lane: tokens.values(LANE_COLUMN + lane) for lane in sorted(
+                (name[len(LANE_COLUMN):] for name in table.columns if name.startswith(
+                    LANE_COLUMN)), key=int)} if per_lane else None}
 
 
 def add_cache_what_ifs(report, fold, chosen, phases, asked, measured=None):
@@ -4791,21 +4783,6 @@ def add_cache_what_ifs(report, fold, chosen, phases, asked, measured=None):
         list(asked.lanes) or DEFAULT_LANES))
 
 
-def hottest_experts(experts):
-    """The HOT_EXPERTS (layer, expert) pairs of the most bytes read."""
-    ordered = ordered_by(experts, lambda where, sums: (-sums.read_bytes, where))
-    return [EXPERT_ROW(layer=layer, expert=expert, reads=sums.reads, mib=sums.read_bytes / MIB)
-            for (layer, expert), sums in ordered[:HOT_EXPERTS]]
-
-
-def lane_bytes_by_token(tokens):
-    """{lane: bytes each token read on it, in per_token's order} (what the SVG stacks, so
-    counted only with --svg); JSON keys are text, so lanes are too."""
-    lanes = sorted((name[len(LANE_COLUMN):] for name in tokens.table.columns
-                    if name.startswith(LANE_COLUMN)), key=int)
-    return {lane: tokens.values(LANE_COLUMN + lane) for lane in lanes}
-
-
 def io_ranges(wall, mib, lanes):
     """A token's I/O wall time and throughput. A v1 trace has no timestamps, so the reads of a
     token took at least their lane-busy time over the lanes (all busy at once) and at most all
@@ -4830,7 +4807,8 @@ def read_groups(tables, latency, read_bytes, per):
     spec = tables["spec"]
     speculative = spec["speculative"]
     return {
-        "by_size": [SIZE_ROW(kib=kib, label=bucket_label(kib), reads=sums.reads,
+        "by_size": [SIZE_ROW(kib=kib, label="<1 KiB" if kib == 0 else f"{kib} KiB" if kib == 1
+                             else f"{kib}-{2 * kib - 1} KiB", reads=sums.reads,
                              mib=sums.read_bytes / MIB,
                              mib_per_s=throughput(sums.read_bytes / MIB, sums.latency_ns / 1e9),
                              us_per_read=sums.latency_ns / sums.reads / 1e3)
@@ -4856,13 +4834,6 @@ def read_groups(tables, latency, read_bytes, per):
                                   busy_ms_per_token=per.count(sums.latency_ns / NS_PER_MS))
                      for layer, sums in sorted(tables["layer"].items())],
     }
-
-
-def adjacency(fold, chosen, reads, per):
-    runs = sum(phase_reads.runs.runs for phase_reads in chosen)
-    return ADJACENCY(reads_per_token=per.count(reads),
-                     runs_per_token=per.count(runs) if fold.adjacent else None,
-                     coalesce_factor=ratio(reads, runs) if fold.adjacent else None)
 
 
 # The per_token figures read straight from the columns (as COMPUTE_TOKEN_FIGURES)
@@ -4929,18 +4900,16 @@ def io_findings(report):
             f"cache: this run had one, its trace shows it served {served}; whether a larger "
             f"one would be worthwhile, a trace of a run without a cache tells"))
     elif (report["reuse"] or {}).get("judged"):  # a saved report before it: none
-        verdicts.append(cache_verdict(report["reuse"]["judged"]))
+        # whether a cache of half the experts' footprint serves enough of the lookups: the
+        # what-if's setting at that size (its stake is that setting's saving)
+        judged = report["reuse"]["judged"]
+        figures = judged["figures"]
+        hit = figures["hit_share"]["point"]
+        verdicts.append(threshold_verdict("cache", past("cache", hit),
+            f"the engine's cache at --cache-mb {judged['value']:g} (half the experts' "
+            f"footprint: {figures['experts']['point']} experts) would serve {hit:.0%} of the "
+            f"expert lookups"))
     return [v for v in verdicts if v]
-
-
-def cache_verdict(judged):
-    """Whether a cache of half the experts' footprint serves enough of the lookups: the
-    what-if's setting at that size (its stake is that setting's saving)."""
-    figures = judged["figures"]
-    hit = figures["hit_share"]["point"]
-    return threshold_verdict("cache", past("cache", hit),
-        f"the engine's cache at --cache-mb {judged['value']:g} (half the experts' footprint: "
-        f"{figures['experts']['point']} experts) would serve {hit:.0%} of the expert lookups")
 
 
 def latency_verdict(report):

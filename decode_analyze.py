@@ -2677,10 +2677,6 @@ def compute_headline(report):
     return lines
 
 
-def compute_headline_blocks(report, view):
-    return [Block(None, [Prose(compute_headline(report), "")], gap=False)]
-
-
 def segment_blocks(report, view):
     compute = report_halves(report)["compute"]
     if compute["granularity"] != "layer":
@@ -2809,7 +2805,9 @@ def compute_token_blocks(report, view):
 COMPUTE_SECTIONS = (segment_blocks, op_blocks, fault_blocks, category_blocks)
 
 KINDS["compute"] = Kind(COMPUTE_REPORT, layout(
-    header_section(trace_header(COMPUTE_KEYS)), compute_headline_blocks, verdict_blocks,
+    header_section(trace_header(COMPUTE_KEYS)),
+    lambda report, view: [Block(None, [Prose(compute_headline(report), "")], gap=False)],
+    verdict_blocks,
     calm_blocks, engine_blocks, caveat_blocks, *COMPUTE_SECTIONS,
     Section(compute_layer_blocks, fold=True), compute_token_blocks))
 
@@ -5169,27 +5167,19 @@ def latency_blocks(report, view):
         Full("the latency histogram", Grid(histogram, hist))])]
 
 
-def size_blocks(report, view):
-    return [Block("by read size (bucket: largest power of two <= KiB read)",
-                  [Grid(table_of(SIZE_ROW), io_part(report)["by_size"])])]
-
-
 def lane_blocks(report, view):
-    return [Block("by lane (a lane busy far less than the others is waiting for work: the drive "
-                  "is not the limit there)",
-                  [lane_table(io_part(report)["by_lane"])])]
-
-
-def lane_table(lanes):
     """The by-lane table; without --full, its range in a line (the lanes verdict says whether
     they are balanced)."""
-    if not lanes:
-        return Grid(table_of(LANE_ROW), lanes)
-    busy = [row["busy_ms_per_token"] for row in lanes]
-    speeds = [row["mib_per_s"] or 0.0 for row in lanes]
-    return Full("every lane", Grid(table_of(LANE_ROW), lanes), Prose([
-        f"  {counted(len(lanes), 'lane')}, each busy {min(busy):.2f}-{max(busy):.2f} ms a token at "
-        f"{min(speeds):.0f}-{max(speeds):.0f} MiB/s"]))
+    lanes = io_part(report)["by_lane"]
+    part = Grid(table_of(LANE_ROW), lanes)
+    if lanes:
+        busy = [row["busy_ms_per_token"] for row in lanes]
+        speeds = [row["mib_per_s"] or 0.0 for row in lanes]
+        part = Full("every lane", part, Prose([
+            f"  {counted(len(lanes), 'lane')}, each busy {min(busy):.2f}-{max(busy):.2f} ms a "
+            f"token at {min(speeds):.0f}-{max(speeds):.0f} MiB/s"]))
+    return [Block("by lane (a lane busy far less than the others is waiting for work: the drive "
+                  "is not the limit there)", [part])]
 
 
 def spec_blocks(report, view):
@@ -5312,21 +5302,16 @@ def best_change_blocks(report, view):
     if not lines:
         lines = ["  none is a sure win: no setting's saving has a lower end above 0 (the "
                  "what-if below gives each band)"]
-    calibrated = what_if.get("calibrated")
+    calibrated = what_if.get("calibrated")  # how the calibration's leave-one-out did
     if calibrated:
-        lines.insert(0, calibrated_words(calibrated))
+        head = f"  calibrated on {calibrated['runs']} runs of {calibrated['model']}: "
+        lines.insert(0, head + (
+            f"leave-one-out {calibrated['inside']} of {calibrated['checked']} inside, median "
+            f"band {calibrated['median_band_share']:.0%} of the decode" if calibrated["checked"]
+            else f"no held-out band was {BAND_MOST_SHARE:.0%} of the decode or narrower, so "
+            f"none is validated (the what-if says which run would narrow each)"))
     return [Block(f"best changes ({what_if_per(report)}, surest first)",
                   [Prose(lines, "    ")])]
-
-
-def calibrated_words(calibrated):
-    """The first screen's line on the calibration a what-if uses: how its leave-one-out did."""
-    head = f"  calibrated on {calibrated['runs']} runs of {calibrated['model']}: "
-    if not calibrated["checked"]:
-        return head + (f"no held-out band was {BAND_MOST_SHARE:.0%} of the decode or narrower, "
-                       f"so none is validated (the what-if says which run would narrow each)")
-    return head + (f"leave-one-out {calibrated['inside']} of {calibrated['checked']} inside, "
-                   f"median band {calibrated['median_band_share']:.0%} of the decode")
 
 
 def what_if_blocks(report, view):
@@ -5356,16 +5341,15 @@ def what_if_blocks(report, view):
                   [Prose(lines, "    "), *told])]
 
 
-def io_token_blocks(report, view):
-    return [token_block(report, "mib", "MiB")]
-
-
-IO_READ_SECTIONS = (latency_blocks, size_blocks, lane_blocks, spec_blocks)
+IO_READ_SECTIONS = (latency_blocks, lambda report, view: [
+    Block("by read size (bucket: largest power of two <= KiB read)",
+          [Grid(table_of(SIZE_ROW), io_part(report)["by_size"])])], lane_blocks, spec_blocks)
 
 KINDS["io"] = Kind(IO_REPORT, layout(
     header_section(trace_header(IO_KEYS)), io_headline_blocks, verdict_blocks,
     best_change_blocks, calm_blocks, engine_blocks, *IO_READ_SECTIONS, io_layer_blocks,
-    adjacency_blocks, cache_blocks, what_if_blocks, io_token_blocks))
+    adjacency_blocks, cache_blocks, what_if_blocks,
+    lambda report, view: [token_block(report, "mib", "MiB")]))
 
 
 # ── pair: its records ────────────────────────────────────────────────────────────────────────────
@@ -5796,6 +5780,7 @@ def read_split_verdict(pair, overlapped):
     """Whether the tokens that read are slow because they read: their difference from the
     tokens that read nothing is held against their own reads' time (the I/O estimate)."""
     split = pair["read_split"]
+    stretch = split["slow_stretch"]  # what else differs: the slow tokens as one stretch
     read, idle = split["read"], split["no_read"]
     if not read["tokens"] or not idle["tokens"] or not idle["ms_per_token"]:
         return None
@@ -5827,27 +5812,15 @@ def read_split_verdict(pair, overlapped):
                                            f"{READS_EXPLAIN:.0%})")
     return verdict("read_split", False,
         f"the reads do not explain the split: {reads}, < {READS_EXPLAIN:.0%})"
-        f"{stretch_text(split['slow_stretch'])}")
-
-
-def stretch_text(stretch):
-    """What else differs: the slow tokens as one stretch, with tokens that read nothing."""
-    if stretch is None:
-        return ""
-    return (f"; the slow tokens are one stretch, turn {stretch['turn']} steps "
-            f"{stretch['first_step']}-{stretch['last_step']} ({stretch['tokens']} tokens, "
-            f"{stretch['ms_per_token']:.2f} ms each), {stretch['without_reads']} of which read "
-            f"nothing: something else slowed that stretch")
+        + ("" if stretch is None else
+           f"; the slow tokens are one stretch, turn {stretch['turn']} steps "
+           f"{stretch['first_step']}-{stretch['last_step']} ({stretch['tokens']} tokens, "
+           f"{stretch['ms_per_token']:.2f} ms each), {stretch['without_reads']} of which read "
+           f"nothing: something else slowed that stretch"))
 
 
 # ── pair: its text and Markdown sections ─────────────────────────────────────────────────────────
 PAIR_KEYS = ("model", "arch", "n_layer", "n_threads", "io_threads", "o_direct", "overlap")
-
-
-def pair_header(report):
-    compute, io = report["compute"], report["io"]
-    return Header("report", [("compute", compute["path"], ""), ("io", io["path"], "")],
-                  {**io["meta"], **compute["meta"]}, PAIR_KEYS)
 
 
 def pair_headline_blocks(report, view):
@@ -5874,6 +5847,7 @@ def pair_headline_blocks(report, view):
 
 def per_decoded_blocks(report, view):
     io, pair = report["io"], report["pair"]
+    engine = engine_split_of(report, FIGURE_LIMIT)  # the engine's own split, from its log
     inside = ("routed experts and router n/a (a layer-granularity trace)"
               if pair["experts_ms_per_token"] is None else
               f"routed experts {pair['experts_ms_per_token']:.2f} ms, router "
@@ -5889,18 +5863,11 @@ def per_decoded_blocks(report, view):
              f"{estimate:.2f} ms estimated outlast it (a warning above says why); ")
     return [Block(per_words(report), [Prose([
         f"  {split}in the decode, faulting nodes {pair['faulting_ms_per_token']:.2f} ms, {inside}",
-        *engine_split(report),
+        *([f"  the engine's log: {engine_split_text(engine)}"] if engine else []),
         "  " + io_range_text({**pair, "lanes": io["lanes"], "meta": io["meta"]}, ""),
         f"  reads {pair['io_reads_per_token']:.1f}, {pair['io_mib_per_token']:.2f} MiB; lanes "
         f"busy {pair['io_busy_ms_per_token']:.2f} ms summed over lanes; alignment waste "
         f"{pair['waste_mib_per_token']:.2f} MiB"])])]
-
-
-def engine_split(report):
-    """The engine's own split of the decode, from its log, beside the tool's: a line, or none
-    without it."""
-    split = engine_split_of(report, FIGURE_LIMIT)
-    return [f"  the engine's log: {engine_split_text(split)}"] if split else []
 
 
 def pair_layer_blocks(report, view):
@@ -5910,9 +5877,12 @@ def pair_layer_blocks(report, view):
 
 
 KINDS["report"] = Kind(PAIR_REPORT, layout(
-    header_section(pair_header), pair_headline_blocks, per_decoded_blocks, verdict_blocks,
-    best_change_blocks, calm_blocks, engine_blocks, caveat_blocks, pair_layer_blocks,
-    segment_blocks, pair_op_blocks, fault_blocks, category_blocks, compute_token_blocks,
+    header_section(lambda report: Header(
+        "report", [("compute", report["compute"]["path"], ""), ("io", report["io"]["path"], "")],
+        {**report["io"]["meta"], **report["compute"]["meta"]}, PAIR_KEYS)),
+    pair_headline_blocks, per_decoded_blocks, verdict_blocks, best_change_blocks, calm_blocks,
+    engine_blocks, caveat_blocks, pair_layer_blocks, segment_blocks, pair_op_blocks,
+    fault_blocks, category_blocks, compute_token_blocks,
     lambda report, view: [Block("flash reads")],  # a heading over the sections after it
     *IO_READ_SECTIONS, adjacency_blocks, cache_blocks, what_if_blocks))
 
@@ -6150,13 +6120,17 @@ def timeline_report(trace, fold, selection, io_trace=None, io_fold=None):
             decode_ms=span_ms(window), graph_ms=span_ms(token.graph) if token.graph else None,
             callback_ms=total_ns(union(*zip(*token.callbacks))) / NS_PER_MS
             if token.callbacks else 0.0, **io_figures))
+    outside = None  # read busy time (union over lanes) outside every selected decode's span
+    if reads is not None:
+        spans = union(*zip(*windows)) if windows else ([], [])
+        outside = OUTSIDE(read_busy_ms=(total_ns(reads) - total_ns(intersection(reads, spans)))
+                          / NS_PER_MS)
     return TIMELINE_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="timeline",
         paths=[trace.name] + ([io_trace.name] if io_trace else []),
         meta={**(io_trace.meta if io_trace else {}), **trace.meta}, phase=label,
         selection=selection.as_dict(), decodes_count=len(decodes),
-        summary=timeline_summary(decodes), outside_decodes=outside_decodes(reads, windows),
-        decodes=decodes)
+        summary=timeline_summary(decodes), outside_decodes=outside, decodes=decodes)
 
 
 def span_ms(span):
@@ -6166,16 +6140,6 @@ def span_ms(span):
 def total_ns(intervals):
     starts, ends = intervals
     return sum(map(sub, ends, starts))
-
-
-def outside_decodes(reads, windows):
-    """Read busy time (union over lanes) that fell outside every selected decode's span: reads
-    between decodes, or of decodes not selected. None without an io trace."""
-    if reads is None:
-        return None
-    spans = union(*zip(*windows)) if windows else ([], [])
-    return OUTSIDE(read_busy_ms=(total_ns(reads) - total_ns(intersection(reads, spans)))
-                   / NS_PER_MS)
 
 
 def timeline_summary(decodes):
@@ -6196,11 +6160,6 @@ def timeline_summary(decodes):
 
 # ── timeline: its text and Markdown sections ─────────────────────────────────────────────────────
 TIMELINE_KEYS = ("model", "trace_id", "io_threads", "overlap")
-
-
-def timeline_header(report):
-    paths = [(label, path, "") for label, path in zip(("compute", "io"), report["paths"])]
-    return Header("timeline", paths, report["meta"], TIMELINE_KEYS)
 
 
 TIMELINE_SHOWN = 20  # decodes listed; the slowest when there are more
@@ -6243,7 +6202,9 @@ def timeline_decode_blocks(report, view):
 
 
 KINDS["timeline"] = Kind(TIMELINE_REPORT, layout(
-    header_section(timeline_header), timeline_headline_blocks, timeline_summary_blocks,
+    header_section(lambda report: Header("timeline", [
+        (label, path, "") for label, path in zip(("compute", "io"), report["paths"])],
+        report["meta"], TIMELINE_KEYS)), timeline_headline_blocks, timeline_summary_blocks,
     timeline_decode_blocks))
 
 
@@ -6313,14 +6274,6 @@ EngineLog = namedtuple("EngineLog", "path figures turns runs lines unread",
                        defaults=(1, 1, ()))
 
 
-def log_text(data):
-    """A log's bytes as text: UTF-16 where a byte-order mark says so (PowerShell's `>`
-    writes it), else UTF-8, any bad byte replaced."""
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return data.decode("utf-16", "replace")
-    return data.decode("utf-8-sig", "replace")
-
-
 def engine_lines(text):
     """(kind, figures) of every engine line in the text, in order: kind the line's lead
     (`turn id=` for a session's turn), figures its {name: EngineValue}, or its turn tuple."""
@@ -6377,7 +6330,11 @@ def read_engine_log(path):
     if len(data) > LOG_MOST_BYTES:
         raise TraceError(path, 0, f"over {LOG_MOST_BYTES >> 20} MiB: not an engine's log")
     figures, turns, seen, runs, lines, unread = {}, [], set(), 0, 0, []
-    for kind, found in engine_lines(log_text(data)):
+    # UTF-16 where a byte-order mark says so (PowerShell's `>` writes it), else UTF-8, any bad
+    # byte replaced
+    text = data.decode("utf-16" if data.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8-sig",
+                       "replace")
+    for kind, found in engine_lines(text):
         lines += 1
         if kind == UNREAD:
             unread.append(found)

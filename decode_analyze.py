@@ -6514,7 +6514,13 @@ def unlike_sums(name, report, logged):
     io = report_halves(report).get("io")
     meta = io["meta"] if io else {}
     if name == "flash_io_ms_per_token" and meta.get("overlap") == "1":
-        beside = overlapped_with(io, logged)
+        # what an overlapped run did beside its reads that the engine times and its trace
+        # does not
+        beside = " and ".join(kind for kind, ran in (
+            ("a cache", ran_cached(io) or cache_in_settings(io["meta"])),
+            ("prefetch", io["spec"]["reads"] or io["meta"].get("prefetch") == "1"
+             or (logged.get("speculative_mib") is not None)),
+            ("speculative decoding", "positions_per_decode" in logged)) if ran)
         if beside:
             return (f"overlapped with {beside}, the engine's flash I/O sums time the trace does "
                     f"not hold (the lanes' busy time is 11-23% below it on 14 real runs: "
@@ -6527,18 +6533,6 @@ def unlike_sums(name, report, logged):
         return ("a run that prefetched: the engine's re-reads count speculative loads the "
                 "trace books apart (997 against 839 on a real run)")
     return None
-
-
-def overlapped_with(io, logged):
-    """What an overlapped run did beside its reads that the engine times and its trace does
-    not (a cache, prefetch, speculative decoding), in words; "" for none."""
-    speculative = logged.get("speculative_mib")
-    kinds = [kind for kind, ran in (
-        ("a cache", ran_cached(io) or cache_in_settings(io["meta"])),
-        ("prefetch", io["spec"]["reads"] or io["meta"].get("prefetch") == "1"
-         or (speculative is not None)),
-        ("speculative decoding", "positions_per_decode" in logged)) if ran]
-    return " and ".join(kinds)
 
 
 def turn_rows(turns, report):
@@ -6633,15 +6627,6 @@ def log_settings(log):
         ("overlap", "stall_ms_per_token"),
         ("ngram", "positions_per_decode")) if shown_by in figures]
     return [Setting(key, value, "log") for key, value in implied]
-
-
-def trace_settings(report):
-    """The settings an io report's trace shows: whether the run had a cache (with --cache or
-    --what-if), and prefetch, when it read speculatively."""
-    shown = [Setting("prefetch", "1", "trace")] if report["spec"]["reads"] else []
-    if report["run_cache"] is not None:
-        shown.append(Setting("cache", "1" if report["run_cache"]["detected"] else "0", "trace"))
-    return shown
 
 
 def reading_with_log(reading, log):
@@ -6804,21 +6789,16 @@ def distinct(items, figures_of, warn):
     for item in items:
         name, figures, config = figures_of(item)
         same = next((known_name for known_name, known, known_config in seen
-                     if same_figures(known, figures) and compatible(known_config, config)),
-                    None)
+                     if known.keys() == figures.keys() and compatible(known_config, config)
+                     and any(value is not None for value in known.values())
+                     and all(a == b for a, b in zip(known.values(), map(figures.get, known))
+                             if a is not None and b is not None)), None)
         if same is not None:
             warn(f"{name} is {same} again (the same figures, to the last digit): counted once")
             continue
         kept.append(item)
         seen.append((name, figures, config))
     return kept
-
-
-def same_figures(one, other):
-    """Whether two runs' {figure: value} name the same figures and agree on each both have."""
-    return one.keys() == other.keys() and any(value is not None for value in one.values()) \
-        and all(a == b for a, b in zip(one.values(), (other[key] for key in one))
-                if a is not None and b is not None)
 
 
 # ── runs: the token model fitted on them (summary, diff: --calibration-out) ──────────────────────
@@ -7418,10 +7398,23 @@ class DiffView:
         self.limit = FIGURE_LIMIT if source == "saved report" else math.inf
         kind = report["kind"]
         halves = report_halves(report)
-        if kind == "report":
-            halves["pair"] = pair_half(report)
+        io = halves.get("io")
+        if kind == "report":  # the pair's own figures as a part, sampled by the compute trace's
+            compute = report["compute"]  # tokens (each decoded token's wall)
+            halves["pair"] = {**report["pair"], "tokens": compute["tokens"],
+                              "per_token": compute["per_token"], "meta": compute["meta"],
+                              "selection": compute["selection"], "granularity": None,
+                              "schema": report.get("schema")}
+        # The tokens the run decoded, as the engine counts them: a pair's, else its log's
+        # generation tokens (a cached run's tail reads nothing), else None (its read-tokens).
+        if report.get("pair"):
+            self.decoded = report["pair"].get("tokens")
+        else:
+            logged = (report.get("engine") or {}).get("figures", {}).get("tokens")
+            generated = logged.get("engine") if isinstance(logged, dict) else None
+            self.decoded = logged_tokens(generated, io["tokens"]) if io and isinstance(
+                generated, (int, float)) else None
         self.kind = kind
-        self.decoded = decoded_tokens(report, halves)
         self.sample = calibration_sample(path, report)  # what it gives a fit of the sides'
         self.engine = engine_split_of(report, self.limit)
         self.parts = {part: self._part(part, half) for part, half in halves.items()}
@@ -7469,28 +7462,6 @@ class DiffView:
                                  for row in report.get("latency_hist") or ()]}
 
 
-def side_engine(side):
-    """A side's engine split: each figure's mean over its runs, when every run has it."""
-    splits = [view.engine for view in side.views]
-    if not all(splits):
-        return None
-    first, *_ = splits
-    return {name: mean_of([split[name] for split in splits]) for name in first
-            if all(split.get(name) is not None for split in splits)}
-
-
-def decoded_tokens(report, halves):
-    """The tokens a run decoded, as the engine counts them: a pair's, else its log's
-    generation tokens (a cached run's tail reads nothing), else None (its read-tokens)."""
-    if "pair" in report and report.get("pair"):
-        return report["pair"].get("tokens")
-    io = halves.get("io")
-    engine = (report.get("engine") or {}).get("figures", {}).get("tokens")
-    generated = engine.get("engine") if isinstance(engine, dict) else None
-    return logged_tokens(generated, io["tokens"]) if io and isinstance(
-        generated, (int, float)) else None
-
-
 # What a what-if figure's per-token value is per: scaled to decoded tokens on both sides, so
 # that a prediction and a measurement compare like with like (a cached run reads on fewer).
 PREDICTED_PER_TOKEN = ("mib_per_token", "io_wall_ms_per_token")
@@ -7525,15 +7496,6 @@ def granularity_name(granularity):
     if granularity is not None and type(granularity) is not str:
         raise ValueError("granularity is not a name")
     return granularity
-
-
-def pair_half(report):
-    """A pair report's own figures as a part of its own: the pair's, sampled by the compute
-    trace's tokens (each decoded token's wall)."""
-    compute = report["compute"]
-    return {**report["pair"], "tokens": compute["tokens"], "per_token": compute["per_token"],
-            "meta": compute["meta"], "selection": compute["selection"], "granularity": None,
-            "schema": report.get("schema")}
 
 
 def value_at(report, path):
@@ -7642,8 +7604,44 @@ class DiffSide:
         return self.name if more else first.path
 
     def meta(self, part):
-        """{key: value} of its runs' settings: the value they share, or theirs joined by |."""
-        return side_meta(self.halves(part))
+        """{key: value} of its runs' configurations: the value the runs that know it share, or
+        their values joined by |."""
+        found = {}
+        for half in self.halves(part):
+            for key, value in configuration(half["meta"]).items():
+                found.setdefault(key, []).append(value)
+        return {key: "|".join(dict.fromkeys(values)) for key, values in found.items()}
+
+    @property
+    def engine(self):
+        """Its engine split: each figure's mean over its runs, when every run has it."""
+        splits = [view.engine for view in self.views]
+        if not all(splits):
+            return None
+        first, *_ = splits
+        return {name: mean_of([split[name] for split in splits]) for name in first
+                if all(split.get(name) is not None for split in splits)}
+
+    @property
+    def histogram(self):
+        """The read latency histogram of its runs together (their counts added)."""
+        counts = {}
+        for half in self.halves("io"):
+            for row in half["latency_hist"]:
+                key = (row["lo_us"], row["hi_us"])
+                counts[key] = counts.get(key, 0) + row["count"]
+        return [HISTOGRAM_ROW(lo_us=lo, hi_us=hi, count=count)
+                for (lo, hi), count in sorted(counts.items())]
+
+    @property
+    def measured(self):
+        """What the prediction check takes of a NEW side: its settings and the mean of its
+        runs' measured figures."""
+        halves = self.halves("io")
+        names = dict.fromkeys(name for half in halves for name in half["measured"])
+        return {"meta": self.meta("io"), "measured": {
+            name: mean_of([half["measured"][name] for half in halves
+                           if half["measured"][name] is not None]) for name in names}}
 
     def first(self, part):
         """Its first run's part (the one whose what-if is computed)."""
@@ -7703,23 +7701,6 @@ def table_figures(part, sides, table):
             for key in keys}
 
 
-def side_meta(halves):
-    """{key: value} of a side's runs' configurations: the value the runs that know it share,
-    or their values joined by |."""
-    found = {}
-    for half in halves:
-        for key, value in configuration(half["meta"]).items():
-            found.setdefault(key, []).append(value)
-    return {key: "|".join(dict.fromkeys(values)) for key, values in found.items()}
-
-
-def preamble_changes(base, new):
-    """[{key, base, new}] of the keys whose values both sides know and that differ (a key
-    one side lacks is unknown there, not changed)."""
-    return [PREAMBLE_CHANGE(key=key, base=value, new=new[key]) for key, value in base.items()
-            if key in new and new[key] != value]
-
-
 # A gate figure (--fail-if-worse) whose larger value is better.
 BETTER_HIGHER = ("busy_mib_per_s",)
 
@@ -7774,7 +7755,7 @@ def diff_report(sides, alpha, test, gates=()):
     return DIFF_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="diff", compares=COMPARES[tuple(parts)],
         alpha=alpha, test=test, runs_to_decide=runs_to_decide(alpha),
-        sides=[DIFF_SIDE(name=side.name, runs=len(side.views), engine=side_engine(side))
+        sides=[DIFF_SIDE(name=side.name, runs=len(side.views), engine=side.engine)
                for side in sides],
         inputs=[DIFF_INPUT(path=view.path, name=name, side=index, source=view.source,
                            kind=view.kind,
@@ -7782,13 +7763,13 @@ def diff_report(sides, alpha, test, gates=()):
                 for (index, view), name in zip(((index, view) for index, side in
                                                 enumerate(sides) for view in side.views), names)],
         preamble_changes=changes,
-        latency_hist=[side_histogram(side) for side in sides] if "io" in parts else [],
+        latency_hist=[side.histogram for side in sides] if "io" in parts else [],
         sections=sections,
         drift=[found for view, name in zip(runs, names) for part in parts
                for found in [drift_check(name, part, view.parts[part], alpha)] if found],
         gate=[row for gate in gates for row in gate_rows(gate, sections, sides, alpha, test)],
         prediction_check=[row for side in news if "io" in parts
-                          for row in prediction_check(base.first("io"), side_measured(side),
+                          for row in prediction_check(base.first("io"), side.measured,
                                                       side.name)],
         notes=router_notes(sides, sections) if "compute" in parts else [],
         calibration=sides_calibration(runs, names), warnings=warnings)
@@ -7840,8 +7821,10 @@ def side_changes(base, new, parts):
     traces of a pair said once."""
     found = []
     for part in parts:
-        for change in preamble_changes(base.meta(part), new.meta(part)):
-            if change not in found:
+        new_meta = new.meta(part)  # a key one side lacks is unknown there, not changed
+        for key, value in base.meta(part).items():
+            change = PREAMBLE_CHANGE(key=key, base=value, new=new_meta.get(key))
+            if key in new_meta and new_meta[key] != value and change not in found:
                 found.append(change)
     return found
 
@@ -7849,17 +7832,6 @@ def side_changes(base, new, parts):
 def runs_to_decide(alpha, most=100):
     """The fewest runs a side (n+n) whose exact Mann-Whitney U test can give p < alpha."""
     return next((n for n in range(1, most) if least_p([n, n]) < alpha), None)
-
-
-def side_histogram(side):
-    """The read latency histogram of a side's runs together (their counts added)."""
-    counts = {}
-    for half in side.halves("io"):
-        for row in half["latency_hist"]:
-            key = (row["lo_us"], row["hi_us"])
-            counts[key] = counts.get(key, 0) + row["count"]
-    return [HISTOGRAM_ROW(lo_us=lo, hi_us=hi, count=count)
-            for (lo, hi), count in sorted(counts.items())]
 
 
 # The figure a run's drift check reads, per part: a token's wall (compute), its I/O estimate (io).
@@ -7945,16 +7917,6 @@ def held(predicted, measured):
         return end + sign * max(abs(end) * PREDICTION_TOLERANCE, slack)
     return (low is None or measured >= widened(low, -1)) and \
         (high is None or measured <= widened(high, 1))
-
-
-def side_measured(side):
-    """What the prediction check takes of a NEW side: its settings and the mean of its runs'
-    measured figures."""
-    halves = side.halves("io")
-    names = dict.fromkeys(name for half in halves for name in half["measured"])
-    return {"meta": side.meta("io"), "measured": {
-        name: mean_of([half["measured"][name] for half in halves
-                       if half["measured"][name] is not None]) for name in names}}
 
 
 def io_mode_warnings(sides):
@@ -10107,8 +10069,12 @@ def weighed_io(path, reading, asked):
         said = "declared" if "io_threads" in settings else "in the preamble"
         reading.warn(f"{trace.name}: io_threads={named} {said}, but the trace read on "
                      f"{counted(report['lanes'], 'lane')}: the trace's lanes stand")
-    report["meta"], shown = merged_settings(report["meta"], trace_settings(report), reading.warn,
-                                    trace.name)
+    # The settings the trace shows: whether the run had a cache (with --cache or --what-if),
+    # and prefetch, when it read speculatively.
+    own = [Setting("prefetch", "1", "trace")] if report["spec"]["reads"] else []
+    if report["run_cache"] is not None:
+        own.append(Setting("cache", "1" if report["run_cache"]["detected"] else "0", "trace"))
+    report["meta"], shown = merged_settings(report["meta"], own, reading.warn, trace.name)
     report["settings"].update(shown)
     if report["req_bytes"] > report["read_bytes"]:
         reading.warn(f"{trace.name}: the reads asked for more bytes ({report['req_bytes']}) "

@@ -8178,12 +8178,6 @@ def gate_lines(report):
     return lines
 
 
-def diff_preamble_blocks(report, view):
-    return [Block(None, [Prose([f"warning: {message}" for message in report["warnings"]]
-                               + [test_legend(report)] + drift_lines(report) + gate_lines(report)
-                               + [f"note: {note}" for note in report["notes"]])])]
-
-
 # The figure a diff's headline leads with, per what it compares: the decode, else the I/O.
 DECODE_LABELS = (("pair", headline_of(PAIR, "decode_ms_per_token").label),
                  ("compute", headline_of(COMPUTE_REPORT, "ms_per_token").label),
@@ -8283,8 +8277,15 @@ def diff_section_blocks(report, view):
     """Each section as one table, or, with several NEWs, as tables of as many NEW column groups
     as fit TEXT_WIDTH side by side (the name and base columns repeated)."""
     names = group_names([side["name"] for side in report["sides"]])
-    changed = [section for section in report["sections"]
-               if view.full or section_changed(section)]
+    changed = []
+    for section in report["sections"]:
+        # a change to show: a row changed significantly, or, untested (one run a side, where
+        # any figure may differ by chance), a headline, or a row on one side only
+        changes = [change for row in section["rows"] for change in row["changes"]]
+        tested = [change["significant"] for change in changes if change["significant"] is not None]
+        if view.full or (any(tested) if tested else section["title"].endswith(" headline") or any(
+                change["status"] in ("added", "removed") for change in changes)):
+            changed.append(section)
     blocks = [Block(section["title"], [Grid(diff_columns(section["key"], shown, names, section),
                                             section["rows"])
                                        for shown in new_groups(section, names)])
@@ -8302,16 +8303,6 @@ def any_tested(sections):
     """Whether a change in these tables was tested (one run a side: none is)."""
     return any(change["p"] is not None for section in sections for row in section["rows"]
                for change in row["changes"])
-
-
-def section_changed(section):
-    """Whether a table shows a change: a row changed significantly, or, untested (one run a
-    side, where any figure may differ by chance), a headline, or a row on one side only."""
-    changes = [change for row in section["rows"] for change in row["changes"]]
-    if any(change["significant"] is not None for change in changes):
-        return any(change["significant"] for change in changes)
-    return section["title"].endswith(" headline") or any(
-        change["status"] in ("added", "removed") for change in changes)
 
 
 def new_groups(section, names):
@@ -8339,7 +8330,12 @@ def setting_text(row, key):
 
 
 KINDS["diff"] = Kind(DIFF_REPORT, layout(
-    diff_header_blocks, diff_headline_blocks, diff_preamble_blocks, diff_section_blocks,
+    diff_header_blocks, diff_headline_blocks,
+    lambda report, view: [Block(None, [Prose(
+        [f"warning: {message}" for message in report["warnings"]] + [test_legend(report)]
+        + drift_lines(report) + gate_lines(report)
+        + [f"note: {note}" for note in report["notes"]])])],
+    diff_section_blocks,
     prediction_blocks, calibration_blocks))
 
 
@@ -8496,18 +8492,6 @@ def name_pairs(arguments, kinds):
     return pairs
 
 
-def checked_row(row, limit):
-    """A row whose every figure is a number (a saved report may hold anything)."""
-    for field in SUMMARY_FIGURES:
-        row[field] = figure_value(row[field], limit)
-    if type(row["tokens"]) is not int:
-        raise ValueError("tokens is not a whole number")
-    row["flagged"] = [str(verdict_id) for verdict_id in row["flagged"]]
-    row["meta"] = {str(key): str(value) for key, value in row["meta"].items()}
-    row["granularity"] = granularity_name(row["granularity"])  # it keys the groups of repeats
-    return row
-
-
 def summary_figures(name, run, report):
     kind = report["kind"]
     halves = report_halves(report)
@@ -8518,7 +8502,8 @@ def summary_figures(name, run, report):
     decodes = (compute or {}).get("decodes") or {}
     per_decode = decodes["positions"] / decodes["decodes"] \
         if decodes.get("speculative") and decodes.get("decodes") else None
-    return {**per_position_row(SUMMARY_ROW(
+    engine = (report.get("engine") or {}).get("figures", {})  # null without a log
+    row = SUMMARY_ROW(
         run=name, paths=[display_name(path) for path in run.paths], kind=kind, n=1, spread={},
         figure_runs={},
         settings={},
@@ -8531,27 +8516,16 @@ def summary_figures(name, run, report):
         mib_per_token=(pair["io_mib_per_token"] if pair else io["mib_per_token"]) if io else None,
         hit_share=hit,
         majflt_per_token=compute["majflt_per_token"] if compute else None,
-        positions_per_decode=per_decode, **engine_columns(report.get("engine")),
-        flagged=[v["id"] for v in verdicts if v["flagged"]])),
-        "meta": {**(compute or {}).get("meta", {}), **(io or {}).get("meta", {})},
-        "granularity": (compute or {}).get("granularity")}
-
-
-def per_position_row(row):
-    """A summary row per generated position when its decodes cover several (as the engine
-    counts a token): its per-token figures over the positions per decode."""
-    per_decode = row["positions_per_decode"]
-    return rescaled(row, 1 / per_decode, SUMMARY_ROW) if per_decode else row
-
-
-def engine_columns(engine):
-    """A row's engine figures, from the report's `engine` (null without a log)."""
-    figures = (engine or {}).get("figures", {})
-    decode, hit = figures.get("decode_ms_per_token"), figures.get("hit_pct")
-    return {"engine_ms_per_token": decode["engine"] if decode else None,
-            "engine_hit_share": hit["engine"] / 100 if hit else None,
-            "engine_disagrees": [name for name, figure in figures.items()
-                                 if figure["agrees"] is False]}
+        positions_per_decode=per_decode,
+        engine_ms_per_token=engine["decode_ms_per_token"]["engine"]
+        if engine.get("decode_ms_per_token") else None,
+        engine_hit_share=engine["hit_pct"]["engine"] / 100 if engine.get("hit_pct") else None,
+        engine_disagrees=[name for name, figure in engine.items() if figure["agrees"] is False],
+        flagged=[v["id"] for v in verdicts if v["flagged"]])
+    # per generated position when its decodes cover several (as the engine counts a token)
+    return {**(rescaled(row, 1 / per_decode, SUMMARY_ROW) if per_decode else row),
+            "meta": {**(compute or {}).get("meta", {}), **(io or {}).get("meta", {})},
+            "granularity": (compute or {}).get("granularity")}
 
 
 def own_hit_share(io, what_if):
@@ -8566,6 +8540,9 @@ def own_hit_share(io, what_if):
 
 # A repeat's figures that add up (the rest are averaged) and lists that are joined.
 SUMMED, JOINED = ("tokens", "n"), ("paths", "engine_disagrees", "flagged")
+# What tells a row's run from every other (a copy, or a saved report of it, has them all alike).
+TELLING_FIGURES = ("kind", "tokens", "decode_ms_per_token", "io_ms_per_token", "mib_per_token",
+                   "majflt_per_token")
 
 
 def grouped(rows, warn, repeats=True):
@@ -8600,14 +8577,6 @@ def grouped(rows, warn, repeats=True):
     return found
 
 
-def summary_row_figures(row):
-    """A row's name, what tells its run from every other (its kind, tokens and headline
-    figures) and its configuration."""
-    names = ("kind", "tokens", "decode_ms_per_token", "io_ms_per_token", "mib_per_token",
-             "majflt_per_token")
-    return row["run"], {name: row[name] for name in names}, configuration(row["meta"])
-
-
 def merged(group):
     """One row of repeats: each figure the mean of its runs' (the ones that have it), its
     standard deviation beside it; counts added, lists joined."""
@@ -8627,18 +8596,6 @@ def merged(group):
             if 0 < len(values) < len(group):
                 row["figure_runs"][name] = len(values)
     return row
-
-
-def differing_keys(metas, rows):
-    """The preamble keys whose values differ between the runs (into each row's settings), and
-    {key: value} of those they share. A key some runs do not know is not shared: a column,
-    with '-' where it is unknown (a repeat's unknown key was filled by its group's runs)."""
-    keys = list(dict.fromkeys(key for meta in metas for key in meta))
-    differing = [key for key in keys if len({meta.get(key) for meta in metas}) > 1]
-    for row, meta in zip(rows, metas):
-        row["settings"] = {key: meta.get(key) for key in differing}
-    first = next(iter(metas), {})
-    return differing, {key: first[key] for key in keys if key not in differing}
 
 
 PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
@@ -8755,47 +8712,32 @@ SCHEMA_RECORD = Record("schema record", "schema `records`", (
 SCHEMA_REPORT = Record("schema report", "`schema`", (
     *REPORT_HEAD, ("records", "every kind of object a report holds, the reports first",
                    ListOf(SCHEMA_RECORD)), WARNINGS), later=("warnings",))
-def declared_records():
-    """Every Record a report holds, once each: the reports first, then each record in the
-    order the ones before it name it."""
+def schema_report():
+    """The `schema` command's report: every record and field, from their declarations; every
+    Record a report holds, once each: the reports first, then each record in the order the
+    ones before it name it. A field's shape is written [record], {key: record}, (record) or
+    null."""
     records, queue = [], [kind.record for kind in KINDS.values()]
     while queue:
         record = queue.pop(0)
         if record not in records:
             records.append(record)
             queue += [inner for inner in map(inner_record, record.fields) if inner is not None]
-    return records
-
-
-def shape_text(field):
-    """How a field's shape is written: [record], {key: record}, (record), or None."""
-    inner = inner_record(field)
-    name = "value" if inner is None else inner.name
-    if isinstance(field.shape, ListOf):
-        return f"[{name}]"
-    if isinstance(field.shape, MapOf):
-        return f"{{key: {name}}}"
-    return None if field.shape is None else f"({name})"
-
-
-def schema_report():
-    """The `schema` command's report: every record and field, from their declarations."""
     return SCHEMA_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="schema",
         records=[SCHEMA_RECORD(name=record.name, where=record.where, fields=[
-            SCHEMA_FIELD(name=field.name, holds=field.doc, shape=shape_text(field))
-            for field in record.fields]) for record in declared_records()])
-
-
-def schema_blocks(report, view):
-    """Each kind of object under its name and where reports hold it, a line per field."""
-    return [Block(f"{record['name']} ({record['where']})", [Bullets([
-        f"{field['name']}: {field['holds']}" + (f" {field['shape']}" if field["shape"] else "")
-        for field in record["fields"]])]) for record in report["records"]]
+            SCHEMA_FIELD(name=field.name, holds=field.doc, shape=None if field.shape is None else
+                         {ListOf: "[{}]", MapOf: "{{key: {}}}"}.get(type(field.shape), "({})")
+                         .format(getattr(inner_record(field), "name", "value")))
+            for field in record.fields]) for record in records])
 
 
 KINDS["schema"] = Kind(SCHEMA_REPORT, layout(
-    header_section(lambda report: Header("schema", [], {}, ())), schema_blocks))
+    header_section(lambda report: Header("schema", [], {}, ())),
+    # each kind of object under its name and where reports hold it, a line per field
+    lambda report, view: [Block(f"{record['name']} ({record['where']})", [Bullets([
+        f"{field['name']}: {field['holds']}" + (f" {field['shape']}" if field["shape"] else "")
+        for field in record["fields"]])]) for record in report["records"]]))
 
 
 # ── outputs: text ────────────────────────────────────────────────────────────────────────────────
@@ -8885,16 +8827,15 @@ def markdown_of(report, view):
     view = view._replace(full=True)  # Markdown folds its long tables instead
     pieces = []
     for section, blocks in drawn_sections(report, view):
-        pieces += [md_block(block, section.fold) for block in blocks]
+        for block in blocks:
+            if block.heading is not None and not block.parts:
+                pieces.append(f"#### {md(block.heading)}")
+                continue
+            drawn = [f"**{md(block.heading)}**"] if block.heading else []
+            drawn += [MD_PARTS[type(part)](part, block.heading, section.fold)
+                      for part in block.parts]
+            pieces.append("\n\n".join(piece for piece in drawn if piece))
     return fit_comment(pieces)
-
-
-def md_block(block, fold):
-    if block.heading is not None and not block.parts:
-        return f"#### {md(block.heading)}"
-    pieces = [f"**{md(block.heading)}**"] if block.heading else []
-    pieces += [MD_PARTS[type(part)](part, block.heading, fold) for part in block.parts]
-    return "\n\n".join(piece for piece in pieces if piece)
 
 
 def md_header(header, heading, fold):
@@ -9050,13 +8991,6 @@ def csv_cell(value):
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def value_cells(value):
-    """(number, text): a number in the first, text and true/false in the second, null in
-    neither."""
-    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return (csv_cell(value), "") if is_number else ("", csv_cell(value))
-
-
 def row_names(rows):
     """Each row's name: its naming field's value when that is unique in the table and holds
     no / (which joins the rows of nested tables), else its index."""
@@ -9066,13 +9000,6 @@ def row_names(rows):
             if len(set(names)) == len(names) and not any("/" in name for name in names):
                 return names
     return [str(index) for index in range(len(rows))]
-
-
-def samples_by_key(value):
-    """Whether a value is a map of per-token samples ({op: [µs, ...]}, non-empty)."""
-    return isinstance(value, dict) and bool(value) and all(
-        isinstance(samples, array) or isinstance(samples, list) and
-        not any(isinstance(v, (dict, list)) for v in samples) for samples in value.values())
 
 
 def tidy_lines(value, section, rows=(), columns=(), row_unit=""):
@@ -9087,7 +9014,10 @@ def tidy_lines(value, section, rows=(), columns=(), row_unit=""):
     if isinstance(value, (list, TokenRows)):
         for name, item in zip(row_names(value), value):
             yield from tidy_lines(item, section, rows + (name,), columns, row_unit)
-    elif not rows and samples_by_key(value):  # {op: each token's µs}: rows tokens, columns ops
+    elif not rows and isinstance(value, dict) and value and all(  # {op: each token's µs}
+            isinstance(samples, array) or isinstance(samples, list) and not any(
+                isinstance(v, (dict, list)) for v in samples) for samples in value.values()):
+        # per-token samples: rows tokens, columns ops
         for key, samples in value.items():
             for index, sample in enumerate(samples):
                 yield section, str(index), csv_text(str(key)), sample, unit_of("", section)
@@ -9118,7 +9048,9 @@ def csv_of(report):
     out = StringIO()
     writer = csv.writer(out, lineterminator="\r\n")  # RFC 4180
     writer.writerow(CSV_HEADER)
-    writer.writerows((section, row, field, *value_cells(value), unit)
+    # a number in the first value column, text and true/false in the second, null in neither
+    writer.writerows((section, row, field, *((csv_cell(value), "") if isinstance(
+        value, (int, float)) and not isinstance(value, bool) else ("", csv_cell(value))), unit)
                      for section, row, field, value, unit in tidy_lines(report, ""))
     return out.getvalue()
 
@@ -9246,12 +9178,6 @@ def exported_runs(path, columns, export, keys=None):
                               for name, values in batch.items()}
 
 
-def export_selection(selection):
-    """The selection an export reads: decode tokens unless a phase was chosen."""
-    return Selection(selection.phase or "decode", selection.turns, selection.steps,
-                     selection.skip)
-
-
 READS_AFTER = "ffn_moe_weights"  # the routing node a streamed run's read wait lands on
 
 
@@ -9345,9 +9271,15 @@ def io_events(rows, start_us, threads, anchors=None, timed=None):
 def export_perfetto(target, export):
     """Write the Perfetto file of the exported tokens of one trace or a pair, atomically.
     Returns how many tokens it holds."""
-    export = export._replace(reading=export.reading._replace(
-        selection=export_selection(export.reading.selection)))
-    v2 = all(is_v2(path) for path in (export.compute_path, export.io_path) if path)
+    selection = export.reading.selection  # decode tokens unless a phase was chosen
+    export = export._replace(reading=export.reading._replace(selection=Selection(
+        selection.phase or "decode", selection.turns, selection.steps, selection.skip)))
+    v2 = True
+    for path in filter(None, (export.compute_path, export.io_path)):
+        with Trace(path) as trace:
+            v2 = has_v2_clock(trace)
+        if not v2:
+            break
     keys, starts = compute_preview(export, keys=bool(export.io_path), first=v2)
     io_rows = {}
     if export.io_path:
@@ -9361,11 +9293,6 @@ def export_perfetto(target, export):
         export.reading.warn(f"{target}: {pieces.clock.backwards} row(s) end before they start: "
                             f"drawn as empty intervals")
     return pieces.tokens
-
-
-def is_v2(path):
-    with Trace(path) as trace:
-        return has_v2_clock(trace)
 
 
 def compute_preview(export, keys, first):
@@ -9662,28 +9589,15 @@ class Panel:
         return "\n".join(self.parts) + "\n</g>"
 
 
-def binned(rows, limit=SVG_MAX_BARS):
-    """rows grouped into at most `limit` runs of consecutive rows: [(first index, rows)]."""
-    size = max(1, math.ceil(len(rows) / limit))
-    return [(i, rows[i:i + size]) for i in range(0, len(rows), size)], size
-
-
-def stacks_of(series, names, groups):
-    """Per group, the mean of each named series over its rows; and each group's largest
-    total."""
-    stacks, tops = [], []
-    for start, rows in groups:
-        indexes = range(start, start + len(rows))
-        stacks.append([sum(series[name][i] for i in indexes) / len(rows) for name in names])
-        tops.append(max(sum(series[name][i] for name in names) for i in indexes))
-    return stacks, tops
-
-
 def token_axis_panel(index, title, unit, tokens, series, names):
     """Per-token stacked bars (binned past SVG_MAX_BARS) with turn boundaries and the
     warm-up marked."""
-    groups, size = binned(tokens)
-    stacks, tops = stacks_of(series, names, groups)
+    size = max(1, math.ceil(len(tokens) / SVG_MAX_BARS))  # tokens a bar
+    stacks, tops = [], []  # per bar, the mean of each named series; and its largest total
+    for start in range(0, len(tokens), size):
+        indexes = range(start, min(start + size, len(tokens)))
+        stacks.append([sum(series[name][i] for i in indexes) / len(indexes) for name in names])
+        tops.append(max(sum(series[name][i] for name in names) for i in indexes))
     what = "token" if size == 1 else f"group of {size} tokens (bar: mean; tick: max)"
     panel = Panel(index, title, unit, max(tops, default=0), f"decode order, one bar per {what}")
     panel.legend(names)
@@ -9700,10 +9614,10 @@ def token_axis_panel(index, title, unit, tokens, series, names):
             panel.marker(x, panel.left + ((end - 1) // size + 1) * width, "warmup",
                          None if i else f"first {WARMUP_TOKENS} tokens")
         seen[token["turn"]] += token["phase"] == DECODE
-    ends = {0: ("start", 0), len(groups) // 2: ("middle", 0.5), len(groups) - 1: ("end", 1)}
-    for label_index, (anchor, offset) in sorted(ends.items()) if groups else ():
-        first, _ = groups[label_index]
-        token = tokens[first]
+    bars = len(stacks)
+    ends = {0: ("start", 0), bars // 2: ("middle", 0.5), bars - 1: ("end", 1)}
+    for label_index, (anchor, offset) in sorted(ends.items()) if bars else ():
+        token = tokens[label_index * size]
         panel.x_label(panel.left + (label_index + offset) * width,
                       f"turn {token['turn']} step {token['step']}", anchor)
     return panel, width, size
@@ -10141,7 +10055,11 @@ def analyze_diff(arguments, reading, asked, logs=True):
         described = ", ".join(f"{view.path} is {view.kind}" for view in runs)
         raise TraceError(last.path, 0, f"nothing to compare: {described} (diff compares "
                                        f"compute with compute, io with io)")
-    names = side_names(views)
+    # a side of one run is named as its run; of several, base, new or new #i
+    paths = shortest_names([view.path for side in views for view in side])
+    starts = [sum(map(len, views[:index])) for index in range(len(views))]
+    names = [paths[start] if len(side) == 1 else input_label(index, len(views))
+             for index, (side, start) in enumerate(zip(views, starts))]
     report = diff_report([DiffSide(name, side) for name, side in zip(names, views)], asked.alpha,
                          asked.test, asked.gates)
     for gate in asked.gates:
@@ -10176,17 +10094,6 @@ def diff_sides(arguments):
         raise UsageError(f"diff A1 A2 {SIDE_SEPARATOR} B1 B2: every side needs a run (a file "
                          f"named {SIDE_SEPARATOR} is ./{SIDE_SEPARATOR})")
     return sides
-
-
-def side_names(sides):
-    """A side of one run is named as its run; of several, base, new or new #i."""
-    names = shortest_names([view.path for side in sides for view in side])
-    start = 0
-    found = []
-    for index, side in enumerate(sides):
-        found.append(names[start] if len(side) == 1 else input_label(index, len(sides)))
-        start += len(side)
-    return found
 
 
 def side_runs(paths, warn):
@@ -10327,10 +10234,22 @@ def analyze_summary(arguments, reading, sort, logs=True, group=True):
         names = shortest_names([display_name(run.path) for run in runs])
         inputs = Inputs(local, kinds, logs)
         rows = [summary_row(name, run, inputs, reading) for name, run in zip(names, runs)]
-    rows = distinct(rows, summary_row_figures, reading.warn)
+    # a row's name, what tells its run from every other (its kind, tokens and headline
+    # figures) and its configuration
+    rows = distinct(rows, lambda row: (row["run"], {name: row[name] for name in TELLING_FIGURES},
+                                       configuration(row["meta"])), reading.warn)
     fit = calibration([row.pop("sample") for row in rows])
     rows = grouped(rows, reading.warn, group)
-    keys, common = differing_keys([row.pop("meta") for row in rows], rows)
+    # The preamble keys whose values differ between the runs (into each row's settings), and
+    # {key: value} of those they share. A key some runs do not know is not shared: a column,
+    # with '-' where it is unknown (a repeat's unknown key was filled by its group's runs).
+    metas = [row.pop("meta") for row in rows]
+    every = list(dict.fromkeys(key for meta in metas for key in meta))
+    keys = [key for key in every if len({meta.get(key) for meta in metas}) > 1]
+    for row, meta in zip(rows, metas):
+        row["settings"] = {key: meta.get(key) for key in keys}
+    first = next(iter(metas), {})
+    common = {key: first[key] for key in every if key not in keys}
     sortable = SUMMARY_SORTS + tuple(keys) + tuple(common)
     sort = sort if sort is None or sort in sortable else SUMMARY_HEADS.get(sort.lower(), sort)
     if sort is not None and sort not in sortable:
@@ -10360,8 +10279,15 @@ def summary_row(name, run, inputs, reading):
     """One run's row (its preamble under `meta`, until the keys that differ are known)."""
     report = run_report(run, inputs, reading)
     try:
-        row = checked_row(summary_figures(name, run, report),
-                          FIGURE_LIMIT if inputs.kinds.get(run.path) == "json" else math.inf)
+        row = summary_figures(name, run, report)
+        limit = FIGURE_LIMIT if inputs.kinds.get(run.path) == "json" else math.inf
+        for field in SUMMARY_FIGURES:  # every figure a number: a saved report may hold anything
+            row[field] = figure_value(row[field], limit)
+        if type(row["tokens"]) is not int:
+            raise ValueError("tokens is not a whole number")
+        row["flagged"] = [str(verdict_id) for verdict_id in row["flagged"]]
+        row["meta"] = {str(key): str(value) for key, value in row["meta"].items()}
+        row["granularity"] = granularity_name(row["granularity"])  # it keys the groups
         row["sample"] = calibration_sample(name, report)
         return row
     except NOT_WRITTEN_HERE as exc:
@@ -10769,17 +10695,6 @@ COMMANDS = {command.name: command for command in (
 )}
 
 
-def put_in_pair_order(command, args, warn):
-    """A command of CT IO (report, timeline) given io first: the two swapped in `args`, with a
-    note (in_pair_order)."""
-    if [each.kind for each in command.inputs] != ["compute", "io"]:
-        return
-    first, second = (getattr(args, each.dest) for each in command.inputs)
-    if second is not None:
-        for each, path in zip(command.inputs, in_pair_order(first, second, warn)):
-            setattr(args, each.dest, path)
-
-
 def input_paths(command, args):
     """(kind, path) of every input the command line names, in order (both parts of a CT+IO)."""
     paths = []
@@ -10822,21 +10737,16 @@ EXIT_STATUS = {0: "ok", 1: "bad input, unwritable output, or a regression (diff 
                141: "output closed by its reader", 143: "terminated"}
 
 
-def exit_status_lines(width):
-    """The exit statuses wrapped at `width`, a status never split from its meaning."""
-    lines, line = [], ""
+def build_parser():
+    """The command line's parser: every command, its inputs and options."""
+    lines, line = [], ""  # the exit statuses wrapped, a status never split from its meaning
     for status, meaning in EXIT_STATUS.items():
         entry = f"{status} {meaning}" + ("." if status == max(EXIT_STATUS) else ",")
-        if line and len(line) + 1 + len(entry) > width:
+        if line and len(line) + 1 + len(entry) > 84:
             lines.append(line)
             line = ""
         line += (" " if line else "") + entry
-    return "\n".join(lines + [line])
-
-
-def build_parser():
-    """The command line's parser: every command, its inputs and options."""
-    epilog = EPILOG.format(exit_status=exit_status_lines(84))
+    epilog = EPILOG.format(exit_status="\n".join(lines + [line]))
     parser = argparse.ArgumentParser(
         prog="decode-analyze", description=DESCRIPTION, epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -10912,7 +10822,12 @@ FORMATS = {"text": text_of,  # Markdown's tables scroll on GitHub: every column 
 def run(args, out, warn):
     """Build the command's report and write it in the chosen format."""
     command = COMMANDS[args.command]
-    put_in_pair_order(command, args, warn)
+    # a command of CT IO (report, timeline) given io first: the two swapped, with a note
+    if [each.kind for each in command.inputs] == ["compute", "io"]:
+        first, second = (getattr(args, each.dest) for each in command.inputs)
+        for each, path in zip(command.inputs, () if second is None else
+                              in_pair_order(first, second, warn)):
+            setattr(args, each.dest, path)
     paths = input_paths(command, args)
     if [path for _, path in paths].count(trace_io.STDIN) > 1:
         raise TraceError(display_name(trace_io.STDIN), 0, "stdin can carry only one of the "
@@ -10978,6 +10893,21 @@ def check_outputs(args, paths):
     output over an input, or --perfetto on an input read only once."""
     targets = {option.replace("_", "-"): getattr(args, option, None)
                for option in OUTPUT_OPTIONS if getattr(args, option, None) is not None}
+    try:  # stdin redirected from a regular file (`< ct.csv`) is that file; a pipe is none
+        status = os.fstat(sys.stdin.fileno())
+        stdin = ("file", status.st_dev, status.st_ino) if stat.S_ISREG(status.st_mode) else None
+    except (OSError, ValueError, AttributeError):
+        stdin = None
+    read = [(stdin if path == trace_io.STDIN else output_identity(path),
+             f"the input {display_name(path)}") for _, path in paths]
+    # The engine logs of the runs: the one named, and NAME.log beside each trace (for a pair,
+    # beside both), read or not (--no-engine-log): a run's log is the user's record of it.
+    names = [path for _, path in paths]
+    read += [(output_identity(log), f"the engine log {log} of this run") for log in
+             [args.engine_log, log_beside(names)] + [log_beside([name]) for name in names] if log]
+    calibration = getattr(args, "calibration", None)
+    if calibration:
+        read.append((output_identity(calibration), f"the calibration {calibration} this run reads"))
     seen = {}
     for option, target in targets.items():
         if not target:
@@ -10986,29 +10916,14 @@ def check_outputs(args, paths):
         if same:
             raise UsageError(f"--{same} and --{option} are both {target}: one would be lost")
         seen[output_identity(target)] = option
-        refuse_to_overwrite_an_input(paths, target)
-        for log in logs_read(args, paths):
-            if output_identity(log) == output_identity(target):
-                raise OutputError(f"{target}: is the engine log {log} of this run: not "
-                                  f"writing over it")
-        calibration = getattr(args, "calibration", None)
-        if calibration and output_identity(calibration) == output_identity(target):
-            raise OutputError(f"{target}: is the calibration {calibration} this run reads: "
-                              f"not writing over it")
+        for identity, words in read:
+            if identity == output_identity(target):
+                raise OutputError(f"{target}: is {words}: not writing over it")
     if args.perfetto:
         for _, path in paths:
             if trace_io.read_once(path):
                 raise TraceError(display_name(path), 0, "--perfetto reads its traces a second "
                                                         "time: give a file, not stdin or a pipe")
-
-
-def logs_read(args, paths):
-    """The engine logs of a command line's runs: the one named, and NAME.log beside each
-    trace (for a pair, beside both), read or not (--no-engine-log): a run's log is the user's
-    record of it, never an output's place."""
-    names = [path for _, path in paths]
-    return [log for log in [args.engine_log, log_beside(names)]
-            + [log_beside([name]) for name in names] if log]
 
 
 def write_pictures(args, report, paths, reading):
@@ -11048,25 +10963,6 @@ def write_out(out, text):
         raise
     except (OSError, ValueError) as exc:
         raise OutputError(f"cannot write the output: {getattr(exc, 'strerror', None) or exc}")
-
-
-def refuse_to_overwrite_an_input(paths, target):
-    """paths: (kind, path) of every input."""
-    for _, path in paths:
-        read = stdin_identity() if path == trace_io.STDIN else output_identity(path)
-        if read is not None and read == output_identity(target):
-            raise OutputError(f"{target}: is the input {display_name(path)}: not writing over "
-                              f"it")
-
-
-def stdin_identity():
-    """The regular file stdin is redirected from (`< ct.csv`: its device and inode, as
-    output_identity names it), else None (a pipe, a terminal: no file to write over)."""
-    try:
-        status = os.fstat(sys.stdin.fileno())
-    except (OSError, ValueError, AttributeError):
-        return None
-    return ("file", status.st_dev, status.st_ino) if stat.S_ISREG(status.st_mode) else None
 
 
 def silence_stdout():

@@ -4657,15 +4657,6 @@ def read_tables(chosen):
                        ReadSums)["experts"])
 
 
-def latency_summary(latencies):
-    """min, mean, p50, p90, p99, p99.9 and max of the latencies (SortedParts), in us."""
-    if not len(latencies):
-        return LATENCY(**dict.fromkeys(LATENCY.names))
-    return LATENCY(min=latencies.minimum() / 1e3, mean=latencies.total() / len(latencies) / 1e3,
-                   **{name: latencies.percentile(name) / 1e3 for name in PERCENTILES},
-                   max=latencies.maximum() / 1e3)
-
-
 def latency_histogram(latencies):
     """log2 buckets in us: [0, 1), then [2^k, 2^(k+1)); the non-empty ones, in order.
 
@@ -4699,6 +4690,7 @@ def io_report(trace, fold, selection, settings, asked=None, measured=None):
     busy_ns = sum(sums.latency_ns for sums in by_lane.values())
     req_bytes = sum(phase_reads.req_bytes for phase_reads in chosen)
     latency = {spec: sum((r.latency[spec] for r in chosen), SortedParts()) for spec in "01"}
+    latencies = latency["0"] + latency["1"]
     # The lanes the trace read on, where they are more than the preamble names (the trace's
     # stand); a row for every named lane, since a lane that never read is the most idle of all.
     named = meta_int(trace.meta, "io_threads")
@@ -4722,8 +4714,11 @@ def io_report(trace, fold, selection, settings, asked=None, measured=None):
         waste_mib_per_token=per.count((read_bytes - req_bytes) / MIB),
         median_read_bytes=weighted_percentile(
             {size: sums.reads for size, sums in tables["read_bytes"].items()}, "p50"),
-        latency_us=latency_summary(latency["0"] + latency["1"]),
-        latency_hist=latency_histogram(latency["0"] + latency["1"]),
+        latency_us=LATENCY(**dict.fromkeys(LATENCY.names)) if not len(latencies) else LATENCY(
+            min=latencies.minimum() / 1e3, mean=latencies.total() / len(latencies) / 1e3,
+            **{name: latencies.percentile(name) / 1e3 for name in PERCENTILES},
+            max=latencies.maximum() / 1e3),
+        latency_hist=latency_histogram(latencies),
         **read_groups(tables, latency, read_bytes, per),
         hot_experts=[EXPERT_ROW(layer=layer, expert=expert, reads=sums.reads,
                                 mib=sums.read_bytes / MIB) for (layer, expert), sums in ordered_by(
@@ -7752,6 +7747,10 @@ def diff_report(sides, alpha, test, gates=()):
     warnings += io_mode_warnings(sides) if "io" in parts else []
     names = shortest_names([view.path for view in runs])
     sections = [section for part in parts for section in diff_part(part, sides, alpha, test)]
+    # the costs fitted on the runs that are pairs (each named as the inputs name it), with two
+    # or more: one run gives no cost another can contradict
+    samples = [view.sample._replace(run=name) for view, name in zip(runs, names)
+               if view.sample is not None]
     return DIFF_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="diff", compares=COMPARES[tuple(parts)],
         alpha=alpha, test=test, runs_to_decide=runs_to_decide(alpha),
@@ -7772,15 +7771,7 @@ def diff_report(sides, alpha, test, gates=()):
                           for row in prediction_check(base.first("io"), side.measured,
                                                       side.name)],
         notes=router_notes(sides, sections) if "compute" in parts else [],
-        calibration=sides_calibration(runs, names), warnings=warnings)
-
-
-def sides_calibration(runs, names):
-    """The costs fitted on the runs of every side that are pairs (each named as the inputs
-    name it), or None with fewer than two: one run gives no cost another can contradict."""
-    samples = [view.sample._replace(run=name) for view, name in zip(runs, names)
-               if view.sample is not None]
-    return calibration(samples) if len(samples) > 1 else None
+        calibration=calibration(samples) if len(samples) > 1 else None, warnings=warnings)
 
 
 def router_notes(sides, sections):
@@ -7983,17 +7974,13 @@ Gate = namedtuple("Gate", "figure part label limit")
 PART_PREFIXES = tuple(f"{part}." for part in DIFF_PARTS)
 
 
-def gate_figures():
-    """{name --fail-if-worse takes: (part, the figure's words)}."""
-    found = {}
-    for part, picked in DIFF_HEADLINES.items():
-        for dotted, headline in zip(picked, HEADLINES[part]):
-            found.setdefault(dotted, (part, headline.label))
-            found[f"{part}.{dotted}"] = (part, headline.label)
-    return found
-
-
-GATE_FIGURES = gate_figures()
+# {name --fail-if-worse takes: (part, the figure's words)}: a part's figures by their dotted
+# name (the first part's, when two parts share one) and by part.name
+GATE_FIGURES = {}
+for _part, _picked in DIFF_HEADLINES.items():
+    for _dotted, _headline in zip(_picked, HEADLINES[_part]):
+        GATE_FIGURES.setdefault(_dotted, (_part, _headline.label))
+        GATE_FIGURES[f"{_part}.{_dotted}"] = (_part, _headline.label)
 
 
 def gate_of(text):
@@ -8438,17 +8425,6 @@ def in_pair_order(first, second, warn):
     return second, first
 
 
-def partner_names(path):
-    """The names (as matched_name gives them) the io trace of a compute trace's run may have,
-    by the engine's habits: ct -> io in the name, or -io before the ending."""
-    folder, name = os.path.split(matched_name(path))
-    stem, dot, ending = name.rpartition(".")
-    names = {re.sub(r"(?<![a-z])ct(?![a-z])", "io", name)} if "ct" in name else set()
-    if dot:
-        names.add(f"{stem}-io.{ending}")
-    return {os.path.join(folder, other) for other in names if other != name}
-
-
 def summary_runs(arguments, kinds, warn):
     """The runs the arguments name: CT+IO pairs (IO+CT too), a compute and an io trace whose
     names pair (in either order, one to one; the run stands at its compute trace's place), and
@@ -8477,8 +8453,15 @@ def name_pairs(arguments, kinds):
         if kinds.get(argument) in ("compute", "io"):
             positions[kinds[argument], matched_name(argument)].append(index)
     computes = {name: at for (kind, name), at in positions.items() if kind == "compute"}
-    wanted = {name: [other for other in partner_names(name) if ("io", other) in positions]
-              for name in computes}
+    wanted = {}
+    for name in computes:  # the names its io trace may have, by the engine's habits: ct -> io
+        folder, base = os.path.split(matched_name(name))  # in the name, or -io before the end
+        stem, dot, ending = base.rpartition(".")
+        others = {re.sub(r"(?<![a-z])ct(?![a-z])", "io", base)} if "ct" in base else set()
+        if dot:
+            others.add(f"{stem}-io.{ending}")
+        wanted[name] = [other for other in (os.path.join(folder, one) for one in others
+                                            if one != base) if ("io", other) in positions]
     claims = Counter(other for names in wanted.values() for other in names)
     pairs = {}
     for name, names in wanted.items():
@@ -8497,7 +8480,12 @@ def summary_figures(name, run, report):
     halves = report_halves(report)
     compute, io, pair = halves.get("compute"), halves.get("io"), report.get("pair")
     what_if = report.get("what_if")
-    hit = own_hit_share(io, what_if) if io else None
+    # the run's own cache's hit share: inferred from its trace when it had one, else the
+    # what-if's at the cache_mb its settings name (None without either)
+    size = meta_number(io["meta"], "cache_mb") if io else None
+    hit = None if not io else io["run_cache"]["hit_share"] if ran_cached(io) else next((
+        s["figures"]["hit_share"]["point"] for s in (what_if or {}).get("settings", ())
+        if s["setting"] == "cache_mb" and s["value"] == size), None) if size else None
     verdicts = all_verdicts(report)
     decodes = (compute or {}).get("decodes") or {}
     per_decode = decodes["positions"] / decodes["decodes"] \
@@ -8526,16 +8514,6 @@ def summary_figures(name, run, report):
     return {**(rescaled(row, 1 / per_decode, SUMMARY_ROW) if per_decode else row),
             "meta": {**(compute or {}).get("meta", {}), **(io or {}).get("meta", {})},
             "granularity": (compute or {}).get("granularity")}
-
-
-def own_hit_share(io, what_if):
-    """The run's own cache's hit share: inferred from its trace when it had one, else the
-    what-if's at the cache_mb its settings name (None without either)."""
-    if ran_cached(io):
-        return io["run_cache"]["hit_share"]
-    size = meta_number(io["meta"], "cache_mb")
-    return next((s["figures"]["hit_share"]["point"] for s in (what_if or {}).get("settings", ())
-                 if s["setting"] == "cache_mb" and s["value"] == size), None) if size else None
 
 
 # A repeat's figures that add up (the rest are averaged) and lists that are joined.
@@ -8765,11 +8743,6 @@ def text_of(report, view):
     return "\n".join(lines) + "\n"
 
 
-def text_full(full, view):
-    shown = full.part if view.full else full.instead
-    return [] if shown is None else TEXT_PARTS[type(shown)](shown, view)
-
-
 def text_header(header, view):
     lines = [f"decode-analyze {TOOL_VERSION} {header.command}"]
     for label, path, detail in header.paths:
@@ -8780,30 +8753,21 @@ def text_header(header, view):
     return lines
 
 
-def text_grid(grid, view):
-    if grid.compact:
-        return compact_layer_lines(grid.columns, grid.rows, view.layers)
-    rows = grid.rows if grid.shown is None else grid.rows[:grid.shown]
-    return table_lines(grid.columns, rows, grid.indent)
-
-
-def text_prose(prose):
-    if prose.clip:
-        # a legend's line, cut at the width with an ellipsis (JSON holds it whole)
-        return [line if len(line) <= TEXT_WIDTH else line[:TEXT_WIDTH - 1] + "…"
-                for line in map(safe, prose.lines)]
-    return [line for logical in prose.lines for line in wrap(safe(logical), prose.hang)]
-
-
 TEXT_PARTS = {
     Header: text_header,
-    Prose: lambda prose, view: text_prose(prose),
+    Prose: lambda prose, view: [  # a legend's line is cut at the width (JSON holds it whole)
+        line if len(line) <= TEXT_WIDTH else line[:TEXT_WIDTH - 1] + "…"
+        for line in map(safe, prose.lines)] if prose.clip else [
+        line for logical in prose.lines for line in wrap(safe(logical), prose.hang)],
     Items: lambda items, view: wrap_items(items.prefix, [safe(i) for i in items.items]),
     Bullets: lambda bullets, view: [line for item in bullets.items
                                     for line in wrap(f"  {safe(item)}")],
-    Grid: text_grid,
+    Grid: lambda grid, view: compact_layer_lines(grid.columns, grid.rows, view.layers)
+    if grid.compact else table_lines(grid.columns, grid.rows if grid.shown is None
+                                     else grid.rows[:grid.shown], grid.indent),
     Spark: lambda spark, view: [f"  run |{sparkline(spark.values, view.ascii)}|"],
-    Full: text_full,
+    Full: lambda full, view: [] if (shown := full.part if view.full else full.instead) is None
+    else TEXT_PARTS[type(shown)](shown, view),
 }
 
 

@@ -6766,7 +6766,7 @@ def too_far_apart(one, other):
 
 def once(runs, warn):
     """The runs, each once: a path given again is the run already read (not read twice,
-    said). Copies, and saved reports of a run, are told by their figures after (distinct)."""
+    said). Copies, and saved reports of a run, are told by their figures after (run_table)."""
     kept = list(dict.fromkeys(runs))
     for run in kept:
         if runs.count(run) > 1:
@@ -6775,25 +6775,61 @@ def once(runs, warn):
     return kept
 
 
-def distinct(items, figures_of, warn):
-    """The items less those that repeat an earlier one: the same figures to the last digit
-    (where both have a figure: a saved report may lack a what-if's) and a configuration that
-    agrees. One file given twice, or a saved report beside the trace it was made from, is one
-    run. figures_of(item): (its name, {figure: value}, its configuration)."""
-    kept, seen = [], []
+# A run as the table of runs sees it: its name, what tells it from every other run (its
+# figures, to the last digit), its configuration, and the column it is in (summary: its kind
+# and granularity; diff: its side). How runs are grouped into the table's rows:
+RunEntry = namedtuple("RunEntry", "name figures config column")
+RunGroup = namedtuple("RunGroup", "config runs")  # a row: its configuration, its runs in order
+GROUP_REPEATS = "repeats"  # one configuration whose figures are as close as repeats' (summary)
+GROUP_CONFIGURATION = "configuration"  # one configuration, however far apart (the fit)
+GROUP_COLUMN = "column"  # the column alone: a diff side is the runs its user gave it
+
+
+def run_table(items, entry_of, warn, group):
+    """The table of runs that summary, diff and the calibration's fit each read: the items
+    (entry_of(item) a RunEntry) less those that repeat an earlier one of their column (the
+    same figures, to the last digit where both have one, and a configuration that agrees: one
+    file given twice, a saved report beside the trace it was made from), said; then grouped
+    into RunGroups as `group` says (None: each its own), in the order their first run was
+    given. Runs of one configuration further apart than repeats are groups of their own, said.
+    A group's configuration is every key its runs know."""
+    groups, seen = [], []  # [(column, configuration, items, entries)]; RunEntry of each kept
     for item in items:
-        name, figures, config = figures_of(item)
-        same = next((known_name for known_name, known, known_config in seen
-                     if known.keys() == figures.keys() and compatible(known_config, config)
-                     and any(value is not None for value in known.values())
-                     and all(a == b for a, b in zip(known.values(), map(figures.get, known))
+        entry = entry_of(item)
+        same = next((known.name for known in seen if known.column == entry.column
+                     and known.figures.keys() == entry.figures.keys()
+                     and compatible(known.config, entry.config)
+                     and any(value is not None for value in known.figures.values())
+                     and all(a == b for a, b in zip(known.figures.values(),
+                                                    map(entry.figures.get, known.figures))
                              if a is not None and b is not None)), None)
         if same is not None:
-            warn(f"{name} is {same} again (the same figures, to the last digit): counted once")
+            warn(f"{entry.name} is {same} again (the same figures, to the last digit): counted "
+                 f"once")
             continue
-        kept.append(item)
-        seen.append((name, figures, config))
-    return kept
+        seen.append(entry)
+        said = None  # why the run is apart from the first group of its configuration
+        for column, known, members, entries in groups if group else ():
+            if column != entry.column or group != GROUP_COLUMN and not compatible(
+                    known, entry.config):
+                continue
+            apart = next(filter(None, (too_far_apart(one.figures, entry.figures)
+                                       for one in entries)), None) \
+                if group == GROUP_REPEATS else None
+            if apart:
+                first, *_ = entries
+                said = said or f"{first.name} and {entry.name}: one configuration, but " \
+                    f"{apart}: not repeats, listed apart"
+                continue
+            known.update(entry.config)
+            members.append(item)
+            entries.append(entry)
+            break
+        else:
+            groups.append((entry.column, dict(entry.config), [item], [entry]))
+            if said:
+                warn(said)
+    return [RunGroup(config, members) for _, config, members, _ in groups]
 
 
 # ── runs: the token model fitted on them (summary, diff: --calibration-out) ──────────────────────
@@ -6975,14 +7011,6 @@ def change_of(config, base):
     return label, "+".join(sorted({"cache_mb" if key == "cache" else key for key in changed}))
 
 
-def grouped_repeats(samples):
-    """Every configuration's Repeats, sorted by configuration (never by the files' order)."""
-    by_config = defaultdict(list)
-    for one in samples:
-        by_config[tuple(sorted(one.config.items()))].append(one)
-    return [repeats_of(dict(key), runs) for key, runs in sorted(by_config.items())]
-
-
 def base_repeats(groups):
     """The base: the configuration without a cache or overlap with the most runs (then the
     fastest), else the one with the most runs."""
@@ -7039,7 +7067,11 @@ def calibration(samples):
     samples = [one for one in samples if one is not None]
     if not samples:
         return None
-    groups = grouped_repeats(samples)
+    # every configuration's Repeats, sorted by configuration (never by the files' order); runs
+    # with no figures to tell them apart are never said to repeat one another (no warn)
+    groups = [repeats_of(group.config, group.runs) for group in sorted(run_table(
+        samples, lambda one: RunEntry(one.run, {}, one.config, None), None, GROUP_CONFIGURATION),
+        key=lambda group: sorted(group.config.items()))]
     base = base_repeats(groups)
     changes = [(group, *change_of(group.config, base.config)) for group in groups]
     modelled = [(group, label, kind) for group, label, kind in changes
@@ -8523,38 +8555,6 @@ TELLING_FIGURES = ("kind", "tokens", "decode_ms_per_token", "io_ms_per_token", "
                    "majflt_per_token")
 
 
-def grouped(rows, warn, repeats=True):
-    """Repeats (runs of one kind, granularity and configuration, their figures as close as
-    repeats') as one row each, in the order their first run was given; each run a row of its
-    own unless `repeats`. Runs of one configuration further apart are rows of their own, said."""
-    groups = []  # [(kind, granularity), the configuration's keys known so far, its rows]
-    for row in rows:
-        kind, config = (row["kind"], row.pop("granularity")), configuration(row["meta"])
-        said = None  # why the row is apart from the first group of its configuration
-        for group_kind, known, members in groups if repeats else ():
-            if group_kind != kind or not compatible(known, config):
-                continue
-            apart = next(filter(None, (too_far_apart(member, row) for member in members)), None)
-            if apart:
-                first, *_ = members
-                said = said or f"{first['run']} and {row['run']}: one configuration, but " \
-                    f"{apart}: not repeats, listed apart"
-                continue
-            known.update(config)
-            members.append(row)
-            break
-        else:
-            groups.append((kind, dict(config), [row]))
-            if said:
-                warn(said)
-    found = []
-    for _, known, members in groups:
-        row = merged(members)
-        row["meta"] = known
-        found.append(row)
-    return found
-
-
 def merged(group):
     """One row of repeats: each figure the mean of its runs' (the ones that have it), its
     standard deviation beside it; counts added, lists joined."""
@@ -10012,8 +10012,11 @@ def analyze_diff(arguments, reading, asked, logs=True):
                   sorted({meta_int(meta, "io_threads") for meta in metas} - {0}))
     base = [diff_view(run, reading, logs, tried if not i else None)
             for i, run in enumerate(side_runs(base_paths, reading.warn))]
-    views = [distinct(side, DiffView.figures, reading.warn)
-             for side in [base] + news]
+    sides = [base] + news
+    side_of = {id(view): index for index, side in enumerate(sides) for view in side}
+    views = [group.runs for group in run_table(
+        [view for side in sides for view in side],
+        lambda view: RunEntry(*view.figures(), side_of[id(view)]), reading.warn, GROUP_COLUMN)]
     *_, last = runs = [view for side in views for view in side]
     if not set.intersection(*(set(view.parts) for view in runs)):
         described = ", ".join(f"{view.path} is {view.kind}" for view in runs)
@@ -10200,10 +10203,11 @@ def analyze_summary(arguments, reading, sort, logs=True, group=True):
         rows = [summary_row(name, run, inputs, reading) for name, run in zip(names, runs)]
     # a row's name, what tells its run from every other (its kind, tokens and headline
     # figures) and its configuration
-    rows = distinct(rows, lambda row: (row["run"], {name: row[name] for name in TELLING_FIGURES},
-                                       configuration(row["meta"])), reading.warn)
-    fit = calibration([row.pop("sample") for row in rows])
-    rows = grouped(rows, reading.warn, group)
+    table = run_table(rows, lambda row: RunEntry(
+        row["run"], {name: row[name] for name in TELLING_FIGURES}, configuration(row["meta"]),
+        (row["kind"], row.pop("granularity"))), reading.warn, GROUP_REPEATS if group else None)
+    fit = calibration([row.pop("sample") for repeats in table for row in repeats.runs])
+    rows = [{**merged(repeats.runs), "meta": repeats.config} for repeats in table]
     # The preamble keys whose values differ between the runs (into each row's settings), and
     # {key: value} of those they share. A key some runs do not know is not shared: a column,
     # with '-' where it is unknown (a repeat's unknown key was filled by its group's runs).

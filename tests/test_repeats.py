@@ -4,6 +4,7 @@ configuration whose figures are further apart than repeats spread are listed apa
 run given twice (the same file, a copy, or a saved report beside its trace) is counted once."""
 import pytest
 
+import decode_analyze
 import tracegen
 from helpers import REAL_TRACES, ROOT, another_run, report, report_with_warnings, run
 
@@ -129,3 +130,49 @@ def test_a_path_given_again_is_read_once(tmp_path, monkeypatch):
     read.clear()
     assert run("summary", base, base, new).code == 0 and sorted(read) == sorted(
         [str(base), str(new)])
+
+
+def entry(name, decode, column="compute", **config):
+    """A run as the table of runs sees it: its decode as its telling figure."""
+    return decode_analyze.RunEntry(name, {"decode_ms_per_token": decode}, config, column)
+
+
+def table(entries, group):
+    """(configuration, names) of each row run_table builds, and what it said."""
+    said = []
+    rows = decode_analyze.run_table(entries, lambda one: one, said.append, group)
+    return [(row.config, [one.name for one in row.runs]) for row in rows], said
+
+
+@pytest.mark.parametrize("group, rows", [
+    # the repeats' rule: the 3x-slower run is listed apart, said; a's copy is dropped, said
+    (decode_analyze.GROUP_REPEATS, [({"cache": "0", "lanes": "4"}, ["a", "b"]),
+                                    ({"cache": "0"}, ["slow"]), ({"cache": "1"}, ["c"]),
+                                    ({"cache": "0"}, ["other"])]),
+    # the fit's: one configuration, however far apart (its outliers are found within)
+    (decode_analyze.GROUP_CONFIGURATION, [({"cache": "0", "lanes": "4"}, ["a", "b", "slow"]),
+                                          ({"cache": "1"}, ["c"]), ({"cache": "0"}, ["other"])]),
+    # a diff side: its column alone, whatever the configurations
+    (decode_analyze.GROUP_COLUMN, [({"cache": "1", "lanes": "4"}, ["a", "b", "slow", "c"]),
+                                   ({"cache": "0"}, ["other"])]),
+    (None, [({"cache": "0"}, ["a"]), ({"cache": "0", "lanes": "4"}, ["b"]),
+            ({"cache": "0"}, ["slow"]), ({"cache": "1"}, ["c"]), ({"cache": "0"}, ["other"])]),
+])
+def test_one_table_of_runs_groups_as_each_reader_asks(group, rows):
+    entries = [entry("a", 10.0, cache="0"), entry("b", 11.0, cache="0", lanes="4"),
+               entry("a copy", 10.0, cache="0"), entry("slow", 30.0, cache="0"),
+               entry("c", 10.5, cache="1"), entry("other", 10.0, "io", cache="0")]
+    found, said = table(entries, group)
+    assert found == rows
+    assert said[0] == "a copy is a again (the same figures, to the last digit): counted once"
+    # a key one run lacks (b's lanes, a's) is unknown there: the row holds every key it knows
+    apart = [line for line in said if "listed apart" in line]
+    assert apart == (["a and slow: one configuration, but decode_ms_per_token 10 against 30 "
+                      "(repeats stay within 2x): not repeats, listed apart"]
+                     if group == decode_analyze.GROUP_REPEATS else [])
+
+
+def test_the_table_of_runs_keeps_one_run_given_on_two_sides():
+    found, said = table([entry("a", 10.0, "base"), entry("a", 10.0, "new")],
+                        decode_analyze.GROUP_COLUMN)
+    assert found == [({}, ["a"]), ({}, ["a"])] and said == []

@@ -347,7 +347,7 @@ def figure_value(value, limit=FIGURE_LIMIT):
     reaches, whose delta or ratio would overflow) is not a report this tool wrote."""
     if value is None:
         return value
-    if type(value) not in (int, float):
+    if type(value) is not int and not isinstance(value, float):  # a Ratio is a float
         raise ValueError(f"{value!r:.40} is not a number")
     if not abs(value) <= limit:
         raise ValueError(f"{value!r:.40} is out of range")
@@ -976,17 +976,43 @@ def weighted_percentile(counts, name):
     return None
 
 
+class Ratio(float):
+    """A figure that keeps the total it was divided from, and what it was divided by: the
+    float num / den, which a report holds and prints as any float. A figure made per another
+    denominator (an io trace's per read-token, a pair's per decoded token) is divided once
+    more from the total, never multiplied back from the first quotient (per)."""
+
+    __slots__ = ("num", "den")
+
+    def __new__(cls, num, den):
+        figure = super().__new__(cls, num / den)
+        figure.num, figure.den = num, den
+        return figure
+
+    def __reduce__(self):
+        return Ratio, (self.num, self.den)
+
+
+def per(value, den, factor):
+    """A per-token figure made per `den` tokens: a Ratio from its total, divided once; a
+    figure that does not know its total (read back from JSON, or not a sum over tokens) times
+    `factor`, its own tokens over den; None stays None."""
+    if isinstance(value, Ratio) and den:
+        return Ratio(value.num, den)
+    return None if value is None else value * factor
+
+
 class PerToken:
-    """Totals turned into per-token figures for one report."""
+    """Totals turned into per-token figures for one report: Ratios, that keep their total."""
 
     def __init__(self, tokens, total_ns):
         self.tokens, self.total_ns = tokens, total_ns
 
     def count(self, value):  # no token (a pair's io with no decode row): nothing a token
-        return value / self.tokens if self.tokens else 0.0
+        return Ratio(value, self.tokens) if self.tokens else 0.0
 
     def ms(self, wall_ns):
-        return wall_ns / NS_PER_MS / self.tokens if self.tokens else 0.0
+        return Ratio(wall_ns / NS_PER_MS, self.tokens) if self.tokens else 0.0
 
     def share(self, wall_ns):
         return ratio(wall_ns, self.total_ns)
@@ -5441,13 +5467,13 @@ def pair_report(compute, io):
         experts_ms_per_token=category_ms("experts"), router_ms_per_token=category_ms("router"),
         io_reads_per_token=io["reads"] / n, io_mib_per_token=io["read_bytes"] / MIB / n,
         **io_ranges(wall, io["read_bytes"] / MIB / n, io["lanes"]),
-        io_busy_ms_per_token=io["busy_ms_per_token"] * per_decoded,
-        waste_mib_per_token=io["waste_mib_per_token"] * per_decoded,
-        by_lane=[rescaled(row, per_decoded, LANE_ROW) for row in io["by_lane"]],
-        demand_vs_spec=[rescaled(row, per_decoded, KIND_ROW) for row in io["demand_vs_spec"]],
-        adjacency=rescaled(io["adjacency"], per_decoded, ADJACENCY),
+        io_busy_ms_per_token=per(io["busy_ms_per_token"], n, per_decoded),
+        waste_mib_per_token=per(io["waste_mib_per_token"], n, per_decoded),
+        by_lane=[rescaled(row, LANE_ROW, n, per_decoded) for row in io["by_lane"]],
+        demand_vs_spec=[rescaled(row, KIND_ROW, n, per_decoded) for row in io["demand_vs_spec"]],
+        adjacency=rescaled(io["adjacency"], ADJACENCY, n, per_decoded),
         read_split=read_split(compute["per_token"], readers),
-        by_layer=pair_layers(compute, io, per_decoded),
+        by_layer=pair_layers(compute, io, n, per_decoded),
         warnings=pair_warnings(compute, io, tokens) + ([
             f"the reads, estimated at {wall.estimate:.2f} ms a decoded token, outlast its "
             f"{compute['ms_per_token']:.2f} ms decode, which waits for every read of a serial "
@@ -5461,7 +5487,7 @@ def pair_report(compute, io):
     units = decodes["positions"] if decodes["speculative"] and decodes["positions"] else n
     return PAIR_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="report", compute=compute,
                        io=io, pair=pair, what_if=decoded_what_if(
-                           what_if, units, compute["ms_per_token"] * n / units))
+                           what_if, units, per(compute["ms_per_token"], units, n / units)))
 
 
 def within_memory(what_if, compute, meta):
@@ -5485,14 +5511,15 @@ def decoded_what_if(what_if, decoded, decode_ms):
     scaling = WHAT_IF_FIGURES.per_token
 
     def figures(held):  # each a FIGURE {point, min, max}
-        return {name: rescaled(value, factor, FIGURE) if name in scaling else value
+        return {name: rescaled(value, FIGURE, decoded, factor) if name in scaling else value
                 for name, value in held.items()}
     settings = [{**setting, "figures": figures(setting["figures"]),
                  "ms_per_token_saved": {
                      end: None if ms is None else min(ms, decode_ms) for end, ms in
-                     rescaled(setting["ms_per_token_saved"], factor, FIGURE).items()}}
+                     rescaled(setting["ms_per_token_saved"], FIGURE, decoded, factor).items()}}
                 for setting in what_if["settings"]]
-    return {**what_if, "baseline": {**rescaled(what_if["baseline"], factor, WHAT_IF_BASELINE),
+    return {**what_if, "baseline": {**rescaled(what_if["baseline"], WHAT_IF_BASELINE, decoded,
+                                               factor),
                                     "tokens": decoded},
             "settings": settings}
 
@@ -5509,8 +5536,8 @@ def per_position(compute, io, wall, overlapped):
     if not decodes["speculative"] or compute["phase"] != "decode":
         return None
     n, positions = len(compute["per_token"]), decodes["positions"]
-    decode_ms = compute["ms_per_token"] * n / positions
-    io_ms = wall.estimate * n / positions
+    decode_ms = per(compute["ms_per_token"], positions, n / positions)
+    io_ms = per(wall.estimate, positions, n / positions)
     return PER_POSITION(positions=positions, decode_ms=decode_ms,
                         compute_ms=None if overlapped else decode_ms - io_ms, io_ms=io_ms,
                         mib=io["read_bytes"] / MIB / positions)
@@ -5533,7 +5560,7 @@ def decoded_io_wall(io, tokens):
         # (inverted, "within 184.71 and 2.65"), but a pair whose reads outlast a serial
         # decode (warned)
         high += min(busy_ms, max(token_io_ms, wall_ms))
-    return IoWall(busy / n, io_ms / n, high / n)
+    return IoWall(Ratio(busy, n), Ratio(io_ms, n), Ratio(high, n))
 
 
 class TokenIndex:
@@ -5575,12 +5602,12 @@ class TokenIndex:
         return sum(self.find(key) is None for key in token_keys(per_token))
 
 
-def rescaled(row, factor, record):
-    """A row of `record` with its figures per token (those not None) times `factor`: an io
-    figure per read-token made per decoded token. Names, totals, shares, rates and latencies
-    have no denominator to change."""
+def rescaled(row, record, den, factor):
+    """A row of `record` with its figures per token made per `den` tokens (per: a Ratio from
+    its total, any other times `factor`): an io figure per read-token made per decoded token.
+    Names, totals, shares, rates and latencies have no denominator to change."""
     fields = record.per_token
-    return {key: value * factor if key in fields and value is not None else value
+    return {key: per(value, den, factor) if key in fields else value
             for key, value in row.items()}
 
 
@@ -5624,8 +5651,8 @@ def slow_stretch(per_token, walls, readers, idle_median):
                         ms_per_token=sum(walls[best.start:best.stop]) / len(stretch))
 
 
-def pair_layers(compute, io, per_decoded):
-    io_layers = {row["layer"]: rescaled(row, per_decoded, IO_LAYER_ROW)
+def pair_layers(compute, io, n, per_decoded):
+    io_layers = {row["layer"]: rescaled(row, IO_LAYER_ROW, n, per_decoded)
                  for row in io["by_layer"]}
     compute_layers = {row["layer"]: row for row in compute["by_layer"]}
     rows = []
@@ -6924,7 +6951,7 @@ def is_number(value):
     """A finite JSON number (1e999 reads as inf; a 400-digit integer as itself)."""
     if type(value) is int:
         return abs(value) < 10 ** 300
-    return type(value) is float and math.isfinite(value)
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def calibration_sample(name, report):
@@ -8543,7 +8570,7 @@ def summary_figures(name, run, report):
         engine_disagrees=[name for name, figure in engine.items() if figure["agrees"] is False],
         flagged=[v["id"] for v in verdicts if v["flagged"]])
     # per generated position when its decodes cover several (as the engine counts a token)
-    return {**(rescaled(row, 1 / per_decode, SUMMARY_ROW) if per_decode else row),
+    return {**(rescaled(row, SUMMARY_ROW, None, 1 / per_decode) if per_decode else row),
             "meta": {**(compute or {}).get("meta", {}), **(io or {}).get("meta", {})},
             "granularity": (compute or {}).get("granularity")}
 

@@ -53,6 +53,23 @@ def test_per_decoded_token(pair):
     assert p["warnings"] == []
 
 
+def test_a_pair_divides_the_io_totals_once(write):
+    """The io trace's figures per read-token, made per decoded token from their totals: 2 ms
+    of reads over 5 decoded tokens is 0.4 exactly, where (2 / 3 read-tokens) x (3 / 5) was
+    0.39999999999999997."""
+    ct = write(ct_text([f"0,1,{step},0,0,MUL_MAT_ID,ffn_moe_up-0,1000000,0"
+                        for step in range(1, 6)]), "ct.csv")
+    io = write(io_text([f"0,1,{step},0,{step},0,0,0,0,4096,4096,{latency}"
+                        for step, latency in ((1, 500000), (2, 500000), (3, 1000000))]), "io.csv")
+    r = report("report", ct, io)
+    p = r["pair"]
+    lane = next(row for row in p["by_lane"] if row["lane"] == 0)  # lane 1 never read
+    assert (r["io"]["tokens"], p["tokens"]) == (3, 5)
+    assert p["io_busy_ms_per_token"] == lane["busy_ms_per_token"] == 2 / 5
+    assert p["io_wall_ms_per_token"]["estimate"] == 2 / 5  # each token's reads: one layer
+    assert p["adjacency"]["reads_per_token"] == 3 / 5
+
+
 def test_layers_side_by_side(pair):
     (layer,) = report("report", *pair)["pair"]["by_layer"]
     assert layer == pytest.approx({"layer": 0, "compute_ms_per_token": 20 / 3,

@@ -4311,8 +4311,8 @@ class WhatIf:
         fit = self.fit
         return f"calibrated on {len(fit['runs'])} runs of {fit['model']['model']} (--calibration)"
 
-    def per_token_mib(self, total_bytes):
-        return total_bytes / MIB / self.tokens
+    def per_token_mib(self, total_bytes):  # a Ratio: a pair divides the total again
+        return Ratio(total_bytes / MIB, self.tokens)
 
     def setting(self, name, value, figures, said, fits=None):
         return WHAT_IF_SETTING(setting=name, value=value, figures=figures,
@@ -4525,7 +4525,7 @@ class WhatIf:
         merged = runs.aligned_bytes if direct else runs.bytes
         most = merging_saves(self.report, self.estimate, ratio(self.report["reads"], runs.runs))
         return self.setting("coalesce", 1, {
-            "reads_per_token": figure(runs.runs / self.tokens),
+            "reads_per_token": figure(Ratio(runs.runs, self.tokens)),
             "mib_per_token": figure(self.per_token_mib(merged))}, Said(
             figure(None, 0.0, capped(most, self.cap)),
             f"requests that touch or overlap merged into one read"
@@ -5449,6 +5449,7 @@ def pair_report(compute, io):
     tokens, readers = TokenIndex(compute["per_token"]), TokenIndex(io["per_token"])
     n = len(compute["per_token"])
     per_decoded = io["tokens"] / n  # io figures are per read-token; the pair's per decoded token
+    decoded = PerToken(n, None)
     categories = {c["category"]: c for c in compute["by_category"]}
 
     def category_ms(name):  # a layer-granularity trace has no per-node detail to classify
@@ -5465,8 +5466,9 @@ def pair_report(compute, io):
         compute["ms_per_token"] - wall.estimate,
         faulting_ms_per_token=compute["faults"]["ms_per_token"],
         experts_ms_per_token=category_ms("experts"), router_ms_per_token=category_ms("router"),
-        io_reads_per_token=io["reads"] / n, io_mib_per_token=io["read_bytes"] / MIB / n,
-        **io_ranges(wall, io["read_bytes"] / MIB / n, io["lanes"]),
+        io_reads_per_token=decoded.count(io["reads"]),
+        io_mib_per_token=decoded.count(io["read_bytes"] / MIB),
+        **io_ranges(wall, decoded.count(io["read_bytes"] / MIB), io["lanes"]),
         io_busy_ms_per_token=per(io["busy_ms_per_token"], n, per_decoded),
         waste_mib_per_token=per(io["waste_mib_per_token"], n, per_decoded),
         by_lane=[rescaled(row, LANE_ROW, n, per_decoded) for row in io["by_lane"]],

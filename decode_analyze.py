@@ -6439,10 +6439,10 @@ def tool_figures(report, generated=None):
         decodes = compute["decodes"]
         positions = decodes["positions"] if decodes["speculative"] else compute["tokens"]
         per_position = compute["tokens"] / positions
-        figures.update(tokens=positions,
-                       decode_ms_per_token=compute["ms_per_token"] * per_position,
-                       generation_ms_per_token=compute["ms_per_token"] * per_position,
-                       majflt_per_token=compute["majflt_per_token"] * per_position)
+        decode_ms = per(compute["ms_per_token"], positions, per_position)
+        figures.update(tokens=positions, decode_ms_per_token=decode_ms,
+                       generation_ms_per_token=decode_ms,
+                       majflt_per_token=per(compute["majflt_per_token"], positions, per_position))
         if decodes["speculative"]:
             figures["positions_per_decode"] = decodes["positions"] / decodes["decodes"]
     if io and whole_decode(io):
@@ -6454,15 +6454,15 @@ def tool_figures(report, generated=None):
         io_ms = io["busy_ms_per_token"] if overlapped else io["io_wall_ms_per_token"]["estimate"]
         figures.update(read_mib=io["read_bytes"] / MIB,
                        mib_per_token=io["read_bytes"] / MIB / units,
-                       flash_io_ms_per_token=per_unit * io_ms)
+                       flash_io_ms_per_token=per(io_ms, units, per_unit))
         figures.update(own_cache_figures(io))
     if pair and "read_mib" in figures and positions:
         per_position = pair["tokens"] / positions
-        figures["compute_ms_per_token"] = None if pair["compute_ms_per_token"] is None else \
-            pair["compute_ms_per_token"] * per_position
+        figures["compute_ms_per_token"] = per(pair["compute_ms_per_token"], positions,
+                                              per_position)
         if pair["compute_ms_per_token"] is not None:
-            figures["flash_io_ms_per_token"] = pair["io_wall_ms_per_token"]["estimate"] * \
-                per_position
+            figures["flash_io_ms_per_token"] = per(pair["io_wall_ms_per_token"]["estimate"],
+                                                   positions, per_position)
     return figures
 
 

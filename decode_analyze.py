@@ -26,8 +26,9 @@ sections above it:
   records       Record: every JSON object's fields, declared once; KINDS, every kind of report
                 (its record and layout, registered by its part); a run's meta read
   tokens        Selection (which tokens a report covers), TokenBook, TokenFold (the fold base)
-  statistics    SortedParts and percentile_index (the one percentile rule), PerToken, ratio,
-                mann_whitney_p
+  statistics    SortedParts and percentile_index (the one percentile rule), Ratio and per (a
+                per-token figure keeps its total: made per another count, it is divided once),
+                PerToken, ratio, mann_whitney_p
   rendering     Column and table_lines (every text table), json_text; the layout's pieces (Section,
                 Block, View); the sections every report shares (header, engine, caveats)
   verdicts      verdict: a one-line conclusion; THRESHOLDS, the verdicts that compare one
@@ -42,9 +43,10 @@ sections above it:
   timeline      v2 traces on one clock: decode spans, unions of intervals
   engine        the engine's own end-of-run lines (NAME.log) beside the tool's figures
   settings      merged_settings: what a preamble lacks (--set, the log's, the trace's) joined
-  runs          configuration (what makes runs repeats), Sample (what a pair gives a fit),
-                repeats_of (outliers, a loaded level), calibration: the token model's costs
-                fitted on runs and validated leave-one-out (summary's, diff's sides)
+  runs          run_table (the one table of runs: summary's rows, diff's sides, the fit's
+                configurations), Sample (what a pair gives a fit), repeats_of (outliers, a
+                loaded level), calibration: the token model's costs fitted on runs and
+                validated leave-one-out (summary's, diff's sides)
   diff          DiffView (one run, checked), DiffSide (its runs), diff_report (every NEW side
                 against BASE's, tested over runs), the regression gate
   summary       summary_runs (runs found and paired), one row per run, repeats grouped

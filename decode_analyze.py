@@ -3895,6 +3895,23 @@ def recounted(run_cache, decoded):
     return {**run_cache, **cache_totals(turns)}
 
 
+def cache_contradiction(report, reading):
+    """What the log says of the run's cache that its trace (a run_cache seen) refutes, or
+    None: a cache that served lookups (1% or more) where no decode token is short of its
+    experts, or no cache (no moe-cache line) where tokens are."""
+    own, hit = report["run_cache"], (reading.measured or {}).get("hit_pct")
+    said = {setting.key: setting for setting in reversed(reading.settings)}  # first wins
+    if not own or "cache" in said and said["cache"].source == "declared":
+        return None
+    if not own["detected"] and hit and hit >= 1:
+        return (f"the engine's log says a cache served {hit:g}% of the lookups, but every "
+                f"decode token of the trace reads all of its experts: no cache ran here")
+    if own["detected"] and "cache" in said and said["cache"].value == "0":
+        return ("the engine's log shows no cache (no moe-cache line), but decode tokens of the "
+                "trace read fewer experts than the router picks: a cache ran here")
+    return None
+
+
 def had_cache(io):
     """Whether the run had a cache: its trace shows one, or its settings name one (a cache
     that served nothing, 0% hit, traces every lookup, and managed all the same)."""
@@ -4705,9 +4722,11 @@ def throughput(mib, seconds):
     return ratio(mib, seconds)
 
 
-def io_report(trace, fold, selection, settings, asked=None, measured=None):
+def io_report(trace, fold, reading, settings, asked=None):
     """The whole io report as a plain dict (the JSON output; text is rendered from it),
-    without its verdicts. asked: what the what-if tries (an Asked), None for no what-if."""
+    without its verdicts; `settings` the report's (those of the reading joined to the
+    preamble). asked: what the what-if tries (an Asked), None for no what-if."""
+    selection = reading.selection
     phases, label, tokens = selected_tokens(trace, fold.book, selection, fold.phases.keys())
     per = PerToken(len(tokens), None)
     chosen = [fold.phases[phase] for phase in phases if phase in fold.phases]
@@ -4757,7 +4776,7 @@ def io_report(trace, fold, selection, settings, asked=None, measured=None):
         run_cache=None, reuse=None, what_if=None,
         **io_token_parts(tokens, fold.latencies, fold.per_lane))
     if fold.lookups is not None:
-        add_cache_what_ifs(report, fold, chosen, phases, asked, measured)
+        add_cache_what_ifs(report, fold, (chosen, phases), asked, reading)
     return report
 
 
@@ -4776,11 +4795,26 @@ def io_token_parts(tokens, latencies, per_lane):
                     LANE_COLUMN)), key=int)} if per_lane else None}
 
 
-def add_cache_what_ifs(report, fold, chosen, phases, asked, measured=None):
-    """The report's `reuse` (the --cache curve) and, when asked for, its `what_if`: both
-    from the one expert cache model."""
+def add_cache_what_ifs(report, fold, selected, asked, reading):
+    """The report's `run_cache`, its `reuse` (the --cache curve) and, when asked for, its
+    `what_if`: all from the one expert cache model, of the selected (PhaseReads, phases). Where
+    the trace refutes what the log says of the run's cache, the trace's word stands: the log's
+    cache settings are dropped (said) before anything is weighed with them."""
+    chosen, phases = selected
+    measured = reading.measured
     cache = ExpertCache(fold.lookups, phases)
     report["run_cache"] = own_cache(fold.lookups, cache, meta_number(report["meta"], "cache_mb"))
+    contradiction = cache_contradiction(report, reading)
+    if contradiction:
+        reading.warn(f"{report['path']}: {contradiction} (a log of another run?); the trace's "
+                     f"word stands")
+        logged = {key for key, setting in report["settings"].items()
+                  if key in ("cache", "cache_mb") and setting["source"] == "log"}
+        report["meta"] = {key: value for key, value in report["meta"].items() if key not in logged}
+        for key in logged:
+            del report["settings"][key]
+        report["run_cache"] = own_cache(fold.lookups, cache, meta_number(report["meta"],
+                                                                        "cache_mb"))
     generated = logged_tokens((measured or {}).get("tokens"), report["tokens"])
     if generated and report["run_cache"] and len(report["run_cache"]["turns"]) == 1:
         turn, = (row["turn"] for row in report["run_cache"]["turns"])
@@ -9953,21 +9987,7 @@ def weighed_io(path, reading, asked):
     trace's waits), which a pair weighs again per decoded token: one pass over the waits."""
     reading = with_trace_stall(path, reading)
     trace, fold = read_io(path, reading, asked.adjacent, asked.cache)
-    preamble = trace.meta
-    settings = join_settings(trace, reading)
-    report = io_report(trace, fold, reading.selection, settings, asked.what_if,
-                       reading.measured)
-    contradiction = cache_contradiction(report, reading)
-    if contradiction:  # the trace's word over the log's: again without the log's cache
-        reading.warn(f"{trace.name}: {contradiction} (a log of another run?); the trace's word "
-                     f"stands")
-        reading = reading._replace(settings=tuple(
-            setting for setting in reading.settings
-            if setting.source != "log" or setting.key not in ("cache", "cache_mb")))
-        trace.meta = preamble
-        settings = join_settings(trace, reading)
-        report = io_report(trace, fold, reading.selection, settings, asked.what_if,
-                           reading.measured)
+    report = io_report(trace, fold, reading, join_settings(trace, reading), asked.what_if)
     if trace_io.read_once(path) and "kind" in trace.columns and \
             trace.meta.get("overlap") == "1" and "stall_ms_per_token" not in (reading.measured
                                                                           or {}):
@@ -9975,7 +9995,7 @@ def weighed_io(path, reading, asked):
                      f"pass over it: give a file, not a pipe or stdin, for the stall")
     named = trace.meta.get("io_threads")
     if named != report["meta"].get("io_threads"):
-        said = "declared" if "io_threads" in settings else "in the preamble"
+        said = "declared" if "io_threads" in report["settings"] else "in the preamble"
         reading.warn(f"{trace.name}: io_threads={named} {said}, but the trace read on "
                      f"{counted(report['lanes'], 'lane')}: the trace's lanes stand")
     # The settings the trace shows: whether the run had a cache (with --cache or --what-if),
@@ -9990,23 +10010,6 @@ def weighed_io(path, reading, asked):
                      f"than they read ({report['read_bytes']}): short reads, so the alignment "
                      f"waste is negative")
     return report, reading.measured
-
-
-def cache_contradiction(report, reading):
-    """What the log says of the run's cache that its trace (a run_cache seen) refutes, or
-    None: a cache that served lookups (1% or more) where no decode token is short of its
-    experts, or no cache (no moe-cache line) where tokens are."""
-    own, hit = report["run_cache"], (reading.measured or {}).get("hit_pct")
-    said = {setting.key: setting for setting in reversed(reading.settings)}  # first wins
-    if not own or "cache" in said and said["cache"].source == "declared":
-        return None
-    if not own["detected"] and hit and hit >= 1:
-        return (f"the engine's log says a cache served {hit:g}% of the lookups, but every "
-                f"decode token of the trace reads all of its experts: no cache ran here")
-    if own["detected"] and "cache" in said and said["cache"].value == "0":
-        return ("the engine's log shows no cache (no moe-cache line), but decode tokens of the "
-                "trace read fewer experts than the router picks: a cache ran here")
-    return None
 
 
 def analyze_pair(compute_path, io_path, reading, asked=Asked()):

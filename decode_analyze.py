@@ -4819,6 +4819,8 @@ def add_cache_what_ifs(report, fold, selected, asked, reading):
     if generated and report["run_cache"] and len(report["run_cache"]["turns"]) == 1:
         turn, = (row["turn"] for row in report["run_cache"]["turns"])
         report["run_cache"] = recounted(report["run_cache"], {turn: int(generated)})
+    if (measured or {}).get("decoded"):  # a pair's: every decode token its compute trace has
+        report["run_cache"] = recounted(report["run_cache"], measured["decoded"])
     cached = ran_cached(report)
     report["reuse"] = cache_curve(cache, fold.lookups, cached)
     if not report["tokens"]:  # a pair's io that read nothing in decode: no setting saves
@@ -5517,9 +5519,6 @@ def pair_report(compute, io):
             f"{compute['ms_per_token']:.2f} ms decode, which waits for every read of a serial "
             f"run (overlap=0): the two traces are not of one run, or the io trace's latencies "
             f"are not this decode's; no compute is split off"] if outlasting else []))
-    decoded = Counter(token["turn"] for token in compute["per_token"]) \
-        if compute["phase"] == "decode" else {}
-    io = {**io, "run_cache": recounted(io["run_cache"], decoded)}
     what_if = within_memory(io["what_if"], compute, io["meta"])
     decodes = compute["decodes"]  # the what-if per generated position when a decode covers more
     units = decodes["positions"] if decodes["speculative"] and decodes["positions"] else n
@@ -10019,6 +10018,12 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     commands in turn)."""
     analyze_reads = partial(weighed_io, asked=IoOptions(True, True, asked))
     compute = analyze_compute(compute_path, reading, paired=True)
+    # the decode tokens of each turn, as the compute trace knows them: the run cache counts
+    # them all (a turn's last tokens served whole from cache have no io row) before the
+    # what-if weighs it
+    decoded = Counter(token["turn"] for token in compute["per_token"]) \
+        if compute["phase"] == "decode" else {}
+    reading = reading._replace(measured={**(reading.measured or {}), "decoded": decoded})
     io, measured = analyze_reads(io_path, reading._replace(
         selection=reading.selection.paired()))
     if compute["phase"] != io["phase"]:  # a compute trace without decode rows: all, both

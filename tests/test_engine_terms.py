@@ -134,6 +134,17 @@ def cached_tail(write):
         write(io_text(rows), "run-io.csv")
 
 
+def test_a_pairs_what_if_weighs_the_run_cache_it_shows(write):
+    """The cache-off setting of a cached pair was weighed on the io trace's own count (4 read
+    tokens: 15% hit), then the pair recounted its run cache over all 10 decode tokens (61%): it
+    promised 0.10 MiB a decoded token without a cache where every lookup read gives 0.21."""
+    pair = report("report", *cached_tail(write))
+    own, now = pair["io"]["run_cache"], pair["pair"]["io_mib_per_token"]
+    off, = [s for s in pair["what_if"]["settings"] if (s["setting"], s["value"]) == ("cache_mb", 0)]
+    assert own["decode_lookups"] == 40
+    assert off["figures"]["mib_per_token"]["point"] == pytest.approx(now / (1 - own["hit_share"]))
+
+
 def test_a_cached_tail_counts_every_decoded_token(write, tmp_path):
     """In the gemma4 run 69 of 128 decode tokens read nothing: the hit share and the per-token
     figures counted the 59 that read (46.6% against the engine's 74.5%)."""

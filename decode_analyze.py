@@ -4271,6 +4271,7 @@ class WhatIf:
                           report["meta"].get("overlap") == "1")
         self.model = TokenModel(self.fit, self.own, ratio(self.io_ms, report["mib_per_token"]),
                                 self.own_management(measured))
+        self.cache_at = {}  # MiB -> its setting: the cache verdict's size is weighed once
 
     def own_management(self, measured):
         """A cached run's management a miss from its log (printed to 1 ms: +- half of it), or
@@ -4424,6 +4425,8 @@ class WhatIf:
                                  CACHED_CACHE_METHOD, self.fits(mib))
 
     def cache_setting(self, mib):
+        if mib in self.cache_at:
+            return self.cache_at[mib]
         cache = self.cache
         capacity = cache.capacity(mib)
         low, point, high = (cache.at(capacity + step) for step in (-1, 0, 1))
@@ -4435,7 +4438,7 @@ class WhatIf:
             values = [getattr(outcome, name) for outcome in (low, point, high)]
             _, middle, _ = values
             return figure(middle, min(values), max(values))
-        return self.cache_change("cache_mb", mib, {
+        self.cache_at[mib] = self.cache_change("cache_mb", mib, {
             "experts": figure(point.experts, low.experts, high.experts),
             "experts_share": held_share(point.experts, cache.distinct),
             "hit_share": figure(point.hit_share, low.hit_share, high.hit_share),
@@ -4443,6 +4446,7 @@ class WhatIf:
             "evictions": spread("evictions"), "rereads": spread("rereads"),
             "resident_mib": point.resident_bytes / MIB}, (fewest, middle, most),
             CACHE_BYTES_METHOD, self.fits(mib))
+        return self.cache_at[mib]
 
     def cached_config(self, mib):
         """The run's configuration with a cache that leaves `mib` MiB a token to read."""

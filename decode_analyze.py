@@ -5910,7 +5910,7 @@ def pair_headline_blocks(report, view):
 
 def per_decoded_blocks(report, view):
     io, pair = report["io"], report["pair"]
-    engine = engine_split_of(report, FIGURE_LIMIT)  # the engine's own split, from its log
+    engine = engine_split_of(report, math.inf)  # the log's own split: this run's, no saved one
     inside = ("routed experts and router n/a (a layer-granularity trace)"
               if pair["experts_ms_per_token"] is None else
               f"routed experts {pair['experts_ms_per_token']:.2f} ms, router "

@@ -5590,18 +5590,20 @@ def decoded_io_wall(io, tokens):
     compute tokens' TokenIndex."""
     n, reads = len(tokens.rows), io["per_token"]
     decode_ms = token_figure(tokens.rows, "ms")
-    busy = high = io_ms = 0
+    high = 0
     # floats summed in trace order, as sum() adds them
     for key, busy_ms, token_io_ms in zip(token_keys(reads), token_figure(reads, "busy_ms"),
                                          token_figure(reads, "io_ms")):
         at = tokens.find(key)
         wall_ms = busy_ms if at is None else decode_ms[at]
-        busy, io_ms = busy + busy_ms, io_ms + token_io_ms
         # ... nor shorter than their estimate: a decode shorter than that is no bound
         # (inverted, "within 184.71 and 2.65"), but a pair whose reads outlast a serial
         # decode (warned)
         high += min(busy_ms, max(token_io_ms, wall_ms))
-    return IoWall(Ratio(busy, n), Ratio(io_ms, n), Ratio(high, n))
+    # the summed latency and the estimate: the io trace's totals, divided once more
+    per_decoded = io["tokens"] / n
+    return IoWall(per(io["busy_ms_per_token"], n, per_decoded),
+                  per(io["io_wall_ms_per_token"]["estimate"], n, per_decoded), Ratio(high, n))
 
 
 class TokenIndex:

@@ -4819,12 +4819,16 @@ def add_cache_what_ifs(report, fold, selected, asked, reading):
             del report["settings"][key]
         report["run_cache"] = own_cache(fold.lookups, cache, meta_number(report["meta"],
                                                                         "cache_mb"))
+    # Each turn's decode tokens as the run's other records know them (a turn's last tokens
+    # served whole from cache have no io row): a pair's compute trace, and the log's generated
+    # tokens for a run of one turn. The run cache is recounted over them, once.
+    decoded = dict((measured or {}).get("decoded") or {})
     generated = logged_tokens((measured or {}).get("tokens"), report["tokens"])
     if generated and report["run_cache"] and len(report["run_cache"]["turns"]) == 1:
         turn, = (row["turn"] for row in report["run_cache"]["turns"])
-        report["run_cache"] = recounted(report["run_cache"], {turn: int(generated)})
-    if (measured or {}).get("decoded"):  # a pair's: every decode token its compute trace has
-        report["run_cache"] = recounted(report["run_cache"], measured["decoded"])
+        decoded[turn] = max(decoded.get(turn, 0), int(generated))
+    if decoded:
+        report["run_cache"] = recounted(report["run_cache"], decoded)
     cached = ran_cached(report)
     report["reuse"] = cache_curve(cache, fold.lookups, cached)
     if not report["tokens"]:  # a pair's io that read nothing in decode: no setting saves
@@ -5511,7 +5515,7 @@ def pair_report(compute, io):
         io_reads_per_token=decoded.count(io["reads"]),
         io_mib_per_token=decoded.count(io["read_bytes"] / MIB),
         **io_ranges(wall, decoded.count(io["read_bytes"] / MIB), io["lanes"]),
-        io_busy_ms_per_token=per(io["busy_ms_per_token"], n, per_decoded),
+        io_busy_ms_per_token=wall.busy_ms,
         waste_mib_per_token=per(io["waste_mib_per_token"], n, per_decoded),
         by_lane=[rescaled(row, LANE_ROW, n, per_decoded) for row in io["by_lane"]],
         demand_vs_spec=[rescaled(row, KIND_ROW, n, per_decoded) for row in io["demand_vs_spec"]],

@@ -6554,6 +6554,13 @@ ESTIMATES = {"flash_io_ms_per_token": "the tool's I/O estimate, from each read's
              "trace does not time: trust the engine's"}
 
 
+def agrees_with_engine(engine, tool, least=0.0, slack=0.0):
+    """Whether the tool's figure agrees with the engine's: they differ by at most
+    ENGINE_TOLERANCE of the engine's, or `least` (its rounding, or what else may part them),
+    and `slack` more (the tool's own half band)."""
+    return abs(tool - engine) <= max(ENGINE_TOLERANCE * abs(engine), least) + slack
+
+
 def engine_report(log, report):
     """The report's `engine`: each figure of the EngineLog beside the tool's, and the turns."""
     generated = log.figures.get("tokens")
@@ -6565,10 +6572,10 @@ def engine_report(log, report):
         tool = ours.get(name)
         note = (REMAINDERS.get(name) or unlike_sums(name, report, log.figures)) \
             if tool is not None else None
-        allowed = max(ENGINE_TOLERANCE * abs(engine.value), engine.rounding,
-                      LAYER_WAIT_MS * read_layers if name == "flash_io_ms_per_token"
-                      else 0.0) + ours.get(name + "_half_band", 0.0)
-        agrees = None if tool is None or note else abs(tool - engine.value) <= allowed
+        least = max(engine.rounding, LAYER_WAIT_MS * read_layers
+                    if name == "flash_io_ms_per_token" else 0.0)
+        agrees = None if tool is None or note else agrees_with_engine(
+            engine.value, tool, least, ours.get(name + "_half_band", 0.0))
         compared[name] = ENGINE_FIGURE(engine=engine.value, tool=tool,
                                        ratio=ratio(tool, engine.value) if tool is not None
                                        else None, agrees=agrees, note=note)
@@ -6632,9 +6639,8 @@ def turn_rows(turns, report):
         compared = [(name, rounding) for name, rounding in TURN_FIGURES
                     if row[name] is not None and row["tool_" + name] is not None]
         if row["trace_turn"] in traced and compared:
-            row["differs"] = [name for name, rounding in compared  # outside the tolerance
-                              if abs(row["tool_" + name] - row[name])
-                              > max(ENGINE_TOLERANCE * abs(row[name]), rounding)]
+            row["differs"] = [name for name, rounding in compared
+                              if not agrees_with_engine(row[name], row["tool_" + name], rounding)]
     return rows
 
 

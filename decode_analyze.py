@@ -2184,10 +2184,10 @@ def node_tables(node_sums):
     unclassified base names' wall_ns and the wall_ns moved to an inferred layer."""
     node_sums = list(node_sums)
     tables = group_sums(((node, (wall_ns, majflt, nodes))
-                      for node, wall_ns, majflt, _, nodes in node_sums), NODE_GROUPS, NodeSums)
+                         for node, wall_ns, majflt, _, nodes in node_sums), NODE_GROUPS, NodeSums)
     tables.update(group_sums(((node, (fault_wall_ns, majflt, nodes))
-                           for node, _, majflt, fault_wall_ns, nodes in node_sums if majflt),
-                          {"fault": attrgetter("op")}, NodeSums))
+                              for node, _, majflt, fault_wall_ns, nodes in node_sums if majflt),
+                             {"fault": attrgetter("op")}, NodeSums))
     unclassified = defaultdict(int)
     for node, wall_ns, *_ in node_sums:
         if node.category == "other":
@@ -8382,8 +8382,9 @@ def diff_section_blocks(report, view):
         # any figure may differ by chance), a headline, or a row on one side only
         changes = [change for row in section["rows"] for change in row["changes"]]
         tested = [change["significant"] for change in changes if change["significant"] is not None]
-        if view.full or (any(tested) if tested else section["title"].endswith(" headline") or any(
-                change["status"] in ("added", "removed") for change in changes)):
+        shown = any(tested) if tested else section["title"].endswith(" headline") or any(
+            change["status"] in ("added", "removed") for change in changes)
+        if view.full or shown:
             changed.append(section)
     blocks = [Block(section["title"], [Grid(diff_columns(section["key"], shown, names, section),
                                             section["rows"])
@@ -8594,10 +8595,12 @@ def summary_figures(name, run, report):
     what_if = report.get("what_if")
     # the run's own cache's hit share: inferred from its trace when it had one, else the
     # what-if's at the cache_mb its settings name (None without either)
-    size = meta_number(io["meta"], "cache_mb") if io else None
-    hit = None if not io else io["run_cache"]["hit_share"] if ran_cached(io) else next((
-        s["figures"]["hit_share"]["point"] for s in (what_if or {}).get("settings", ())
-        if s["setting"] == "cache_mb" and s["value"] == size), None) if size else None
+    hit, size = None, io and meta_number(io["meta"], "cache_mb")
+    if io and ran_cached(io):
+        hit = io["run_cache"]["hit_share"]
+    elif size:
+        hit = next((s["figures"]["hit_share"]["point"] for s in (what_if or {}).get("settings", ())
+                    if s["setting"] == "cache_mb" and s["value"] == size), None)
     verdicts = all_verdicts(report)
     decodes = (compute or {}).get("decodes") or {}
     per_decode = decodes["positions"] / decodes["decodes"] \

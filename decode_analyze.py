@@ -433,10 +433,16 @@ def group_sums(entries, keys, sums):
     """{table: {group: sums record}}, the one group-by of the node and read tables: each
     (of, amounts) entry's amounts added to its group in every table, `keys` {table: of -> its
     group there}."""
-    tables = {name: defaultdict(sums) for name in keys}
+    totals = {name: {} for name in keys}  # summed as tuples: a record's add() costs 3x more
     for of, amounts in entries:
         for name, key in keys.items():
-            tables[name][key(of)].add(*amounts)
+            table, group = totals[name], key(of)
+            summed = table.get(group)
+            table[group] = amounts if summed is None else tuple(map(add, summed, amounts))
+    tables = {name: defaultdict(sums) for name in keys}
+    for name, table in totals.items():
+        for group, summed in table.items():
+            tables[name][group].add(*summed)
     return tables
 
 

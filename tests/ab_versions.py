@@ -14,8 +14,8 @@ ratio (paired), with the old side's spread (its slowest run over its fastest); o
   # ... their wall time (run it again beside `yes > /dev/null` for a busy machine)
   python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench --instructions --only io500k
   # instructions counted under valgrind: the same figure whatever the machine's load
-  python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench --installed --in-turn ct.csv io.csv
-  # report of a pair against its two commands in turn (--installed: from cached bytecode)
+  python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench --run-as module --in-turn ct.csv io.csv
+  # report of a pair against its two commands in turn, each from cached bytecode
 
 The last case runs a different command line on each side: the new checkout's `io --what-if`
 against the old one's `io --adjacent --cache` (what the what-if may cost: at most 1.3x).
@@ -66,19 +66,24 @@ def in_process(tools, argvs, order):
     return spent
 
 
-# How a checkout is run: `python3 decode_analyze.py`, which compiles the whole file on every
-# run (CPython caches no bytecode for a script), or with --installed as the `decode-analyze`
-# command `pip install .` makes, which imports the module from its cached bytecode.
+# How a checkout is run (--run-as): `script`, `python3 decode_analyze.py`, which compiles the
+# whole file on every run (CPython caches no bytecode for a script); `module`, `python3 -m
+# decode_analyze` in the clone, which runs the module from its cached bytecode (runpy, as -m
+# does, from the checkout's folder whatever the working directory); `installed`, the
+# `decode-analyze` command `pip install .` makes, which imports it from its cached bytecode.
+MODULE = ("import runpy, sys; sys.path[0] = sys.argv.pop(1); "
+          "runpy.run_module('decode_analyze', run_name='__main__', alter_sys=True)")
 INSTALLED = ("import sys; sys.path[0] = sys.argv.pop(1); sys.argv[0] = 'decode-analyze'; "
              "import decode_analyze; decode_analyze.run_and_exit()")
 RUN_AS = {"script": lambda root: [str(root / "decode_analyze.py")],
+          "module": lambda root: ["-c", MODULE, str(root)],
           "installed": lambda root: ["-c", INSTALLED, str(root)]}
-run_as = "script"
+run_as = {"old": "script", "new": "script"}
 
 
-def script(root, argv):
+def script(root, argv, tag="new"):
     """The command line that runs a checkout's tool as a user does."""
-    return [sys.executable, *RUN_AS[run_as](root), *argv]
+    return [sys.executable, *RUN_AS[run_as[tag]](root), *argv]
 
 
 def cache_bytecode(roots):
@@ -87,28 +92,28 @@ def cache_bytecode(roots):
     now, so that no timed run compiles."""
     os.environ["PYTHONPYCACHEPREFIX"] = "/tmp/ab_versions_pyc"
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    for root in roots.values():
-        subprocess.run(script(root, ["--version"]), stdout=subprocess.DEVNULL, check=True)
+    for tag, root in roots.items():
+        subprocess.run(script(root, ["--version"], tag), stdout=subprocess.DEVNULL, check=True)
 
 
 def as_processes(roots, argvs, order):
-    """{tag: CPU seconds of the process tree} of each checkout run as `python3
-    decode_analyze.py` with its default --jobs: start-up (compiling the script) included."""
+    """{tag: CPU seconds of the process tree} of each checkout run as --run-as says, with its
+    default --jobs: start-up included."""
     spent = {}
     for tag in order:
-        child = subprocess.Popen(script(roots[tag], argvs[tag]), stdout=subprocess.DEVNULL)
+        child = subprocess.Popen(script(roots[tag], argvs[tag], tag), stdout=subprocess.DEVNULL)
         _, _, usage = os.wait4(child.pid, 0)
         spent[tag] = usage.ru_utime + usage.ru_stime
     return spent
 
 
 def as_walls(roots, argvs, order):
-    """{tag: wall seconds} of each checkout run as `python3 decode_analyze.py` with its default
-    --jobs: what the user waits for (a second process on a busy core costs CPU, not wall)."""
+    """{tag: wall seconds} of each checkout run as --run-as says, with its default --jobs: what
+    the user waits for (a second process on a busy core costs CPU, not wall)."""
     spent = {}
     for tag in order:
         start = time.perf_counter()
-        subprocess.run(script(roots[tag], argvs[tag]), stdout=subprocess.DEVNULL, check=False)
+        subprocess.run(script(roots[tag], argvs[tag], tag), stdout=subprocess.DEVNULL, check=False)
         spent[tag] = time.perf_counter() - start
     return spent
 
@@ -121,7 +126,7 @@ def instructions(roots, argvs, order):
     for tag in order:
         jobs = ["--jobs", "1"] if argvs[tag][0] != "--version" else []
         done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-                               *script(roots[tag], argvs[tag] + jobs)],
+                               *script(roots[tag], argvs[tag] + jobs, tag)],
                               capture_output=True, text=True, check=False)
         counted[tag] = int(done.stderr.split("Collected : ")[1].split()[0])
     return counted
@@ -168,11 +173,12 @@ def main():
                         help="time whole processes (start-up and --jobs included), not folds")
     parser.add_argument("--wall", action="store_true",
                         help="with --processes: their wall time, not their CPU time")
-    parser.add_argument("--installed", action="store_true",
-                        help="with --processes, --instructions or --in-turn: run each checkout "
-                             "as the `decode-analyze` command pip installs does (imported, its "
-                             "bytecode cached), not as `python3 decode_analyze.py` (compiled on "
-                             "every run)")
+    parser.add_argument("--run-as", default="script", metavar="MODE[,MODE]",
+                        help="with --processes, --instructions or --in-turn: how each checkout "
+                             "is run, one mode for both or OLD's,NEW's: script (`python3 "
+                             "decode_analyze.py`, compiled on every run; the default), module "
+                             "(`python3 -m decode_analyze`) or installed (`decode-analyze`), "
+                             "both from cached bytecode")
     parser.add_argument("--in-turn", nargs=2, metavar=("CT", "IO"),
                         help="time NEW's report of this pair against its compute and io "
                              "--what-if run in turn (OLD is not run)")
@@ -180,12 +186,15 @@ def main():
                         help="count the instructions of one process each (valgrind; one round: "
                              "the count does not vary), not time")
     args = parser.parse_args()
-    if args.installed and not (args.processes or args.instructions or args.in_turn):
-        parser.error("--installed runs processes: give it with --processes, --instructions or "
+    modes = args.run_as.split(",")
+    if len(modes) > 2 or not set(modes) <= set(RUN_AS):
+        parser.error(f"--run-as: one or two of {', '.join(RUN_AS)}, comma-separated")
+    run_as = dict(zip(("old", "new"), modes * (3 - len(modes))))
+    if modes != ["script"] and not (args.processes or args.instructions or args.in_turn):
+        parser.error("--run-as runs processes: give it with --processes, --instructions or "
                      "--in-turn")
     if args.in_turn:
-        if args.installed:
-            run_as = "installed"
+        if "script" not in modes:
             cache_bytecode({"new": args.new})
         report_in_turn(args.new, [in_dir(args.dir, word) for word in args.in_turn], args.rounds)
         return
@@ -210,8 +219,7 @@ def main():
     else:
         tools = {"old": load("old", args.old), "new": load("new", args.new)}
         timed = partial(in_process, tools)
-    if args.installed:
-        run_as = "installed"
+    if set(run_as.values()) != {"script"}:
         cache_bytecode(roots)
     runs = [(case, case) for case in cases] + [(cases[3], what_if)]
     runs = [run for run in runs if not args.only or args.only in " ".join(run[1])

@@ -5024,21 +5024,22 @@ def page_cache_words(io):
             f"read-token in all: the drive was not measured")
 
 
-# What an io verdict's remedy could save at most, in ms per token, from the I/O estimate (ms)
-# and the io report: even lanes bring each layer down to its mean lane (the lower bound);
-# merged requests save the requests' fixed cost (request_overhead); a cache at most its hit
-# share of the reads.
+# What an io verdict's remedy could save at most, in ms per token, from the I/O time per token
+# (`wall`, ms, over `tokens`: the io report's read-tokens, or a pair's decoded tokens) and the
+# io report: even lanes bring each layer down to its mean lane (the lower bound); merged
+# requests save the requests' fixed cost (request_overhead); a cache at most its hit share of
+# the reads.
 AT_STAKE = {
     "lanes_unbalanced": ("lanes unbalanced", "evening the lanes",
-                         lambda io, wall: wall["estimate"] - wall["min"]),
+                         lambda io, wall, tokens: wall["estimate"] - wall["min"]),
     "coalescing": ("coalescing", "merging requests (their fixed cost)",
-                   lambda io, wall: merging_saves(io, wall["estimate"],
-                                                  io["adjacency"]["coalesce_factor"])),
-    # the judged cache's most saved, per token of `wall`: a pair's decoded tokens scale it as
-    # they scale the what-if
-    "cache": ("cache", "that cache", lambda io, wall: (
-        io["reuse"]["judged"]["ms_per_token_saved"]["max"] or 0.0)
-        * (ratio(wall["estimate"], io["io_wall_ms_per_token"]["estimate"]) or 0.0)),
+                   lambda io, wall, tokens: merging_saves(io, wall["estimate"],
+                                                          io["adjacency"]["coalesce_factor"])),
+    # the judged cache's most saved, per read-token: per token of `wall` as the pair's
+    # what-if is (decoded_what_if)
+    "cache": ("cache", "that cache", lambda io, wall, tokens: per(
+        io["reuse"]["judged"]["ms_per_token_saved"]["max"] or 0.0, tokens,
+        io["tokens"] / tokens)),
 }
 
 
@@ -5067,7 +5068,8 @@ def weighed_io_verdicts(io, wall, stakes, pair=None):
                 f"{remedy} could save is at most the stall, which the engine's log gives "
                 f"(moe-overlap: give its NAME.log), not found here"))
             continue
-        weighed.append(stake_verdict(judged, name, remedy, saving(io, wall), stakes, pair))
+        weighed.append(stake_verdict(judged, name, remedy,
+                                     saving(io, wall, (pair or io)["tokens"]), stakes, pair))
     return weighed
 
 

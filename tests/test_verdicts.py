@@ -332,3 +332,15 @@ def test_the_readme_states_each_threshold_the_table_declares(verdict_id):
     said = verdicts[verdicts.index(f"`{verdict_id}`"):][:200]
     number = threshold.shown.format(threshold.limit).rstrip("x")
     assert f"{'>' if threshold.strict else '≥'} {number}" in said, said
+
+
+def test_a_pairs_cache_stake_is_the_judged_saving_per_decoded_token():
+    """The judged cache's most saved is per read-token (5 here); the pair weighs it per decoded
+    token (12), as its what-if is: 1.461 ms x 5 / 12 = 0.61 ms of the 31 ms decode."""
+    r = report("report", ROOT / "tests/data/synthetic/stretch-ct.csv",
+               ROOT / "tests/data/synthetic/stretch-io.csv")
+    most = r["io"]["reuse"]["judged"]["ms_per_token_saved"]["max"]
+    at_most = most * r["io"]["tokens"] / r["pair"]["tokens"]
+    stake = next(v["text"] for v in r["pair"]["verdicts"] if v["id"] == "cache")
+    assert (r["io"]["tokens"], r["pair"]["tokens"]) == (5, 12)
+    assert f"that cache could save at most {at_most:.2f} ms of the " in stake

@@ -433,7 +433,7 @@ def group_sums(entries, keys, sums):
     """{table: {group: sums record}}, the one group-by of the node and read tables: each
     (of, amounts) entry's amounts added to its group in every table, `keys` {table: of -> its
     group there}."""
-    totals = {name: {} for name in keys}  # summed as tuples: a record's add() costs 3x more
+    totals = {name: {} for name in keys}  # tuples, then a record a group: add() an entry cost more
     for of, amounts in entries:
         for name, key in keys.items():
             table, group = totals[name], key(of)

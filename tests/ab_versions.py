@@ -14,7 +14,8 @@ ratio (paired), with the old side's spread (its slowest run over its fastest); o
   # ... their wall time (run it again beside `yes > /dev/null` for a busy machine)
   python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench --instructions --only io500k
   # instructions counted under valgrind: the same figure whatever the machine's load
-  python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench --run-as module --in-turn ct.csv io.csv
+  python3 tests/ab_versions.py /tmp/old . --dir /tmp/bench --run-as module \
+      --in-turn ct1430.csv io500k.csv
   # report of a pair against its two commands in turn, each from cached bytecode
 
 The last case runs a different command line on each side: the new checkout's `io --what-if`

@@ -163,6 +163,8 @@ def generate(directory):
     traces = {
         "ct420": ("compute", dict(n_layer=48, decode_tokens=420)),
         "ct3m": ("compute", dict(n_layer=48, decode_tokens=1220)),
+        # io500k's compute trace, a row a layer segment: ab_versions --in-turn's pair
+        "ct1430": ("compute", dict(n_layer=48, decode_tokens=1430, layers=True)),
         "io500k": ("io", dict(n_layer=48, decode_tokens=1430, reads_per_token=350)),
         "io420": ("io", dict(n_layer=48, decode_tokens=420, reads_per_token=350)),
         "io1m": ("io", dict(n_layer=48, decode_tokens=2860, reads_per_token=350)),

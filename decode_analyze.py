@@ -6873,6 +6873,16 @@ GROUP_CONFIGURATION = "configuration"  # one configuration, however far apart (t
 GROUP_COLUMN = "column"  # the column alone: a diff side is the runs its user gave it
 
 
+def is_again(known, entry):
+    """Whether `entry` is the run `known` again: in its column, of a configuration that
+    agrees, with the same figures to the last digit where both have one (and one at least)."""
+    return known.column == entry.column and known.figures.keys() == entry.figures.keys() \
+        and compatible(known.config, entry.config) \
+        and any(value is not None for value in known.figures.values()) \
+        and all(value == entry.figures[name] for name, value in known.figures.items()
+                if value is not None and entry.figures[name] is not None)
+
+
 def run_table(items, entry_of, warn, group):
     """The table of runs that summary, diff and the calibration's fit each read: the items
     (entry_of(item) a RunEntry) less those that repeat an earlier one of their column (the
@@ -6884,13 +6894,7 @@ def run_table(items, entry_of, warn, group):
     groups, seen = [], []  # [(column, configuration, items, entries)]; RunEntry of each kept
     for item in items:
         entry = entry_of(item)
-        same = next((known.name for known in seen if known.column == entry.column
-                     and known.figures.keys() == entry.figures.keys()
-                     and compatible(known.config, entry.config)
-                     and any(value is not None for value in known.figures.values())
-                     and all(a == b for a, b in zip(known.figures.values(),
-                                                    map(entry.figures.get, known.figures))
-                             if a is not None and b is not None)), None)
+        same = next((known.name for known in seen if is_again(known, entry)), None)
         if same is not None:
             warn(f"{entry.name} is {same} again (the same figures, to the last digit): counted "
                  f"once")
@@ -10271,7 +10275,9 @@ def analyze_summary(arguments, reading, sort, logs=True, group=True):
     # figures) and its configuration
     table = run_table(rows, lambda row: RunEntry(
         row["run"], {name: row[name] for name in TELLING_FIGURES}, configuration(row["meta"]),
-        (row["kind"], row.pop("granularity"))), reading.warn, GROUP_REPEATS if group else None)
+        (row["kind"], row["granularity"])), reading.warn, GROUP_REPEATS if group else None)
+    for row in rows:  # what the table grouped the rows by, not a column of theirs
+        del row["granularity"]
     fit = calibration([row.pop("sample") for repeats in table for row in repeats.runs])
     rows = [{**merged(repeats.runs), "meta": repeats.config} for repeats in table]
     # The preamble keys whose values differ between the runs (into each row's settings), and

@@ -8848,12 +8848,21 @@ def text_header(header, view):
     return lines
 
 
+def text_prose(prose, view):
+    if prose.clip:  # a legend's line, cut at the width with an ellipsis (JSON holds it whole)
+        return [line if len(line) <= TEXT_WIDTH else line[:TEXT_WIDTH - 1] + "…"
+                for line in map(safe, prose.lines)]
+    return [line for logical in prose.lines for line in wrap(safe(logical), prose.hang)]
+
+
+def text_full(full, view):
+    shown = full.part if view.full else full.instead
+    return [] if shown is None else TEXT_PARTS[type(shown)](shown, view)
+
+
 TEXT_PARTS = {
     Header: text_header,
-    Prose: lambda prose, view: [  # a legend's line is cut at the width (JSON holds it whole)
-        line if len(line) <= TEXT_WIDTH else line[:TEXT_WIDTH - 1] + "…"
-        for line in map(safe, prose.lines)] if prose.clip else [
-        line for logical in prose.lines for line in wrap(safe(logical), prose.hang)],
+    Prose: text_prose,
     Items: lambda items, view: wrap_items(items.prefix, [safe(i) for i in items.items]),
     Bullets: lambda bullets, view: [line for item in bullets.items
                                     for line in wrap(f"  {safe(item)}")],
@@ -8861,8 +8870,7 @@ TEXT_PARTS = {
     if grid.compact else table_lines(grid.columns, grid.rows if grid.shown is None
                                      else grid.rows[:grid.shown], grid.indent),
     Spark: lambda spark, view: [f"  run |{sparkline(spark.values, view.ascii)}|"],
-    Full: lambda full, view: [] if (shown := full.part if view.full else full.instead) is None
-    else TEXT_PARTS[type(shown)](shown, view),
+    Full: text_full,
 }
 
 
@@ -9107,10 +9115,12 @@ def csv_of(report):
     out = StringIO()
     writer = csv.writer(out, lineterminator="\r\n")  # RFC 4180
     writer.writerow(CSV_HEADER)
-    # a number in the first value column, text and true/false in the second, null in neither
-    writer.writerows((section, row, field, *((csv_cell(value), "") if isinstance(
-        value, (int, float)) and not isinstance(value, bool) else ("", csv_cell(value))), unit)
-                     for section, row, field, value, unit in tidy_lines(report, ""))
+    for section, row, field, value, unit in tidy_lines(report, ""):
+        # a number in the first value column, text and true/false in the second, null in neither
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        cell = csv_cell(value)
+        writer.writerow((section, row, field, cell if number else "", "" if number else cell,
+                         unit))
     return out.getvalue()
 
 

@@ -5504,6 +5504,7 @@ def pair_report(compute, io):
     n = len(compute["per_token"])
     per_decoded = io["tokens"] / n  # io figures are per read-token; the pair's per decoded token
     decoded = PerToken(n, None)
+    mib = decoded.count(io["read_bytes"] / MIB)
     categories = {c["category"]: c for c in compute["by_category"]}
 
     def category_ms(name):  # a layer-granularity trace has no per-node detail to classify
@@ -5521,8 +5522,7 @@ def pair_report(compute, io):
         faulting_ms_per_token=compute["faults"]["ms_per_token"],
         experts_ms_per_token=category_ms("experts"), router_ms_per_token=category_ms("router"),
         io_reads_per_token=decoded.count(io["reads"]),
-        io_mib_per_token=decoded.count(io["read_bytes"] / MIB),
-        **io_ranges(wall, decoded.count(io["read_bytes"] / MIB), io["lanes"]),
+        io_mib_per_token=mib, **io_ranges(wall, mib, io["lanes"]),
         io_busy_ms_per_token=wall.busy_ms,
         waste_mib_per_token=per(io["waste_mib_per_token"], n, per_decoded),
         by_lane=[rescaled(row, LANE_ROW, n, per_decoded) for row in io["by_lane"]],

@@ -178,10 +178,12 @@ class Record:
     def __init__(self, name, where, fields, later=(), key=None, by=None):
         self.name, self.where, self.later, self.key, self.by = name, where, later, key, by
         # A field is declared (name, doc) then, in any order, its shape (a Record, ListOf or
-        # MapOf), how it is Shown, and its denominator or COMPARED.
-        self.fields = [Field(name, doc, *(
-            next((part for part in parts if isinstance(part, kind)), None)
-            for kind in ((Record, ListOf, MapOf), Shown, str))) for name, doc, *parts in fields]
+        # MapOf), how it is Shown, and its denominator or COMPARED: told apart by their types.
+        self.fields = []
+        for name, doc, *parts in fields:
+            typed = {type(part): part for part in parts}
+            shape = typed.get(Record) or typed.get(ListOf) or typed.get(MapOf)
+            self.fields.append(Field(name, doc, shape, typed.get(Shown), typed.get(str)))
         self.names = [field.name for field in self.fields]
         self._built = [name for name in self.names if name not in later]
         self.per_token = {field.name for field in self.fields if field.per == PER_TOKEN}

@@ -239,8 +239,9 @@ REPORT_HEAD = (
     ("kind", "`compute`, `io`, `report`, `timeline`, `diff`, `summary` or `schema`"))
 SETTING = Record("setting", "`settings.<key>`: a setting the preamble lacks (README: settings)", (
     ("value", "its value, as `meta` holds it"),
-    ("source", "`declared` (--set), `log` (the engine's lines imply it) or `trace` (what the "
-               "trace shows)")))
+    ("source", "`declared` (--set), `log` (the engine's lines imply it), `trace` (what the "
+               "trace shows), or in a pair, `compute trace` or `io trace` (the other trace's "
+               "preamble names it)")))
 TRACE_HEAD = (
     ("path", "the trace as given (`<stdin>` for `-`)"),
     ("meta", "every preamble key=value of the trace, and the settings joined to it",
@@ -322,6 +323,10 @@ def meta_number(meta, key):
 
 
 PLAIN_DECIMAL = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?")
+
+
+# The engine settings a run has one value of, in every half of a pair and every output
+RUN_SETTINGS = ("io_threads", "o_direct", "overlap", "cache", "cache_mb", "prefetch", "ngram")
 
 
 def cache_in_settings(meta):
@@ -1414,8 +1419,9 @@ def header_section(header_of):
         if engine:
             header = header._replace(paths=header.paths + [("engine log", engine["log"], "")])
         settings = {}
-        for half in report_halves(report).values():
-            settings.update(half.get("settings") or {})
+        for half in report_halves(report).values():  # the io trace's preamble is shown as such
+            settings.update((key, setting) for key, setting in (half.get("settings") or {}).items()
+                            if setting["source"] != "io trace")
         shown = {key: f"{setting['value']} ({setting['source']})"
                  for key, setting in settings.items()}
         header = header._replace(meta={**header.meta, **shown}, keys=header.keys + tuple(
@@ -5503,6 +5509,8 @@ def pair_report(compute, io):
     token (the compute trace knows every token, including those that read nothing), side by
     side with compute per layer. Without its verdicts."""
     tokens, readers = TokenIndex(compute["per_token"]), TokenIndex(io["per_token"])
+    warnings = pair_warnings(compute, io, tokens)
+    compute = with_run_settings(compute, io)
     n = len(compute["per_token"])
     per_decoded = io["tokens"] / n  # io figures are per read-token; the pair's per decoded token
     decoded = PerToken(n, None)
@@ -5532,7 +5540,7 @@ def pair_report(compute, io):
         adjacency=rescaled(io["adjacency"], ADJACENCY, n, per_decoded),
         read_split=read_split(compute["per_token"], readers),
         by_layer=pair_layers(compute, io, n, per_decoded),
-        warnings=pair_warnings(compute, io, tokens) + ([
+        warnings=warnings + ([
             f"the reads, estimated at {wall.estimate:.2f} ms a decoded token, outlast its "
             f"{compute['ms_per_token']:.2f} ms decode, which waits for every read of a serial "
             f"run (overlap=0): the two traces are not of one run, or the io trace's latencies "
@@ -5723,6 +5731,26 @@ def pair_layers(compute, io, n, per_decoded):
     return rows
 
 
+def with_run_settings(compute, io):
+    """The compute half with the run's settings as the io half decided them (its preamble,
+    then --set, the compute preamble's, the log's, and what its trace shows: analyze_pair),
+    so that whatever reads a setting of the pair reads one value."""
+    # the io preamble's own, where the compute half's differ or lack them, are joined from
+    # the io trace: its settings say so, as they say where every other joined value came from
+    io_settings = {**{key: SETTING(value=value, source="io trace")
+                      for key, value in preamble_of(io).items()
+                      if key in RUN_SETTINGS and compute["meta"].get(key) != value},
+                   **io["settings"]}
+
+    def joined(mine, theirs):  # the compute half's order kept, its settings the io half's
+        held = {key: theirs.get(key) if key in RUN_SETTINGS else value
+                for key, value in mine.items()}
+        held.update((key, value) for key, value in theirs.items() if key in RUN_SETTINGS)
+        return {key: value for key, value in held.items() if value is not None}
+    return {**compute, "meta": joined(compute["meta"], io["meta"]),
+            "settings": joined(compute["settings"], io_settings)}
+
+
 def preamble_of(report):
     """A report's meta as its trace's preamble wrote it: without the settings joined to it."""
     return {key: value for key, value in report["meta"].items() if key not in report["settings"]}
@@ -5738,7 +5766,7 @@ def pair_warnings(compute, io, tokens):
         right = io_preamble.get(key)  # trace_id: said below, with the files' names
         if right is not None and left != right and key != "trace_id":
             warnings.append(f"{key} differs: {left!r} in the compute trace, {right!r} in the io "
-                            f"trace")
+                            f"trace" + (": the io trace's stands" if key in RUN_SETTINGS else ""))
     differs = trace_id_warning((compute["path"], compute["meta"]), (io["path"], io["meta"]))
     if differs:
         warnings.append(differs)
@@ -6738,7 +6766,8 @@ def merged_settings(meta, given, warn, name):
         if key in settings:
             continue
         if source != "declared" and key in meta:
-            if meta[key] != value and source != "trace":  # what a trace shows yields
+            # what a trace shows yields; the compute preamble's differing is the pair's warning
+            if meta[key] != value and source not in ("trace", "compute trace"):
                 warn(f"{name}: the {source} says {key}={value}, the preamble {key}={meta[key]}: "
                      f"the preamble's kept")
             continue
@@ -10061,6 +10090,14 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     commands in turn)."""
     analyze_reads = partial(weighed_io, asked=IoOptions(True, True, asked))
     compute = analyze_compute(compute_path, reading, paired=True)
+    # One run, one set of settings: the io half joins the compute preamble's settings its own
+    # preamble lacks (after --set, before the log), and pair_report gives them back to the
+    # compute half, so that every part of the pair reads one value
+    preamble = preamble_of(compute)
+    reading = reading._replace(settings=tuple(
+        setting for setting in reading.settings if setting.source == "declared") + tuple(
+        Setting(key, preamble[key], "compute trace") for key in RUN_SETTINGS if key in preamble)
+        + tuple(setting for setting in reading.settings if setting.source != "declared"))
     # the decode tokens of each turn, as the compute trace knows them: the run cache counts
     # them all (a turn's last tokens served whole from cache have no io row) before the
     # what-if weighs it

@@ -124,7 +124,7 @@ def test_a_setting_the_two_preambles_disagree_on_is_a_warning():
                  shared_trace("qwen3moe-l4-io-overlap.csv"), "--no-engine-log")
     assert result.code == 0
     assert result.err == ("decode-analyze: warning: overlap differs: '0' in the compute trace, "
-                          "'1' in the io trace\n")
+                          "'1' in the io trace: the io trace's stands\n")
     same = run("report", shared_trace("qwen3moe-l4-ct-node.csv"),
                shared_trace("qwen3moe-l4-io-serial.csv"))
     assert same.code == 0 and same.err == ""  # settings joined from a log are not compared

@@ -1,0 +1,120 @@
+"""One run, every setting decided once: whichever source names a setting (the compute trace's
+preamble, the io trace's, --set, the engine's log, what the trace shows), every part of every
+output of the pair (report's two halves and header, its headline, its what-if's base, summary's
+row and diff's sides) reads one value, and two sources that disagree are one warning naming the
+key. The runs are the real 4-layer serial and overlapped runs, their preambles edited here."""
+import re
+
+import pytest
+
+from helpers import REAL_TRACES, run
+
+CT = REAL_TRACES["qwen3moe-l4-ct-node.csv"]  # compute preamble: io_threads=4 overlap=0
+SERIAL = REAL_TRACES["qwen3moe-l4-io-serial.csv"]
+OVERLAP = REAL_TRACES["qwen3moe-l4-io-overlap.csv"]  # io preamble: io_threads=4 overlap=1
+PREFETCH_LOG = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"].with_suffix(".log")
+
+
+def edited(source, target, key, value):
+    """A copy of a trace whose preamble names key=value (None: names no `key`)."""
+    head, rest = source.read_text().split("\n", 2)[:2], source.read_text().split("\n", 2)[2]
+    words = [word for word in head[1].split() if not word.startswith(f"{key}=")]
+    if value is not None:
+        words.append(f"{key}={value}")
+    target.write_text("\n".join([head[0], " ".join(words), rest]))
+    return target
+
+
+def outputs(tmp_path, ct, io, *options, log=False):
+    """{where: the run's value} of the settings, as each output of the pair gives them, and
+    the warnings: report's halves, its what-if base and headline, summary's row, diff's side.
+    The pair is named run-ct.csv and run-io.csv, so that summary and diff pair it by name
+    (and with run.log, its engine log, where `log`)."""
+    options += () if log else ("--no-engine-log",)
+    ct, io = (path.rename(tmp_path / name) if path.parent == tmp_path else
+              tmp_path.joinpath(name).write_bytes(path.read_bytes()) and tmp_path / name
+              for path, name in ((ct, "run-ct.csv"), (io, "run-io.csv")))
+    result = run("report", ct, io, "--format", "json", *options)
+    assert result.code == 0, result.err
+    report = result.json
+    text = run("report", ct, io, *options).out
+    summary = run("summary", ct, io, "--format", "json", *options).json
+    twin = tmp_path / "twin"
+    twin.mkdir()
+    for path in (ct, io):  # the same run again, one nanosecond longer: a second run a side
+        lines = path.read_text().splitlines()
+        lines[-1] = re.sub(r"(\d+)$", lambda m: str(int(m.group(1)) + 1), lines[-1])
+        (twin / path.name).write_text("\n".join(lines) + "\n")
+    diff = run("diff", ct, io, "vs", twin / "run-ct.csv", twin / "run-io.csv", "--format", "json",
+               *options).json
+    row = summary["runs"][0]
+    return {
+        "compute half": report["compute"]["meta"], "io half": report["io"]["meta"],
+        "what-if base": report["what_if"]["baseline"],
+        "headline": "overlap=1" if "reads beside it" in text else "overlap=0",
+        "summary": {**summary["common"], **{k: v for k, v in row["settings"].items() if v}},
+        "diff": diff["preamble_changes"][0],
+    }, result.err
+
+
+def agree(found, key, value):
+    """Every output gives key=value (the what-if base its number; diff sees no change)."""
+    assert found["compute half"].get(key) == value, found["compute half"]
+    assert found["io half"].get(key) == value, found["io half"]
+    assert found["summary"].get(key) == value, found["summary"]
+    assert not [change for change in found["diff"] if change["key"] == key]
+    if key in ("overlap", "io_threads", "o_direct"):
+        assert found["what-if base"][key] == int(value)
+    if key == "overlap":
+        assert found["headline"] == f"overlap={value}"
+
+
+def test_overlap_named_by_the_compute_preamble_alone_is_the_runs(tmp_path):
+    """Bug: with overlap=1 deleted from an overlapped run's io preamble only, the header said
+    overlap=1 while the headline and the what-if took the run as serial."""
+    io = edited(OVERLAP, tmp_path / "io.csv", "overlap", None)
+    ct = edited(CT, tmp_path / "ct.csv", "overlap", "1")
+    found, warnings = outputs(tmp_path, ct, io)
+    agree(found, "overlap", "1")
+    assert warnings == ""  # named once: nothing disagrees
+
+
+def test_overlap_the_preambles_disagree_on_is_the_io_traces_and_one_warning(tmp_path):
+    found, warnings = outputs(tmp_path, CT, OVERLAP)
+    agree(found, "overlap", "1")
+    assert warnings == ("decode-analyze: warning: overlap differs: '0' in the compute trace, "
+                        "'1' in the io trace: the io trace's stands\n")
+
+
+def test_overlap_declared_stands_over_both_preambles(tmp_path):
+    found, warnings = outputs(tmp_path, CT, OVERLAP, "--set", "overlap=0")
+    agree(found, "overlap", "0")
+    assert warnings == ""
+
+
+@pytest.mark.parametrize("key,compute,io,stands", [
+    ("io_threads", "2", None, "4"),  # the io trace's lanes: what the trace shows
+    ("io_threads", None, "4", "4"),
+    ("o_direct", "0", None, "0"),
+    ("o_direct", "1", "0", "0"),
+    ("cache_mb", "64", None, "64"),
+])
+def test_a_setting_named_by_one_preamble_or_two_is_one_value(tmp_path, key, compute, io, stands):
+    found, warnings = outputs(tmp_path, edited(CT, tmp_path / "ct.csv", key, compute),
+                              edited(SERIAL, tmp_path / "io.csv", key, io))
+    agree(found, key, stands)
+    said = [line for line in warnings.splitlines() if key in line]
+    differs = compute is not None and io is not None and compute != io
+    lanes = key == "io_threads" and compute not in (None, stands)
+    assert len(said) == (1 if differs or lanes else 0), warnings
+
+
+def test_a_logs_cache_the_trace_refutes_is_dropped_from_both_halves(tmp_path):
+    """Bug: a log's cache that the trace refutes was dropped from the io half only: summary
+    showed cache_mb=1.9 for a run that had no cache, and diff said `cache 0 -> 1`."""
+    (tmp_path / "run.log").write_bytes(PREFETCH_LOG.read_bytes())
+    found, warnings = outputs(tmp_path, CT, SERIAL, log=True)
+    assert warnings.count("no cache ran here") == 1
+    for where in ("compute half", "io half", "summary"):
+        assert "cache_mb" not in found[where], (where, found[where])
+    agree(found, "cache", "0")

@@ -5460,7 +5460,8 @@ PER_POSITION = Record("per position", "report `pair.per_position` (null unless a
     ("positions", "generated positions the decodes cover (compute `decodes.positions`)"),
     ("decode_ms", "the decodes' wall time / positions",
      Shown(diff="decode ms per generated position")),
-    ("compute_ms", "decode - I/O estimate, / positions (null with overlap=1)",
+    ("compute_ms", "decode - I/O estimate - cache management, / positions (null as the "
+                   "pair's `compute_ms_per_token`)",
      Shown(diff="compute ms per generated position")),
     ("io_ms", "the I/O estimate / positions"),
     ("mib", "MiB read / positions", Shown(diff="MiB per generated position"))))
@@ -5471,9 +5472,13 @@ PAIR = Record("pair", "report `pair`: per decoded token", (
     ("decode_ms_per_token", "the compute trace's ms per token: the decode's wall time, every "
                             "node's time, waits for reads included",
      Shown(diff="decode ms per decoded token", samples="ms")),
-    ("compute_ms_per_token", "decode - the I/O estimate, as the engine splits it (null with "
-                             "overlap=1: reads ran beside compute)",
-     Shown(diff="compute ms (decode - I/O estimate)")),
+    ("compute_ms_per_token", "decode - the I/O estimate - cache management, as the engine "
+                             "splits it (null with overlap=1: reads ran beside compute; and "
+                             "on a cached run whose management no log gives)",
+     Shown(diff="compute ms (decode - I/O estimate - cache mgmt)")),
+    ("cache_mgmt_ms_per_token", "the engine's cache management: 0 without a cache; with one, "
+                                "its log's (null when no log gives it)",
+     Shown(diff="cache management ms per decoded token")),
     ("faulting_ms_per_token", "of the decode, the faulting nodes'",
      Shown(diff="faulting nodes' ms per decoded token")),
     ("experts_ms_per_token", "of the decode, the `experts` category's (null for a layer "
@@ -5504,10 +5509,11 @@ PAIR_REPORT = Record("pair report", "`report`", (
 
 
 # ── pair: the two traces of one run ──────────────────────────────────────────────────────────────
-def pair_report(compute, io):
+def pair_report(compute, io, measured=None):
     """Both reports of one traced run, and what only the pair can tell: I/O per decoded
     token (the compute trace knows every token, including those that read nothing), side by
-    side with compute per layer. Without its verdicts."""
+    side with compute per layer, and the engine's split (measured: its log's figures, for
+    the cache management no trace times). Without its verdicts."""
     tokens, readers = TokenIndex(compute["per_token"]), TokenIndex(io["per_token"])
     warnings = pair_warnings(compute, io, tokens)
     compute = with_run_settings(compute, io)
@@ -5521,14 +5527,17 @@ def pair_report(compute, io):
         return categories.get(name, {}).get("ms_per_token", 0.0) if categories else None
     wall = decoded_io_wall(io, tokens)
     overlapped = ran_overlapped(compute, io)
+    management = cache_management(compute, io, measured or {})
     # a serial decode waits for every read: reads estimated longer than it leave no compute
     outlasting = not overlapped and wall.estimate > compute["ms_per_token"]
+    split = not (overlapped or outlasting or management is None
+                 or wall.estimate + management > compute["ms_per_token"])
     pair = PAIR(
         tokens=n, tokens_without_reads=readers.missing(compute["per_token"]),
-        per_position=per_position(compute, io, wall, overlapped),
+        per_position=per_position(compute, io, wall, management if split else None),
         decode_ms_per_token=compute["ms_per_token"],
-        compute_ms_per_token=None if overlapped or outlasting else
-        compute["ms_per_token"] - wall.estimate,
+        compute_ms_per_token=compute["ms_per_token"] - wall.estimate - management
+        if split else None, cache_mgmt_ms_per_token=management,
         faulting_ms_per_token=compute["faults"]["ms_per_token"],
         experts_ms_per_token=category_ms("experts"), router_ms_per_token=category_ms("router"),
         io_reads_per_token=decoded.count(io["reads"]),
@@ -5592,9 +5601,24 @@ def ran_overlapped(compute, io):
     return io["meta"].get("overlap", compute["meta"].get("overlap")) == "1"
 
 
-def per_position(compute, io, wall, overlapped):
+def cache_management(compute, io, measured):
+    """The engine's cache management ms per decoded token: 0 for a run without a cache, its
+    log's for one with (the log counts per generated position), else None: no trace times it."""
+    if not had_cache(io):
+        return 0.0
+    logged = measured.get("cache_mgmt_ms_per_token")
+    if logged is None or not compute["per_token"]:
+        return None
+    decodes = compute["decodes"]
+    positions = decodes["positions"] if decodes["speculative"] and decodes["positions"] else \
+        len(compute["per_token"])
+    return per(logged, len(compute["per_token"]), positions / len(compute["per_token"]))
+
+
+def per_position(compute, io, wall, management):
     """The pair's headline per generated position, when the run decoded speculatively (a
-    decode verifies several positions): what the engine counts per token then; else None."""
+    decode verifies several positions): what the engine counts per token then; else None.
+    management: the cache's ms per decoded token where the decode splits, else None."""
     decodes = compute["decodes"]
     if not decodes["speculative"] or compute["phase"] != "decode":
         return None
@@ -5602,7 +5626,9 @@ def per_position(compute, io, wall, overlapped):
     decode_ms = per(compute["ms_per_token"], positions, n / positions)
     io_ms = per(wall.estimate, positions, n / positions)
     return PER_POSITION(positions=positions, decode_ms=decode_ms,
-                        compute_ms=None if overlapped else decode_ms - io_ms, io_ms=io_ms,
+                        compute_ms=None if management is None else
+                        decode_ms - io_ms - per(management, positions, n / positions),
+                        io_ms=io_ms,
                         mib=io["read_bytes"] / MIB / positions)
 
 
@@ -5960,9 +5986,17 @@ def per_decoded_blocks(report, view):
               f"routed experts {pair['experts_ms_per_token']:.2f} ms, router "
               f"{pair['router_ms_per_token']:.2f} ms")
     estimate = pair["io_wall_ms_per_token"]["estimate"]
+    managed = pair.get("cache_mgmt_ms_per_token")  # a schema 7 report may lack it: no cache
     split = (f"decode {pair['decode_ms_per_token']:.2f} ms = compute "
-             f"{pair['compute_ms_per_token']:.2f} + flash I/O {estimate:.2f} (the I/O estimate); "
+             f"{pair['compute_ms_per_token']:.2f} + "
+             + (f"cache mgmt {managed:.2f} (the engine's log) + " if managed else "")
+             + f"flash I/O {estimate:.2f} (the I/O estimate); "
              if pair["compute_ms_per_token"] is not None else
+             f"decode {pair['decode_ms_per_token']:.2f} ms = compute and cache mgmt "
+             f"{pair['decode_ms_per_token'] - estimate:.2f} (no log gives the management) + "
+             f"flash I/O {estimate:.2f} (the I/O estimate); " if managed is None
+             and not ran_overlapped(report["compute"], io)
+             and estimate <= pair["decode_ms_per_token"] else
              f"decode {pair['decode_ms_per_token']:.2f} ms, reads beside it (overlap=1: their "
              f"time is not subtracted; lanes busy {pair['io_busy_ms_per_token']:.2f} ms is what "
              f"the engine counts as flash I/O then); " if ran_overlapped(report["compute"], io)
@@ -7475,7 +7509,8 @@ DIFF_HEADLINES = {
            "busy_mib_per_s", "waste_mib_per_token", "latency_us.mean", "latency_us.p50",
            "latency_us.p99", "spec.mib_per_token", "adjacency.coalesce_factor"),
     # the engine's split, per decoded token, and per generated position when speculative
-    "pair": ("decode_ms_per_token", "compute_ms_per_token", "io_wall_ms_per_token.estimate",
+    "pair": ("decode_ms_per_token", "compute_ms_per_token", "cache_mgmt_ms_per_token",
+             "io_wall_ms_per_token.estimate",
              "io_mib_per_token", "faulting_ms_per_token", "per_position.decode_ms",
              "per_position.compute_ms", "per_position.mib"),
 }
@@ -8503,7 +8538,8 @@ SUMMARY_ROW = Record("summary row", "summary `runs` (one per configuration, or r
      Shown("decode ms", 2), PER_TOKEN),
     ("decode_ms_p50", "the median token's ms", Shown("p50", 2)),
     ("decode_ms_p99", "the 99th percentile's", Shown("p99", 2)),
-    ("compute_ms_per_token", "the engine's split: decode - I/O estimate (a serial pair only)",
+    ("compute_ms_per_token", "the engine's split: decode - I/O estimate - cache management (a "
+                             "serial pair only; a cached one with its log)",
      Shown("compute", 2), PER_TOKEN),
     ("io_ms_per_token", "the I/O estimate per token (io: per read-token)",
      Shown("I/O est", 2), PER_TOKEN),
@@ -10108,7 +10144,7 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
         selection=reading.selection.paired()))
     if compute["phase"] != io["phase"]:  # a compute trace without decode rows: all, both
         io, measured = analyze_reads(io_path, reading)
-    report = pair_report(compute, io)
+    report = pair_report(compute, io, measured)
     report["pair"]["verdicts"], report["io"]["verdicts"] = pair_verdicts(
         compute, report["io"], report["pair"], measured)
     for message in report["pair"]["warnings"]:
@@ -10814,9 +10850,10 @@ examples:
 figures: per token = total / tokens (io alone: per token that read; report: per decoded token).
 I/O per token: a v1 trace has no timestamps, so it is estimated as the engine spends it (per layer,
 its busiest lane's summed latency), within lane-busy / lanes (all at once) and lane-busy (one at a
-time); report: decode = compute + flash I/O, as the engine says. Percentiles take the value at
-0-based index min(n-1, floor(n*q)) of the sorted values (not the textbook nearest rank, the
-ceil(n*q)-th: with 100 values this p99 is the maximum). Every figure is defined in the README.
+time); report: decode = compute + cache management + flash I/O, as the engine says.
+Percentiles take the value at 0-based index min(n-1, floor(n*q)) of the sorted values (not the
+textbook nearest rank, the ceil(n*q)-th: with 100 values this p99 is the maximum). Every figure
+is defined in the README.
 
 exit status: {exit_status}
 """

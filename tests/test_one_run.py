@@ -118,3 +118,55 @@ def test_a_logs_cache_the_trace_refutes_is_dropped_from_both_halves(tmp_path):
     for where in ("compute half", "io half", "summary"):
         assert "cache_mb" not in found[where], (where, found[where])
     agree(found, "cache", "0")
+
+
+# The engine's split, one record: decode = compute + cache management + flash I/O
+L48 = REAL_TRACES["qwen3moe-l4-io-serial.csv"].parent
+CACHED = [L48 / "l48-sweep" / f"qwen3moe-l48-e128-cache256-rep1-{part}"
+          for part in ("ct.csv", "io.csv.gz")]  # its log: compute 9 + cache mgmt 18 + I/O 99
+QUIET = [L48 / "l48-repeats" / f"qwen3moe-l48-e128-serial-rep9-{part}"
+         for part in ("ct.csv", "io.csv.gz")]  # its log: compute 7 + cache mgmt 0 + I/O 89
+
+
+def test_a_cached_runs_compute_does_not_hold_its_cache_management():
+    """Bug: on a cached run the tool's compute was decode - I/O estimate, which holds the
+    cache management: 28.60 ms against the log's compute 9 + cache mgmt 18."""
+    pair = run("report", *CACHED, "--format", "json").json["pair"]
+    assert pair["cache_mgmt_ms_per_token"] == 18.0  # the log's 0.018 s/token
+    estimate = pair["io_wall_ms_per_token"]["estimate"]
+    assert pair["compute_ms_per_token"] == pytest.approx(
+        pair["decode_ms_per_token"] - estimate - 18.0, abs=1e-9)
+    assert 8.5 <= pair["compute_ms_per_token"] < 12  # the log's 9, beside a 2.5 ms I/O gap
+    text = " ".join(run("report", *CACHED).out.split())
+    assert (f"= compute {pair['compute_ms_per_token']:.2f} + cache mgmt 18.00 (the engine's "
+            f"log) + flash I/O {estimate:.2f} (the I/O estimate)") in text
+
+
+def test_without_a_log_a_cached_runs_compute_and_management_are_said_together():
+    pair = run("report", *CACHED, "--no-engine-log", "--format", "json").json["pair"]
+    assert pair["cache_mgmt_ms_per_token"] is None and pair["compute_ms_per_token"] is None
+    text = " ".join(run("report", *CACHED, "--no-engine-log").out.split())
+    together = pair["decode_ms_per_token"] - pair["io_wall_ms_per_token"]["estimate"]
+    assert f"= compute and cache mgmt {together:.2f} (no log gives the management)" in text
+
+
+def test_a_run_without_a_cache_manages_nothing():
+    pair = run("report", *QUIET, "--no-engine-log", "--format", "json").json["pair"]
+    assert pair["cache_mgmt_ms_per_token"] == 0.0
+    assert pair["compute_ms_per_token"] == pytest.approx(
+        pair["decode_ms_per_token"] - pair["io_wall_ms_per_token"]["estimate"], abs=1e-9)
+
+
+def test_summary_and_diff_tell_cache_management_from_compute():
+    """Bug: diff of the serial repeats against the 256 MiB ones named `compute ms 3.18x`."""
+    rows = {row["run"]: row for row in run("summary", "+".join(map(str, QUIET)),
+                                           "+".join(map(str, CACHED)), "--format", "json",
+                                           "--no-group").json["runs"]}
+    cached = next(row for name, row in rows.items() if "cache256" in name)
+    assert 8.5 <= cached["compute_ms_per_token"] < 12
+    rows = {row["name"]: row for section in run(
+        "diff", "+".join(map(str, QUIET)), "+".join(map(str, CACHED)), "--format",
+        "json").json["sections"] if section["part"] == "pair" for row in section["rows"]}
+    management = rows["cache management ms per decoded token"]
+    assert (management["base"], management["changes"][0]["new"]) == (0.0, 18.0)
+    assert rows["compute ms (decode - I/O estimate - cache mgmt)"]["changes"][0]["ratio"] < 1.6

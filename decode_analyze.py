@@ -39,7 +39,10 @@ sections above it:
                 size in one pass), TokenModel (a token's I/O part at any setting), WhatIf (what
                 each setting would buy, calibrated or not), io_report, io_findings; Clock, the
                 one reader of v2 rows as intervals (the stall, the timeline, Perfetto)
-  pair          pair_report: both traces of one run, per decoded token
+  pair          pair_report: both traces of one run, per decoded token, with one set of
+                settings (with_run_settings: the io half's, which joined the compute preamble's)
+                and the engine's split, decode = compute + cache management (cache_management:
+                the log's; no trace times it) + flash I/O
   timeline      v2 traces on one clock: decode spans, unions of intervals
   engine        the engine's own end-of-run lines (NAME.log) beside the tool's figures
   settings      merged_settings: what a preamble lacks (--set, the log's, the trace's) joined

@@ -6759,6 +6759,8 @@ def engine_joined(report, names, log, warn):
 SETTING_KEY = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 SETTING_VALUE = re.compile(r"[A-Za-z0-9_.+-]{1,40}")
 Setting = namedtuple("Setting", "key value source")
+# Which source's value stands where two name a setting the preamble lacks: the first here
+SOURCE_RANK = {"declared": 0, "compute trace": 1, "log": 2, "trace": 3}
 
 
 def log_settings(log):
@@ -6796,10 +6798,10 @@ def join_settings(trace, reading):
 
 def merged_settings(meta, given, warn, name):
     """The preamble with the given Settings joined, and the report's `settings`: a declared
-    value wins over the preamble's (a source said first wins over a later one); a log's that
+    value wins over the preamble's (of two sources, SOURCE_RANK's first); a log's that
     contradicts the preamble is left out, with a warning."""
     meta, settings = dict(meta), {}
-    for key, value, source in given:
+    for key, value, source in sorted(given, key=lambda setting: SOURCE_RANK[setting.source]):
         if key in settings:
             continue
         if source != "declared" and key in meta:
@@ -10133,10 +10135,8 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     # preamble lacks (after --set, before the log), and pair_report gives them back to the
     # compute half, so that every part of the pair reads one value
     preamble = preamble_of(compute)
-    reading = reading._replace(settings=tuple(
-        setting for setting in reading.settings if setting.source == "declared") + tuple(
-        Setting(key, preamble[key], "compute trace") for key in RUN_SETTINGS if key in preamble)
-        + tuple(setting for setting in reading.settings if setting.source != "declared"))
+    reading = reading._replace(settings=reading.settings + tuple(
+        Setting(key, preamble[key], "compute trace") for key in RUN_SETTINGS if key in preamble))
     # the decode tokens of each turn, as the compute trace knows them: the run cache counts
     # them all (a turn's last tokens served whole from cache have no io row) before the
     # what-if weighs it

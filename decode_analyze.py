@@ -5531,10 +5531,11 @@ def pair_report(compute, io, measured=None):
     wall = decoded_io_wall(io, tokens)
     overlapped = ran_overlapped(compute, io)
     management = cache_management(compute, io, measured or {})
-    # a serial decode waits for every read: reads estimated longer than it leave no compute
-    outlasting = not overlapped and wall.estimate > compute["ms_per_token"]
-    split = not (overlapped or outlasting or management is None
-                 or wall.estimate + management > compute["ms_per_token"])
+    # a serial decode waits for every read and its cache's management: reads estimated
+    # longer than it (with the log's management) leave no compute
+    outlasting = not overlapped and wall.estimate + (management or 0.0) > compute["ms_per_token"]
+    split = not (overlapped or outlasting or management is None)
+    managed = f" and the log's cache management, {management:.2f} ms," if management else ""
     pair = PAIR(
         tokens=n, tokens_without_reads=readers.missing(compute["per_token"]),
         per_position=per_position(compute, io, wall, management if split else None),
@@ -5553,7 +5554,7 @@ def pair_report(compute, io, measured=None):
         read_split=read_split(compute["per_token"], readers),
         by_layer=pair_layers(compute, io, n, per_decoded),
         warnings=warnings + ([
-            f"the reads, estimated at {wall.estimate:.2f} ms a decoded token, outlast its "
+            f"the reads, estimated at {wall.estimate:.2f} ms a decoded token{managed} outlast its "
             f"{compute['ms_per_token']:.2f} ms decode, which waits for every read of a serial "
             f"run (overlap=0): the two traces are not of one run, or the io trace's latencies "
             f"are not this decode's; no compute is split off"] if outlasting else []))
@@ -5990,21 +5991,22 @@ def per_decoded_blocks(report, view):
               f"{pair['router_ms_per_token']:.2f} ms")
     estimate = pair["io_wall_ms_per_token"]["estimate"]
     managed = pair.get("cache_mgmt_ms_per_token")  # a schema 7 report may lack it: no cache
-    split = (f"decode {pair['decode_ms_per_token']:.2f} ms = compute "
-             f"{pair['compute_ms_per_token']:.2f} + "
-             + (f"cache mgmt {managed:.2f} (the engine's log) + " if managed else "")
-             + f"flash I/O {estimate:.2f} (the I/O estimate); "
-             if pair["compute_ms_per_token"] is not None else
-             f"decode {pair['decode_ms_per_token']:.2f} ms = compute and cache mgmt "
-             f"{pair['decode_ms_per_token'] - estimate:.2f} (no log gives the management) + "
-             f"flash I/O {estimate:.2f} (the I/O estimate); " if managed is None
-             and not ran_overlapped(report["compute"], io)
-             and estimate <= pair["decode_ms_per_token"] else
-             f"decode {pair['decode_ms_per_token']:.2f} ms, reads beside it (overlap=1: their "
-             f"time is not subtracted; lanes busy {pair['io_busy_ms_per_token']:.2f} ms is what "
-             f"the engine counts as flash I/O then); " if ran_overlapped(report["compute"], io)
-             else f"decode {pair['decode_ms_per_token']:.2f} ms, no split: the reads' "
-             f"{estimate:.2f} ms estimated outlast it (a warning above says why); ")
+    decode, io_part = pair["decode_ms_per_token"], f"flash I/O {estimate:.2f} (the I/O estimate)"
+    if pair["compute_ms_per_token"] is not None:
+        managing = f"cache mgmt {managed:.2f} (the engine's log) + " if managed else ""
+        split = f"decode {decode:.2f} ms = compute {pair['compute_ms_per_token']:.2f} + " \
+                f"{managing}{io_part}; "
+    elif ran_overlapped(report["compute"], io):
+        split = (f"decode {decode:.2f} ms, reads beside it (overlap=1: their time is not "
+                 f"subtracted; lanes busy {pair['io_busy_ms_per_token']:.2f} ms is what the "
+                 f"engine counts as flash I/O then); ")
+    elif managed is None and estimate <= decode:  # a cached run without its log
+        split = (f"decode {decode:.2f} ms = compute and cache mgmt {decode - estimate:.2f} (no "
+                 f"log gives the management) + {io_part}; ")
+    else:
+        managing = f" and the log's cache mgmt {managed:.2f} ms" if managed else ""
+        split = (f"decode {decode:.2f} ms, no split: the reads' {estimate:.2f} ms estimated"
+                 f"{managing} outlast it (a warning above says why); ")
     return [Block(per_words(report), [Prose([
         f"  {split}in the decode, faulting nodes {pair['faulting_ms_per_token']:.2f} ms, {inside}",
         *([f"  the engine's log: {engine_split_text(engine)}"] if engine else []),

@@ -170,3 +170,21 @@ def test_summary_and_diff_tell_cache_management_from_compute():
     management = rows["cache management ms per decoded token"]
     assert (management["base"], management["changes"][0]["new"]) == (0.0, 18.0)
     assert rows["compute ms (decode - I/O estimate - cache mgmt)"]["changes"][0]["ratio"] < 1.6
+
+
+def test_a_logs_management_that_leaves_no_compute_is_warned_of(tmp_path):
+    """Bug: the log's management and the reads together outlasting the decode left compute
+    null and the text pointing to 'a warning above' that nobody gave."""
+    log = (CACHED[0].parent / "qwen3moe-l48-e128-cache256-rep1.log").read_text()
+    for path in CACHED:
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    (tmp_path / "qwen3moe-l48-e128-cache256-rep1.log").write_text(
+        log.replace("cache mgmt 0.018", "cache mgmt 0.120"))
+    result = run("report", *(tmp_path / path.name for path in CACHED), "--format", "json")
+    pair = result.json["pair"]
+    assert pair["cache_mgmt_ms_per_token"] == 120.0 and pair["compute_ms_per_token"] is None
+    outlast = [w for w in pair["warnings"] if "outlast" in w]
+    assert len(outlast) == 1 and "and the log's cache management, 120.00 ms," in outlast[0]
+    text = " ".join(run("report", *(tmp_path / path.name for path in CACHED)).out.split())
+    assert "no split: the reads' 96.38 ms estimated and the log's cache mgmt 120.00 ms outlast it" \
+        in text

@@ -10151,7 +10151,7 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
         io, measured = analyze_reads(io_path, reading)
     report = pair_report(compute, io, measured)
     report["pair"]["verdicts"], report["io"]["verdicts"] = pair_verdicts(
-        compute, report["io"], report["pair"], measured)
+        report["compute"], report["io"], report["pair"], measured)  # with the run's settings
     for message in report["pair"]["warnings"]:
         reading.warn(message)
     return report

@@ -188,3 +188,21 @@ def test_a_logs_management_that_leaves_no_compute_is_warned_of(tmp_path):
     text = " ".join(run("report", *(tmp_path / path.name for path in CACHED)).out.split())
     assert "no split: the reads' 96.38 ms estimated and the log's cache mgmt 120.00 ms outlast it" \
         in text
+
+
+def test_the_pairs_verdicts_read_the_runs_settings(tmp_path):
+    """Bug: the pair's verdicts were judged on the compute half as it stood before it took the
+    run's settings: under memory pressure, a log's cache the trace refutes was still offered
+    as a remedy ('a smaller expert cache (cache_mb=1.9 ...)') for a run with no cache."""
+    lines = CT.read_text().splitlines()
+    faulting = [line if line.startswith("#") or line.startswith("turn,") else
+                line.rsplit(",", 1)[0] + ",1" for line in lines]  # a major fault a node
+    (tmp_path / "run-ct.csv").write_text("\n".join(faulting) + "\n")
+    (tmp_path / "run-io.csv").write_bytes(SERIAL.read_bytes())
+    (tmp_path / "run.log").write_bytes(PREFETCH_LOG.read_bytes())
+    pair = run("report", tmp_path / "run-ct.csv", tmp_path / "run-io.csv", "--format",
+               "json").json["pair"]
+    memory, = (v for v in pair["verdicts"] if v["id"] == "memory_pressure")
+    assert memory["flagged"] and "cache_mb" not in memory["text"]
+    assert memory["text"].endswith("Remedies: more memory (a larger limit); no expert cache (it "
+                                   "would take RAM the weights need)")

@@ -3,11 +3,9 @@ preamble, the io trace's, --set, the engine's log, what the trace shows), every 
 output of the pair (report's two halves and header, its headline, its what-if's base, summary's
 row and diff's sides) reads one value, and two sources that disagree are one warning naming the
 key. The runs are the real 4-layer serial and overlapped runs, their preambles edited here."""
-import re
-
 import pytest
 
-from helpers import REAL_TRACES, run
+from helpers import REAL_TRACES, TRACES, another_run, run
 
 CT = REAL_TRACES["qwen3moe-l4-ct-node.csv"]  # compute preamble: io_threads=4 overlap=0
 SERIAL = REAL_TRACES["qwen3moe-l4-io-serial.csv"]
@@ -17,11 +15,11 @@ PREFETCH_LOG = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"].with_suffix(".log")
 
 def edited(source, target, key, value):
     """A copy of a trace whose preamble names key=value (None: names no `key`)."""
-    head, rest = source.read_text().split("\n", 2)[:2], source.read_text().split("\n", 2)[2]
-    words = [word for word in head[1].split() if not word.startswith(f"{key}=")]
+    kind, preamble, rest = source.read_text().split("\n", 2)
+    words = [word for word in preamble.split() if not word.startswith(f"{key}=")]
     if value is not None:
         words.append(f"{key}={value}")
-    target.write_text("\n".join([head[0], " ".join(words), rest]))
+    target.write_text("\n".join([kind, " ".join(words), rest]))
     return target
 
 
@@ -31,22 +29,17 @@ def outputs(tmp_path, ct, io, *options, log=False):
     The pair is named run-ct.csv and run-io.csv, so that summary and diff pair it by name
     (and with run.log, its engine log, where `log`)."""
     options += () if log else ("--no-engine-log",)
-    ct, io = (path.rename(tmp_path / name) if path.parent == tmp_path else
-              tmp_path.joinpath(name).write_bytes(path.read_bytes()) and tmp_path / name
-              for path, name in ((ct, "run-ct.csv"), (io, "run-io.csv")))
+    (tmp_path / "run-ct.csv").write_bytes(ct.read_bytes())
+    (tmp_path / "run-io.csv").write_bytes(io.read_bytes())
+    ct, io = tmp_path / "run-ct.csv", tmp_path / "run-io.csv"
     result = run("report", ct, io, "--format", "json", *options)
     assert result.code == 0, result.err
     report = result.json
     text = run("report", ct, io, *options).out
     summary = run("summary", ct, io, "--format", "json", *options).json
-    twin = tmp_path / "twin"
-    twin.mkdir()
-    for path in (ct, io):  # the same run again, one nanosecond longer: a second run a side
-        lines = path.read_text().splitlines()
-        lines[-1] = re.sub(r"(\d+)$", lambda m: str(int(m.group(1)) + 1), lines[-1])
-        (twin / path.name).write_text("\n".join(lines) + "\n")
-    diff = run("diff", ct, io, "vs", twin / "run-ct.csv", twin / "run-io.csv", "--format", "json",
-               *options).json
+    (tmp_path / "twin").mkdir()  # the same run again, a nanosecond longer: a second run a side
+    twin = [another_run(path, tmp_path / "twin" / path.name) for path in (ct, io)]
+    diff = run("diff", ct, io, "vs", *twin, "--format", "json", *options).json
     row = summary["runs"][0]
     return {
         "compute half": report["compute"]["meta"], "io half": report["io"]["meta"],
@@ -121,10 +114,9 @@ def test_a_logs_cache_the_trace_refutes_is_dropped_from_both_halves(tmp_path):
 
 
 # The engine's split, one record: decode = compute + cache management + flash I/O
-L48 = REAL_TRACES["qwen3moe-l4-io-serial.csv"].parent
-CACHED = [L48 / "l48-sweep" / f"qwen3moe-l48-e128-cache256-rep1-{part}"
+CACHED = [TRACES / "l48-sweep" / f"qwen3moe-l48-e128-cache256-rep1-{part}"
           for part in ("ct.csv", "io.csv.gz")]  # its log: compute 9 + cache mgmt 18 + I/O 99
-QUIET = [L48 / "l48-repeats" / f"qwen3moe-l48-e128-serial-rep9-{part}"
+QUIET = [TRACES / "l48-repeats" / f"qwen3moe-l48-e128-serial-rep9-{part}"
          for part in ("ct.csv", "io.csv.gz")]  # its log: compute 7 + cache mgmt 0 + I/O 89
 
 

@@ -29,8 +29,9 @@ sections above it:
   statistics    SortedParts and percentile_index (the one percentile rule), Ratio and per (a
                 per-token figure keeps its total: made per another count, it is divided once),
                 PerToken, ratio, mann_whitney_p
-  rendering     Column and table_lines (every text table), json_text; the layout's pieces (Section,
-                Block, View); the sections every report shares (header, engine, caveats)
+  rendering     Column and table_lines (every text table), json_chunks (JSON made as it is
+                written); the layout's pieces (Section, Block, View); the sections every report
+                shares (header, engine, caveats)
   verdicts      verdict: a one-line conclusion; THRESHOLDS, the verdicts that compare one
                 figure with a limit (threshold_verdict); verdict_blocks
   compute       CATEGORY_NAMES and classify_graph (node categories), TokenGraph, ComputeFold,
@@ -54,12 +55,13 @@ sections above it:
                 against BASE's, tested over runs), the regression gate
   summary       summary_runs (runs found and paired), one row per run, repeats grouped
   schema        the schema command: every Record of every Kind, walked from the reports
-  outputs       each Kind's layout drawn by text_of and markdown_of; csv_of (tidy CSV);
+  outputs       each Kind's layout drawn by text_of and markdown_of; csv_chunks (tidy CSV);
                 write_output: whole or not at all, never over an input
   pictures      Perfetto (export_perfetto) and SVG (svg_of)
   command line  COMMANDS (the registry), build_parser, analyze_* (read, sum up, judge), main
 """
 import argparse
+import codecs
 import csv
 import json
 import heapq
@@ -1175,26 +1177,59 @@ def safe(text):
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
-def json_text(report, ascii_only=False):
-    """The report as JSON text, an object's fields a line each, a list of numbers (a per-token
-    series) or a table row of plain values on one line: a saved report, and its diff, are read
-    row by row. Trace strings are untrusted: besides what JSON escapes, every character that is
-    not printable (DEL, C1 controls, line and paragraph separators, bidi overrides, zero-width
-    marks) is written as a \\u escape; with ascii_only, every non-ASCII character is."""
+class OutputError(Exception):
+    """The report could not be written (a full disk, a closed stdout, a figure JSON cannot
+    hold)."""
+
+
+def json_chunks(report, ascii_only=False):
+    """The report as JSON text, in chunks as it is made (a per-token list is never held whole as
+    text), an object's fields a line each, a list of numbers (a per-token series) or a table row
+    of plain values on one line: a saved report, and its diff, are read row by row. Trace strings
+    are untrusted: besides what JSON escapes, every character that is not printable (DEL, C1
+    controls, line and paragraph separators, bidi overrides, zero-width marks) is written as a
+    \\u escape; with ascii_only, every non-ASCII character is. A figure that is NaN or infinite
+    is an OutputError: JSON holds neither, and one that became so is the tool's to say in a line."""
     dump = partial(json.dumps, ensure_ascii=ascii_only, allow_nan=False)
-    text = "".join(json_pieces(report, dump, "\n")) + "\n"
-    text = text.replace("\x7f", "\\u007f")
-    if text.isascii():
-        return text
-    return _NON_ASCII.sub(lambda match: match.group() if match.group().isprintable()
-                          else json.dumps(match.group())[1:-1], text)
+    def escaped(pieces):
+        chunk = "".join(pieces).replace("\x7f", "\\u007f")
+        return chunk if chunk.isascii() else _NON_ASCII.sub(
+            lambda match: match.group() if match.group().isprintable()
+            else json.dumps(match.group())[1:-1], chunk)
+    pieces, size = [], 0
+    try:
+        for piece in chain(json_pieces(report, dump, "\n"), ["\n"]):
+            pieces.append(piece)
+            size += len(piece)
+            if size >= 1 << 16:
+                yield escaped(pieces)
+                pieces, size = [], 0
+        yield escaped(pieces)
+    except ValueError as problem:
+        raise OutputError(f"the report holds a figure that is not finite ({problem}): an input "
+                          f"holds a value no run gives") from None
+
+
+def json_text(report, ascii_only=False):
+    """json_chunks joined: a report (or a calibration) small enough to hold as one string."""
+    return "".join(json_chunks(report, ascii_only))
 
 
 def json_pieces(value, dump, newline, in_list=False):
     """The pieces of `value` as JSON, indented one space a level (newline: the line break and
     the indent of the value's own line)."""
-    if isinstance(value, array) or isinstance(value, TokenRows) and not value:
-        value = list(value)  # a per-token series held compactly; no token
+    if isinstance(value, array):  # a per-token series held compactly: written a slice at a time
+        written = repr if value.typecode in "fd" else str  # as json.dumps writes each
+        yield "["
+        for start in range(0, len(value), 4096):
+            numbers = ", ".join(map(written, value[start:start + 4096]))
+            if "n" in numbers:  # nan, inf: what allow_nan=False refuses
+                raise ValueError(f"Out of range float values are not JSON compliant: {numbers}")
+            yield (", " if start else "") + numbers
+        yield "]"
+        return
+    if isinstance(value, TokenRows) and not value:
+        value = []  # no token
     if not isinstance(value, (list, dict, TokenRows)):
         yield dump(value)
         return
@@ -9134,7 +9169,10 @@ def csv_cell(value):
 
 def row_names(rows):
     """Each row's name: its naming field's value when that is unique in the table and holds
-    no / (which joins the rows of nested tables), else its index."""
+    no / (which joins the rows of nested tables), else its index. A per-token table's rows all
+    have its first row's fields: with no naming field among them, its names are made as read."""
+    if isinstance(rows, TokenRows) and not set(next(iter(rows), {})) & set(ROW_NAMES):
+        return map(str, range(len(rows)))
     for field in ROW_NAMES:
         if rows and all(isinstance(row, dict) and field in row for row in rows):
             names = [csv_cell(row[field]) for row in rows]
@@ -9185,34 +9223,30 @@ def number_unit(value, name, section, row_unit=""):
     return "" if isinstance(value, (str, bool)) else unit_of(name, section, row_unit)
 
 
-def csv_of(report):
+def csv_chunks(report):
+    """The report as tidy CSV (RFC 4180), in chunks as its lines are made: a per-token table is
+    never held whole as text."""
     out = StringIO()
-    writer = csv.writer(out, lineterminator="\r\n")  # RFC 4180
+    writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(CSV_HEADER)
-    for section, row, field, value, unit in tidy_lines(report, ""):
+    for count, (section, row, field, value, unit) in enumerate(tidy_lines(report, ""), 1):
         # a number in the first value column, text and true/false in the second, null in neither
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         cell = csv_cell(value)
         writer.writerow((section, row, field, cell if number else "", "" if number else cell,
                          unit))
-    return out.getvalue()
+        if count % 4096 == 0:
+            yield out.getvalue()
+            out.seek(0)
+            out.truncate()
+    yield out.getvalue()
+
+
+def csv_of(report):
+    return "".join(csv_chunks(report))
 
 
 # ── outputs: files, written whole or not at all ──────────────────────────────────────────────────
-class OutputError(Exception):
-    """The report could not be written (a full disk, a closed stdout)."""
-
-
-def finite_json(report, ascii_only=False):
-    """json_text, or an OutputError where a figure is NaN or infinite: JSON holds neither,
-    and a figure that became one is the tool's to say in a line, not a traceback's."""
-    try:
-        return json_text(report, ascii_only)
-    except ValueError as problem:
-        raise OutputError(f"the report holds a figure that is not finite ({problem}): an input "
-                          f"holds a value no run gives") from None
-
-
 def write_output(path, text):
     """text (a string, or string pieces as they are made) to `path`: a regular file (or a new
     path) is replaced atomically, the target of a symlink being the file replaced; a FIFO, a
@@ -10946,8 +10980,8 @@ def reading_from(args, warn, paths=()):
 
 FORMATS = {"text": text_of,  # Markdown's tables scroll on GitHub: every column there
            "markdown": lambda report, view: markdown_of(report, view._replace(wide=True)),
-           "json": lambda report, view: finite_json(report),
-           "csv": lambda report, view: csv_of(report)}
+           "json": lambda report, view: json_chunks(report),
+           "csv": lambda report, view: csv_chunks(report)}
 
 
 def run(args, out, warn):
@@ -11000,15 +11034,20 @@ class Regressed(Exception):
 
 
 def written(out, text, args, report, view):
-    """The report to the stream, in plain ASCII when the stream cannot take it."""
+    """The report to the stream, in plain ASCII when the stream cannot take it. JSON and CSV
+    come in chunks, each written as it is made; on a stream that takes no Unicode they are made
+    ASCII from the start, since a chunk already written cannot be taken back."""
+    if not isinstance(text, str):
+        if not takes_unicode(out):
+            text = json_chunks(report, ascii_only=True) if args.format == "json" else (
+                chunk.encode("ascii", "backslashreplace").decode("ascii") for chunk in text)
+        for chunk in text:
+            write_out(out, chunk)
+        return
     try:
         write_out(out, text)
     except UnicodeEncodeError:  # a cp1252 console, a non-UTF-8 locale: plain ASCII instead
-        if args.format == "json":
-            text = finite_json(report, ascii_only=True)
-        elif args.format == "csv":
-            text = text.encode("ascii", "backslashreplace").decode("ascii")
-        elif args.format == "markdown":
+        if args.format == "markdown":
             text = text.encode("ascii", "xmlcharrefreplace").decode("ascii")
         else:
             text = text_of(report, view._replace(ascii=True))
@@ -11070,7 +11109,17 @@ def write_pictures(args, report, paths, reading):
         if report["calibration"] is None:  # a diff whose sides hold fewer than two pairs
             raise UsageError("--calibration-out: a fit takes two runs or more that are pairs "
                              "(CT+IO, or x-ct.csv beside x-io.csv)")
-        write_output(args.calibration_out, finite_json(report["calibration"]))
+        write_output(args.calibration_out, json_text(report["calibration"]))
+
+
+def takes_unicode(out):
+    """Whether the stream's encoding is one of Unicode's (a text-only stream is taken to be)."""
+    if getattr(out, "buffer", None) is None:
+        return True
+    try:
+        return codecs.lookup(out.encoding or "utf-8").name.startswith("utf")
+    except LookupError:
+        return False
 
 
 def write_out(out, text):

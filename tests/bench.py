@@ -18,6 +18,7 @@ a slow spell of a shared machine falls on all of them alike; ratios are between 
   python3 tests/bench.py --quick          # skip the reference runs
   python3 tests/bench.py --trials 5 --dir /tmp/bench
   python3 tests/bench.py --only calibration  # report --calibration, summary --calibration-out
+  python3 tests/bench.py --only long      # a 20,000-token layer trace; bytes a token per format
 
 Not a test: pytest does not collect it, and its numbers go in the README by hand.
 """
@@ -215,8 +216,9 @@ def main():
     parser.add_argument("--dir", type=Path, help="where to keep the generated traces")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="skip the reference runs")
-    parser.add_argument("--only", choices=("calibration",),
-                        help="only the calibration's cases (what a fit costs report and summary)")
+    parser.add_argument("--only", choices=("calibration", "long"),
+                        help="only the calibration's cases (what a fit costs report and summary)"
+                             " or the long runs' (a 20,000-token layer trace; memory a token)")
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.mkdtemp(prefix="decode-analyze-bench-"))
     directory.mkdir(parents=True, exist_ok=True)
@@ -226,6 +228,8 @@ def main():
     others = peers()
     if args.only == "calibration":
         return calibration_cases(tool, paths, directory, trials)
+    if args.only == "long":
+        return long_run_cases(tool, directory, trials)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))}"
           f" usable); median [min-max] of {trials} trials; traces in {directory}; peers: "
           f"{', '.join(others) or 'none installed'}\n")
@@ -337,6 +341,58 @@ def calibration_cases(tool, paths, directory, trials):
           f"{calibrated.median / plain.median:.2f}x |")
     print(f"| summary, {len(runs)} real runs, --calibration-out | {alone.cell()} | {out.cell()} | "
           f"{out.median / alone.median:.2f}x |")
+
+
+def long_run_cases(tool, directory, trials):
+    """A long run at layer granularity, as the engine recommends for one (48 layers, 20,000
+    decode tokens, 97 rows a token, and its I/O trace): compute against the reference script
+    and a bare csv.reader pass, report against the two files' bare passes. Then memory a token:
+    the same trace over 5,000 and 20,000 tokens, and a one-row-a-token trace over 250,000 and
+    1,000,000 tokens in each format; the growth between the two, over the tokens added, is
+    what a token costs (a fixed base cancels)."""
+    python = tool[0]
+    made = {}
+    for name, lines in (("long-ct-5k", lambda: tracegen.compute_lines(
+                             n_layer=48, decode_tokens=5000, layers=True)),
+                        ("long-ct-20k", lambda: tracegen.compute_lines(
+                             n_layer=48, decode_tokens=20000, layers=True)),
+                        ("long-io-20k", lambda: tracegen.io_lines(
+                             n_layer=48, decode_tokens=20000, reads_per_token=40)),
+                        ("one-row-250k", lambda: tracegen.one_row_lines(250000)),
+                        ("one-row-1m", lambda: tracegen.one_row_lines(1000000))):
+        made[name] = directory / f"{name}.csv"
+        if not made[name].exists():
+            tracegen.write(made[name], lines())
+    ct, io = str(made["long-ct-20k"]), str(made["long-io-20k"])
+    argvs = [[*tool, "compute", ct], [python, "-c", BARE, ct], [*tool, "report", ct, io],
+             [python, "-c", BARE, io]]
+    if REFERENCE.exists():
+        argvs.append([python, str(REFERENCE), "compute", ct])
+    mine, bare, pair, bare_io, *theirs = measure(argvs, trials)
+    print("| case, 48 layers x 20,000 tokens | this tool | bare csv.reader | this / bare | "
+          "reference | reference / this |")
+    print("|---" * 6 + "|")
+    reference = f"{theirs[0].cell()} | {theirs[0].median / mine.median:.1f}x" if theirs \
+        else "not found | -"
+    print(f"| compute, {rows_of(made['long-ct-20k']):,} rows | {mine.cell()} | {bare.cell()} | "
+          f"{mine.median / bare.median:.2f}x | {reference} |")
+    bares = bare.median + bare_io.median
+    print(f"| report CT IO, +{rows_of(made['long-io-20k']):,} reads | {pair.cell()} | "
+          f"{bares:.2f} s (both) | {pair.median / bares:.2f}x | - | - |", flush=True)
+
+    print("\n| case | format | tokens | peak RSS | bytes a token over the smaller run |")
+    print("|---" * 5 + "|")
+    for label, small, large, tokens, formats in (
+            ("compute, 48-layer layer trace", "long-ct-5k", "long-ct-20k", (5000, 20000),
+             ("text",)),
+            ("compute, one row a token", "one-row-250k", "one-row-1m", (250000, 1000000),
+             ("text", "json", "csv"))):
+        for fmt in formats:
+            few, many = measure([[*tool, "compute", str(made[small]), "--format", fmt],
+                                 [*tool, "compute", str(made[large]), "--format", fmt]], 1)
+            grown = (many.peak_mib - few.peak_mib) * (1 << 20) / (tokens[1] - tokens[0])
+            print(f"| {label} | {fmt} | {tokens[0]:,} / {tokens[1]:,} | {few.peak_mib:.0f} / "
+                  f"{many.peak_mib:.0f} MiB | {grown:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -87,6 +87,16 @@ def compute_lines(n_layer=48, decode_tokens=300, prompt=64, turns=1, faults=True
                 yield f"{prefix}{seq},{layer},{op},{name},{ns},{flt}\n"
 
 
+def one_row_lines(decode_tokens):
+    """A compute trace of one row a token (a prefill batch, then `decode_tokens`): what a
+    report's memory per token is measured on, since it has next to nothing else."""
+    yield preamble("compute_trace", n_layer=1)
+    yield COMPUTE_HEADER + "\n"
+    yield "0,0,9,0,-1,LAYER,pre,1000000,0\n"
+    for token in range(decode_tokens):
+        yield f"0,1,{10 + token},0,-1,LAYER,pre,{1000000 + token % 977},{token % 3}\n"
+
+
 def _layer_rows(turn, phase, step, n_layer, rng, scale, faults):
     """Layer granularity: pre, two rows per MoE layer (the router closes a segment), post."""
     segments = [(-1, "pre")]

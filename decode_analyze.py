@@ -3020,7 +3020,11 @@ WHAT_IF_BASELINE = Record("what-if baseline", "`what_if.baseline`: the run as tr
     ("io_threads", "its lanes (null: not named)"),
     ("o_direct", "0/1 (null: not named)"), ("overlap", "0/1 (null: not named)"),
     ("expert_bytes", "an expert's bytes, as the cache counts them"),
-    ("io_wall_ms_per_token", "the I/O estimate per token", PER_TOKEN)))
+    ("io_wall_ms_per_token", "the I/O estimate per token", PER_TOKEN),
+    ("io_part_ms_per_token", "the I/O part every saving is taken from: the log's flash I/O "
+                             "where the run read in series and has a log, else the I/O "
+                             "estimate; with the log's cache management (null: not known)",
+     PER_TOKEN)))
 BAND = Record("calibrated band", "`what_if.settings[].band`", (
     ("half_ms", "half its width about a point, ms per token: the largest error the "
                 "calibration's leave-one-out saw for this kind of change (a kind never held "
@@ -4316,6 +4320,8 @@ class WhatIf:
         flash = measured.get("flash_io_ms_per_token")
         self.io_ms = self.estimate if flash is None or self.cap != math.inf else \
             flash * self.per_read
+        # what hiding or bypassing the reads saves at most: their time, within the decode
+        self.io_most = self.io_ms if self.decode is None else min(self.io_ms, self.decode)
         cached = had_cache(report)
         self.own = Config(report["mib_per_token"],
                           meta_int(report["meta"], "io_threads") or report["lanes"], cached,
@@ -4529,7 +4535,7 @@ class WhatIf:
             return []
         return [self.setting("o_direct", 0, {
             "mib_per_token": figure(self.per_token_mib(self.report["req_bytes"]))}, Said(
-            figure(None, None, self.estimate),
+            figure(None, None, self.io_most),
             "bytes exact: req_bytes, the alignment waste gone. Time depends on the page "
             "cache: a real run without O_DIRECT was served from it, 12x faster than any bound; "
             "cold, buffered reads may be no faster, so no lower bound. On a small model whose "
@@ -4563,19 +4569,19 @@ class WhatIf:
         threads, cores = meta_int(meta, "n_threads"), meta_number(meta, "cores")
         if threads and cores:
             full = threads >= cores
-            low = -self.estimate if full else 0.0
+            low = -self.io_most if full else 0.0
             said = (f"{threads} compute threads on {cores:g} cores: "
                     + ("they fill them, so the readers compete with compute and the run may "
-                       "get slower, by up to the I/O estimate" if full else
+                       "get slower, by up to its I/O" if full else
                        "a core is left for the readers"))
         else:
             low = None
             said = ("no lower bound: when the compute threads fill the cores, the readers "
                     "compete with them and the run gets slower (declare --set cores=N)")
-        return [self.setting("overlap", 1, {}, Said(figure(None, low, self.estimate),
-            f"reads beside compute: at most the whole I/O estimate hidden (after a cache, "
-            f"what it leaves); real runs hid 20-60% of it, and on 2 cores one got 119 ms "
-            f"slower; {said}; run overlap=1 once"))]
+        return [self.setting("overlap", 1, {}, Said(figure(None, low, self.io_most),
+            f"reads beside compute: at most the run's whole I/O hidden (the log's flash I/O, "
+            f"else the I/O estimate; after a cache, what it leaves); real runs hid 20-60% of "
+            f"it, and on 2 cores one got 119 ms slower; {said}; run overlap=1 once"))]
 
     def serial_setting(self):
         """overlap=0 on an overlapped run: from the fit's overlap factor, else at least the
@@ -4671,7 +4677,8 @@ class WhatIf:
             tokens=self.tokens, mib_per_token=self.report["mib_per_token"],
             io_threads=meta_int(meta, "io_threads") or None,
             o_direct=meta_flag(meta, "o_direct"), overlap=meta_flag(meta, "overlap"),
-            expert_bytes=self.cache.expert_bytes, io_wall_ms_per_token=self.estimate),
+            expert_bytes=self.cache.expert_bytes, io_wall_ms_per_token=self.estimate,
+            io_part_ms_per_token=self.own_part()),
             calibrated=None if not fit else CALIBRATED(
                 runs=len(fit["runs"]), model=fit["model"]["model"],
                 inside=fit["validation"]["inside"], checked=fit["validation"]["checked"],
@@ -7501,8 +7508,10 @@ PREDICTION = Record("prediction", "diff `prediction_check[]`", (
     ("setting", "the what-if setting NEW changed from BASE (its settings: the preamble, "
                 "declared, the log's, the trace's)", Shown("setting", "text")),
     ("value", "NEW's value of it", Shown("value")),
-    ("figure", "hit_share, mib_per_token or io_wall_ms_per_token (the I/O estimate: BASE's "
-               "less the ms the what-if saves)", Shown("figure", "text")),
+    ("figure", "hit_share, mib_per_token or io_wall_ms_per_token (the I/O part as the "
+               "what-if takes it: the log's flash I/O where the run read in series, else the "
+               "I/O estimate, with the log's cache management; BASE's less the ms the what-if "
+               "saves, where the what-if gives no I/O of its own)", Shown("figure", "text")),
     ("predicted", "the what-if of BASE's first run for that value", FIGURE),
     ("measured", "NEW's own figure (per decoded token as the prediction, per read-token when a "
                  "run's decode is unknown; the mean of its runs')",
@@ -7642,6 +7651,9 @@ class DiffView:
             self.decoded = logged_tokens(generated, io["tokens"]) if io and isinstance(
                 generated, (int, float)) else None
         self.kind = kind
+        # a pair's what-if as report shows it (per decoded token, within the decode and the
+        # memory): one run, one prediction, whichever command asks
+        self.what_if = report.get("what_if") if kind == "report" else None
         self.sample = calibration_sample(path, report)  # what it gives a fit of the sides'
         self.engine = engine_split_of(report, self.limit)
         self.parts = {part: self._part(part, half) for part, half in halves.items()}
@@ -7676,7 +7688,8 @@ class DiffView:
         meta = {str(k): str(v) for k, v in report["meta"].items()}
         per_decoded = report["tokens"] / (self.decoded or report["tokens"])
         tail = report.get("tail_in_post")
-        return {**(predictions(report, limit, per_decoded) if part == "io" else {}),
+        return {**(predictions(report, limit, per_decoded, self.what_if) if part == "io"
+                   else {}),
                 "tokens": tokens, "samples": samples, "op_samples": op_samples,
                 "headline": headline, "tables": tables, "meta": meta,
                 "selection": report.get("selection"),
@@ -7694,28 +7707,37 @@ class DiffView:
 PREDICTED_PER_TOKEN = ("mib_per_token", "io_wall_ms_per_token")
 
 
-def predictions(report, limit, per_decoded=1.0):
+def predictions(report, limit, per_decoded=1.0, decoded_what_if=None):
     """What diff's prediction check takes of an io report, checked: its what-if's settings
-    (BASE's predictions) and its own figures (NEW's measurements), each per decoded token
-    (per_decoded: its read-tokens over its decoded tokens)."""
+    (BASE's predictions: the pair's, decoded_what_if, where the run is a pair) and its own
+    figures (NEW's measurements), each per decoded token (per_decoded: its read-tokens over its
+    decoded tokens)."""
+    what_if = decoded_what_if or report.get("what_if") or {}
+    scale = 1.0 if decoded_what_if else per_decoded
+
     def band(held, scale=1.0):
         return FIGURE(**{bound: None if figure_value(held[bound], limit) is None
                          else figure_value(held[bound], limit) * scale
                          for bound in FIGURE.names})
     offered = [{"setting": str(setting["setting"]), "value": figure_value(setting["value"], limit),
-                "figures": {name: band(held, per_decoded if name in PREDICTED_PER_TOKEN
-                                       else 1.0)
+                "figures": {name: band(held, scale if name in PREDICTED_PER_TOKEN else 1.0)
                             for name, held in setting["figures"].items()
                             if isinstance(held, dict)},
-                "ms_per_token_saved": band(setting["ms_per_token_saved"], per_decoded)}
-               for setting in (report.get("what_if") or {}).get("settings", ())]
+                "ms_per_token_saved": band(setting["ms_per_token_saved"], scale)}
+               for setting in what_if.get("settings", ())]
+    # the run's I/O part as its what-if took it (the log's flash I/O where it read in series,
+    # with the log's management), else its I/O estimate: a base's prediction is that part
+    # less a saving, and a new run's measurement is taken by the same rule
+    part = figure_value((what_if.get("baseline") or {}).get("io_part_ms_per_token"), limit)
+    if part is None:
+        part = figure_value(value_at(report, ("io_wall_ms_per_token", "estimate")), limit)
+        scale = per_decoded
     own = report.get("run_cache")
     hit = None if not own else own["hit_share"] if ran_cached(report) else 0.0
-    wall = figure_value(value_at(report, ("io_wall_ms_per_token", "estimate")), limit)
     return {"what_if": offered, "measured": {
         "hit_share": figure_value(hit, limit),
         "mib_per_token": figure_value(report["mib_per_token"], limit) * per_decoded,
-        "io_wall_ms_per_token": None if wall is None else wall * per_decoded}}
+        "io_wall_ms_per_token": None if part is None else part * scale}}
 
 
 def granularity_name(granularity):
@@ -8094,6 +8116,9 @@ def setting_number(meta, key):
     return SETTINGS_OFF.get(key) if value is None else value
 
 
+PREDICTED_FIGURES = ("hit_share", "mib_per_token", "io_wall_ms_per_token")
+
+
 def prediction_check(base, new, name):
     """BASE's what-if for each what-if setting NEW changed, figure by figure, beside NEW's."""
     rows = []
@@ -8113,14 +8138,16 @@ def prediction_check(base, new, name):
 
 
 def predicted_figures(base, offered):
-    """(figure, its predicted FIGURE) of a what-if setting: its hit share and MiB, and the
-    I/O estimate it leaves."""
+    """(figure, its predicted FIGURE) of a what-if setting: its hit share, MiB and I/O as the
+    what-if gives them, else the I/O its saving leaves of the part it was taken from (a report
+    saved before the what-if named its part: the I/O estimate)."""
     if offered is None:
         return []
-    found = [(name, offered["figures"][name]) for name in ("hit_share", "mib_per_token")
+    found = [(name, offered["figures"][name]) for name in PREDICTED_FIGURES
              if isinstance(offered["figures"].get(name), dict)]
     saved, estimate = offered["ms_per_token_saved"], base["measured"]["io_wall_ms_per_token"]
-    if estimate is not None and (saved["min"] is not None or saved["max"] is not None):
+    if "io_wall_ms_per_token" not in offered["figures"] and estimate is not None and (
+            saved["min"] is not None or saved["max"] is not None):
         def left(ms):
             return None if ms is None else estimate - ms
         found.append(("io_wall_ms_per_token", FIGURE(point=left(saved["point"]),
@@ -10199,7 +10226,8 @@ def analyze_diff(arguments, reading, asked, logs=True):
     if asked.test == "tokens" and any(len(paths) > 1 for paths in [base_paths, *new_sides]):
         raise UsageError("--test tokens compares the tokens of one run a side: give one run "
                          "each, or leave the test over runs")
-    news = [[diff_view(run, reading, logs, None) for run in side_runs(paths, reading.warn)]
+    # a NEW's what-if gives its I/O part as the base's gives its own (the prediction check)
+    news = [[diff_view(run, reading, logs, Asked()) for run in side_runs(paths, reading.warn)]
             for paths in new_sides]
     metas = [view.parts["io"]["meta"] for views in news for view in views if "io" in view.parts]
     tried = Asked(sorted({meta_number(meta, "cache_mb") for meta in metas} - {None}),

@@ -198,3 +198,35 @@ def test_the_pairs_verdicts_read_the_runs_settings(tmp_path):
     assert memory["flagged"] and "cache_mb" not in memory["text"]
     assert memory["text"].endswith("Remedies: more memory (a larger limit); no expert cache (it "
                                    "would take RAM the weights need)")
+
+
+def test_report_and_diff_give_one_runs_what_if_the_same_figures(tmp_path):
+    """Bug: diff checked a base's io_threads=8 prediction as the I/O estimate less the saving
+    (67.68 ms) where report's what-if, taken from the log's flash I/O, said 69.23 ms (61.11 to
+    89.47). The NEW side is the base with its preambles naming 8 lanes: only that setting
+    differs, and diff's predicted band is report's, digit for digit."""
+    import gzip
+    base = TRACES / "l48-repeats" / "qwen3moe-l48-e128-serial-rep1"
+    ct, io = base.with_name(base.name + "-ct.csv"), base.with_name(base.name + "-io.csv.gz")
+    (tmp_path / "new").mkdir()
+    for source, name in ((ct, "run-ct.csv"), (io, "run-io.csv")):
+        text = gzip.decompress(source.read_bytes()).decode() if source.suffix == ".gz" \
+            else source.read_text()
+        (tmp_path / "new" / name).write_text(text.replace("io_threads=4", "io_threads=8", 1))
+    log = base.with_name(base.name + ".log")
+    (tmp_path / "new" / "run.log").write_bytes(log.read_bytes())
+    report = run("report", ct, io, "--format", "json").json
+    offered, = (s for s in report["what_if"]["settings"]
+                if (s["setting"], s["value"]) == ("io_threads", 8))
+    diff = run("diff", ct, io, "vs", tmp_path / "new" / "run-ct.csv",
+               tmp_path / "new" / "run-io.csv", "--format", "json").json
+    checked, = diff["prediction_check"]
+    assert (checked["setting"], checked["value"], checked["figure"]) == \
+        ("io_threads", 8, "io_wall_ms_per_token")
+    assert checked["predicted"] == offered["figures"]["io_wall_ms_per_token"]
+    shown = run("report", ct, io).out
+    point, low, high = (f"{offered['figures']['io_wall_ms_per_token'][end]:.2f}"
+                        for end in ("point", "min", "max"))
+    assert f"I/O {point} ms ({low}-{high})" in shown
+    assert f"{point} ({low} to {high})" in run("diff", ct, io, "vs", tmp_path / "new" /
+                                               "run-ct.csv", tmp_path / "new" / "run-io.csv").out

@@ -292,7 +292,9 @@ def test_the_baseline_is_the_run_as_traced():
     assert r["what_if"]["baseline"] == {
         "tokens": 128, "mib_per_token": r["mib_per_token"], "io_threads": 4, "o_direct": 1,
         "overlap": 0, "expert_bytes": EXPERT,
-        "io_wall_ms_per_token": r["io_wall_ms_per_token"]["estimate"]}
+        "io_wall_ms_per_token": r["io_wall_ms_per_token"]["estimate"],
+        # serial, with a log: its flash I/O, read MiB / MiB/s / tokens (the README's example)
+        "io_part_ms_per_token": pytest.approx(204.0 / 344 / 128 * 1000, rel=1e-9)}
 
 
 def test_io_has_no_what_if_unless_asked(write):

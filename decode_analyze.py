@@ -43,7 +43,8 @@ sections above it:
   pair          pair_report: both traces of one run, per decoded token, with one set of
                 settings (with_run_settings: the io half's, which joined the compute preamble's)
                 and the engine's split, decode = compute + cache management (cache_management:
-                the log's; no trace times it) + flash I/O
+                the log's; no trace times it) + flash I/O (logged_flash_io: the log's where it
+                agrees with the trace, else the I/O estimate; the what-if takes the same part)
   timeline      v2 traces on one clock: decode spans, unions of intervals
   engine        the engine's own end-of-run lines (NAME.log) beside the tool's figures
   settings      merged_settings: what a preamble lacks (--set, the log's, the trace's) joined
@@ -4269,6 +4270,43 @@ def narrowing_run(kinds, name, value, fit):
     return f"run {name}={value} once"
 
 
+def whole_decode(report):
+    selection = report["selection"]
+    return report["phase"] == "decode" and not selection["turns"] and \
+        selection["steps"] == [None, None] and not selection["skip"]
+
+
+# The engine's flash I/O is the wall time it waited per layer's reads; a v1 trace holds each
+# read's latency, not the wake-up and dispatch around a layer's reads: 44-65 us per layer on
+# every shared real run (the estimate 0.89-0.94x the engine's), so that much is allowed too.
+LAYER_WAIT_MS = 0.1
+
+
+def agrees_with_engine(engine, tool, least=0.0, slack=0.0):
+    """Whether the tool's figure agrees with the engine's: they differ by at most
+    ENGINE_TOLERANCE of the engine's, or `least` (its rounding, or what else may part them),
+    and `slack` more (the tool's own half band)."""
+    return abs(tool - engine) <= max(ENGINE_TOLERANCE * abs(engine), least) + slack
+
+
+def logged_flash_io(io, measured):
+    """The engine's flash I/O per read-token of an io report, from its log, where the log can
+    stand for the run's I/O part: the run read in series (overlapped, the log's flash I/O is
+    the readers' summed time, no wait), the report covers the whole decode the log summed, and
+    the log agrees with the trace's I/O estimate (within ENGINE_TOLERANCE, or LAYER_WAIT_MS a
+    layer that read). The engine timed the wait the latencies only estimate; else None, and
+    the estimate stands."""
+    flash = (measured or {}).get("flash_io_ms_per_token")
+    if flash is None or io["meta"].get("overlap") == "1" or not io["tokens"] or \
+            not whole_decode(io):
+        return None
+    generated = logged_tokens(measured.get("tokens"), io["tokens"])
+    flash *= generated / io["tokens"] if generated else 1.0  # the log's is per generated token
+    layers = sum(1 for row in io["by_layer"] if row["reads_per_token"])
+    estimate = io["io_wall_ms_per_token"]["estimate"]
+    return flash if agrees_with_engine(flash, estimate, LAYER_WAIT_MS * layers) else None
+
+
 def logged_tokens(generated, read_tokens):
     """The tokens the engine's log says the run generated, where they count a trace's tokens
     as the engine does: every decoded token, those served whole from a cache (which have no
@@ -4317,9 +4355,9 @@ class WhatIf:
             raise TraceError(measured["calibration_path"], 0, problem)
         decode = measured.get("decode_ms_per_token") or (self.fit or {}).get("base_decode_ms")
         self.decode = None if decode is None else decode * self.per_read
-        flash = measured.get("flash_io_ms_per_token")
-        self.io_ms = self.estimate if flash is None or self.cap != math.inf else \
-            flash * self.per_read
+        # the I/O part a saving is taken from: the log's flash I/O where it stands for it
+        logged = logged_flash_io(report, measured)
+        self.io_ms = self.estimate if logged is None or self.cap != math.inf else logged
         # what hiding or bypassing the reads saves at most: their time, within the decode
         self.io_most = self.io_ms if self.decode is None else min(self.io_ms, self.decode)
         cached = had_cache(report)
@@ -5517,13 +5555,18 @@ PAIR = Record("pair", "report `pair`: per decoded token", (
     ("decode_ms_per_token", "the compute trace's ms per token: the decode's wall time, every "
                             "node's time, waits for reads included",
      Shown(diff="decode ms per decoded token", samples="ms")),
-    ("compute_ms_per_token", "decode - the I/O estimate - cache management, as the engine "
-                             "splits it (null with overlap=1: reads ran beside compute; and "
-                             "on a cached run whose management no log gives)",
-     Shown(diff="compute ms (decode - I/O estimate - cache mgmt)")),
+    ("compute_ms_per_token", "decode - flash I/O - cache management, as the engine splits "
+                             "it (null with overlap=1: reads ran beside compute; and on a "
+                             "cached run whose management no log gives)",
+     Shown(diff="compute ms (decode - flash I/O - cache mgmt)")),
     ("cache_mgmt_ms_per_token", "the engine's cache management: 0 without a cache; with one, "
                                 "its log's (null when no log gives it)",
      Shown(diff="cache management ms per decoded token")),
+    ("flash_io_ms_per_token", "the engine's flash I/O as the split takes it: the log's where "
+                              "the run read in series, the report covers its whole decode and "
+                              "the log agrees with the I/O estimate; else the I/O estimate "
+                              "(null with overlap=1: reads ran beside compute)"),
+    ("flash_io_source", "where flash_io_ms_per_token comes from: `log` or `I/O estimate`"),
     ("faulting_ms_per_token", "of the decode, the faulting nodes'",
      Shown(diff="faulting nodes' ms per decoded token")),
     ("experts_ms_per_token", "of the decode, the `experts` category's (null for a layer "
@@ -5573,17 +5616,23 @@ def pair_report(compute, io, measured=None):
     wall = decoded_io_wall(io, tokens)
     overlapped = ran_overlapped(compute, io)
     management = cache_management(compute, io, measured or {})
-    # a serial decode waits for every read and its cache's management: reads estimated
-    # longer than it (with the log's management) leave no compute
-    outlasting = not overlapped and wall.estimate + (management or 0.0) > compute["ms_per_token"]
+    # the engine's split, decided once: its flash I/O the log's where the log stands for the
+    # run's I/O part (serial, whole, agreeing with the trace), else the I/O estimate
+    logged = None if overlapped else logged_flash_io(io, measured)
+    flash = wall.estimate if logged is None else per(logged, n, per_decoded)
+    # a serial decode waits for every read and its cache's management: reads longer than it
+    # (with the log's management) leave no compute
+    outlasting = not overlapped and flash + (management or 0.0) > compute["ms_per_token"]
     split = not (overlapped or outlasting or management is None)
     managed = f" and the log's cache management, {management:.2f} ms," if management else ""
     pair = PAIR(
         tokens=n, tokens_without_reads=readers.missing(compute["per_token"]),
-        per_position=per_position(compute, io, wall, management if split else None),
+        per_position=per_position(compute, io, flash, management if split else None),
         decode_ms_per_token=compute["ms_per_token"],
-        compute_ms_per_token=compute["ms_per_token"] - wall.estimate - management
+        compute_ms_per_token=compute["ms_per_token"] - flash - management
         if split else None, cache_mgmt_ms_per_token=management,
+        flash_io_ms_per_token=None if overlapped else flash,
+        flash_io_source=None if overlapped else "I/O estimate" if logged is None else "log",
         faulting_ms_per_token=compute["faults"]["ms_per_token"],
         experts_ms_per_token=category_ms("experts"), router_ms_per_token=category_ms("router"),
         io_reads_per_token=decoded.count(io["reads"]),
@@ -5596,7 +5645,8 @@ def pair_report(compute, io, measured=None):
         read_split=read_split(compute["per_token"], readers),
         by_layer=pair_layers(compute, io, n, per_decoded),
         warnings=warnings + ([
-            f"the reads, estimated at {wall.estimate:.2f} ms a decoded token{managed} outlast its "
+            f"the reads, {flash:.2f} ms a decoded token ({'the log' if logged else 'estimated'})"
+            f"{managed} outlast its "
             f"{compute['ms_per_token']:.2f} ms decode, which waits for every read of a serial "
             f"run (overlap=0): the two traces are not of one run, or the io trace's latencies "
             f"are not this decode's; no compute is split off"] if outlasting else []))
@@ -5661,7 +5711,7 @@ def cache_management(compute, io, measured):
     return per(logged, len(compute["per_token"]), positions / len(compute["per_token"]))
 
 
-def per_position(compute, io, wall, management):
+def per_position(compute, io, flash, management):
     """The pair's headline per generated position, when the run decoded speculatively (a
     decode verifies several positions): what the engine counts per token then; else None.
     management: the cache's ms per decoded token where the decode splits, else None."""
@@ -5670,7 +5720,7 @@ def per_position(compute, io, wall, management):
         return None
     n, positions = len(compute["per_token"]), decodes["positions"]
     decode_ms = per(compute["ms_per_token"], positions, n / positions)
-    io_ms = per(wall.estimate, positions, n / positions)
+    io_ms = per(flash, positions, n / positions)
     return PER_POSITION(positions=positions, decode_ms=decode_ms,
                         compute_ms=None if management is None else
                         decode_ms - io_ms - per(management, positions, n / positions),
@@ -6033,7 +6083,12 @@ def per_decoded_blocks(report, view):
               f"{pair['router_ms_per_token']:.2f} ms")
     estimate = pair["io_wall_ms_per_token"]["estimate"]
     managed = pair.get("cache_mgmt_ms_per_token")  # a schema 7 report may lack it: no cache
-    decode, io_part = pair["decode_ms_per_token"], f"flash I/O {estimate:.2f} (the I/O estimate)"
+    flash = pair.get("flash_io_ms_per_token")  # a schema 7 report's: the estimate
+    logged = flash is not None and pair.get("flash_io_source") == "log"
+    flash = estimate if flash is None else flash
+    decode = pair["decode_ms_per_token"]
+    io_part = f"flash I/O {flash:.2f} (" + (
+        f"the engine's log; the I/O estimate {estimate:.2f})" if logged else "the I/O estimate)")
     if pair["compute_ms_per_token"] is not None:
         managing = f"cache mgmt {managed:.2f} (the engine's log) + " if managed else ""
         split = f"decode {decode:.2f} ms = compute {pair['compute_ms_per_token']:.2f} + " \
@@ -6042,13 +6097,14 @@ def per_decoded_blocks(report, view):
         split = (f"decode {decode:.2f} ms, reads beside it (overlap=1: their time is not "
                  f"subtracted; lanes busy {pair['io_busy_ms_per_token']:.2f} ms is what the "
                  f"engine counts as flash I/O then); ")
-    elif managed is None and estimate <= decode:  # a cached run without its log
-        split = (f"decode {decode:.2f} ms = compute and cache mgmt {decode - estimate:.2f} (no "
+    elif managed is None and flash <= decode:  # a cached run without its log
+        split = (f"decode {decode:.2f} ms = compute and cache mgmt {decode - flash:.2f} (no "
                  f"log gives the management) + {io_part}; ")
     else:
         managing = f" and the log's cache mgmt {managed:.2f} ms" if managed else ""
-        split = (f"decode {decode:.2f} ms, no split: the reads' {estimate:.2f} ms estimated"
-                 f"{managing} outlast it (a warning above says why); ")
+        split = (f"decode {decode:.2f} ms, no split: the reads' {flash:.2f} ms "
+                 f"{'(the log)' if logged else 'estimated'}{managing} outlast it (a warning "
+                 f"above says why); ")
     return [Block(per_words(report), [Prose([
         f"  {split}in the decode, faulting nodes {pair['faulting_ms_per_token']:.2f} ms, {inside}",
         *([f"  the engine's log: {engine_split_text(engine)}"] if engine else []),
@@ -6654,16 +6710,6 @@ def own_cache_figures(io):
             "rereads": simulated["rereads"]["point"]}
 
 
-def whole_decode(report):
-    selection = report["selection"]
-    return report["phase"] == "decode" and not selection["turns"] and \
-        selection["steps"] == [None, None] and not selection["skip"]
-
-
-# The engine's flash I/O is the wall time it waited per layer's reads; a v1 trace holds each
-# read's latency, not the wake-up and dispatch around a layer's reads: 44-65 us per layer on
-# every shared real run (the estimate 0.89-0.94x the engine's), so that much is allowed too.
-LAYER_WAIT_MS = 0.1
 
 
 # The figures the tool estimates where the engine measures: a gap in one is the estimate's,
@@ -6671,13 +6717,6 @@ LAYER_WAIT_MS = 0.1
 ESTIMATES = {"flash_io_ms_per_token": "the tool's I/O estimate, from each read's latency; the "
              "engine measured the wait, with the wake-ups and queueing around the reads that a "
              "trace does not time: trust the engine's"}
-
-
-def agrees_with_engine(engine, tool, least=0.0, slack=0.0):
-    """Whether the tool's figure agrees with the engine's: they differ by at most
-    ENGINE_TOLERANCE of the engine's, or `least` (its rounding, or what else may part them),
-    and `slack` more (the tool's own half band)."""
-    return abs(tool - engine) <= max(ENGINE_TOLERANCE * abs(engine), least) + slack
 
 
 def engine_report(log, report):

@@ -299,7 +299,7 @@ def test_the_engines_split_is_compared_between_pair_reports(tmp_path):
     assert result.code == 0
     rows = rows_by_name(section(result.json, "pair headline"))
     for label, path in (("decode ms per decoded token", ("decode_ms_per_token",)),
-                        ("compute ms (decode - I/O estimate - cache mgmt)",
+                        ("compute ms (decode - flash I/O - cache mgmt)",
                          ("compute_ms_per_token",)),
                         ("I/O estimate ms per decoded token",
                          ("io_wall_ms_per_token", "estimate")),

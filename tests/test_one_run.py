@@ -238,3 +238,19 @@ def test_report_and_diff_give_one_runs_what_if_the_same_figures(tmp_path):
     assert f"I/O {point} ms ({low}-{high})" in shown
     assert f"{point} ({low} to {high})" in run("diff", ct, io, "vs", tmp_path / "new" /
                                                "run-ct.csv", tmp_path / "new" / "run-io.csv").out
+
+
+def test_a_log_the_trace_refutes_leaves_the_split_to_the_trace():
+    """Bug: a log whose flash I/O the trace refutes (here the gemma node run's log, 3.43 ms,
+    beside the serial run's io trace, estimated at 2.98) still gave the what-if's I/O part,
+    so every saving was taken from 3.43 ms. Now the split and the what-if both take the
+    estimate, and the engine table says the two disagree."""
+    result = run("report", TRACES / "gemma4-l4-ct-node.csv", TRACES / "gemma4-l4-io-serial.csv",
+                 "--format", "json").json
+    pair, engine = result["pair"], result["engine"]["figures"]["flash_io_ms_per_token"]
+    estimate = pair["io_wall_ms_per_token"]["estimate"]
+    logged = 150.0 / 342 / 128 * 1e3  # the log's read MiB / MiB/s / tokens
+    assert engine["agrees"] is False and engine["engine"] == pytest.approx(logged, rel=1e-3)
+    assert (pair["flash_io_source"], pair["flash_io_ms_per_token"]) == ("I/O estimate", estimate)
+    assert pair["compute_ms_per_token"] == pytest.approx(pair["decode_ms_per_token"] - estimate)
+    assert result["what_if"]["baseline"]["io_part_ms_per_token"] == pytest.approx(estimate)

@@ -281,6 +281,8 @@ ENGINE_TURN = Record("engine turn", "`engine.turns` (a session's `turn id=N:` li
     ("trace_turn", "the same turn as the traces number it (from 0: --turn takes this), matched "
                    "in order; null when the traces' turns are not the log's"),
     ("generated", "tokens it generated"),
+    ("tool_generated", "the decode tokens the compute trace holds of that turn (null: no "
+                       "compute trace, or speculative decodes, which cover several positions)"),
     ("cache_hit_pct", "the engine's cache hit %"), ("read_mib", "MiB it read"),
     ("tool_read_mib", "MiB the io trace's decode reads of that turn hold (null: no io trace)"),
     ("tool_cache_hit_pct", "the hit % the io trace shows for that turn (`run_cache.turns`; "
@@ -289,9 +291,9 @@ ENGINE_TURN = Record("engine turn", "`engine.turns` (a session's `turn id=N:` li
                      "where the line has none)"),
     ("tool_ms_per_token", "the compute trace's decode ms per token of that turn (null: no "
                           "compute trace)"),
-    ("differs", "the figures of the turn beyond the tolerance (`read_mib`, `cache_hit_pct`, "
-                "`ms_per_token`); null when the traces hold no such turn (trace_turn null) "
-                "or nothing of it to compare")))
+    ("differs", "the figures of the turn beyond the tolerance (`generated`, exactly; "
+                "`read_mib`, `cache_hit_pct`, `ms_per_token`); null when the traces hold no "
+                "such turn (trace_turn null) or nothing of it to compare")))
 ENGINE_UNREAD = Record("engine line unread", "`engine.unread`", (
     ("line", "its line number in the log"), ("lead", "the kind of line (`moe-stream:`)"),
     ("figures", "the figures it holds, unread (its numbers are not as the engine prints them)",
@@ -1494,7 +1496,9 @@ def engine_blocks(report, view):
     parts = [Full("every engine figure", Grid(table, rows), Grid(table, odd) if odd else None),
              Prose(said)] if rows or unread else []
     turns = [f"  turn {turn['turn']} (trace {num(turn['trace_turn'], 'd', 'none')}): "
-             f"{turn['generated']} generated, hit {turn['cache_hit_pct']}% (traced "
+             f"{turn['generated']} generated" + (  # the traced count said where it differs
+                 "" if turn.get("tool_generated") in (None, turn["generated"]) else
+                 f" (traced {turn['tool_generated']})") + f", hit {turn['cache_hit_pct']}% (traced "
              f"{num(turn['tool_cache_hit_pct'], '.1f')}), read {turn['read_mib']} MiB (traced "
              f"{num(turn['tool_read_mib'], '.1f')})" + (
                  f", {turn['ms_per_token']:.2f} ms/token (traced "
@@ -6769,6 +6773,12 @@ def unlike_sums(name, report, logged):
     return None
 
 
+def traced_turns(report):
+    """The turns the traces' decode tokens are of."""
+    return {token["turn"] for half in report_halves(report).values() if half["phase"] == "decode"
+            for token in half["per_token"]}
+
+
 def turn_rows(turns, report):
     """The session's turn lines, each beside what the traces hold of its turn: the MiB its
     decode reads, its hit %, its decode ms per token. Turns are matched in order: the engine
@@ -6781,13 +6791,18 @@ def turn_rows(turns, report):
         read[token["turn"]] = read.get(token["turn"], 0.0) + token["mib"]
     for token in compute["per_token"] if compute and compute["phase"] == "decode" else ():
         walls[token["turn"]].append(token["ms"])
+    # a decode a token, so a turn's decodes are what it generated; a speculative decode is not
+    counted = compute is not None and compute["phase"] == "decode" and \
+        not compute["decodes"]["speculative"]
     traced = sorted(set(read) | set(walls))
     matched = traced if len(traced) == len(turns) else \
         [turn - 1 if turn - 1 in traced else None for turn, *_ in turns]
     own = io.get("run_cache") if io else None
     hits = {row["turn"]: row["hit_share"] * 100 for row in own["turns"]} \
         if ran_cached(io) else {}
-    rows = [ENGINE_TURN(turn=turn, trace_turn=at, generated=generated, cache_hit_pct=hit,
+    rows = [ENGINE_TURN(turn=turn, trace_turn=at, generated=generated,
+                        tool_generated=len(walls.get(at, ())) if counted and at in traced
+                        else None, cache_hit_pct=hit,
                         read_mib=mib, tool_read_mib=read.get(at), tool_cache_hit_pct=hits.get(at),
                         ms_per_token=1000 / speed if speed else None,
                         tool_ms_per_token=mean_of(walls[at]) if walls.get(at) else None,
@@ -6796,9 +6811,11 @@ def turn_rows(turns, report):
     for row in rows:
         compared = [(name, rounding) for name, rounding in TURN_FIGURES
                     if row[name] is not None and row["tool_" + name] is not None]
-        if row["trace_turn"] in traced and compared:
-            row["differs"] = [name for name, rounding in compared
-                              if not agrees_with_engine(row[name], row["tool_" + name], rounding)]
+        counts = row["tool_generated"] is not None
+        if row["trace_turn"] in traced and (compared or counts):
+            row["differs"] = ["generated"] * (counts and row["generated"] != row["tool_generated"])
+            row["differs"] += [name for name, rounding in compared if not agrees_with_engine(
+                row[name], row["tool_" + name], rounding)]
     return rows
 
 
@@ -6822,6 +6839,12 @@ def engine_joined(report, names, log, warn):
             warn(f"{log.path}: turn id={turn['turn']}'s {name} is {turn[name]:.4g}, the "
                  f"traces' turn {turn['trace_turn']} {turn['tool_' + name]:.4g} (beyond "
                  f"{ENGINE_TOLERANCE:.0%}): turns out of order, or another run's?")
+    logged = {turn["trace_turn"] for turn in engine["turns"]} if engine else set()
+    unlogged = sorted(set(traced_turns(report)) - logged) if logged else []
+    if unlogged:
+        warn(f"{log.path}: the traces' turn(s) {', '.join(map(str, unlogged))} have no turn "
+             f"line in the log: nothing of them is compared (a log of another session, or "
+             f"cut short?)")
     for name, figure in (engine["figures"] if engine else {}).items():
         if figure["agrees"] is False:
             warn(f"{log.path}: the engine's {name} is {figure['engine']:.4g}, the traces' "

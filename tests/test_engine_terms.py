@@ -226,7 +226,37 @@ def test_each_sessions_turn_is_compared_on_its_mib_and_hit(tmp_path, case):
     assert "turn id=2's read_mib is" in said and "turns out of order" in said
     text = " ".join(run("report", SESSION / "session-ct.csv", SESSION / "session-io.csv",
                         "--engine-log", tmp_path / "session.log").out.split())
-    assert "DIFFERS: read_mib" in text
+    # swapped, turn 2's line holds turn 1's 64 tokens too
+    assert turns[1]["differs"] == (["generated", "read_mib"] if case == "swapped" else ["read_mib"])
+    assert "DIFFERS: " + ", ".join(turns[1]["differs"]) in text
+
+
+@pytest.mark.parametrize("case", ["generated more", "a turn less"])
+def test_a_sessions_turns_are_checked_for_what_they_hold(tmp_path, case):
+    """Bug: a turn logged with 640 generated tokens (64 traced) agreed, and a traced turn with no
+    log line went unsaid. Each turn's generated tokens are the compute trace's decodes of it
+    (64, 48, 64, 32 in the real session), exactly; a traced turn the log lacks is warned of."""
+    log = (SESSION / "session.log").read_text()
+    if case == "generated more":
+        log = log.replace("turn id=1: generated=64", "turn id=1: generated=640")
+    else:
+        log = "".join(line for line in log.splitlines(keepends=True)
+                      if not line.startswith("turn id=4:"))
+    (tmp_path / "session.log").write_text(log)
+    inputs = (SESSION / "session-ct.csv", SESSION / "session-io.csv", "--engine-log",
+              tmp_path / "session.log")
+    r = report_with_warnings("report", *inputs)
+    turns, said = r["engine"]["turns"], " ".join(r["warnings"])
+    if case == "a turn less":
+        assert [turn["tool_generated"] for turn in turns] == [64, 48, 64]
+        assert all(turn["differs"] == [] for turn in turns)
+        assert "the traces' turn(s) 3 have no turn line in the log" in said
+        return
+    assert [turn["tool_generated"] for turn in turns] == [64, 48, 64, 32]
+    assert turns[0]["differs"] == ["generated"] and all(t["differs"] == [] for t in turns[1:])
+    assert "turn id=1's generated is 640, the traces' turn 0 64" in said
+    text = " ".join(run("report", *inputs).out.split())
+    assert "turn 1 (trace 0): 640 generated (traced 64)" in text and "DIFFERS: generated" in text
 
 
 def test_a_real_sessions_turns_all_agree():

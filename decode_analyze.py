@@ -42,9 +42,10 @@ sections above it:
                 one reader of v2 rows as intervals (the stall, the timeline, Perfetto)
   pair          pair_report: both traces of one run, per decoded token, with one set of
                 settings (with_run_settings: the io half's, which joined the compute preamble's)
-                and the engine's split, decode = compute + cache management (cache_management:
-                the log's; no trace times it) + flash I/O (logged_flash_io: the log's where it
-                agrees with the trace, else the I/O estimate; the what-if takes the same part)
+                and the engine's split, decided once (engine_split): decode = compute + cache
+                management (the log's; no trace times it) + flash I/O (logged_flash_io: the
+                log's where it agrees with the trace, else the I/O estimate; the what-if takes
+                the same part), or + the stall when overlapped; the pair's verdicts weigh it
   timeline      v2 traces on one clock: decode spans, unions of intervals
   engine        the engine's own end-of-run lines (NAME.log) beside the tool's figures
   settings      merged_settings: what a preamble lacks (--set, the log's, the trace's) joined
@@ -5560,8 +5561,9 @@ PAIR = Record("pair", "report `pair`: per decoded token", (
                             "node's time, waits for reads included",
      Shown(diff="decode ms per decoded token", samples="ms")),
     ("compute_ms_per_token", "decode - flash I/O - cache management, as the engine splits "
-                             "it (null with overlap=1: reads ran beside compute; and on a "
-                             "cached run whose management no log gives)",
+                             "it; with overlap=1, decode - stall - cache management (null "
+                             "overlapped with no stall known, and on a cached run whose "
+                             "management no log gives)",
      Shown(diff="compute ms (decode - flash I/O - cache mgmt)")),
     ("cache_mgmt_ms_per_token", "the engine's cache management: 0 without a cache; with one, "
                                 "its log's (null when no log gives it)",
@@ -5571,6 +5573,10 @@ PAIR = Record("pair", "report `pair`: per decoded token", (
                               "the log agrees with the I/O estimate; else the I/O estimate "
                               "(null with overlap=1: reads ran beside compute)"),
     ("flash_io_source", "where flash_io_ms_per_token comes from: `log` or `I/O estimate`"),
+    ("stall_ms_per_token", "overlap=1: what the decode waited for its reads, the stall (the "
+                           "log's moe-overlap line, or a v2 io trace's wait rows); null when "
+                           "serial or not known"),
+    ("stall_source", "where stall_ms_per_token comes from: `log` or `io trace`"),
     ("faulting_ms_per_token", "of the decode, the faulting nodes'",
      Shown(diff="faulting nodes' ms per decoded token")),
     ("experts_ms_per_token", "of the decode, the `experts` category's (null for a layer "
@@ -5618,25 +5624,14 @@ def pair_report(compute, io, measured=None):
     def category_ms(name):  # a layer-granularity trace has no per-node detail to classify
         return categories.get(name, {}).get("ms_per_token", 0.0) if categories else None
     wall = decoded_io_wall(io, tokens)
-    overlapped = ran_overlapped(compute, io)
-    management = cache_management(compute, io, measured or {})
-    # the engine's split, decided once: its flash I/O the log's where the log stands for the
-    # run's I/O part (serial, whole, agreeing with the trace), else the I/O estimate
-    logged = None if overlapped else logged_flash_io(io, measured)
-    flash = wall.estimate if logged is None else per(logged, n, per_decoded)
-    # a serial decode waits for every read and its cache's management: reads longer than it
-    # (with the log's management) leave no compute
-    outlasting = not overlapped and flash + (management or 0.0) > compute["ms_per_token"]
-    split = not (overlapped or outlasting or management is None)
-    managed = f" and the log's cache management, {management:.2f} ms," if management else ""
+    split = engine_split(compute, io, measured or {}, wall.estimate)
     pair = PAIR(
         tokens=n, tokens_without_reads=readers.missing(compute["per_token"]),
-        per_position=per_position(compute, io, flash, management if split else None),
-        decode_ms_per_token=compute["ms_per_token"],
-        compute_ms_per_token=compute["ms_per_token"] - flash - management
-        if split else None, cache_mgmt_ms_per_token=management,
-        flash_io_ms_per_token=None if overlapped else flash,
-        flash_io_source=None if overlapped else "I/O estimate" if logged is None else "log",
+        per_position=per_position(compute, io, split.flash_io_ms_per_token or wall.estimate,
+                                  None if split.stall_ms_per_token is not None
+                                  or split.compute_ms_per_token is None
+                                  else split.cache_mgmt_ms_per_token),
+        decode_ms_per_token=compute["ms_per_token"], **split._asdict(),
         faulting_ms_per_token=compute["faults"]["ms_per_token"],
         experts_ms_per_token=category_ms("experts"), router_ms_per_token=category_ms("router"),
         io_reads_per_token=decoded.count(io["reads"]),
@@ -5648,18 +5643,57 @@ def pair_report(compute, io, measured=None):
         adjacency=rescaled(io["adjacency"], ADJACENCY, n, per_decoded),
         read_split=read_split(compute["per_token"], readers),
         by_layer=pair_layers(compute, io, n, per_decoded),
-        warnings=warnings + ([
-            f"the reads, {flash:.2f} ms a decoded token ({'the log' if logged else 'estimated'})"
-            f"{managed} outlast its "
-            f"{compute['ms_per_token']:.2f} ms decode, which waits for every read of a serial "
-            f"run (overlap=0): the two traces are not of one run, or the io trace's latencies "
-            f"are not this decode's; no compute is split off"] if outlasting else []))
+        warnings=warnings + outlasting_warnings(split, compute["ms_per_token"]))
     what_if = within_memory(io["what_if"], compute, io["meta"])
     decodes = compute["decodes"]  # the what-if per generated position when a decode covers more
     units = decodes["positions"] if decodes["speculative"] and decodes["positions"] else n
     return PAIR_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="report", compute=compute,
                        io=io, pair=pair, what_if=decoded_what_if(
                            what_if, units, per(compute["ms_per_token"], units, n / units)))
+
+
+# The engine's split of a pair's decode, per decoded token, each part with its source: the PAIR
+# fields of the same names
+EngineSplit = namedtuple("EngineSplit", "compute_ms_per_token cache_mgmt_ms_per_token "
+                         "flash_io_ms_per_token flash_io_source stall_ms_per_token stall_source")
+
+
+def engine_split(compute, io, measured, estimate):
+    """decode = compute + cache management + flash I/O (serial) or + the stall (overlap=1),
+    decided once. Flash I/O is the log's where it stands for the run's I/O part (logged_flash_io:
+    serial, whole, agreeing with the trace), else the I/O estimate. Overlapped, the decode
+    waited for its reads only as long as it stalled (the log's moe-overlap stall, or a v2
+    trace's wait rows), whatever the readers' own time. Compute is what is left: None where a
+    part is unknown, or the parts outlast the decode."""
+    n, decode = len(compute["per_token"]), compute["ms_per_token"]
+    management = cache_management(compute, io, measured)
+    overlapped = ran_overlapped(compute, io)
+    logged = None if overlapped else logged_flash_io(io, measured)
+    flash = None if overlapped else estimate if logged is None else \
+        per(logged, n, io["tokens"] / n)
+    stall = overlap_cap({"overlap": "1"}, measured, n) if overlapped else None
+    wait = stall if overlapped else flash  # what the reads cost the decode
+    known = None not in (management, wait) and wait + management <= decode
+    return EngineSplit(
+        compute_ms_per_token=decode - wait - management if known else None,
+        cache_mgmt_ms_per_token=management, flash_io_ms_per_token=flash,
+        flash_io_source=None if overlapped else "I/O estimate" if logged is None else "log",
+        stall_ms_per_token=stall, stall_source=None if stall is None else
+        "io trace" if measured.get("stall_tokens") else "log")
+
+
+def outlasting_warnings(split, decode):
+    """A serial decode waits for every read and its cache's management: reads longer than it
+    (with the log's management) are not this decode's."""
+    flash, management = split.flash_io_ms_per_token, split.cache_mgmt_ms_per_token or 0.0
+    if flash is None or flash + management <= decode:
+        return []
+    managed = f" and the log's cache management, {management:.2f} ms," if management else ""
+    source = "the log" if split.flash_io_source == "log" else "estimated"
+    return [f"the reads, {flash:.2f} ms a decoded token ({source}){managed} outlast its "
+            f"{decode:.2f} ms decode, which waits for every read of a serial run (overlap=0): "
+            f"the two traces are not of one run, or the io trace's latencies are not this "
+            f"decode's; no compute is split off"]
 
 
 def within_memory(what_if, compute, meta):
@@ -5702,13 +5736,12 @@ def ran_overlapped(compute, io):
 
 
 def cache_management(compute, io, measured):
-    """The engine's cache management ms per decoded token: 0 for a run without a cache, its
-    log's for one with (the log counts per generated position), else None: no trace times it."""
-    if not had_cache(io):
-        return 0.0
+    """The engine's cache management ms per decoded token: its log's where it has one (per
+    generated position there; an overlapped run without a cache logged 3 ms of it), else 0 for
+    a run without a cache, else None: no trace times it."""
     logged = measured.get("cache_mgmt_ms_per_token")
     if logged is None or not compute["per_token"]:
-        return None
+        return None if had_cache(io) else 0.0
     decodes = compute["decodes"]
     positions = decodes["positions"] if decodes["speculative"] and decodes["positions"] else \
         len(compute["per_token"])
@@ -5933,8 +5966,9 @@ def pair_verdicts(compute, io, pair, measured=None):
     verdicts are at stake in the decode; and the io trace's other verdicts (the io part's,
     judged here once: its verdicts at stake are the pair's, never weighed in I/O time too)."""
     decode = pair["decode_ms_per_token"]  # a remedy weighed against the decode, MATERIAL of it
-    stakes = Stakes(decode, f"the {decode:.2f} ms decode per token", MATERIAL,
-                    overlap_cap({**compute["meta"], **io["meta"]}, measured or {}, pair["tokens"]),
+    # the most the reads cost the decode: all of them serial, the split's stall overlapped
+    cap = pair["stall_ms_per_token"] if ran_overlapped(compute, io) else math.inf
+    stakes = Stakes(decode, f"the {decode:.2f} ms decode per token", MATERIAL, cap,
                     page_cache_words(io), under_pressure(compute))
     # the io trace is the expert streamer's: memory pressure's remedies are a streamed run's
     streamed = {**compute, "meta": {**compute["meta"], **io["meta"], "moe_stream": "1"}}
@@ -5947,22 +5981,25 @@ def pair_verdicts(compute, io, pair, measured=None):
 
 
 def io_bound_verdict(pair, stakes):
-    """Whether the reads bound the decode: what they cost it (serial: the I/O estimate;
+    """Whether the reads bound the decode: what they cost it (serial: the split's flash I/O;
     overlap=1: the stall) against the decode. Node and layer traces of one run agree: it reads
     neither routing nodes nor segments."""
     estimate, decode = pair["io_wall_ms_per_token"]["estimate"], pair["decode_ms_per_token"]
+    logged = pair.get("flash_io_source") == "log"  # a schema 7 report's: the estimate
+    flash = pair["flash_io_ms_per_token"] if logged else estimate
     if stakes.cap is None:
         return verdict("io_bound", None,
             f"I/O share undetermined: overlap=1 ran the reads ({estimate:.2f} ms estimated) "
             f"beside compute, so what they cost the {decode:.2f} ms decode is the stall, which "
             f"the engine's log gives (moe-overlap), not found here")
-    if stakes.cap == math.inf and estimate > decode:  # warned: reads outlast a serial decode
+    said = "the engine's flash I/O" if logged else "the I/O estimate"
+    if stakes.cap == math.inf and flash > decode:  # warned: reads outlast a serial decode
         return verdict("io_bound", None,
-            f"I/O share undetermined: the reads' {estimate:.2f} ms estimated outlast the "
+            f"I/O share undetermined: the reads' {flash:.2f} ms ({said}) outlast the "
             f"{decode:.2f} ms decode per token that waited for them (overlap=0): not one run's "
             f"pair, or not its latencies")
-    cost = estimate if stakes.cap == math.inf else stakes.cap  # the wait the reads caused
-    what = "the overlap's stall" if stakes.cap < math.inf else "the I/O estimate"
+    cost = flash if stakes.cap == math.inf else stakes.cap  # the wait the reads caused
+    what = "the overlap's stall" if stakes.cap < math.inf else said
     share = ratio(cost, decode)
     return threshold_verdict("io_bound", share is not None and past("io_bound", share),
         f"the reads cost {cost:.2f} ms ({what}) of the {decode:.2f} ms decode per token",
@@ -6093,8 +6130,14 @@ def per_decoded_blocks(report, view):
     decode = pair["decode_ms_per_token"]
     io_part = f"flash I/O {flash:.2f} (" + (
         f"the engine's log; the I/O estimate {estimate:.2f})" if logged else "the I/O estimate)")
+    stall = pair.get("stall_ms_per_token")  # a schema 7 report's: none
     if pair["compute_ms_per_token"] is not None:
         managing = f"cache mgmt {managed:.2f} (the engine's log) + " if managed else ""
+        if stall is not None:
+            io_part = (f"stall {stall:.2f} (" + ("the io trace's waits" if
+                       pair["stall_source"] == "io trace" else "the engine's log") +
+                       f"; reads beside compute, lanes busy {pair['io_busy_ms_per_token']:.2f}"
+                       f" ms)")
         split = f"decode {decode:.2f} ms = compute {pair['compute_ms_per_token']:.2f} + " \
                 f"{managing}{io_part}; "
     elif ran_overlapped(report["compute"], io):

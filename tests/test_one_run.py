@@ -254,3 +254,34 @@ def test_a_log_the_trace_refutes_leaves_the_split_to_the_trace():
     assert (pair["flash_io_source"], pair["flash_io_ms_per_token"]) == ("I/O estimate", estimate)
     assert pair["compute_ms_per_token"] == pytest.approx(pair["decode_ms_per_token"] - estimate)
     assert result["what_if"]["baseline"]["io_part_ms_per_token"] == pytest.approx(estimate)
+
+
+OVERLAPPED = [TRACES / "l48-sweep" / f"qwen3moe-l48-e128-node-overlap-{part}"
+              for part in ("ct.csv.gz", "io.csv.gz")]
+
+
+def test_an_overlapped_runs_decode_is_split_with_its_stall():
+    """Bug: an overlapped run's compute was null, and a log's 3 ms of management without a cache
+    was read as 0: the engine splits its decode as compute + cache mgmt + stall (237 = 112 + 3 +
+    123 ms; its flash I/O, 425 ms, is the readers' summed time, no wait). The verdicts weigh the
+    reads against the same stall."""
+    result = run("report", *OVERLAPPED, "--format", "json").json
+    pair = result["pair"]
+    assert (pair["stall_ms_per_token"], pair["stall_source"]) == (123.0, "log")
+    assert pair["cache_mgmt_ms_per_token"] == 3.0
+    assert (pair["flash_io_ms_per_token"], pair["flash_io_source"]) == (None, None)
+    assert pair["compute_ms_per_token"] == pytest.approx(pair["decode_ms_per_token"] - 126.0)
+    assert abs(pair["compute_ms_per_token"] - 112) <= 11.2  # the log's, within 10%
+    bound, = (v for v in pair["verdicts"] if v["id"] == "io_bound")
+    assert "the reads cost 123.00 ms (the overlap's stall)" in bound["text"]
+    text = " ".join(run("report", *OVERLAPPED).out.split())
+    assert (f"= compute {pair['compute_ms_per_token']:.2f} + cache mgmt 3.00 (the engine's log) "
+            f"+ stall 123.00 (the engine's log; reads beside compute") in text
+
+
+def test_a_v2_traces_waits_give_the_stall_without_a_log():
+    """The v2 io trace's wait rows, 0.15 ms twice over 3 decoded tokens, are the stall."""
+    pair = run("report", TRACES / "v2" / "ct.csv", TRACES / "v2" / "io.csv", "--format",
+               "json").json["pair"]
+    assert (pair["stall_ms_per_token"], pair["stall_source"]) == (pytest.approx(0.1), "io trace")
+    assert pair["compute_ms_per_token"] == pytest.approx(pair["decode_ms_per_token"] - 0.1)

@@ -3981,10 +3981,18 @@ def had_cache(io):
 
 
 def ran_cached(io):
-    """Whether an io report's run had a cache: its trace shows one, and no cache=0 was
-    declared (a router that picks fewer experts than k by design)."""
+    """Whether an io report's run had a cache: its trace shows one, and its settings do not
+    say none (cache=0 or cache_mb=0: a router that picks fewer experts than k by design)."""
     own = io.get("run_cache") if io else None
-    return bool(own and own["detected"]) and io["meta"].get("cache") != "0"
+    return bool(own and own["detected"]) and io["meta"].get("cache") != "0" and \
+        meta_number(io["meta"], "cache_mb") != 0
+
+
+def declared_no_cache(settings):
+    """Whether --set says the run had no cache: cache=0, or cache_mb=0."""
+    declared = {key: setting["value"] for key, setting in settings.items()
+                if setting["source"] == "declared"}
+    return declared.get("cache") == "0" or meta_number(declared, "cache_mb") == 0
 
 
 def cache_shares(counts):
@@ -4901,6 +4909,36 @@ def io_token_parts(tokens, latencies, per_lane):
                     LANE_COLUMN)), key=int)} if per_lane else None}
 
 
+def settled_cache(report, reading):
+    """One word on the run's cache: the trace's over the log's (cache_contradiction); a
+    declared no cache (cache=0 or cache_mb=0) over both, since the trace's cache is inferred (a
+    router may pick fewer experts than k by design). The settings that yield are dropped from
+    the report's meta and settings, said once; whether any were."""
+    contradiction = cache_contradiction(report, reading)
+    if contradiction:
+        reading.warn(f"{report['path']}: {contradiction} (a log of another run?); the trace's "
+                     f"word stands")
+        dropped = {"log"}
+    elif declared_no_cache(report["settings"]):
+        others = [f"{key}={setting['value']} ({setting['source']})" for key, setting in
+                  report["settings"].items() if key in ("cache", "cache_mb")
+                  and setting["source"] != "declared"]
+        if report["run_cache"] and report["run_cache"]["detected"]:
+            others.append("the trace's tokens read fewer experts than the router picks")
+        if others:
+            reading.warn(f"{report['path']}: no cache, as declared, though {'; '.join(others)}: "
+                         f"the declaration stands")
+        dropped = {"log", "compute trace"}
+    else:
+        return False
+    gone = {key for key, setting in report["settings"].items()
+            if key in ("cache", "cache_mb") and setting["source"] in dropped}
+    report["meta"] = {key: value for key, value in report["meta"].items() if key not in gone}
+    for key in gone:
+        del report["settings"][key]
+    return bool(gone)
+
+
 def add_cache_what_ifs(report, fold, selected, asked, reading):
     """The report's `run_cache`, its `reuse` (the --cache curve) and, when asked for, its
     `what_if`: all from the one expert cache model, of the selected (PhaseReads, phases). Where
@@ -4910,15 +4948,7 @@ def add_cache_what_ifs(report, fold, selected, asked, reading):
     measured = reading.measured
     cache = ExpertCache(fold.lookups, phases)
     report["run_cache"] = own_cache(fold.lookups, cache, meta_number(report["meta"], "cache_mb"))
-    contradiction = cache_contradiction(report, reading)
-    if contradiction:
-        reading.warn(f"{report['path']}: {contradiction} (a log of another run?); the trace's "
-                     f"word stands")
-        logged = {key for key, setting in report["settings"].items()
-                  if key in ("cache", "cache_mb") and setting["source"] == "log"}
-        report["meta"] = {key: value for key, value in report["meta"].items() if key not in logged}
-        for key in logged:
-            del report["settings"][key]
+    if settled_cache(report, reading):  # settings dropped: the run's cache counted again
         report["run_cache"] = own_cache(fold.lookups, cache, meta_number(report["meta"],
                                                                         "cache_mb"))
     # Each turn's decode tokens as the run's other records know them (a turn's last tokens
@@ -10281,7 +10311,7 @@ def weighed_io(path, reading, asked):
     # The settings the trace shows: whether the run had a cache (with --cache or --what-if),
     # and prefetch, when it read speculatively.
     own = [Setting("prefetch", "1", "trace")] if report["spec"]["reads"] else []
-    if report["run_cache"] is not None:
+    if report["run_cache"] is not None and not declared_no_cache(report["settings"]):
         own.append(Setting("cache", "1" if report["run_cache"]["detected"] else "0", "trace"))
     report["meta"], shown = merged_settings(report["meta"], own, reading.warn, trace.name)
     report["settings"].update(shown)

@@ -177,9 +177,30 @@ def test_a_declared_setting_joins_the_preamble_and_marks_its_source():
 
 
 def test_cache_0_declared_overrides_what_the_trace_shows():
-    r = report("io", PREFETCH, "--cache", "--set", "cache=0")
+    """The trace's cache is inferred (tokens that read fewer experts than the router picks): a
+    router that picks fewer by design is declared cache=0, and every part reads it, said once
+    beside what it overrides."""
+    r = report_with_warnings("io", PREFETCH, "--cache", "--set", "cache=0")
     assert r["run_cache"]["detected"] and r["settings"]["cache"]["source"] == "declared"
     assert r["reuse"]["lru"]  # simulated, as the user said there was no cache
+    said = [w for w in r["warnings"] if "no cache, as declared" in w]
+    assert len(said) == 1 and "the trace's tokens read fewer experts than the router picks" in \
+        said[0] and said[0].endswith("the declaration stands")
+
+
+def test_cache_mb_0_declared_is_no_cache_everywhere(tmp_path):
+    """Bug: --set cache_mb=0 on a cached run was shown beside 'this run's cache (cache_mb=0):
+    hit 13.3%' and the log's cache=1, unsaid. cache_mb=0 declared is cache=0: the log's cache
+    yields, said once, and no part of the report calls the run cached."""
+    ct, io = (ROOT / "tests" / "data" / "sweep" / f"qwen3moe-l4-greedy-cache2mb-{part}.csv"
+              for part in ("ct", "io"))
+    r = report_with_warnings("report", ct, io, "--set", "cache_mb=0")
+    said = [w for w in r["warnings"] if "no cache, as declared" in w]
+    assert len(said) == 1 and "cache=1 (log)" in said[0]
+    assert "cache" not in r["io"]["meta"] and r["io"]["meta"]["cache_mb"] == "0"
+    assert r["pair"]["cache_mgmt_ms_per_token"] == 0.0
+    text = run("report", ct, io, "--set", "cache_mb=0").out
+    assert "this run's cache" not in text and "cache=1" not in text
 
 
 @pytest.mark.parametrize("bad", ["cache_mb", "=2", "Cache=1", "cache=a b", "k=" + "9" * 41])
@@ -341,7 +362,7 @@ def test_summary_and_diff_take_set_for_every_run():
     diff = report_with_warnings("diff", SERIAL, PREFETCH, "--set", "mem_limit_mb=64")
     assert all(change["key"] != "mem_limit_mb" for found in diff["preamble_changes"]
                for change in found)  # declared for both sides: no change
-    io = report("io", PREFETCH, "--set", "cache=0", "--what-if")
+    io = report_with_warnings("io", PREFETCH, "--set", "cache=0", "--what-if")
     assert io["settings"]["cache"]["source"] == "declared"
 
 

@@ -91,8 +91,8 @@ def test_every_capacity_equals_an_lru_simulation(tokens, prefill):
 def test_a_tokens_projections_are_one_lookup_and_the_next_token_hits(write):
     # token 0: experts 1, 2; token 1: expert 1 again; token 2: expert 3, token 3: expert 2
     # (a router that picks one or two by design: declared, or the run would look cached)
-    r = report("io", write(io_text(rows_of([[1, 2], [1], [3], [2]]))), "--cache-mb", "1",
-               "--set", "cache=0")
+    r = report_with_warnings("io", write(io_text(rows_of([[1, 2], [1], [3], [2]]))),
+                             "--cache-mb", "1", "--set", "cache=0")
     one = setting(r["what_if"], "cache_mb", 1)  # 1 MiB holds 5 experts of 192 KiB: all four
     assert one["figures"]["experts"] == {"point": 5, "min": 4, "max": 6}
     assert one["figures"]["hit_share"]["point"] == 2 / 5  # 5 lookups, 2 re-lookups

@@ -6960,6 +6960,31 @@ def log_settings(log):
     return [Setting(key, value, "log") for key, value in implied]
 
 
+# What the trace of a whole decode shows of a setting the log implies: speculative reads of
+# prefetch, decodes that cover several positions of n-gram drafting
+SHOWN_BY_TRACE = {"prefetch": ("io", "speculative read", lambda report: report["spec"]["reads"]),
+                  "ngram": ("compute", "decode covering two positions or more",
+                            lambda report: report["decodes"]["speculative"])}
+
+
+def without_refuted_settings(report, warn):
+    """The report without the log's settings its trace refutes (prefetch=1 with no speculative
+    read, ngram=1 with no decode of several positions), each said: the trace's word stands.
+    Only a whole decode can refute: a selection may leave out what showed it."""
+    if not whole_decode(report):
+        return report
+    for key, (kind, sign, shown) in SHOWN_BY_TRACE.items():
+        setting = report["settings"].get(key)
+        if report["kind"] != kind or not setting or setting["source"] != "log" or \
+                setting["value"] != "1" or shown(report):
+            continue
+        warn(f"{report['path']}: the engine's log says {key}=1, but the trace holds no {sign} "
+             f"(a log of another run?); the trace's word stands")
+        del report["settings"][key]
+        report["meta"] = {name: value for name, value in report["meta"].items() if name != key}
+    return report
+
+
 def reading_with_log(reading, log):
     """The reading with the run's settings (those declared on the command line, then those
     its log implies) and what its log measured."""
@@ -10259,7 +10284,8 @@ def analyze_compute(path, reading, paired=False):
     """Read, sum up and judge a compute trace: its report dict (`paired`: a pair's part,
     without the verdicts the pair judges)."""
     trace, fold = read_compute(path, reading)
-    report = compute_report(trace, fold, reading.selection, join_settings(trace, reading))
+    report = without_refuted_settings(compute_report(
+        trace, fold, reading.selection, join_settings(trace, reading)), reading.warn)
     report["verdicts"] = compute_verdicts(report, paired)
     return report
 
@@ -10315,6 +10341,7 @@ def weighed_io(path, reading, asked):
         own.append(Setting("cache", "1" if report["run_cache"]["detected"] else "0", "trace"))
     report["meta"], shown = merged_settings(report["meta"], own, reading.warn, trace.name)
     report["settings"].update(shown)
+    report = without_refuted_settings(report, reading.warn)
     if report["req_bytes"] > report["read_bytes"]:
         reading.warn(f"{trace.name}: the reads asked for more bytes ({report['req_bytes']}) "
                      f"than they read ({report['read_bytes']}): short reads, so the alignment "

@@ -387,3 +387,26 @@ def test_a_declared_text_value_has_no_unit_in_csv():
     cells = [line.split(",") for line in out.splitlines()]
     values = [row for row in cells if row[0] in ("meta", "settings.ms", "settings.k")]
     assert values and all(row[-1] == "" for row in values if row[4]), values
+
+
+@pytest.mark.parametrize("key", ["prefetch", "ngram"])
+def test_a_log_setting_the_whole_trace_refutes_is_dropped_and_said(tmp_path, key):
+    """Bug: a log's prefetch with no speculative read in the trace, or its ngram with no decode
+    covering two positions, was kept as a setting, unsaid. Over the whole decode the trace's
+    word stands; a selection of some tokens refutes nothing."""
+    lines = {"prefetch": "moe-prefetch: 20.0 MiB speculative, 3/40 experts useful (7%)\n",
+             "ngram": "ngram: 114/114 drafts accepted (100.0%), 3.48 tokens per verify decode "
+                      "(46 decodes for 160 tokens)\n"}
+    source = SERIAL if key == "prefetch" else DATA / "qwen3moe-l4-ct-node.csv"
+    trace = tmp_path / ("run-io.csv" if key == "prefetch" else "run-ct.csv")
+    trace.write_bytes(source.read_bytes())
+    log = (DATA / "qwen3moe-l4-io-serial.log").read_text() + lines[key]
+    (tmp_path / "run.log").write_text(log)
+    command = "io" if key == "prefetch" else "compute"
+    r = report_with_warnings(command, trace, "--engine-log", tmp_path / "run.log")
+    assert key not in r["settings"] and key not in r["meta"]
+    said = [w for w in r["warnings"] if f"the engine's log says {key}=1" in w]
+    assert len(said) == 1 and said[0].endswith("the trace's word stands")
+    some = report_with_warnings(command, trace, "--engine-log", tmp_path / "run.log",
+                                "--steps", "64:80")
+    assert some["settings"][key] == {"value": "1", "source": "log"}

@@ -1349,6 +1349,7 @@ def cell(col, row):
 
 
 NAME_WIDTH_LEAST = 12  # a name column is never elided below this
+NAME_SHOWN_MOST = 60  # a trace's name in prose is elided past this (the JSON has it whole)
 
 
 def table_lines(columns, rows, indent="  "):
@@ -2834,7 +2835,8 @@ def category_blocks(report, view):
     parts = [Grid(table_of(CATEGORY_ROW, bar_column("share")), rows)]
     if compute["unclassified"]:
         parts.append(Items("  unclassified base names, ms/token (extend CATEGORY_NAMES):",
-                           [f"{safe(u['name']) or '(empty)'} {u['ms_per_token']:.2f}"
+                           [f"{fit(u['name'], NAME_SHOWN_MOST) or '(empty)'} "
+                            f"{u['ms_per_token']:.2f}"
                             for u in compute["unclassified"][:UNCLASSIFIED_SHOWN]]))
     return [Block("by node category (llama.cpp's names; a node_<N> is of the named node's "
                   "before it)", parts)]
@@ -4594,10 +4596,10 @@ class WhatIf:
             "the drive"))]
 
     def lanes_settings(self, asked):
-        """Each lane count asked for (--io-threads; default DEFAULT_LANES) but the run's own:
-        its MiB at the token model's ms per MiB there."""
-        own_lanes = meta_int(self.report["meta"], "io_threads")
-        return [self.lanes_setting(lanes) for lanes in asked.lanes if lanes != own_lanes]
+        """Each lane count asked for (--io-threads; default DEFAULT_LANES) but the run's own (its
+        io_threads, else the lanes its trace read on): its MiB at the token model's ms per MiB
+        there."""
+        return [self.lanes_setting(lanes) for lanes in asked.lanes if lanes != self.own.lanes]
 
     def lanes_setting(self, lanes):
         config = self.own._replace(lanes=lanes)
@@ -6569,8 +6571,10 @@ ENGINE_LINES = tuple(EngineLine(lead, re.compile(pattern.replace("N", NUMBER)), 
     ("ngram: ", r" N tokens per verify decode", ("positions_per_decode",), True)))
 TURN_LEAD = "turn id="
 TURN_HEAD = re.compile(r"(\d{1,9}): generated=(\d{1,12}) ")
-TURN_TAIL = re.compile(r"cache_hit=(\d{1,3}(?:\.\d{1,9})?)% read_mib=" + NUMBER + r"\b")
-TURN_SPEED = re.compile(r"tok_s=" + NUMBER)  # the turn's decode speed, where the engine prints it
+# a number ends where a separator or a digit does not follow: `read_mib=1,043.4` is not 1
+NUMBER_END = r"(?![\d.,])"
+TURN_TAIL = re.compile(r"cache_hit=(\d{1,3}(?:\.\d{1,9})?)% read_mib=" + NUMBER + NUMBER_END)
+TURN_SPEED = re.compile(r"tok_s=" + NUMBER + NUMBER_END)  # the turn's decode speed, if printed
 LOG_MOST_BYTES = 64 << 20  # a log is a terminal's text: past this, it is not one
 LOG_LINE_MOST = 4096  # the engine's lines are under 300 characters: a longer one is none of them
 # A terminal's colours and cursor moves (CSI and OSC sequences), which `2>` keeps in the file
@@ -6627,11 +6631,11 @@ def engine_lines(text):
             continue
         head = TURN_HEAD.match(line, at + len(TURN_LEAD))
         tail = TURN_TAIL.search(line, head.end()) if head else None
-        if not tail:
+        speed = TURN_SPEED.search(line, head.end()) if head else None
+        if not tail or not speed and "tok_s=" in line[head.end():]:
             yield UNREAD, (number, TURN_LEAD, ("the turn's figures",))
             continue
         (turn, generated), (hit, mib) = head.groups(), tail.groups()
-        speed = TURN_SPEED.search(line, head.end())
         yield TURN_LEAD, (int(turn), int(generated), float(hit), float(mib),
                           float(speed.group(1)) if speed else None)
 

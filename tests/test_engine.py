@@ -284,3 +284,13 @@ def test_a_cached_runs_first_screen_gives_its_own_hit_share():
     report = run("report", f"{sweep}-ct.csv", f"{sweep}-io.csv").out
     assert "this run's cache (cache_mb=0.9): hit 0.0%" in " ".join(
         report.split("\n\n")[0].split())
+
+
+@pytest.mark.parametrize("figures", ["read_mib=1,043.4", "read_mib=87.8 tok_s=1,234.5"])
+def test_a_number_with_thousands_separators_is_said_not_understood(tmp_path, figures):
+    """Bug: a turn line's `read_mib=1,043.4` was read as 1 MiB (its number cut at the comma),
+    then blamed on the trace. The engine prints no separator: such a line is said unread."""
+    log = tmp_path / "session.log"
+    log.write_text(f"turn id=1: generated=64 n_prompt=64 n_past=128 cache_hit=13.2% {figures}\n")
+    read = decode_analyze.read_engine_log(str(log))
+    assert read.turns == [] and [lead for _, lead, _ in read.unread] == ["turn id="]

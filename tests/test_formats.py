@@ -429,3 +429,15 @@ def test_a_line_that_fits_is_folded_as_textwrap_folds_it(text):
     line = da.safe(text)
     assert da.wrap(line) == (textwrap.wrap(line, da.TEXT_WIDTH, subsequent_indent="    ",
                                            break_on_hyphens=False) or [""])
+
+
+def test_a_long_node_name_is_cut_in_text_and_whole_in_json(write):
+    """Bug: a 70,000-character node name was printed whole in text (the unclassified names'
+    line); now every line of text fits 100 columns, and the JSON has the name whole."""
+    name = "Y" * 70_000
+    rows = [f"0,1,{step},0,0,MUL_MAT,{name},1000,0" for step in (4, 5)]
+    path = write(ct_text(rows))
+    assert max(map(len, run("compute", path).out.splitlines())) <= 100
+    # Markdown's tables are as wide as their columns (GitHub scrolls them): bounded, not 70,000
+    assert max(map(len, run("compute", path, "--format", "markdown").out.splitlines())) <= 300
+    assert run("compute", path, "--format", "json").json["unclassified"][0]["name"] == name

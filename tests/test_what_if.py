@@ -581,3 +581,15 @@ def test_no_saving_is_above_the_decode(tmp_path):
     for offered in refuted["what_if"]["settings"]:
         for bound in offered["ms_per_token_saved"].values():
             assert bound is None or bound <= baseline["io_wall_ms_per_token"] + 1e-9, offered
+
+
+def test_the_runs_own_lane_count_is_never_offered_as_a_change(tmp_path):
+    """Bug: a trace whose preamble names no io_threads, read on 4 lanes, was offered
+    'io_threads=4  saves 0.00 ms': its own lane count."""
+    source = REAL_TRACES["qwen3moe-l4-io-serial.csv"]
+    path = tmp_path / "run-io.csv"
+    path.write_text(source.read_text().replace(" io_threads=4", "", 1))
+    r = report_with_warnings("io", path, "--what-if")
+    assert r["lanes"] == 4
+    assert sorted(s["value"] for s in r["what_if"]["settings"] if s["setting"] == "io_threads") \
+        == [1, 2, 8]

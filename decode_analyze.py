@@ -4692,7 +4692,8 @@ class WhatIf:
         pair is known to beat both its parts."""
         if not self.fit or ran_cached(self.report):
             return None
-        caches = [one for one in settings if one["setting"] == "cache_mb"
+        caches = [one for one in settings if one["setting"] == "cache_mb"  # a streamed run's:
+                  and (one["figures"].get("experts_share") or 0) < 1  # not every expert
                   and one["figures"].get("mib_per_token", {}).get("point") is not None
                   and one["fits"] is not False]
         lanes = [one for one in settings if one["setting"] == "io_threads"]
@@ -5479,12 +5480,18 @@ def saving_text(saved):
 BEST_SHOWN = 3  # changes on the first screen; the what-if section has them all
 
 
+def every_expert(setting):
+    """Whether a setting caches every expert: not streaming at all, no change of a streamed
+    run's, but the bound of any cache."""
+    return setting["setting"] == "cache_mb" and (setting["figures"].get("experts_share") or 0) >= 1
+
+
 def memory_words(setting, resident=False):
     """What a cache costs in memory: that one of every expert is as much as not streaming,
     else (resident) its resident MiB; over a declared memory limit, said."""
     figures = setting["figures"]
     words = ""
-    if (figures.get("experts_share") or 0) >= 1:
+    if every_expert(setting):
         words = " (every expert cached: as much RAM as not streaming)"
     elif resident and figures.get("resident_mib") is not None:
         words = f" (resident {figures['resident_mib']:.1f} MiB)"
@@ -5499,12 +5506,16 @@ def best_change_blocks(report, view):
         return []
     sure = [setting for setting in what_if["settings"]  # above 0 as shown: 0.00 is none
             if round(setting["ms_per_token_saved"]["min"] or 0, 2) > 0
-            and setting["fits"] is not False]
+            and setting["fits"] is not False and not every_expert(setting)]
     lines = [f"  {setting['setting']}={setting['value']}: {offer_text(setting)}"
              f"{memory_words(setting, resident=True)}" for setting in sure[:BEST_SHOWN]]
     if not lines:
         lines = ["  none is a sure win: no setting's saving has a lower end above 0 (the "
                  "what-if below gives each band)"]
+    # said here once, as a bound: the what-if's list leaves it out
+    lines += [f"  the bound, not streaming at all (every expert in RAM, cache_mb="
+              f"{setting['value']}): {offer_text(setting)}" for setting in what_if["settings"]
+              if every_expert(setting) and setting["ms_per_token_saved"]["max"] is not None][:1]
     calibrated = what_if.get("calibrated")  # how the calibration's leave-one-out did
     if calibrated:
         head = f"  calibrated on {calibrated['runs']} runs of {calibrated['model']}: "
@@ -5525,6 +5536,8 @@ def what_if_blocks(report, view):
     per = what_if_per(report)
     lines = []
     for setting in what_if["settings"]:
+        if every_expert(setting):  # the best changes' bound of not streaming
+            continue
         figures = [what_if_figure(name, value) for name, value in setting["figures"].items()
                    if name != "experts"]
         experts = setting["figures"].get("experts")

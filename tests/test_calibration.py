@@ -280,7 +280,7 @@ def test_the_best_pair_and_a_cache_of_every_expert_are_said(busy):
               "--calibration", folder / "fit.json").out
     said = " ".join(out.split())
     assert re.search(r"cache_mb\+io_threads=\d+\+8: saves", said)
-    assert "(every expert cached: as much RAM as not streaming)" in said
+    assert "the bound, not streaming at all (every expert in RAM, cache_mb=" in said
     limited = report_with_warnings("report", folder / "serial-q1-ct.csv",
                                    folder / "serial-q1-io.csv", "--calibration",
                                    folder / "fit.json", "--set", "mem_limit_mb=30")

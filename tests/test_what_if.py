@@ -385,11 +385,15 @@ def test_the_first_screen_has_the_split_the_flagged_verdicts_and_the_best_change
     assert kinds == sorted(kinds)  # flagged (in capitals) first
     report_json = report_with_warnings("report", data / "qwen3moe-l4-ct-layers.csv",
                                        data / "qwen3moe-l4-io-serial.csv")
+    # no setting's lower end is above 0 but caching every expert's, which is not streaming:
+    # said as the bound, never as a change of this streamed run
     sure = [s for s in report_json["what_if"]["settings"]
             if (s["ms_per_token_saved"]["min"] or 0) > 0]
+    assert [s["figures"]["experts_share"] for s in sure] == [1.0]
     at = lines.index("best changes (per decoded token, surest first)")
-    assert at + 1 < 30 and lines[at + 1].startswith(
-        f"  {sure[0]['setting']}={sure[0]['value']}: saves")
+    assert at + 3 < 30 and lines[at + 1].startswith("  none is a sure win") and lines[
+        at + 3].startswith(f"  the bound, not streaming at all (every expert in RAM, cache_mb="
+                           f"{sure[0]['value']}): saves")
     verdicts = decode_analyze.all_verdicts(report_json)
     block = lines[lines.index("the other verdicts") + 1:]
     said = " ".join(" ".join(block[:block.index("")]).split())
@@ -542,8 +546,10 @@ def test_a_best_change_saves_more_than_nothing_as_shown():
     ct, io = (ROOT / "tests/data" / name for name in SWEEP_PAIRS[1])
     out = run("report", ct, io).out
     best = out.split("best changes (per decoded token, surest first)\n")[1].split("\n\n")[0]
-    assert best == ("  cache_mb=6: saves 3.16 ms (+3.14 to +3.16) (every expert cached: as "
-                    "much RAM as not streaming)")
+    assert best.splitlines() == [
+        "  none is a sure win: no setting's saving has a lower end above 0 (the what-if below "
+        "gives each", "      band)", "  the bound, not streaming at all (every expert in RAM, "
+        "cache_mb=6): saves 3.16 ms (+3.14 to +3.16)"]
     own = setting(report_with_warnings("report", ct, io)["what_if"], "cache_mb", 1.9)
     assert 0 < own["ms_per_token_saved"]["point"] < 0.005  # the residue the rule is for
 

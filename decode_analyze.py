@@ -10844,7 +10844,11 @@ READING_OPTIONS = (  # a command that reads traces
     option("--jobs", type=positive, metavar="N",
            help=f"processes reading a large plain file at once (default: 1 when no input is "
                 f"over {trace_io.PARALLEL_MIN_BYTES >> 20} MiB, else the usable cores, at most "
-                f"{MAX_JOBS}; report reads its files one after the other, each with all)"))
+                f"{MAX_JOBS}; report reads its files one after the other, each with all)"),
+    option("--quiet", "-q", action="store_true",
+           help="no progress line: while a read takes over a second, one line on stderr, "
+                "rewritten in place, says the rows read, the share of the file and rows a "
+                "second; only when stderr is a terminal (never in a pipe, a file or CI)"))
 PICTURE_OPTIONS = {
     "svg": (option("--svg", metavar="FILE", help="also write the report's pictures to FILE: "
                                                  "one self-contained SVG"),),
@@ -11148,6 +11152,7 @@ def say(stream, message):
     message, never the run."""
     if stream is None:
         return
+    trace_io.Progress.clear()  # a progress line drawn on the terminal gives way
     try:
         print(f"decode-analyze: {safe(message)}", file=stream, flush=True)
     except (OSError, ValueError):
@@ -11182,7 +11187,19 @@ def reading_from(args, warn, paths=()):
     selection = Selection(phase=args.phase, turns=set(args.turn) if args.turn else None,
                           steps=args.steps or (None, None), skip=args.skip)
     jobs = args.jobs or default_jobs(paths, MAX_JOBS)
-    return Reading(selection, args.skip_bad_rows, warn, jobs, per_lane=args.svg is not None)
+    return Reading(selection, args.skip_bad_rows, warn, jobs, per_lane=args.svg is not None,
+                   progress=progress_stream(args, getattr(warn, "stream", None)))
+
+
+def progress_stream(args, stream):
+    """Where a long read shows its progress: stderr when it is a terminal, not in CI, and not
+    --quiet; else None."""
+    try:
+        terminal = stream is not None and stream.isatty()
+    except (AttributeError, ValueError):
+        terminal = False
+    quiet = getattr(args, "quiet", False)
+    return stream if terminal and not quiet and not os.environ.get("CI") else None
 
 
 FORMATS = {"text": text_of,  # Markdown's tables scroll on GitHub: every column there

@@ -6,7 +6,9 @@ nothing of what the figures mean:
 
   Trace        one open trace: kind, version, preamble, columns; batches() streams its rows
   Columns      what a fold reads of a trace: its kind, required columns, how they come out
-  Reading      how a command reads its traces (selection, bad rows, warnings, processes)
+  Reading      how a command reads its traces (selection, bad rows, warnings, processes, and
+               where a long read shows its progress)
+  Progress     one line on a terminal while a long read goes on, counted by every process
   fold_file    open a trace, check it, and fold its rows, in several processes when it is large
 
 **Reading.** Rows are read in batches of whole lines (256 KiB) and handed out by column
@@ -43,12 +45,16 @@ import gzip
 import io
 import json
 import lzma
+import mmap
 import os
 import pickle
 import re
+import shutil
 import signal
 import stat
+import struct
 import sys
+import time
 import zipfile
 import zlib
 from collections import namedtuple
@@ -168,8 +174,8 @@ Columns = namedtuple("Columns", "kind required ints keys strings drop",
 # the run's settings its preamble lacks (decode_analyze.Setting each: this module passes them on).
 # settings: the Settings the preamble lacks; measured: what the engine's log measured of the
 # run ({figure: value}, ms per token as the tool counts them), which the verdicts weigh against
-Reading = namedtuple("Reading", "selection skip_bad_rows warn jobs per_lane settings measured",
-                     defaults=(False, None, 1, False, (), None))
+Reading = namedtuple("Reading", "selection skip_bad_rows warn jobs per_lane settings measured "
+                     "progress", defaults=(False, None, 1, False, (), None, None))
 STDIN = "-"
 
 
@@ -446,6 +452,7 @@ class Trace:
         self.first_skipped = None
         self.line = 0  # number of the last line consumed
         self.compressed = False
+        self.progress, self._slot, self._bytes_read, self._first_line = None, 0, 0, 0
         binary, self._owned = _open_binary(path)
         self._binary = self._stream = binary
         try:
@@ -559,6 +566,7 @@ class Trace:
             self.line = sum(chunk.count(b"\n") for chunk in _chunks(self._stream, start))
             self._stream.seek(start)
         self._end = end
+        self._first_line = self.line
 
     def limit(self, end):
         """Read rows only up to byte offset `end` (a line start)."""
@@ -571,9 +579,18 @@ class Trace:
             if size <= 0:
                 return b""
         try:
-            return self._stream.read(size)
+            raw = self._stream.read(size)
         except READ_ERRORS as exc:
             raise TraceError(self.name, self.line + 1, f"cannot read: {exc}") from None
+        if self.progress is not None:
+            self._bytes_read += len(raw)
+            self.progress.count(self._slot, self.line - self._first_line, self._bytes_read)
+        return raw
+
+    def watched(self, progress, slot=0):
+        """This trace, counting its rows and bytes into progress's `slot` as it reads."""
+        self.progress, self._slot = progress, slot
+        return self
 
     # -- rows --------------------------------------------------------------------------------
     def batches(self, columns):
@@ -871,6 +888,60 @@ def default_jobs(paths, most):
     return min(most, usable_cores()) if any(map(large, paths)) else 1
 
 
+class Progress:
+    """One line on a terminal while a long read goes on: the rows read, the share of the file
+    where its size is known (a plain file), rows a second; drawn from a second in (AFTER), at
+    most four times a second, rewritten in place, and cleared when the read ends or a warning
+    is said. Forked readers count into a shared page, a slot each; the first process draws."""
+
+    AFTER = float(os.environ.get("DECODE_ANALYZE_PROGRESS_AFTER", 1.0))  # seconds; tests: 0
+    SLOT = struct.Struct("qq")  # rows, bytes
+    SLOTS = 64
+    active = None  # the one drawn now, cleared before a warning
+
+    def __init__(self, stream, name, size):
+        self.stream, self.name, self.size = stream, name, size
+        self.counts = mmap.mmap(-1, self.SLOT.size * self.SLOTS)  # shared with forked readers
+        self.started, self.drawn = time.monotonic(), None
+
+    def count(self, slot, rows, read):
+        self.SLOT.pack_into(self.counts, self.SLOT.size * (slot % self.SLOTS), rows, read)
+        now = time.monotonic()
+        if slot == 0 and now - self.started >= self.AFTER and (
+                self.drawn is None or now - self.drawn >= 0.25):
+            self.drawn = now
+            self.draw(now - self.started)
+
+    def draw(self, seconds):
+        rows = read = 0
+        for slot in range(self.SLOTS):
+            more_rows, more_bytes = self.SLOT.unpack_from(self.counts, self.SLOT.size * slot)
+            rows, read = rows + more_rows, read + more_bytes
+        share = f"{min(read / self.size, 1):.0%} of {self.size / 1e6:,.0f} MB, " \
+            if self.size else ""
+        line = (f"reading {os.path.basename(self.name)}: {share}{rows:,} rows, "
+                f"{rows / max(seconds, 1e-9):,.0f} rows/s")
+        width = shutil.get_terminal_size((80, 24)).columns - 1
+        Progress.active = self
+        try:
+            self.stream.write("\r" + line[:width] + "\x1b[K")
+            self.stream.flush()
+        except (OSError, ValueError):
+            self.stream = None
+            Progress.active = None
+
+    @classmethod
+    def clear(cls):
+        """The line taken off the terminal, if one is drawn."""
+        progress, cls.active = cls.active, None
+        if progress is not None and progress.stream is not None:
+            try:
+                progress.stream.write("\r\x1b[K")
+                progress.stream.flush()
+            except (OSError, ValueError):
+                pass
+
+
 def fold_file(path, columns, make_fold, reading, check=None):
     """Open the trace at `path`, check it is `columns.kind` with the required columns (and
     passes check(trace), which raises TraceError), and fold the batches of `columns` into
@@ -885,18 +956,24 @@ def fold_file(path, columns, make_fold, reading, check=None):
         trace.require(columns.kind, columns.required)
         splits = split_points(trace, reading.jobs) if hasattr(os, "fork") else []
         parts = list(zip(splits, splits[1:] + [None]))
+        progress = None if reading.progress is None else Progress(
+            reading.progress, trace.name, None if trace.body_start is None
+            else os.path.getsize(trace.path))
         children = [Forked(_fold_part, trace.path, part, columns, make_fold,
-                           reading.skip_bad_rows) for part in parts]
+                           reading.skip_bad_rows, progress and (progress, slot))
+                    for slot, part in enumerate(parts, start=1)]
         try:
             if splits:
                 trace.limit(splits[0])
-            fold = _fold_batches(trace, make_fold(), columns)
+            fold = _fold_batches(trace.watched(progress) if progress else trace, make_fold(),
+                                 columns)
             for child, part in zip(children, parts):
                 _merge_part(trace, fold, child.result(), part,
                             partial(_refold, trace, columns, make_fold))
         finally:
             for child in children:
                 child.cancel()
+            Progress.clear()
     if trace.skipped:
         warn(f"{trace.name}: skipped {trace.skipped} bad row(s) (first: {trace.first_skipped})")
     return trace, fold
@@ -985,12 +1062,14 @@ def _token_key(line, positions, width):
     return None if any(map(integer_problem, TOKEN_COLUMNS, key)) else key
 
 
-def _fold_part(path, part, columns, make_fold, skip_bad_rows):
-    """In a child: fold the rows of one part; what it returns travels back pickled."""
+def _fold_part(path, part, columns, make_fold, skip_bad_rows, watch=None):
+    """In a child: fold the rows of one part (watch: the Progress and the slot it counts
+    into); what it returns travels back pickled."""
     said = []
     try:
         with Trace(path, skip_bad_rows, said.append, byte_range=part) as trace:
-            fold = _fold_batches(trace, make_fold(), columns)
+            fold = _fold_batches(trace.watched(*watch) if watch else trace, make_fold(),
+                                 columns)
             fold.detach()
             return "ok", (fold, trace.skipped, trace.first_skipped, said)
     except TraceError as problem:

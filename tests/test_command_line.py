@@ -3,6 +3,7 @@ help, the docstring, the dispatch and the output checks following from it; --out
 atomically and never over an input; exit statuses; a signal ends every process of a run."""
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -378,3 +379,49 @@ def test_stdin_redirected_from_a_file_is_never_written_over(tmp_path, argv):
                               capture_output=True, text=True)
     assert done.returncode == 1 and "is the input <stdin>: not writing over it" in done.stderr
     assert trace.read_bytes() == original
+
+
+def under_terminal(*argv, quiet_env=None):
+    """(exit status, stdout, what stderr showed) of the tool with stderr a pseudo-terminal,
+    progress drawn from the first chunk (DECODE_ANALYZE_PROGRESS_AFTER=0), outside CI."""
+    import pty
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["DECODE_ANALYZE_PROGRESS_AFTER"] = "0"
+    child = subprocess.Popen([sys.executable, str(ROOT / "decode_analyze.py"), *map(str, argv)],
+                             stdout=subprocess.PIPE, stderr=slave, env=env)
+    os.close(slave)
+    out = child.stdout.read()
+    child.wait()
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the terminal's other end closed
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(master)
+    return child.returncode, out, shown
+
+
+def test_a_long_read_shows_its_progress_on_a_terminal_only():
+    """While a trace is read, one line on a terminal's stderr, rewritten in place (rows, the
+    share of the file, rows a second) and cleared at the end; none in a pipe or with --quiet;
+    stdout the same either way."""
+    path = ROOT / "tests" / "data" / "qwen3moe-l4-ct-node.csv"  # 1.3 MB: several chunks
+    code, out, shown = under_terminal("compute", path, "--jobs", "1")
+    assert code == 0
+    lines = shown.split(b"\r")
+    drawn = [line for line in lines if line.startswith(b"reading ")]
+    assert drawn and all(line.endswith(b"\x1b[K") for line in drawn)
+    assert re.fullmatch(rb"reading qwen3moe-l4-ct-node\.csv: \d+% of 1 MB, [\d,]+ rows, "
+                        rb"[\d,]+ rows/s\x1b\[K", drawn[-1])
+    assert shown.endswith(b"\r\x1b[K")  # cleared: the terminal is left as it was
+    piped = subprocess.run([sys.executable, str(ROOT / "decode_analyze.py"), "compute",
+                            str(path), "--jobs", "1"], capture_output=True,
+                           env={**os.environ, "DECODE_ANALYZE_PROGRESS_AFTER": "0"})
+    assert piped.stdout == out and piped.stderr == b""
+    code, quiet_out, quiet = under_terminal("compute", path, "--jobs", "1", "--quiet")
+    assert code == 0 and quiet_out == out and b"reading " not in quiet

@@ -155,7 +155,7 @@ def num(value, spec, missing="n/a"):
 # ── records: every JSON object a report holds, declared once ─────────────────────────────────────
 # Each object a report holds is a Record: its fields in order, each with what it holds. The
 # report functions build every object through its Record, which refuses a field that is
-# missing or not declared; `--format json` writes them as they are (json_text); the README's
+# missing or not declared; `--format json` writes them as they are (json_chunks); the
 # JSON reference (the `schema` command) is drawn from these declarations, and a test walks real
 # reports against them. A field's shape, when it holds more than a value, is another Record,
 # ListOf(Record) or MapOf(Record): an object whose keys are data (ops, lanes, figures).
@@ -228,7 +228,7 @@ SELECTION = Record("selection", "which tokens a report covers", (
     ("steps", "[A, B] of --steps, null for an open side"),
     ("skip", "tokens dropped at the start of each turn (--skip)")))
 VERDICT = Record("verdict", "one line of the verdicts", (
-    ("id", "which verdict (the README's verdicts table)"),
+    ("id", "which verdict (docs/verdicts.md)"),
     ("flagged", "true (said in capitals), false, or null: undetermined"),
     ("text", "the line, with the figures it rests on")))
 TOKEN_SPREAD = Record("token spread", "percentiles of a per-token figure", (
@@ -244,7 +244,7 @@ REPORT_HEAD = (
     ("schema", f"the JSON schema, {SCHEMA} (diff and summary read this one and the last)"),
     ("tool_version", "the decode-analyze that wrote it"),
     ("kind", "`compute`, `io`, `report`, `timeline`, `diff`, `summary` or `schema`"))
-SETTING = Record("setting", "`settings.<key>`: a setting the preamble lacks (README: settings)", (
+SETTING = Record("setting", "`settings.<key>`: a setting the preamble lacks (docs/usage.md)", (
     ("value", "its value, as `meta` holds it"),
     ("source", "`declared` (--set), `log` (the engine's lines imply it), `trace` (what the "
                "trace shows), or in a pair, `compute trace` or `io trace` (the other trace's "
@@ -273,7 +273,7 @@ ENGINE_FIGURE = Record("engine figure", "`engine.figures.<figure>`", (
      Shown("tool", 3)),
     ("ratio", "tool / engine (null when either is missing or the engine's is 0)",
      Shown("ratio", 3)),
-    ("agrees", "whether they are within the README's tolerance (null: not compared)",
+    ("agrees", "whether they are within the tolerance (docs/figures.md) (null: not compared)",
      Shown("agrees")),
     ("note", "why a figure both show is not compared (the engine's compute is a remainder; "
              "sums the traces do not show), else null")))
@@ -1672,7 +1672,7 @@ SEGMENT_ROW = Record("segment row", "compute `segments` (layer granularity; `[]`
                      (("name", "`pre`, `blk.N` or `post`", Shown("segment", "text")),
                       *GROUP_FIGURES), key="name", by="by segment")
 CATEGORY_ROW = Record("category row", "compute `by_category` (`[]` for a layer trace)", (
-    ("category", "the node category (the README's categories)", Shown("category", "text")),
+    ("category", "the node category (docs/figures.md: categories)", Shown("category", "text")),
     MS_PER_TOKEN, SHARE, MAJFLT_PER_TOKEN, NODES_PER_TOKEN), key="category",
     by="by node category")
 UNCLASSIFIED_ROW = Record("unclassified row", "compute `unclassified`", (
@@ -1713,7 +1713,7 @@ COMPUTE_STRETCH = Record("compute slow stretch", "compute `slow_stretch` (null w
     ("last_step", "its last token's step"), ("tokens", "its tokens"),
     ("ms_per_token", "their mean ms"), ("others_ms_per_token", "the other tokens' mean ms"),
     ("share", "its share of the selection's time"),
-    ("slowed", "the groups that slowed with it (README: verdicts), the most added ms first; "
+    ("slowed", "the groups that slowed with it (docs/verdicts.md), the most added ms first; "
                "null when a layer trace did not keep every stretch token's segments",
      ListOf(STRETCH_GROUP))))
 COMPUTE_REPORT = Record("compute report", "`compute`; a pair's `compute`", (
@@ -1742,7 +1742,7 @@ COMPUTE_REPORT = Record("compute report", "`compute`; a pair's `compute`", (
     ("decodes", "decodes and the positions they generate", DECODES),
     ("prefill", "prefill batches and their prompt tokens", PREFILL_BATCHES),
     ("warmup", "the first decode tokens of each turn against the rest", WARMUP),
-    ("slow_stretch", "the longest run of consecutive slow tokens (README: verdicts)",
+    ("slow_stretch", "the longest run of consecutive slow tokens (docs/verdicts.md)",
      COMPUTE_STRETCH),
     ("op_us_by_token", "{op: each token's wall time in it, whole µs, in per_token's order}: "
                        "the samples diff tests an op with", MapOf(VALUE)),
@@ -2903,7 +2903,7 @@ KINDS["compute"] = Kind(COMPUTE_REPORT, layout(
 # ── io: its records ──────────────────────────────────────────────────────────────────────────────
 RANGE = Record("range", "a figure a v1 trace bounds but cannot measure", (
     ("min", "the lower bound"), ("max", "the upper bound"),
-    ("estimate", "the busiest-lane estimate (README: the I/O estimate)")))
+    ("estimate", "the busiest-lane estimate (docs/figures.md: the I/O estimate)")))
 
 LATENCY = Record("latency", "io `latency_us`", (
     ("min", "shortest read (µs)", Shown("min", 1)),
@@ -3064,7 +3064,7 @@ REUSE = Record("reuse", "io `reuse` (null without --cache or --what-if)", (
     ("expert_mib", "an expert's size: its projections' req_bytes (the most common sum)"),
     ("unique_mib", "MiB read by each expert's first lookup: the footprint"),
     ("reread_mib", "MiB read by the other lookups"),
-    ("lru", "the engine's cache (README: what would it buy)", ListOf(LRU_POINT)),
+    ("lru", "the engine's cache (docs/what-if.md)", ListOf(LRU_POINT)),
     ("judged", "the cache the cache verdict judges: the what-if of --cache-mb half the "
                "experts' footprint (whole MiB), its stake that setting's ms_per_token_saved "
                "max (null for a run that had a cache)", WHAT_IF_SETTING)))
@@ -3076,7 +3076,7 @@ CALIBRATED = Record("calibrated what-if", "`what_if.calibrated` (null without --
 WHAT_IF = Record("what if", "`what_if` (io: with --what-if; report: always)", (
     ("schema", "the JSON schema"), ("baseline", "the run as traced", WHAT_IF_BASELINE),
     ("calibrated", "what the calibration it uses showed of itself", CALIBRATED),
-    ("settings", "one per setting, largest ms_per_token_saved first (README: rank)",
+    ("settings", "one per setting, largest ms_per_token_saved first (docs/what-if.md: rank)",
      ListOf(WHAT_IF_SETTING))))
 IO_TOKEN = Record("io token", "io `heaviest`, `per_token`", (
     ("turn", "session turn"), ("phase", "1 decode, 0 prefill"), ("step", "the token's step"),
@@ -4080,7 +4080,7 @@ CACHED_CACHE_METHOD = (
     "without a cache gives the curve")
 UNCALIBRATED_METHOD = (
     "ms: this run's I/O and cache management less the setting's, from the run's own ms per MiB "
-    "and what real runs showed (the README's What would it buy): I/O as lanes to the power "
+    "and what real runs showed (docs/what-if.md): I/O as lanes to the power "
     "-0.2 to -0.55, cached reads 0.84-1.55x the time a MiB, management 0.045-0.062 ms a miss; "
     "the band is their range; compute is set aside")
 
@@ -5549,8 +5549,8 @@ def what_if_blocks(report, view):
     methods = dict.fromkeys(f"{setting['setting']}: {setting['method']}"
                             for setting in what_if["settings"])
     told = [Prose(["  how each is estimated:"], "    "), Bullets(list(methods))] \
-        if view.explain else [Prose(["  (how each band is made: --explain; the README's What "
-                                     "would it buy)"], "    ")]
+        if view.explain else [Prose(["  (how each band is made: --explain; docs/what-if.md)"],
+                                    "    ")]
     return [Block(f"what would it buy ({per}, largest saving first; now "
                   f"{baseline['mib_per_token']:.2f} MiB read, I/O estimate "
                   f"{num(baseline['io_wall_ms_per_token'], '.2f')} ms)",
@@ -7672,7 +7672,8 @@ DRIFT = Record("drift", "diff `drift[]`: each run's first half of tokens against
     ("first_half_ms", "the mean of its first half of tokens"),
     ("second_half_ms", "of its second half"), ("ratio", "second / first"),
     ("p", "Mann-Whitney U p-value of the halves' tokens"),
-    ("unstable", "p < alpha and the halves differ by the README's drift share or more")))
+    ("unstable", "p < alpha and the halves differ by the drift share or more "
+                 "(docs/statistics.md)")))
 GATE = Record("gate", "diff `gate[]` (--fail-if-worse): each figure asked, against each NEW", (
     ("new", "the NEW side's name"), ("figure", "the figure as asked (`ms_per_token`)"),
     ("limit_share", "the share it may worsen by"),
@@ -7693,7 +7694,7 @@ PREDICTION = Record("prediction", "diff `prediction_check[]`", (
     ("measured", "NEW's own figure (per decoded token as the prediction, per read-token when a "
                  "run's decode is unknown; the mean of its runs')",
      Shown("measured", 3)),
-    ("within", "whether measured lies in the predicted band, widened by the README's "
+    ("within", "whether measured lies in the predicted band, widened by the "
                "tolerance (null: no band)", Shown("within")),
     ("unit", "the figure's unit (`fraction`, `MiB`, `ms`)")))
 
@@ -7714,7 +7715,7 @@ DIFF_REPORT = Record("diff report", "`diff`", (
     ("prediction_check", "for each NEW that changed a setting BASE's what-if covers, its "
                          "prediction beside what NEW measured", ListOf(PREDICTION)),
     ("notes", "what only the comparison tells: the router's read wait under overlap against "
-              "the same model's serial run (README: verdicts)"),
+              "the same model's serial run (docs/verdicts.md)"),
     ("calibration", "the costs the what-if uses, fitted on every run of every side that is a "
                     "pair (null: fewer than two)", CALIBRATION), WARNINGS))
 
@@ -11103,11 +11104,11 @@ its busiest lane's summed latency), within lane-busy / lanes (all at once) and l
 time); report: decode = compute + cache management + flash I/O, as the engine says.
 Percentiles take the value at 0-based index min(n-1, floor(n*q)) of the sorted values (not the
 textbook nearest rank, the ceil(n*q)-th: with 100 values this p99 is the maximum). Every figure
-is defined in the README.
+is defined in docs/figures.md.
 
 exit status: {exit_status}
 """
-# Exit statuses, said once: main() returns them, the help and the README list them.
+# Exit statuses, said once: main() returns them, the help and docs/usage.md list them.
 EXIT_STATUS = {0: "ok", 1: "bad input, unwritable output, or a regression (diff --fail-if-worse)",
                2: "usage", 130: "interrupted",
                141: "output closed by its reader", 143: "terminated"}
@@ -11441,7 +11442,7 @@ def run_and_exit():
     """The command line's entry point: main(), its output flushed here (a reader that went
     away, head or less, is a status, not a complaint), then an exit that does not tear down
     the heap: freeing every object one by one is time the user waits for and nothing needs
-    (measured: README, Speed and memory)."""
+    (measured: docs/performance.md)."""
     signal.signal(signal.SIGTERM, terminate)
     map_large_arrays()
     try:

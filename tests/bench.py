@@ -20,7 +20,7 @@ a slow spell of a shared machine falls on all of them alike; ratios are between 
   python3 tests/bench.py --only calibration  # report --calibration, summary --calibration-out
   python3 tests/bench.py --only long      # a 20,000-token layer trace; bytes a token per format
 
-Not a test: pytest does not collect it, and its numbers go in the README by hand.
+Not a test: pytest does not collect it, and its numbers go in docs/performance.md by hand.
 """
 import argparse
 import importlib.util

@@ -63,10 +63,10 @@ def test_each_command_draws_only_the_pictures_it_declares(capsys):
         assert ("--perfetto" in help_text) == ("perfetto" in command.pictures)
 
 
-def test_every_exit_status_is_in_the_readme():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_every_exit_status_is_in_the_usage_page():
+    usage = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
     for status, meaning in da.EXIT_STATUS.items():
-        assert f"{status} {meaning}" in readme
+        assert f"{status} {meaning}" in " ".join(usage.split())
 
 
 def test_a_new_command_is_one_registry_entry(monkeypatch, capsys):
@@ -181,12 +181,10 @@ def test_the_readme_lists_the_commands_as_the_registry_does():
     assert "```\n" + command_list() + "\n```" in readme
 
 
-def test_every_name_in_the_readme_layout_map_exists():
-    import re
-
+def test_every_name_in_the_design_pages_layout_map_exists():
     import trace_io
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    layout = readme.partition("## Layout")[2].partition("\nA figure is one field")[0]
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    layout = design.partition("## Layout")[2].partition("\nA figure is one field")[0]
     names = set(re.findall(r"`([A-Za-z_][\w.]*)`", layout)) - {"decode_analyze.py"}
     assert len(names) > 40
     for name in names:
@@ -202,12 +200,20 @@ def test_every_name_in_the_readme_layout_map_exists():
 
 
 def test_the_readme_is_read_in_five_minutes():
-    """At most 450 lines, none over 100 columns; the first command and its output first."""
-    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
-    assert len(lines) <= 450
+    """At most 200 lines, none over 100 columns; the first command in the first 15 lines and
+    install in the first 30; no formula symbol and no name from the code; every page of docs/
+    linked (the reference lives there)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert len(lines) <= 200
     assert [line for line in lines if len(line) > 100] == []
-    assert any(line.startswith("python3 -m decode_analyze report") for line in lines[:10])
+    assert any(line.startswith("python3 -m decode_analyze report") for line in lines[:15])
     assert any("pip install" in line for line in lines[:30])
+    assert not set("≤≥·×⌊⌈") & set(text)
+    quoted = set(re.findall(r"`([A-Za-z_][\w.]*)`", text))
+    assert not [name for name in quoted if "_" in name and hasattr(da, name)], quoted
+    for page in (ROOT / "docs").glob("*.md"):
+        assert f"(docs/{page.name})" in text, page.name
 
 
 def test_the_readmes_first_command_runs_as_printed_from_cached_bytecode(tmp_path):
@@ -228,17 +234,24 @@ def test_the_readmes_first_command_runs_as_printed_from_cached_bytecode(tmp_path
     assert cached.stat().st_mtime_ns == written
 
 
-def test_the_readme_excerpt_is_what_report_prints():
-    """The excerpt's lines are lines of the reviewed golden output, in its order."""
+def test_the_readme_excerpts_are_what_the_tool_prints():
+    """Each excerpt's lines are lines of the reviewed golden output it names, in their order;
+    the first is the first screen whole: the golden's lines up to a blank one, none cut."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    excerpt = readme.partition("```text\n")[2].partition("```")[0].splitlines()
-    golden = (ROOT / "tests" / "golden" / "report-session.txt").read_text(
-        encoding="utf-8").splitlines()
-    assert len(excerpt) >= 10
-    at = 0
-    for line in excerpt:
-        assert line in golden[at:], line
-        at = golden.index(line, at) + 1
+    excerpts = re.findall(r"<!-- excerpt of tests/golden/(\S+):[^\n]*-->\n```text\n(.*?)```",
+                          readme, re.S)
+    assert len(excerpts) >= 6
+    for name, excerpt in excerpts:
+        golden = (ROOT / "tests" / "golden" / name).read_text(encoding="utf-8").splitlines()
+        at = 0
+        for line in excerpt.splitlines():
+            assert line in golden[at:], (name, line)
+            at = golden.index(line, at) + 1
+    name, first = excerpts[0]
+    golden = (ROOT / "tests" / "golden" / name).read_text(encoding="utf-8").splitlines()
+    shown = first.splitlines()
+    assert name == "report-session.txt" and golden[:len(shown)] == shown
+    assert golden[len(shown)] == "" and len(shown) <= 30
 
 
 def test_numbers_on_the_command_line_are_plain_ascii_with_one_message(capsys):

@@ -1,6 +1,6 @@
 """--format csv: read back with the csv module, every line is one value of the JSON report of the
 same run, found again by its section, row and field, and every value of the JSON has its line;
-the README's queries run on it in SQLite and in DuckDB (a test-only dependency)."""
+docs/csv.md's queries run on it in SQLite and in DuckDB (a test-only dependency)."""
 import csv
 import io
 import os
@@ -12,7 +12,7 @@ import decode_analyze
 
 from helpers import REAL_TRACES, ROOT, ct_text, needed_package, report_with_warnings, run
 
-# The naming fields a table row may be named by (the README's CSV section).
+# The naming fields a table row may be named by (docs/csv.md).
 NAMES = ("op", "name", "category", "layer", "lane", "kind", "label", "figure", "key")
 V2 = ROOT / "tests" / "data" / "v2"
 RUNS = {
@@ -157,22 +157,21 @@ def test_a_formula_in_a_node_name_is_defused_and_quotes_are_doubled(write):
 
 
 def readme_query(engine):
-    """The README's example query for `engine` (sqlite or duckdb), as it is written there."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """docs/csv.md's example query for `engine` (sqlite or duckdb), as it is written there."""
+    text = (ROOT / "docs" / "csv.md").read_text(encoding="utf-8")
     return re.search(rf"\n-- {engine}\n(.*?)(?=\n-- |```)", text, re.S).group(1)
 
 
 def readme_block(language):
-    """The README's one ```language block of the CSV section, as printed."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.partition("## Into a spreadsheet or a database: CSV")[2]
-    return re.search(rf"```{language}\n(.*?)```", section, re.S).group(1)
+    """docs/csv.md's one ```language block, as printed."""
+    text = (ROOT / "docs" / "csv.md").read_text(encoding="utf-8")
+    return re.search(rf"```{language}\n(.*?)```", text, re.S).group(1)
 
 
 @pytest.fixture(scope="module")
 def readme_loop_folder(tmp_path_factory):
     """runs/a and runs/b, each a real pair, turned into runs/a.csv and runs/b.csv by the
-    README's own loop (decode-analyze being this checkout's script): run once for the
+    docs/csv.md's own loop (decode-analyze being this checkout's script): run once for the
     queries that read them."""
     import shutil
     import subprocess
@@ -195,7 +194,7 @@ def readme_loop_folder(tmp_path_factory):
 
 @pytest.fixture
 def report_csvs(readme_loop_folder, monkeypatch):
-    """The README loop's runs/a.csv and runs/b.csv, with their folder the working one."""
+    """docs/csv.md's loop's runs/a.csv and runs/b.csv, with their folder the working one."""
     monkeypatch.chdir(readme_loop_folder)
     return [readme_loop_folder / "runs" / "a.csv", readme_loop_folder / "runs" / "b.csv"]
 

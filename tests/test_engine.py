@@ -1,5 +1,5 @@
 """The engine's own end-of-run lines (NAME.log beside a trace, or --engine-log): read anywhere in
-the file, each figure beside the tool's with their ratio, within the README's tolerance on every
+the file, each figure beside the tool's with their ratio, within the tolerance (docs/figures.md) on every
 real run, and a log of another run said as a warning."""
 import json
 
@@ -49,7 +49,7 @@ def test_the_figures_are_the_logs_in_the_tools_units():
     assert figures["read_mib"]["engine"] == 204.0 and figures["mib_per_token"]["engine"] == 1.59
     assert figures["decode_ms_per_token"]["engine"] == 39.0
     assert figures["compute_ms_per_token"]["engine"] == 34.0
-    # the finer flash I/O: read MiB / MiB/s / tokens (the README's 4.63 ms)
+    # the finer flash I/O: read MiB / MiB/s / tokens (the 4.63 ms of ../shared/traces/README.md)
     assert figures["flash_io_ms_per_token"]["engine"] == pytest.approx(204.0 / 344 / 128 * 1000)
     # the tool's: the trace's decode reads (203.96 MiB) and its I/O estimate
     report = json.loads(run("io", DATA / "qwen3moe-l4-io-serial.csv", "--format", "json").out)

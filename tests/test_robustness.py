@@ -118,7 +118,7 @@ def test_memory_grows_by_bytes_a_token_not_objects(command, tmp_path):
 
 def test_the_command_line_fixes_glibcs_mmap_threshold(monkeypatch):
     """run_and_exit keeps large arrays in pages of their own (mallopt M_MMAP_THRESHOLD at
-    128 KiB: README, Speed and memory), and a libc without mallopt is no error."""
+    128 KiB: docs/performance.md), and a libc without mallopt is no error."""
     import ctypes
 
     import decode_analyze

@@ -8563,11 +8563,16 @@ def test_legend(report):
                if least and short < least else ""))
 
 
-def drift_lines(report):
-    """The runs whose second half of tokens moved from their first, or that none did."""
+def drift_lines(report, full=True):
+    """The runs whose second half of tokens moved from their first, or that none did (not
+    full: how many, in a line)."""
     unstable = [d for d in report["drift"] if d["unstable"]]
     if not report["drift"]:
         return []
+    runs = {d["input"] for d in unstable}
+    if unstable and not full:
+        return [f"drift: {counted(len(runs), 'run')} drifted, the second half of the tokens "
+                f"against the first by {DRIFT_SHARE:.0%} or more (--full: each)"]
     if not unstable:
         return [f"drift: no run's second half of tokens differs from its first by "
                 f"{DRIFT_SHARE:.0%} or more"]
@@ -8711,10 +8716,24 @@ def diff_section_blocks(report, view):
             change["status"] in ("added", "removed") for change in changes)
         if view.full or shown:
             changed.append(section)
-    blocks = [Block(section["title"], [Grid(diff_columns(section["key"], shown, names, section),
-                                            section["rows"])
-                                       for shown in new_groups(section, names)])
-              for section in changed]
+    blocks, folded = [], []
+    for section in changed:
+        rows, together = moved_together(section, view, len(names) - 1)
+        if together:
+            folded.append(f"  {section['title']}: {together}")
+        tested = any(change["significant"] is not None for row in rows
+                     for change in row["changes"])
+        more = [] if view.full or not tested or len(names) > 2 or len(rows) <= DIFF_ROWS_SHOWN \
+            else [Prose([f"  and {len(rows) - DIFF_ROWS_SHOWN} more that changed significantly, "
+                         f"smaller (--full: each row)"], "    ")]
+        rows = rows if more == [] else rows[:DIFF_ROWS_SHOWN]  # largest change first
+        if rows:
+            blocks.append(Block(section["title"], [
+                Grid(diff_columns(section["key"], shown, names, section), rows)
+                for shown in new_groups(section, names)] + more))
+    if folded:  # a table whose rows moved as one: a line, each row with --full
+        blocks.append(Block("tables whose rows moved together (--full: each row)",
+                            [Prose(folded, "    ")]))
     same = [section["title"] for section in report["sections"] if section not in changed]
     if same:  # the tables with no change to show: one line for all of them
         said = "no significant change" if any_tested(report["sections"]) else \
@@ -8722,6 +8741,44 @@ def diff_section_blocks(report, view):
         blocks.append(Block(None, [Prose([f"{said} (--full: each table): {', '.join(same)}"],
                                          "    ")]))
     return blocks
+
+
+MOVED_TOGETHER_BAND = 1.1  # ... their ratios within this factor of the median's, either way
+
+
+MOVED_TOGETHER_LEAST = 4  # rows that moved together this many or more are said in a line
+DIFF_ROWS_SHOWN = 8  # of a table's other significant changes, the largest (--full: all)
+
+
+def moved_together(section, view, news):
+    """(the rows to draw, the words for the others or None): of a table against one NEW
+    (unless --full), the rows that changed significantly by about their median ratio, four or
+    more or the whole table, are said in words ("48 layers, 0.74x to 0.83x"); the others that
+    changed significantly are drawn, and those that did not left to --full, as a headline's
+    are (a row of nothing on both sides is none). Else every row."""
+    rows = section["rows"]
+    if view.full or news != 1:
+        return rows, None
+    held = [(row, change) for row in rows for change in row["changes"][:1]
+            if (row["base"], change["new"]) != (0, 0)]  # a row of nothing on both sides: none
+    significant = [(row, change) for row, change in held if change["significant"] is not False]
+    ratios = sorted(change["ratio"] for _, change in significant
+                    if change["significant"] and change["ratio"])
+    if not ratios or section["title"].endswith(" headline"):
+        return [row for row, _ in significant] or rows, None
+    middle = ratios[len(ratios) // 2]
+    together = [(row, change) for row, change in significant if change["significant"] and
+                change["ratio"] and middle / MOVED_TOGETHER_BAND <= change["ratio"]
+                <= middle * MOVED_TOGETHER_BAND]
+    if len(together) < MOVED_TOGETHER_LEAST and len(together) < len(held):
+        return [row for row, _ in significant], None
+    low, high = (f"{ratio:.2f}x" for ratio in (min(c["ratio"] for _, c in together),
+                                               max(c["ratio"] for _, c in together)))
+    named = counted(len(together), str(section["key"])) if len(together) >= \
+        MOVED_TOGETHER_LEAST else ", ".join(safe(row["name"]) for row, _ in together)
+    return [row for row, _ in significant if not any(row is r for r, _ in together)], (
+        f"{named}, {low}" + (f" to {high}" if high != low else "")
+        + f" (p {p_figure(max(c['p'] for _, c in together))} or less)")
 
 
 def any_tested(sections):
@@ -8754,14 +8811,29 @@ def setting_text(row, key):
     return NO_SETTING if value is None else str(value)
 
 
-KINDS["diff"] = Kind(DIFF_REPORT, layout(
-    diff_header_blocks, diff_headline_blocks,
+KINDS["diff"] = Kind(DIFF_REPORT, layout(  # the answer first: what changed, and did it hold
+    diff_header_blocks, diff_headline_blocks, prediction_blocks,
     lambda report, view: [Block(None, [Prose(
         [f"warning: {message}" for message in report["warnings"]] + [test_legend(report)]
-        + drift_lines(report) + gate_lines(report)
+        + drift_lines(report, view.full) + gate_lines(report)
         + [f"note: {note}" for note in report["notes"]])])],
-    diff_section_blocks,
-    prediction_blocks, calibration_blocks))
+    diff_section_blocks, lambda report, view: calibration_blocks(report, view) if view.full
+    else calibration_line_blocks(report)))
+
+
+def calibration_line_blocks(report):
+    """diff's fit over its sides in a line or two (--full: the costs and each check): how many
+    runs, how leave-one-out did, and every run it named loaded or an outlier."""
+    fit = report.get("calibration")
+    if not fit:
+        return []
+    tally = fit["validation"]
+    lines = [f"calibration: fitted on {len(fit['runs'])} run(s) of {fit['model']['model']}; "
+             f"leave-one-out {tally['inside']} of {tally['checked']} inside (--full: its costs "
+             f"and checks; --calibration-out FILE writes it)"]
+    for group in fit["configurations"]:
+        lines += repeats_lines(group)
+    return [Block(None, [Prose(lines, "    ")])]
 
 
 # ── summary: its records ─────────────────────────────────────────────────────────────────────────

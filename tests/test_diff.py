@@ -9,7 +9,7 @@ from itertools import combinations
 
 import pytest
 
-from helpers import (REAL_TRACES, ROOT, ct_text, error_of, io_text, report,
+from helpers import (REAL_TRACES, ROOT, TRACES, another_run, ct_text, error_of, io_text, report,
                      report_with_warnings, run)
 import decode_analyze
 from decode_analyze import mann_whitney_p, pair_name
@@ -650,3 +650,36 @@ def test_a_reading_warning_is_in_the_diffs_report_too(tmp_path):
     assert result.json["warnings"] == said
     text = " ".join(run("diff", IO_SERIAL, cut, "--no-engine-log").out.split())  # unwrapped
     assert "warning: " + next(line for line in said if "no newline" in line) in text
+
+
+def test_a_48_layer_diff_is_the_answer_first_and_a_screen_long(tmp_path, monkeypatch):
+    """Bug: diff of four serial repeats against four 256 MiB-cache repeats of the 48-layer model
+    was 196 lines, about 100 of them per-layer rows all near 0.8x, and 'did the prediction
+    hold?' began near line 180. On the shared sweep it is now 60 lines, the prediction at line
+    22. Here each side is one real run four times, a nanosecond apart, so that every figure
+    that differs is significant (harsher than real repeats): the prediction still comes within
+    the first 40 lines, the layers that moved together are a line each, and the default view is
+    under half of --full's."""
+    import gzip
+    sides = []
+    for folder, name in (("l48-repeats", "serial-rep9"), ("l48-sweep", "cache256-rep1")):
+        base = TRACES / folder / f"qwen3moe-l48-e128-{name}"
+        runs = []
+        for copy in range(4):
+            target = tmp_path / f"{name}-{copy}"
+            target.mkdir()
+            for part, source in (("ct", base.with_name(base.name + "-ct.csv")),
+                                 ("io", base.with_name(base.name + "-io.csv.gz"))):
+                plain = tmp_path / f"{name}-{part}.csv"
+                plain.write_bytes(gzip.decompress(source.read_bytes()) if source.suffix == ".gz"
+                                  else source.read_bytes())
+                another_run(plain, target / f"run-{part}.csv", nudge=copy + 1)
+            (target / "run.log").write_bytes(base.with_name(base.name + ".log").read_bytes())
+            runs.append(f"{target.name}/run-ct.csv+{target.name}/run-io.csv")
+        sides.append(runs)
+    monkeypatch.chdir(tmp_path)  # short paths, as a user's in their runs' folder
+    lines = run("diff", *sides[0], "vs", *sides[1]).out.splitlines()
+    full = run("diff", *sides[0], "vs", *sides[1], "--full").out.splitlines()
+    assert any(line.startswith("did the prediction hold?") for line in lines[:40])
+    assert any(line.startswith("  reads per token by layer: 48 layers, ") for line in lines)
+    assert "reads per token by layer" in full and len(lines) < len(full) / 2

@@ -218,7 +218,8 @@ def test_a_run_whose_second_half_slowed_is_said_unstable(tmp_path):
     half = len(per_token) // 2
     assert found["drift.csv"]["first_half_ms"] == pytest.approx(statistics.mean(per_token[:half]))
     assert found["drift.csv"]["ratio"] == pytest.approx(1.5, abs=0.1)
-    assert "new ms per token" in run("diff", steady, drifting).out
+    assert "drift: 1 run drifted" in " ".join(run("diff", steady, drifting).out.split())
+    assert "new ms per token" in run("diff", steady, drifting, "--full").out
 
 
 # ── the regression gate ──

@@ -8857,8 +8857,9 @@ SUMMARY_ROW = Record("summary row", "summary `runs` (one per configuration, or r
      Shown("decode ms", 2), PER_TOKEN),
     ("decode_ms_p50", "the median token's ms", Shown("p50", 2)),
     ("decode_ms_p99", "the 99th percentile's", Shown("p99", 2)),
-    ("compute_ms_per_token", "the engine's split: decode - I/O estimate - cache management (a "
-                             "serial pair only; a cached one with its log)",
+    ("compute_ms_per_token", "the engine's split: decode - flash I/O - cache management (a "
+                             "pair; a cached one with its log; an overlapped one with its "
+                             "stall)",
      Shown("compute", 2), PER_TOKEN),
     ("io_ms_per_token", "the I/O estimate per token (io: per read-token)",
      Shown("I/O est", 2), PER_TOKEN),
@@ -8876,7 +8877,9 @@ SUMMARY_ROW = Record("summary row", "summary `runs` (one per configuration, or r
      Shown("eng hit", "%")),
     ("engine_disagrees", "the engine figures the tool's disagree with beyond the tolerance "
                          "(in any of its runs)"),
-    ("flagged", "the ids of its flagged verdicts (in any of its runs)")))
+    ("flagged", "the ids of its flagged verdicts (in any of its runs), and `loaded` when its "
+                "compute is 1.5x or more the quietest row's of its configuration (a busy "
+                "machine inflates compute, not the reads)")))
 SUMMARY_REPORT = Record("summary report", "`summary`", (
     *REPORT_HEAD, ("keys", "the preamble keys that differ between the runs, in order"),
     ("common", "{key: value} the runs share", MapOf(VALUE)),
@@ -10683,7 +10686,8 @@ def analyze_summary(arguments, reading, sort, logs=True, group=True):
     for row in rows:  # what the table grouped the rows by, not a column of theirs
         del row["granularity"]
     fit = calibration([row.pop("sample") for repeats in table for row in repeats.runs])
-    rows = [{**merged(repeats.runs), "meta": repeats.config} for repeats in table]
+    rows = flagged_loaded([{**merged(repeats.runs), "meta": repeats.config}
+                           for repeats in table])
     # The preamble keys whose values differ between the runs (into each row's settings), and
     # {key: value} of those they share. A key some runs do not know is not shared: a column,
     # with '-' where it is unknown (a repeat's unknown key was filled by its group's runs).
@@ -10702,6 +10706,27 @@ def analyze_summary(arguments, reading, sort, logs=True, group=True):
         rows = sorted_rows(rows, sort)
     return SUMMARY_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="summary", keys=keys,
                           common=common, sort=sort, runs=rows, calibration=fit)
+
+
+LOADED_FACTOR = 1.5  # a row's compute over its configuration's quietest row's: loaded
+
+
+def flagged_loaded(rows):
+    """The rows, each whose compute is LOADED_FACTOR or more its configuration's quietest
+    row's flagged `loaded`: rows of one configuration listed apart (not repeats) differ so
+    when another core's load inflated compute (the 48-layer repeats: 8.5 ms quiet, 82-182
+    loaded), the reads barely moving."""
+    quietest = {}
+    for row in rows:
+        if row["compute_ms_per_token"]:
+            key = (row["kind"], tuple(sorted(row["meta"].items())))
+            quietest[key] = min(quietest.get(key, math.inf), row["compute_ms_per_token"])
+    for row in rows:
+        least = quietest.get((row["kind"], tuple(sorted(row["meta"].items()))))
+        if least and row["compute_ms_per_token"] and \
+                row["compute_ms_per_token"] >= LOADED_FACTOR * least:
+            row["flagged"] = ["loaded", *row["flagged"]]  # first: it colours the rest
+    return rows
 
 
 def run_report(run, inputs, reading):

@@ -154,3 +154,27 @@ def test_summary_of_many_real_runs_fits_and_says_what_wide_adds():
     wide = run("summary", *runs, "--wide").out
     assert " p50 " in wide and "--wide adds" not in wide
     assert " p50 " in run("summary", *runs, "--format", "markdown").out.replace("|", " ")
+
+
+def test_a_run_whose_compute_a_load_inflated_is_flagged_loaded(tmp_path):
+    """Bug: summary showed a loaded run (compute 8-11 ms quiet, 85-185 loaded) with nothing
+    said. Two runs of one configuration, one with every node 3x slower (its reads the same):
+    listed apart, the slow one flagged `loaded` first, in the default text too."""
+    ct, io = REAL_TRACES["qwen3moe-l4-ct-layers.csv"], REAL_TRACES["qwen3moe-l4-io-serial.csv"]
+    quiet, busy = tmp_path / "quiet", tmp_path / "busy"
+    for folder in (quiet, busy):
+        folder.mkdir()
+        another_run(io, folder / "io.csv", nudge=1 if folder is quiet else 2)
+    (quiet / "ct.csv").write_bytes(ct.read_bytes())
+    lines = ct.read_text().splitlines(keepends=True)
+    head = next(i for i, line in enumerate(lines) if line.startswith("turn,"))
+    slow = [",".join(fields[:7] + [str(int(fields[7]) * 3), fields[8]])
+            for fields in (line.rstrip("\n").split(",") for line in lines[head + 1:])]
+    (busy / "ct.csv").write_text("".join(lines[:head + 1]) + "\n".join(slow) + "\n")
+    runs = [f"{folder}/ct.csv+{folder}/io.csv" for folder in (quiet, busy)]
+    result = run("summary", *runs, "--no-engine-log", "--format", "json")
+    rows = {row["run"]: row for row in result.json["runs"]}
+    loaded = [name for name, row in rows.items() if "loaded" in row["flagged"]]
+    assert len(rows) == 2 and len(loaded) == 1 and "busy" in loaded[0]
+    assert rows[loaded[0]]["flagged"][0] == "loaded"
+    assert "FLAGGED: loaded" in run("summary", *runs, "--no-engine-log").out

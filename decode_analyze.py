@@ -2776,7 +2776,9 @@ def segment_blocks(report, view):
         table = Full("every segment", table, Prose([
             f"  {len(rows)} segments, ms/token min/median/max {least:.2f}/{spread['p50']:.2f}/"
             f"{spread['max']:.2f}"]))
-    return [Block("by segment", [table, *tail_note(compute)])]
+    # the layer table beside it says the tail note once (a compute report has no such table)
+    note = tail_note(compute) if report["kind"] == "compute" else []
+    return [Block("by segment", [table, *note])]
 
 
 def tail_note(compute):
@@ -5563,8 +5565,8 @@ IO_READ_SECTIONS = (latency_blocks, lambda report, view: [
 
 KINDS["io"] = Kind(IO_REPORT, layout(
     header_section(trace_header(IO_KEYS)), io_headline_blocks, verdict_blocks,
-    best_change_blocks, calm_blocks, engine_blocks, *IO_READ_SECTIONS, io_layer_blocks,
-    adjacency_blocks, cache_blocks, what_if_blocks,
+    best_change_blocks, calm_blocks, engine_blocks, what_if_blocks, *IO_READ_SECTIONS,
+    io_layer_blocks, adjacency_blocks, cache_blocks,
     lambda report, view: [token_block(report, "mib", "MiB")]))
 
 
@@ -6216,11 +6218,12 @@ KINDS["report"] = Kind(PAIR_REPORT, layout(
     header_section(lambda report: Header(
         "report", [("compute", report["compute"]["path"], ""), ("io", report["io"]["path"], "")],
         {**report["io"]["meta"], **report["compute"]["meta"]}, PAIR_KEYS)),
+    # the answer, then what to change, then the tables
     pair_headline_blocks, per_decoded_blocks, verdict_blocks, best_change_blocks, calm_blocks,
-    engine_blocks, caveat_blocks, pair_layer_blocks, segment_blocks, pair_op_blocks,
-    fault_blocks, category_blocks, compute_token_blocks,
+    engine_blocks, what_if_blocks, caveat_blocks, pair_layer_blocks, segment_blocks,
+    pair_op_blocks, fault_blocks, category_blocks, compute_token_blocks,
     lambda report, view: [Block("flash reads")],  # a heading over the sections after it
-    *IO_READ_SECTIONS, adjacency_blocks, cache_blocks, what_if_blocks))
+    *IO_READ_SECTIONS, adjacency_blocks, cache_blocks))
 
 
 # ── timeline: its records ────────────────────────────────────────────────────────────────────────
@@ -9290,7 +9293,8 @@ def markdown_of(report, view):
             drawn = [f"**{md(block.heading)}**"] if block.heading else []
             drawn += [MD_PARTS[type(part)](part, block.heading, section.fold)
                       for part in block.parts]
-            pieces.append("\n\n".join(piece for piece in drawn if piece))
+            pieces.append(re.sub(r"\n{3,}", "\n\n", "\n\n".join(  # one blank line apart
+                piece.strip("\n") for piece in drawn if piece)))
     return fit_comment(pieces)
 
 
@@ -9332,11 +9336,43 @@ def md_grid(grid, heading, fold):
     rows = grid.rows
     if fold:
         return md_details(f"{heading or 'table'}: {len(rows)} rows", md_table(grid.columns, rows))
+    alike = alike_rows(grid) if len(rows) > MD_SHOWN_ROWS else None
+    if alike:  # rows nearly identical: a line, the exceptions named, the whole table folded
+        return md(alike) + "\n\n" + md_details(f"all {len(rows)} rows",
+                                                md_table(grid.columns, rows))
     shown = MD_SHOWN_ROWS if grid.shown is None or grid.compact else grid.shown
     if len(rows) <= shown:
         return md_table(grid.columns, rows)
     rest = md_details(f"the other {len(rows) - shown} rows", md_table(grid.columns, rows[shown:]))
     return md_table(grid.columns, rows[:shown]) + "\n\n" + rest if shown else rest
+
+
+ALIKE_BAND = 0.10  # rows whose figure is within this share of the median's are alike ...
+ALIKE_MOST = 0.75  # ... and a table of this share of alike rows or more says them in a line
+
+
+def alike_rows(grid):
+    """A line for a table whose rows are nearly identical in its first figure (48 layers of
+    about 2 ms: 'figure within 10% of their median M in N of its rows; the others: ...'), or
+    None."""
+    name, *rest = grid.columns
+    columns = [col for col in rest if col.header]
+    for col in columns:
+        values = [value_of(col, row) for row in grid.rows]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            break
+    else:
+        return None
+    middle = sorted(values)[len(values) // 2]
+    apart = [i for i, v in enumerate(values) if abs(v - middle) > ALIKE_BAND * abs(middle)]
+    if not middle or len(values) - len(apart) < ALIKE_MOST * len(values):
+        return None
+    others = ", ".join(f"{cell(name, grid.rows[i]).strip()} {cell(col, grid.rows[i]).strip()}"
+                       for i in apart[:5]) + (f" and {len(apart) - 5} more" if len(apart) > 5
+                                              else "")
+    return (f"{col.header} within {ALIKE_BAND:.0%} of their median, {col.format(middle).strip()},"
+            f" in {len(values) - len(apart)} of {len(values)} rows"
+            + (f"; the others: {others}" if apart else ""))
 
 
 MD_PARTS = {
@@ -9347,8 +9383,18 @@ MD_PARTS = {
     Bullets: lambda bullets, heading, fold: "\n".join(f"- {md(item)}" for item in bullets.items),
     Grid: md_grid,
     Spark: lambda spark, heading, fold: f"run `{sparkline(spark.values)}`",
-    Full: lambda full, heading, fold: MD_PARTS[type(full.part)](full.part, heading, fold),
+    Full: lambda full, heading, fold: md_full(full, heading, fold),
 }
+
+
+def md_full(full, heading, fold):
+    """What the text shows with --full only: its short form, as the text's, then the whole in a
+    <details> block a reader opens (Markdown has everything, its first view the text's)."""
+    whole = MD_PARTS[type(full.part)](full.part, heading, True)
+    if full.instead is None:
+        return whole
+    return MD_PARTS[type(full.instead)](full.instead, heading, fold) + "\n\n" + (
+        whole if whole.startswith("<details>") else md_details(full.name, whole))
 
 
 def fit_comment(parts, limit=GITHUB_COMMENT_LIMIT):

@@ -123,7 +123,10 @@ def test_markdown_shows_no_table_row_twice(monkeypatch):
             and not line.startswith("| op |")]
     by_op = [row for row in rows if row.startswith("| MUL\\_MAT\\_ID |")]
     assert len(by_op) == 1
-    assert "<details><summary>the other 10 rows</summary>" in markdown
+    # the text's short form first, the whole table folded below it (issue: first view = text's)
+    assert "of 18, the slowest: MUL\\_MAT\\_ID 7.39 ms" in markdown
+    assert "<details><summary>by op (8 of 18, slowest first; us = one node's wall time): 18 " \
+        "rows</summary>" in markdown
 
 
 def test_markdown_bars_are_code_spans_that_keep_every_character(monkeypatch):
@@ -444,3 +447,26 @@ def test_a_long_node_name_is_cut_in_text_and_whole_in_json(write):
     # Markdown's tables are as wide as their columns (GitHub scrolls them): bounded, not 70,000
     assert max(map(len, run("compute", path, "--format", "markdown").out.splitlines())) <= 300
     assert run("compute", path, "--format", "json").json["unclassified"][0]["name"] == name
+
+
+def test_a_48_layer_markdown_report_is_the_answer_then_the_what_if_then_the_tables():
+    """Bug: the Markdown of one 48-layer run was 245 lines, about 116 of them outside <details>:
+    after the answer, per-layer and per-segment tables of nearly identical rows and the same
+    note about layer 47 twice; the what-if came last. Now: at most 80 lines show (blank lines
+    are not shown), the what-if before any per-layer table, alike rows one line (the table
+    folded), the note once."""
+    base = ROOT / "tests" / "data" / "l48-repeats" / "qwen3moe-l48-e128-serial-rep9"
+    markdown = run("report", f"{base}-ct.csv", f"{base}-io.csv.gz", "--format", "markdown").out
+    shown, depth = [], 0
+    for line in markdown.splitlines():
+        depth += line.startswith("<details")
+        if depth == 0 and line.strip():
+            shown.append(line)
+        depth -= line.startswith("</details>")
+    assert len(shown) <= 80, len(shown)
+    heads = [line for line in shown if line.startswith("**")]
+    what_if = next(i for i, head in enumerate(heads) if head.startswith("**what would it buy"))
+    assert what_if < next(i for i, head in enumerate(heads) if head.startswith("**by layer"))
+    assert "compute ms within 10% of their median, 2.01, in 48 of 49 rows; the others: 47 " \
+           "0.07" in shown
+    assert markdown.count("holds layer 47's MoE tail") == 1

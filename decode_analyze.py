@@ -1420,6 +1420,9 @@ Header = namedtuple("Header", "command paths meta keys")
 Prose = namedtuple("Prose", "lines hang clip", defaults=("  ", False))
 Items = namedtuple("Items", "prefix items")  # one logical line of items, folded between items
 Bullets = namedtuple("Bullets", "items")  # one logical line each (the verdicts)
+# Lines aligned in text (the what-if's settings); a bulleted list in Markdown, where spaces that
+# align columns collapse
+Listed = namedtuple("Listed", "lines hang")
 # shown: the rows text shows (Markdown folds the rest away); compact: many layers shown as
 # their summary and the layers that stand out, unless the view asks for all.
 Grid = namedtuple("Grid", "columns rows indent shown compact", defaults=("  ", None, False))
@@ -5556,7 +5559,7 @@ def what_if_blocks(report, view):
     return [Block(f"what would it buy ({per}, largest saving first; now "
                   f"{baseline['mib_per_token']:.2f} MiB read, I/O estimate "
                   f"{num(baseline['io_wall_ms_per_token'], '.2f')} ms)",
-                  [Prose(lines, "    "), *told])]
+                  [Listed(lines, "    "), *told])]
 
 
 IO_READ_SECTIONS = (latency_blocks, lambda report, view: [
@@ -9263,6 +9266,7 @@ TEXT_PARTS = {
                                      else grid.rows[:grid.shown], grid.indent),
     Spark: lambda spark, view: [f"  run |{sparkline(spark.values, view.ascii)}|"],
     Full: text_full,
+    Listed: lambda listed, view: text_prose(Prose(listed.lines, listed.hang), view),
 }
 
 
@@ -9384,7 +9388,15 @@ MD_PARTS = {
     Grid: md_grid,
     Spark: lambda spark, heading, fold: f"run `{sparkline(spark.values)}`",
     Full: lambda full, heading, fold: md_full(full, heading, fold),
+    Listed: lambda listed, heading, fold: "\n".join(md_listed(line) for line in listed.lines),
 }
+
+
+def md_listed(line):
+    """An aligned line (a what-if setting) as a bullet, its first word (setting=value, the
+    tool's own) a code span."""
+    first, _, rest = line.strip().partition(" ")
+    return f"- `{first}` {md(' '.join(rest.split()))}"
 
 
 def md_full(full, heading, fold):

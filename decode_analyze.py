@@ -3008,7 +3008,8 @@ RUN_CACHE = Record("run cache", "io `run_cache`: the run's own cache, as its tra
 # What a what-if setting changes: each setting holds the figures it changes (so every field may
 # be absent); a figure's head is the words around its value in the text ("hit {}").
 WHAT_IF_FIGURE_FIELDS = (
-    ("experts", "whole experts the cache holds", FIGURE),
+    ("experts", "whole experts the cache holds: its room, at most the distinct experts the "
+                "trace reads", FIGURE),
     ("experts_share", "of the experts the trace shows (the model's, over a long run), the "
                       "share it holds (a plain number)", Shown("{} of the experts", "%")),
     ("hit_share", "the share of expert lookups it serves", FIGURE, Shown("hit {}", "%")),
@@ -4554,8 +4555,9 @@ class WhatIf:
             values = [getattr(outcome, name) for outcome in (low, point, high)]
             _, middle, _ = values
             return figure(middle, min(values), max(values))
+        held = partial(min, cache.distinct)  # a cache past the footprint holds what there is
         self.cache_at[mib] = self.cache_change("cache_mb", mib, {
-            "experts": figure(point.experts, low.experts, high.experts),
+            "experts": figure(held(point.experts), held(low.experts), held(high.experts)),
             "experts_share": held_share(point.experts, cache.distinct),
             "hit_share": figure(point.hit_share, low.hit_share, high.hit_share),
             "mib_per_token": figure(middle, fewest, most),
@@ -5518,9 +5520,11 @@ def best_change_blocks(report, view):
         lines = ["  none is a sure win: no setting's saving has a lower end above 0 (the "
                  "what-if below gives each band)"]
     # said here once, as a bound: the what-if's list leaves it out
+    bounds = sorted((setting for setting in what_if["settings"] if every_expert(setting)
+                     and setting["ms_per_token_saved"]["max"] is not None),
+                    key=lambda setting: setting["value"])  # the least size that holds them
     lines += [f"  the bound, not streaming at all (every expert in RAM, cache_mb="
-              f"{setting['value']}): {offer_text(setting)}" for setting in what_if["settings"]
-              if every_expert(setting) and setting["ms_per_token_saved"]["max"] is not None][:1]
+              f"{setting['value']}): {offer_text(setting)}" for setting in bounds[:1]]
     calibrated = what_if.get("calibrated")  # how the calibration's leave-one-out did
     if calibrated:
         head = f"  calibrated on {calibrated['runs']} runs of {calibrated['model']}: "
@@ -7286,6 +7290,10 @@ def calibration_problem(fit):
     share = validation.get("median_band_share", "absent")
     if share is not None and not (is_number(share) and share >= 0):
         return f"validation.median_band_share {str(share)[:20]!r} is not a share"
+    if (share is None) != (validation["checked"] == 0) or not \
+            0 <= validation["inside"] <= validation["checked"] <= validation["held_out"]:
+        return (f"validation: {validation['inside']} inside of {validation['checked']} checked "
+                f"of {validation['held_out']} held out, median band share {share}: not one fit's")
     return None
 
 

@@ -308,7 +308,11 @@ def test_another_models_calibration_is_refused(busy):
     (lambda f: f["ms_per_mib"]["4"].update(value=1.7e308, max=1.7e308), "past any run's"),
     (lambda f: f["errors_ms"].update(cache_mb=-3), "errors_ms.cache_mb '-3' is not"),
     (lambda f: f.update(quiet_spread_ms="wide"), "quiet_spread_ms 'wide' is not"),
-    (lambda f: f["ms_per_mib"].update(four=f["ms_per_mib"]["4"]), "not a lane count")])
+    (lambda f: f["ms_per_mib"].update(four=f["ms_per_mib"]["4"]), "not a lane count"),
+    # bug: one check with no band share was a TypeError in the first screen's text
+    (lambda f: f["validation"].update(checked=1, inside=1, median_band_share=None),
+     "validation: 1 inside of 1 checked"),
+    (lambda f: f["validation"].update(inside=f["validation"]["checked"] + 1), "not one fit's")])
 def test_a_bad_value_in_a_calibration_is_one_line_naming_its_field(busy, tmp_path, change,
                                                                    said):
     *_, fitted = busy
@@ -316,8 +320,8 @@ def test_a_bad_value_in_a_calibration_is_one_line_naming_its_field(busy, tmp_pat
     change(fit)
     bad = tmp_path / "fit.json"
     bad.write_text(json.dumps(fit))
-    result = run("io", str(SWEEP / "qwen3moe-l4-greedy-serial-rep1-io.csv"), "--what-if",
-                 "--calibration", str(bad))
+    result = run("report", *(str(SWEEP / f"qwen3moe-l4-greedy-serial-rep1-{part}.csv")
+                             for part in ("ct", "io")), "--calibration", str(bad))
     assert result.code == 1 and "Traceback" not in result.err
     assert result.err.count("\n") == 1 and str(bad) in result.err and said in result.err
 
@@ -330,8 +334,8 @@ def test_a_bad_value_in_a_calibration_is_one_line_naming_its_field(busy, tmp_pat
 def test_a_bad_calibration_file_is_one_line_naming_it(tmp_path, content, said):
     bad = tmp_path / "fit.json"
     bad.write_bytes(content)
-    result = run("io", str(SWEEP / "qwen3moe-l4-greedy-serial-rep1-io.csv"), "--what-if",
-                 "--calibration", str(bad))
+    result = run("report", *(str(SWEEP / f"qwen3moe-l4-greedy-serial-rep1-{part}.csv")
+                             for part in ("ct", "io")), "--calibration", str(bad))
     assert result.code == 1 and "Traceback" not in result.err
     assert result.err.count("\n") == 1 and str(bad) in result.err and said in result.err
     missing = run("io", str(SWEEP / "qwen3moe-l4-greedy-serial-rep1-io.csv"), "--what-if",

@@ -93,8 +93,9 @@ def test_a_tokens_projections_are_one_lookup_and_the_next_token_hits(write):
     # (a router that picks one or two by design: declared, or the run would look cached)
     r = report_with_warnings("io", write(io_text(rows_of([[1, 2], [1], [3], [2]]))),
                              "--cache-mb", "1", "--set", "cache=0")
-    one = setting(r["what_if"], "cache_mb", 1)  # 1 MiB holds 5 experts of 192 KiB: all four
-    assert one["figures"]["experts"] == {"point": 5, "min": 4, "max": 6}
+    # 1 MiB has room for 5 experts of 192 KiB: it holds the 3 the trace reads, all of them
+    one = setting(r["what_if"], "cache_mb", 1)
+    assert one["figures"]["experts"] == {"point": 3, "min": 3, "max": 3}
     assert one["figures"]["hit_share"]["point"] == 2 / 5  # 5 lookups, 2 re-lookups
     assert one["figures"]["evictions"]["point"] == 0
     assert one["figures"]["rereads"]["point"] == 0
@@ -599,3 +600,17 @@ def test_the_runs_own_lane_count_is_never_offered_as_a_change(tmp_path):
     assert r["lanes"] == 4
     assert sorted(s["value"] for s in r["what_if"]["settings"] if s["setting"] == "io_threads") \
         == [1, 2, 8]
+
+
+def test_a_cache_past_the_footprint_holds_the_experts_there_are():
+    """Bug: --cache-mb 64 on a model of 32 experts (6 MiB) said '341 experts' (its capacity),
+    and the bound of not streaming named the largest of the sizes that hold them all. A cache
+    holds at most every expert; the bound names the least size that does."""
+    r = report_with_warnings("io", REAL_TRACES["qwen3moe-l4-io-serial.csv"], "--what-if",
+                             "--cache-mb", "64,6")
+    held = {s["value"]: s["figures"]["experts"] for s in r["what_if"]["settings"]
+            if s["setting"] == "cache_mb"}
+    assert held[64] == {"point": 32, "min": 32, "max": 32} and held[6]["max"] == 32
+    out = run("io", REAL_TRACES["qwen3moe-l4-io-serial.csv"], "--what-if", "--cache-mb",
+              "64,6").out
+    assert "(every expert in RAM, cache_mb=6)" in out and "cache_mb=64" not in out

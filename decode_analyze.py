@@ -3051,7 +3051,7 @@ BAND = Record("calibrated band", "`what_if.settings[].band`", (
     ("errors_of", "the kinds of change whose errors it rests on (`cache_mb`, `io_threads`, "
                   "`overlap`, `+` between a pair's)"),
     ("validated", "whether the calibration held out a configuration of each of those kinds")))
-WHAT_IF_SETTING = Record("what-if setting", "`what_if.settings[]`, largest saving first", (
+WHAT_IF_SETTING = Record("what-if setting", "`what_if.settings[]`, surest saving first", (
     ("setting", "the engine setting: cache_mb, o_direct, io_threads, overlap, coalesce, "
                 "prefetch"),
     ("value", "its value in the engine's own unit"),
@@ -4066,6 +4066,9 @@ DEFAULT_COSTS = {
     # its cache management follows the misses: 23, 18 and 11 ms a token at 0, 17 and 39% hit
     # of 384 lookups is 0.060, 0.057 and 0.047 ms a miss
     "management_ms_per_miss": known_cost(0.055, 0.045, 0.062)}
+# More lanes than any measured may be slower: the 48-layer sweep's 8 lanes read 98 ms a token
+# where its quietest 4-lane repeat read 89, lanes ** 0.14 slower
+LANE_TURN = 0.15
 BAND_MOST_SHARE = 0.40  # a calibrated band wider than this share of the decode is not known
 DEFAULT_LANES = (1, 2, 4, 8)  # the lane counts a what-if tries (--io-threads: yours)
 # What a what-if is asked to try: cache sizes (--cache-mb) and lane counts (--io-threads), ()
@@ -4087,8 +4090,9 @@ CACHED_CACHE_METHOD = (
 UNCALIBRATED_METHOD = (
     "ms: this run's I/O and cache management less the setting's, from the run's own ms per MiB "
     "and what real runs showed (docs/what-if.md): I/O as lanes to the power "
-    "-0.2 to -0.55, cached reads 0.84-1.55x the time a MiB, management 0.045-0.062 ms a miss; "
-    "the band is their range; compute is set aside")
+    "-0.2 to -0.55 (past the lanes measured, +0.15 to -0.55: more lanes may be slower), cached "
+    "reads 0.84-1.55x the time a MiB, management 0.045-0.062 ms a miss; the band is their "
+    "range; compute is set aside")
 
 
 def held_share(experts, distinct):
@@ -4247,9 +4251,10 @@ class TokenModel:
             return self.anchors[lanes]
         near = min(self.anchors, key=lambda anchor: (abs(math.log(anchor / lanes)), anchor))
         exponent = ranged_of(self.costs["lane_exponent"])
-        if lanes > near and "lane_exponent" not in self.fitted:
-            # past every lane count measured the drive's queue may be full: no gain at least
-            exponent = exponent._replace(low=0.0)
+        if lanes > max(self.anchors):
+            # past every lane count measured the curve may turn: the drive's queue full, the
+            # readers competing with compute for few cores; the band takes in a loss
+            exponent = exponent._replace(low=min(exponent.low, -LANE_TURN))
         moves = [(near / lanes) ** power for power in (exponent.low, exponent.high)]
         return scaled_range(self.anchors[near], Ranged((near / lanes) ** exponent.value,
                                                     min(moves), max(moves)))
@@ -4724,7 +4729,7 @@ class WhatIf:
         return best
 
     def settings(self, asked):
-        """Every registered setting the run can be asked about, largest saving first, and the
+        """Every registered setting the run can be asked about, surest saving first, and the
         best pair of them when calibrated."""
         chosen = [setting for offered in WHAT_IF_SETTINGS.values()
                   for setting in offered(self, asked)]
@@ -5560,7 +5565,7 @@ def what_if_blocks(report, view):
     told = [Prose(["  how each is estimated:"], "    "), Bullets(list(methods))] \
         if view.explain else [Prose(["  (how each band is made: --explain; docs/what-if.md)"],
                                     "    ")]
-    return [Block(f"what would it buy ({per}, largest saving first; now "
+    return [Block(f"what would it buy ({per}, surest saving first; now "
                   f"{baseline['mib_per_token']:.2f} MiB read, I/O estimate "
                   f"{num(baseline['io_wall_ms_per_token'], '.2f')} ms)",
                   [Listed(lines, "    "), *told])]

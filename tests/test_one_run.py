@@ -232,7 +232,7 @@ def test_report_and_diff_give_one_runs_what_if_the_same_figures(tmp_path):
     assert (checked["setting"], checked["value"], checked["figure"]) == \
         ("io_threads", 8, "io_wall_ms_per_token")
     assert checked["predicted"] == offered["figures"]["io_wall_ms_per_token"]
-    shown = run("report", ct, io).out
+    shown = " ".join(run("report", ct, io).out.split())
     point, low, high = (f"{offered['figures']['io_wall_ms_per_token'][end]:.2f}"
                         for end in ("point", "min", "max"))
     assert f"I/O {point} ms ({low}-{high})" in shown

@@ -181,7 +181,7 @@ def test_o_direct_lanes_overlap_and_coalescing(write):
     assert setting(what_if, "coalesce")["ms_per_token_saved"] == pytest.approx(
         {"point": None, "min": 0.0, "max": estimate * fixed * (1 - 1 / 3)})
     # lanes: I/O as lanes ** -0.37 (real runs: 0.2 to 0.55) from the run's own 2 lanes; past
-    # them, a full queue may gain nothing (0 to 0.55); io_threads=1 measured 90 ms slower on a
+    # them, a full queue may lose (-0.15 to 0.55); io_threads=1 measured 90 ms slower on a
     # 97 ms decode, where an old band was 0 +- 22
     assert r["lanes"] == 2
     one = setting(what_if, "io_threads", 1)["ms_per_token_saved"]
@@ -189,7 +189,9 @@ def test_o_direct_lanes_overlap_and_coalescing(write):
                                  "min": estimate * (1 - 2 ** 0.55),
                                  "max": estimate * (1 - 2 ** 0.2)})
     eight = setting(what_if, "io_threads", 8)["ms_per_token_saved"]
-    assert eight == pytest.approx({"point": estimate * (1 - 4 ** -0.37), "min": 0.0,
+    # past the lanes measured, a loss too: lanes ** +0.15 (LANE_TURN)
+    assert eight == pytest.approx({"point": estimate * (1 - 4 ** -0.37),
+                                   "min": estimate * (1 - 4 ** 0.15),
                                    "max": estimate * (1 - 4 ** -0.55)})
     # the cores unknown: no lower bound (readers may compete with compute)
     assert setting(what_if, "overlap", 1)["ms_per_token_saved"] == \

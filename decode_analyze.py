@@ -6789,7 +6789,8 @@ def tool_figures(report, generated=None):
         per_position = pair["tokens"] / positions
         figures["compute_ms_per_token"] = per(pair["compute_ms_per_token"], positions,
                                               per_position)
-        if pair["compute_ms_per_token"] is not None:
+        if pair["compute_ms_per_token"] is not None and io["meta"].get("overlap") != "1":
+            # (overlapped, the engine's flash I/O is the readers' summed time: lanes busy, above)
             figures["flash_io_ms_per_token"] = per(pair["io_wall_ms_per_token"]["estimate"],
                                                    positions, per_position)
     return figures
@@ -7284,7 +7285,8 @@ def calibration_problem(fit):
                for lanes in fit["ms_per_mib"]):
         return "ms_per_mib: a key that is not a lane count"
     numbers = [(f"errors_ms.{kind}", value) for kind, value in fit["errors_ms"].items()]
-    numbers += [(name, fit.get(name)) for name in ("quiet_spread_ms", "base_decode_ms")]
+    numbers += [(name, fit.get(name)) for name in ("quiet_spread_ms", "base_decode_ms",
+                                                   "base_compute_ms")]
     for name, value in numbers:
         if not is_number(value) or not 0 <= value <= FIGURE_LIMIT:
             return f"{name} {str(value)[:40]!r} is not a number of ms >= 0"
@@ -7368,8 +7370,15 @@ def checked_sample(sample):
 
 
 def compute_of(sample):
-    """A serial run's compute: its decode less its flash I/O and cache management."""
-    return sample.decode_ms - sample.io_ms - (sample.management_ms or 0.0)
+    """A run's compute as the engine splits it: its decode less what it waited for its reads
+    (serial: its flash I/O; overlapped: its stall, the readers' own time being no wait) and its
+    cache management; None for an overlapped run whose stall is not known."""
+    wait = sample.stall_ms if sample.overlap else sample.io_ms
+    return None if wait is None else sample.decode_ms - wait - (sample.management_ms or 0.0)
+
+
+def known_computes(samples):
+    return [compute for compute in map(compute_of, samples) if compute is not None]
 
 
 # One configuration's runs, split robustly: the quiet level, a loaded one, the outliers.
@@ -7480,7 +7489,9 @@ def calibration(samples):
                 if kind != "other" and set(kind.split("+")) <= MODELLED_KINDS | {""}]
     kept = [one for group, _, _ in modelled for one in group.runs if one not in group.outliers]
     base_runs = base.quiet or base.runs
-    base_compute = median_of([compute_of(one) for one in base_runs])
+    base_compute = median_of(known_computes(base_runs))
+    if base_compute is None:  # no base to anchor a decode on: no fit, rather than a wrong one
+        return None
     spread = max((max(one.decode_ms for one in group.quiet) - min(
         one.decode_ms for one in group.quiet) for group, _, _ in modelled
         if len(group.quiet) > 1), default=0.0)
@@ -7530,8 +7541,8 @@ def held_out(group, label, kind, others, base_compute, spread):
     part = model.part(config)
     measured = median_of([one.decode_ms for one in runs])
     note = None if part is not None else "the others hold no rate for it"
-    if not config.overlap:
-        compute = median_of([compute_of(one) for one in runs])
+    compute = median_of(known_computes(runs))
+    if not config.overlap and compute is not None:
         if compute > LEVEL_RATIO * base_compute + spread:
             measured += base_compute - compute
             note = (f"its compute, {compute:.2f} ms, is {compute / (base_compute or 1):.1f}x the "
@@ -11500,8 +11511,10 @@ def write_pictures(args, report, paths, reading):
         write_output(args.svg, svg_of(report))
     if getattr(args, "calibration_out", None) is not None:
         if report["calibration"] is None:  # a diff whose sides hold fewer than two pairs
-            raise UsageError("--calibration-out: a fit takes two runs or more that are pairs "
-                             "(CT+IO, or x-ct.csv beside x-io.csv)")
+            raise UsageError("--calibration-out: a fit takes runs that are pairs (CT+IO, or "
+                             "x-ct.csv beside x-io.csv; diff: two or more), its base one whose "
+                             "compute is known (serial, or overlapped with the stall its log "
+                             "or v2 trace gives)")
         write_output(args.calibration_out, json_text(report["calibration"]))
 
 

@@ -7096,6 +7096,8 @@ CALIBRATION = Record("calibration", "summary and diff `calibration`; the file --
     ("calibration_schema", f"the file's schema ({CALIBRATION_SCHEMA}); another is refused"),
     ("model", "the model the runs ran: --calibration refuses another's", MODEL_ID),
     ("runs", "the runs with an io trace it is fitted on"),
+    ("other_model_runs", "runs of another model than the base's, left out: a fit is of one "
+                         "model"),
     ("base", "the label of the base configuration (serial, no cache, the most runs)"),
     ("base_decode_ms", "the base's quiet runs' median decode, ms per token"),
     ("base_compute_ms", "their median compute (decode less flash I/O and cache management)"),
@@ -7484,6 +7486,11 @@ def calibration(samples):
         samples, lambda one: RunEntry(one.run, {}, one.config, None), None, GROUP_CONFIGURATION),
         key=lambda group: sorted(group.config.items()))]
     base = base_repeats(groups)
+    model = next(iter(base.runs)).identity["model"]
+    others = sorted(one.run for one in samples if one.identity["model"] != model)
+    if others:  # fitted on the base's model alone, the others named
+        fit = calibration([one for one in samples if one.identity["model"] == model])
+        return fit and {**fit, "other_model_runs": others}
     changes = [(group, *change_of(group.config, base.config)) for group in groups]
     modelled = [(group, label, kind) for group, label, kind in changes
                 if kind != "other" and set(kind.split("+")) <= MODELLED_KINDS | {""}]
@@ -7501,7 +7508,7 @@ def calibration(samples):
                    if group is not base], spread, base_decode)
     return CALIBRATION(
         calibration_schema=CALIBRATION_SCHEMA, model=fitted_model(base, samples),
-        runs=sorted(one.run for one in samples), base="base",
+        runs=sorted(one.run for one in samples), other_model_runs=[], base="base",
         base_decode_ms=base_decode, base_compute_ms=base_compute, quiet_spread_ms=spread,
         configurations=[configuration_record(group, label, kind)
                         for group, label, kind in changes],
@@ -7608,6 +7615,9 @@ def calibration_blocks(report, view):
     lines += [f"  {name}{'' if name.endswith('-') else ': '}{cost['value']:.3g} "
               f"({cost['min']:.3g}-{cost['max']:.3g}), n={cost['n']}, residual "
               f"{cost['residual']:.3g}" for name, cost in costs]
+    others = fit.get("other_model_runs")  # a file written before them: none
+    if others:
+        lines.insert(0, f"  left out, of another model than the base's: {', '.join(others)}")
     return [Block(f"calibration, fitted on {len(fit['runs'])} run(s) of {fit['model']['model']} "
                   f"(--calibration-out FILE writes it)", [Prose(lines, "        ")]),
             *leave_one_out_blocks(fit)]

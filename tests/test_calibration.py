@@ -460,3 +460,18 @@ def test_an_overlapped_base_computes_with_its_stall(tmp_path):
     written = json.loads(fit.read_text())
     assert written["base_compute_ms"] == pytest.approx(split["compute_ms_per_token"])
     assert written["base_compute_ms"] == pytest.approx(split["decode_ms_per_token"] - 123 - 3)
+
+
+def test_a_fit_over_two_models_names_the_runs_it_leaves_out(tmp_path):
+    """Bug: a fit over two models said 'fitted on 2 run(s) of qwen3moe-l4.gguf' and dropped
+    the other model's run unsaid. A fit is of the base's model; the others are named."""
+    from helpers import TRACES
+    small = [f"{SWEEP}/qwen3moe-l4-greedy-serial-rep{i}-ct.csv+"
+             f"{SWEEP}/qwen3moe-l4-greedy-serial-rep{i}-io.csv" for i in (1, 2)]
+    large = TRACES / "l48-sweep" / "qwen3moe-l48-e128-cache256-rep1"
+    other = f"{large}-ct.csv+{large}-io.csv.gz"
+    fit = report_with_warnings("summary", *small, other)["calibration"]
+    assert fit["model"]["model"] == "qwen3moe-l4.gguf" and len(fit["runs"]) == 2
+    assert fit["other_model_runs"] == ["qwen3moe-l48-e128-cache256-rep1-ct.csv"]
+    assert "left out, of another model than the base's: qwen3moe-l48-e128-cache256-rep1-ct.csv" \
+        in run("summary", *small, other).out

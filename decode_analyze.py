@@ -4425,6 +4425,10 @@ class WhatIf:
         kinds = tuple(name.split("+"))
         point = own - part.value
         half = self.model.validated_half(kinds)
+        if half is None and self.fit:  # a fit that held nothing out has validated no band
+            return Said(figure(None, None, None), self.fitted_on() + (
+                ": nothing was held out of the fit, so no band is validated"),
+                None, f"run {name}={value} once, then fit again")
         if half is None:
             return Said(self.within_decode(point, own - part.high, own - part.low),
                         UNCALIBRATED_METHOD)
@@ -5465,6 +5469,8 @@ def offer_text(setting):
     if band is not None and not band["known"]:
         return (f"not known from these runs (band +-{band['half_ms']:.2f} ms, "
                 f"{num(band['decode_share'], '.0%')} of the decode): {setting['narrow_with']}")
+    if band is None and setting["narrow_with"]:  # a fit that held nothing out
+        return f"not known from these runs (nothing held out): {setting['narrow_with']}"
     return saving_text(setting["ms_per_token_saved"])
 
 

@@ -475,3 +475,21 @@ def test_a_fit_over_two_models_names_the_runs_it_leaves_out(tmp_path):
     assert fit["other_model_runs"] == ["qwen3moe-l48-e128-cache256-rep1-ct.csv"]
     assert "left out, of another model than the base's: qwen3moe-l48-e128-cache256-rep1-ct.csv" \
         in run("summary", *small, other).out
+
+
+def test_a_fit_that_held_nothing_out_validates_no_band(tmp_path):
+    """Bug: a fit of three serial repeats, nothing held out, gave 'cache_mb=6: saves 3.43 ms
+    (+3.41 to +3.44)' where the six-run fit of the same sweep said 'not known'. Nothing held
+    out, no band: each modelled setting is not known, with the run that would tell."""
+    serial = [SWEEP / f"qwen3moe-l4-greedy-serial-rep{i}-{part}.csv" for i in (1, 2, 3)
+              for part in ("ct", "io")]
+    fit = tmp_path / "fit.json"
+    assert run("summary", *serial, "--calibration-out", fit).code == 0
+    assert json.loads(fit.read_text())["errors_ms"] == {}
+    ct, io = serial[:2]
+    r = report_with_warnings("report", ct, io, "--calibration", fit)
+    modelled = [s for s in r["what_if"]["settings"] if s["setting"] in ("cache_mb", "io_threads")]
+    assert modelled and all(s["ms_per_token_saved"] == {"point": None, "min": None, "max": None}
+                            and s["narrow_with"].startswith("run ") for s in modelled)
+    assert "not known from these runs (nothing held out): run cache_mb=" in " ".join(
+        run("report", ct, io, "--calibration", fit).out.split())

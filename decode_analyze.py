@@ -7395,8 +7395,9 @@ Repeats = namedtuple("Repeats", "config runs quiet loaded outliers")
 
 def repeats_of(config, runs):
     """The Repeats of one configuration's runs, whatever their order: by decode, those 5
-    scaled MADs and 2x from the median are outliers; of the rest, a step of LEVEL_RATIO or more
-    between neighbours puts the runs above it in a loaded level (the largest such step)."""
+    scaled MADs and 2x from the median are outliers; of the rest, by compute (where known), a
+    step of LEVEL_RATIO or more between neighbours puts the runs above it in a loaded level
+    (the largest such step)."""
     ordered = sorted(runs, key=lambda one: (one.decode_ms, one.run))
     middle = median_of([one.decode_ms for one in ordered])
     mad = median_of([abs(one.decode_ms - middle) for one in ordered])
@@ -7406,9 +7407,14 @@ def repeats_of(config, runs):
             abs(decode - middle) > OUTLIER_MADS * MAD_SCALE * max(mad, 0.01 * middle) and \
             deviation(decode, middle) >= OUTLIER_RATIO
     outliers = [one for one in ordered if far(one.decode_ms)]
-    kept = [one for one in ordered if one not in outliers]
-    steps = [(kept[at].decode_ms / kept[at - 1].decode_ms, at) for at in range(1, len(kept))
-             if kept[at - 1].decode_ms > 0]
+
+    def level(one):  # a busy machine inflates compute tenfold while the reads barely move: the
+        compute = compute_of(one)  # levels are compute's where it is known, else the decode's
+        return one.decode_ms if compute is None else compute
+    kept = sorted((one for one in ordered if one not in outliers), key=lambda one: (level(one),
+                                                                                 one.run))
+    steps = [(level(kept[at]) / level(kept[at - 1]), at) for at in range(1, len(kept))
+             if level(kept[at - 1]) > 0]
     step, cut = max(steps, default=(0.0, len(kept)))
     if step < LEVEL_RATIO:
         cut = len(kept)

@@ -5555,8 +5555,12 @@ def what_if_blocks(report, view):
     baseline = what_if["baseline"]
     per = what_if_per(report)
     lines = []
+    own = meta_number(report_halves(report)["io"]["meta"], "cache_mb")
     for setting in what_if["settings"]:
-        if every_expert(setting):  # the best changes' bound of not streaming
+        # the best changes' bound of not streaming; the run's own size, which changes nothing
+        # (the JSON keeps it: the model's check on the run itself)
+        if every_expert(setting) or setting["setting"] == "cache_mb" and own and \
+                setting["value"] == own:
             continue
         figures = [what_if_figure(name, value) for name, value in setting["figures"].items()
                    if name != "experts"]

@@ -616,3 +616,16 @@ def test_a_cache_past_the_footprint_holds_the_experts_there_are():
     out = run("io", REAL_TRACES["qwen3moe-l4-io-serial.csv"], "--what-if", "--cache-mb",
               "64,6").out
     assert "(every expert in RAM, cache_mb=6)" in out and "cache_mb=64" not in out
+
+
+def test_a_cached_runs_own_size_is_not_offered_as_a_change():
+    """Bug: the 256 MiB run's what-if offered 'cache_mb=255.9 saves 0.00 ms (-0.50 to +0.50)':
+    its own size. The list leaves it out; the JSON keeps it (the model's check on the run)."""
+    from helpers import TRACES
+    base = TRACES / "l48-sweep" / "qwen3moe-l48-e128-cache256-rep1"
+    ct, io = f"{base}-ct.csv", f"{base}-io.csv.gz"
+    sizes = [s["value"] for s in report_with_warnings("report", ct, io)["what_if"]["settings"]
+             if s["setting"] == "cache_mb"]
+    assert 255.9 in sizes
+    out = run("report", ct, io).out
+    assert "cache_mb=255.9" not in out and "cache_mb=511.8" in out

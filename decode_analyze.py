@@ -51,14 +51,17 @@ sections above it:
   settings      merged_settings: what a preamble lacks (--set, the log's, the trace's) joined
   runs          run_table (the one table of runs: summary's rows, diff's sides, the fit's
                 configurations), Sample (what a pair gives a fit), repeats_of (outliers, a
-                loaded level), calibration: the token model's costs fitted on runs and
-                validated leave-one-out (summary's, diff's sides)
+                loaded level by compute), calibration: the token model's costs fitted on one
+                model's runs and validated leave-one-out (summary's, diff's sides)
   diff          DiffView (one run, checked), DiffSide (its runs), diff_report (every NEW side
-                against BASE's, tested over runs), the regression gate
-  summary       summary_runs (runs found and paired), one row per run, repeats grouped
+                against BASE's, tested over runs), the regression gate; its text the answer
+                first (moved_together: rows that moved as one, a line)
+  summary       summary_runs (runs found and paired), one row per run, repeats grouped,
+                a loaded row flagged (flagged_loaded)
   schema        the schema command: every Record of every Kind, walked from the reports
-  outputs       each Kind's layout drawn by text_of and markdown_of; csv_chunks (tidy CSV);
-                write_output: whole or not at all, never over an input
+  outputs       each Kind's layout drawn by text_of and markdown_of (its first view the text's,
+                the rest folded); csv_chunks (tidy CSV); write_output: whole or not at all,
+                never over an input; a long read's progress on a terminal (trace_io.Progress)
   pictures      Perfetto (export_perfetto) and SVG (svg_of)
   command line  COMMANDS (the registry), build_parser, analyze_* (read, sum up, judge), main
 """

@@ -3041,6 +3041,11 @@ WHAT_IF_BASELINE = Record("what-if baseline", "`what_if.baseline`: the run as tr
     ("io_part_ms_per_token", "the I/O part every saving is taken from: the log's flash I/O "
                              "where the run read in series and has a log, else the I/O "
                              "estimate; with the log's cache management (null: not known)",
+     PER_TOKEN),
+    ("noise_ms_per_token", "the machine's run-to-run spread of the I/O part, half its range: "
+                           "the calibration's quiet repeats' where it has them, else 18% of "
+                           "the I/O part (real quiet repeats: flash I/O 89-126 ms a token); a "
+                           "saving no larger is said to be within it (null: not known)",
      PER_TOKEN)))
 BAND = Record("calibrated band", "`what_if.settings[].band`", (
     ("half_ms", "half its width about a point, ms per token: the largest error the "
@@ -4072,6 +4077,9 @@ DEFAULT_COSTS = {
 # More lanes than any measured may be slower: the 48-layer sweep's 8 lanes read 98 ms a token
 # where its quietest 4-lane repeat read 89, lanes ** 0.14 slower
 LANE_TURN = 0.15
+# The I/O part's run-to-run spread on a quiet machine, half its range over its median: the
+# 48-layer model's four quiet serial repeats read 89, 91, 108 and 126 ms a token (flash I/O)
+IO_NOISE_SHARE = 0.18
 BAND_MOST_SHARE = 0.40  # a calibrated band wider than this share of the decode is not known
 DEFAULT_LANES = (1, 2, 4, 8)  # the lane counts a what-if tries (--io-threads: yours)
 # What a what-if is asked to try: cache sizes (--cache-mb) and lane counts (--io-threads), ()
@@ -4743,6 +4751,15 @@ class WhatIf:
         pair = self.pair_setting(chosen)
         return sorted(chosen + ([pair] if pair else []), key=setting_rank)
 
+    def noise(self):
+        """The machine's run-to-run spread of the I/O part, half its range, per read-token: the
+        calibration's quiet repeats' where it measured one, else IO_NOISE_SHARE of the part."""
+        spread = (self.fit or {}).get("quiet_spread_ms")
+        if spread:
+            return spread / 2 * self.per_read
+        own = self.own_part()
+        return None if own is None else own * IO_NOISE_SHARE
+
     def report_of(self, asked):
         meta = self.report["meta"]
         fit = self.fit
@@ -4751,7 +4768,7 @@ class WhatIf:
             io_threads=meta_int(meta, "io_threads") or None,
             o_direct=meta_flag(meta, "o_direct"), overlap=meta_flag(meta, "overlap"),
             expert_bytes=self.cache.expert_bytes, io_wall_ms_per_token=self.estimate,
-            io_part_ms_per_token=self.own_part()),
+            io_part_ms_per_token=self.own_part(), noise_ms_per_token=self.noise()),
             calibrated=None if not fit else CALIBRATED(
                 runs=len(fit["runs"]), model=fit["model"]["model"],
                 inside=fit["validation"]["inside"], checked=fit["validation"]["checked"],
@@ -5465,10 +5482,18 @@ def what_if_figure(name, value):
     return shown.header.format(point) + (f" ({low}-{high})" if low != high else "")
 
 
-def offer_text(setting):
+def offer_text(setting, noise=None):
     """What a setting saves, or that a calibrated band too wide is not known, and the run that
-    would narrow it."""
+    would narrow it; a saving no larger than the machine's noise (its run-to-run spread) said
+    to be within it, with the spread."""
     band = setting["band"]
+    point = setting["ms_per_token_saved"]["point"]
+    if noise and point is not None and abs(point) <= noise and not (band and not band["known"]):
+        saved = setting["ms_per_token_saved"]
+        band = "" if saved["min"] is None or saved["max"] is None else \
+            f" ({saved['min'] + 0.0:+.2f} to {saved['max'] + 0.0:+.2f})"
+        return (f"within this machine's noise, {point + 0.0:+.2f} ms{band} against a run-to-run "
+                f"spread of +-{noise:.2f} ms")
     if band is not None and not band["known"]:
         return (f"not known from these runs (band +-{band['half_ms']:.2f} ms, "
                 f"{num(band['decode_share'], '.0%')} of the decode): {setting['narrow_with']}")
@@ -5519,16 +5544,23 @@ def memory_words(setting, resident=False):
     return words + (" (over the declared mem_limit_mb)" if setting["fits"] is False else "")
 
 
+def within_noise(setting, noise):
+    point = setting["ms_per_token_saved"]["point"]
+    return bool(noise) and point is not None and abs(point) <= noise
+
+
 def best_change_blocks(report, view):
     """The answer to 'what do I change', up front: the settings surest to save (a lower end
     above 0), best first, each with what it saves; else that none is a sure win."""
     what_if = report.get("what_if")
     if not what_if:
         return []
+    noise = what_if["baseline"].get("noise_ms_per_token")  # a saved report's may lack it
     sure = [setting for setting in what_if["settings"]  # above 0 as shown: 0.00 is none
             if round(setting["ms_per_token_saved"]["min"] or 0, 2) > 0
-            and setting["fits"] is not False and not every_expert(setting)]
-    lines = [f"  {setting['setting']}={setting['value']}: {offer_text(setting)}"
+            and setting["fits"] is not False and not every_expert(setting)
+            and not within_noise(setting, noise)]
+    lines = [f"  {setting['setting']}={setting['value']}: {offer_text(setting, noise)}"
              f"{memory_words(setting, resident=True)}" for setting in sure[:BEST_SHOWN]]
     if not lines:
         lines = ["  none is a sure win: no setting's saving has a lower end above 0 (the "
@@ -5571,7 +5603,8 @@ def what_if_blocks(report, view):
         if experts:
             figures.insert(0, f"{experts['point']} expert{'s' if experts['point'] != 1 else ''}")
         lines.append(f"  {setting['setting'] + '=' + str(setting['value']):<13} "
-                     f"{offer_text(setting)}" + (": " + ", ".join(figures) if figures else "")
+                     f"{offer_text(setting, baseline.get('noise_ms_per_token'))}"
+                     + (": " + ", ".join(figures) if figures else "")
                      + memory_words(setting))
     methods = dict.fromkeys(f"{setting['setting']}: {setting['method']}"
                             for setting in what_if["settings"])

@@ -1,6 +1,7 @@
 """What each engine setting would buy: the expert cache (against a plain LRU simulation and the
 engine's own --cache-mb 2 run), the other settings' figures on hand-made traces, their ranking,
 and the figures per decoded token in a pair."""
+import json
 import re
 from collections import OrderedDict
 from pathlib import Path
@@ -297,7 +298,9 @@ def test_the_baseline_is_the_run_as_traced():
         "overlap": 0, "expert_bytes": EXPERT,
         "io_wall_ms_per_token": r["io_wall_ms_per_token"]["estimate"],
         # serial, with a log: its flash I/O, read MiB / MiB/s / tokens (the README's example)
-        "io_part_ms_per_token": pytest.approx(204.0 / 344 / 128 * 1000, rel=1e-9)}
+        "io_part_ms_per_token": pytest.approx(204.0 / 344 / 128 * 1000, rel=1e-9),
+        # no calibration: the machine's spread is 18% of that part (real quiet repeats)
+        "noise_ms_per_token": pytest.approx(204.0 / 344 / 128 * 1000 * 0.18, rel=1e-9)}
 
 
 def test_io_has_no_what_if_unless_asked(write):
@@ -629,3 +632,24 @@ def test_a_cached_runs_own_size_is_not_offered_as_a_change():
     assert 255.9 in sizes
     listed = run("report", ct, io).out.split("\nwhat would it buy")[1].split("\n\n")[0]
     assert "cache_mb=255.9" not in listed and "cache_mb=511.8" in listed
+
+
+def test_a_saving_within_the_machines_noise_is_said_so_and_not_a_best_change():
+    """The machine's run-to-run spread of the I/O part is a fact to say: a saving no larger is
+    'within this machine's noise', with the spread, neither dropped nor called a saving (nor a
+    best change). With a calibration, its quiet repeats' spread (half its range) is the noise."""
+    r = report_with_warnings("io", REAL_TRACES["qwen3moe-l4-io-serial.csv"], "--what-if")
+    noise = r["what_if"]["baseline"]["noise_ms_per_token"]
+    small = setting(r["what_if"], "cache_mb", 3)["ms_per_token_saved"]
+    assert abs(small["point"]) <= noise
+    out = " ".join(run("io", REAL_TRACES["qwen3moe-l4-io-serial.csv"], "--what-if").out.split())
+    assert (f"cache_mb=3 within this machine's noise, {small['point']:+.2f} ms "
+            f"({small['min']:+.2f} to {small['max']:+.2f}) against a run-to-run spread of "
+            f"+-{noise:.2f} ms") in out
+    data = ROOT / "tests" / "data" / "sweep"
+    fitted = report_with_warnings(
+        "report", data / "qwen3moe-l4-greedy-serial-rep1-ct.csv",
+        data / "qwen3moe-l4-greedy-serial-rep1-io.csv", "--calibration",
+        data / "calibration.json")
+    spread = json.loads((data / "calibration.json").read_text())["quiet_spread_ms"]
+    assert fitted["what_if"]["baseline"]["noise_ms_per_token"] == pytest.approx(spread / 2)

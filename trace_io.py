@@ -894,20 +894,25 @@ class Progress:
     most four times a second, rewritten in place, and cleared when the read ends or a warning
     is said. Forked readers count into a shared page, a slot each; the first process draws."""
 
-    AFTER = float(os.environ.get("DECODE_ANALYZE_PROGRESS_AFTER", 1.0))  # seconds; tests: 0
+    AFTER = 1.0  # seconds; DECODE_ANALYZE_PROGRESS_AFTER sets it (the tests: 0)
     SLOT = struct.Struct("qq")  # rows, bytes
     SLOTS = 64
     active = None  # the one drawn now, cleared before a warning
 
     def __init__(self, stream, name, size):
         self.stream, self.name, self.size = stream, name, size
+        try:  # a value that is no number of seconds is the default
+            self.after = max(0.0, float(os.environ.get("DECODE_ANALYZE_PROGRESS_AFTER",
+                                                       self.AFTER)))
+        except ValueError:
+            self.after = self.AFTER
         self.counts = mmap.mmap(-1, self.SLOT.size * self.SLOTS)  # shared with forked readers
         self.started, self.drawn = time.monotonic(), None
 
     def count(self, slot, rows, read):
         self.SLOT.pack_into(self.counts, self.SLOT.size * (slot % self.SLOTS), rows, read)
         now = time.monotonic()
-        if slot == 0 and now - self.started >= self.AFTER and (
+        if slot == 0 and now - self.started >= self.after and (
                 self.drawn is None or now - self.drawn >= 0.25):
             self.drawn = now
             self.draw(now - self.started)

@@ -438,3 +438,11 @@ def test_a_long_read_shows_its_progress_on_a_terminal_only():
     assert piped.stdout == out and piped.stderr == b""
     code, quiet_out, quiet = under_terminal("compute", path, "--jobs", "1", "--quiet")
     assert code == 0 and quiet_out == out and b"reading " not in quiet
+
+
+def test_a_progress_delay_that_is_no_number_is_the_default():
+    """Bug: DECODE_ANALYZE_PROGRESS_AFTER=abc ended every command in a traceback at import."""
+    done = subprocess.run([sys.executable, str(ROOT / "decode_analyze.py"), "--version"],
+                          capture_output=True, env={**os.environ,
+                                                    "DECODE_ANALYZE_PROGRESS_AFTER": "abc"})
+    assert done.returncode == 0 and done.stderr == b""

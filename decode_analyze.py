@@ -5653,8 +5653,8 @@ PER_POSITION = Record("per position", "report `pair.per_position` (null unless a
     ("positions", "generated positions the decodes cover (compute `decodes.positions`)"),
     ("decode_ms", "the decodes' wall time / positions",
      Shown(diff="decode ms per generated position")),
-    ("compute_ms", "decode - I/O estimate - cache management, / positions (null as the "
-                   "pair's `compute_ms_per_token`)",
+    ("compute_ms", "the pair's `compute_ms_per_token` / positions (null with it, and with "
+                   "overlap=1)",
      Shown(diff="compute ms per generated position")),
     ("io_ms", "the I/O estimate / positions"),
     ("mib", "MiB read / positions", Shown(diff="MiB per generated position"))))
@@ -5732,10 +5732,7 @@ def pair_report(compute, io, measured=None):
     split = engine_split(compute, io, measured or {}, wall.estimate)
     pair = PAIR(
         tokens=n, tokens_without_reads=readers.missing(compute["per_token"]),
-        per_position=per_position(compute, io, split.flash_io_ms_per_token or wall.estimate,
-                                  None if split.stall_ms_per_token is not None
-                                  or split.compute_ms_per_token is None
-                                  else split.cache_mgmt_ms_per_token),
+        per_position=per_position(compute, io, split, wall.estimate),
         decode_ms_per_token=compute["ms_per_token"], **split._asdict(),
         faulting_ms_per_token=compute["faults"]["ms_per_token"],
         experts_ms_per_token=category_ms("experts"), router_ms_per_token=category_ms("router"),
@@ -5853,20 +5850,20 @@ def cache_management(compute, io, measured):
     return per(logged, len(compute["per_token"]), positions / len(compute["per_token"]))
 
 
-def per_position(compute, io, flash, management):
+def per_position(compute, io, split, estimate):
     """The pair's headline per generated position, when the run decoded speculatively (a
-    decode verifies several positions): what the engine counts per token then; else None.
-    management: the cache's ms per decoded token where the decode splits, else None."""
+    decode verifies several positions): what the engine counts per token then, the split's
+    parts divided once; else None. Overlapped, the reads ran beside compute: no compute."""
     decodes = compute["decodes"]
     if not decodes["speculative"] or compute["phase"] != "decode":
         return None
     n, positions = len(compute["per_token"]), decodes["positions"]
-    decode_ms = per(compute["ms_per_token"], positions, n / positions)
-    io_ms = per(flash, positions, n / positions)
-    return PER_POSITION(positions=positions, decode_ms=decode_ms,
-                        compute_ms=None if management is None else
-                        decode_ms - io_ms - per(management, positions, n / positions),
-                        io_ms=io_ms,
+    flash, left = split.flash_io_ms_per_token, split.compute_ms_per_token
+    return PER_POSITION(positions=positions,
+                        decode_ms=per(compute["ms_per_token"], positions, n / positions),
+                        compute_ms=None if flash is None or left is None else
+                        per(left, positions, n / positions),
+                        io_ms=per(estimate if flash is None else flash, positions, n / positions),
                         mib=io["read_bytes"] / MIB / positions)
 
 

@@ -7281,7 +7281,7 @@ def run_table(items, entry_of, warn, group):
 # overlapped, MiB, the engine's flash I/O (else the estimate), management and stall (the
 # log's), misses (MiB over an expert's), decode, and its configuration.
 Sample = namedtuple("Sample", "run identity lanes cached overlap mib io_ms management_ms misses "
-                              "stall_ms decode_ms config")
+                              "compute_ms decode_ms config")
 WHAT_IF_KEYS = ("cache_mb", "cache", "io_threads", "overlap", "o_direct", "prefetch")
 MODELLED_KINDS = {"cache_mb", "io_threads", "overlap"}  # the changes the token model prices
 # Repeats, robustly (hyperfine's warnings, done on the median): a run 5 scaled MADs and 2x
@@ -7397,7 +7397,7 @@ def calibration_sample(name, report):
         meta.get("overlap") == "1", mib,
         engine.get("flash_io_ms_per_token", pair["io_wall_ms_per_token"]["estimate"]),
         engine.get("cache_mgmt_ms_per_token"), misses_of(mib, expert_mib) if cached else 0.0,
-        engine.get("stall_ms_per_token"), pair["decode_ms_per_token"], configuration(meta)))
+        pair.get("compute_ms_per_token"), pair["decode_ms_per_token"], configuration(meta)))
 
 
 def checked_sample(sample):
@@ -7405,7 +7405,7 @@ def checked_sample(sample):
     number from 1, every figure a finite number >= 0 (the optional ones null)."""
     if type(sample.lanes) is not int or not 1 <= sample.lanes <= 1024:
         raise ValueError(f"lanes {str(sample.lanes)[:20]!r} is not a whole number from 1")
-    for field in ("mib", "io_ms", "decode_ms", "management_ms", "stall_ms", "misses"):
+    for field in ("mib", "io_ms", "decode_ms", "management_ms", "compute_ms", "misses"):
         value = getattr(sample, field)
         if (value is not None or field in ("mib", "io_ms", "decode_ms")) and not (
                 is_number(value) and (value == 0 or FIGURE_LEAST <= value <= FIGURE_LIMIT)):
@@ -7414,16 +7414,9 @@ def checked_sample(sample):
     return sample
 
 
-def compute_of(sample):
-    """A run's compute as the engine splits it: its decode less what it waited for its reads
-    (serial: its flash I/O; overlapped: its stall, the readers' own time being no wait) and its
-    cache management; None for an overlapped run whose stall is not known."""
-    wait = sample.stall_ms if sample.overlap else sample.io_ms
-    return None if wait is None else sample.decode_ms - wait - (sample.management_ms or 0.0)
-
-
 def known_computes(samples):
-    return [compute for compute in map(compute_of, samples) if compute is not None]
+    """The runs' compute, as their pair's engine split gave it (pair_report), where known."""
+    return [one.compute_ms for one in samples if one.compute_ms is not None]
 
 
 # One configuration's runs, split robustly: the quiet level, a loaded one, the outliers.
@@ -7446,8 +7439,8 @@ def repeats_of(config, runs):
     outliers = [one for one in ordered if far(one.decode_ms)]
 
     def level(one):  # a busy machine inflates compute tenfold while the reads barely move: the
-        compute = compute_of(one)  # levels are compute's where it is known, else the decode's
-        return one.decode_ms if compute is None else compute
+        # levels are compute's where it is known, else the decode's
+        return one.decode_ms if one.compute_ms is None else one.compute_ms
     kept = sorted((one for one in ordered if one not in outliers), key=lambda one: (level(one),
                                                                                  one.run))
     steps = [(level(kept[at]) / level(kept[at - 1]), at) for at in range(1, len(kept))

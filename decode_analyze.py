@@ -7278,8 +7278,8 @@ def run_table(items, entry_of, warn, group):
 
 # ── runs: the token model fitted on them (summary, diff: --calibration-out) ──────────────────────
 # What each run gives the fit, per decoded token: its model, lanes, whether it had a cache or
-# overlapped, MiB, the engine's flash I/O (else the estimate), management and stall (the
-# log's), misses (MiB over an expert's), decode, and its configuration.
+# overlapped, MiB, the engine's flash I/O (else the estimate), management (the log's), misses
+# (MiB over an expert's), compute (the pair's engine split), decode, and its configuration.
 Sample = namedtuple("Sample", "run identity lanes cached overlap mib io_ms management_ms misses "
                               "compute_ms decode_ms config")
 WHAT_IF_KEYS = ("cache_mb", "cache", "io_threads", "overlap", "o_direct", "prefetch")

@@ -5482,18 +5482,23 @@ def what_if_figure(name, value):
     return shown.header.format(point) + (f" ({low}-{high})" if low != high else "")
 
 
+def within_noise(setting, noise):
+    """Whether a setting's saving is no larger than the machine's noise (the what-if's
+    noise_ms_per_token; none known: never)."""
+    point = setting["ms_per_token_saved"]["point"]
+    return bool(noise) and point is not None and abs(point) <= noise
+
+
 def offer_text(setting, noise=None):
     """What a setting saves, or that a calibrated band too wide is not known, and the run that
     would narrow it; a saving no larger than the machine's noise (its run-to-run spread) said
     to be within it, with the spread."""
-    band = setting["band"]
-    point = setting["ms_per_token_saved"]["point"]
-    if noise and point is not None and abs(point) <= noise and not (band and not band["known"]):
-        saved = setting["ms_per_token_saved"]
-        band = "" if saved["min"] is None or saved["max"] is None else \
+    band, saved = setting["band"], setting["ms_per_token_saved"]
+    if within_noise(setting, noise) and not (band and not band["known"]):
+        bounds = "" if saved["min"] is None or saved["max"] is None else \
             f" ({saved['min'] + 0.0:+.2f} to {saved['max'] + 0.0:+.2f})"
-        return (f"within this machine's noise, {point + 0.0:+.2f} ms{band} against a run-to-run "
-                f"spread of +-{noise:.2f} ms")
+        return (f"within this machine's noise, {saved['point'] + 0.0:+.2f} ms{bounds} against a "
+                f"run-to-run spread of +-{noise:.2f} ms")
     if band is not None and not band["known"]:
         return (f"not known from these runs (band +-{band['half_ms']:.2f} ms, "
                 f"{num(band['decode_share'], '.0%')} of the decode): {setting['narrow_with']}")
@@ -5542,11 +5547,6 @@ def memory_words(setting, resident=False):
     elif resident and figures.get("resident_mib") is not None:
         words = f" (resident {figures['resident_mib']:.1f} MiB)"
     return words + (" (over the declared mem_limit_mb)" if setting["fits"] is False else "")
-
-
-def within_noise(setting, noise):
-    point = setting["ms_per_token_saved"]["point"]
-    return bool(noise) and point is not None and abs(point) <= noise
 
 
 def best_change_blocks(report, view):

@@ -678,8 +678,10 @@ def test_a_48_layer_diff_is_the_answer_first_and_a_screen_long(tmp_path, monkeyp
             runs.append(f"{target.name}/run-ct.csv+{target.name}/run-io.csv")
         sides.append(runs)
     monkeypatch.chdir(tmp_path)  # short paths, as a user's in their runs' folder
-    lines = run("diff", *sides[0], "vs", *sides[1]).out.splitlines()
-    full = run("diff", *sides[0], "vs", *sides[1], "--full").out.splitlines()
+    # one diff (a 48-layer one is slow), drawn both ways
+    report = run("diff", *sides[0], "vs", *sides[1], "--format", "json").json
+    lines = decode_analyze.text_of(report, decode_analyze.View()).splitlines()
+    full = decode_analyze.text_of(report, decode_analyze.View(layers=True, full=True)).splitlines()
     assert any(line.startswith("did the prediction hold?") for line in lines[:40])
     assert any(line.startswith("  reads per token by layer: 48 layers, ") for line in lines)
     assert "reads per token by layer" in full and len(lines) < len(full) / 2

@@ -6,6 +6,7 @@ key. The runs are the real 4-layer serial and overlapped runs, their preambles e
 import pytest
 
 from helpers import REAL_TRACES, TRACES, another_run, run
+import decode_analyze as da  # noqa: E402  (helpers puts the repository on the path)
 
 CT = REAL_TRACES["qwen3moe-l4-ct-node.csv"]  # compute preamble: io_threads=4 overlap=0
 SERIAL = REAL_TRACES["qwen3moe-l4-io-serial.csv"]
@@ -126,7 +127,8 @@ def test_a_cached_runs_compute_does_not_hold_its_cache_management():
     management apart, 10.60: the trace's I/O estimate (96.38) where the engine timed 98.83.
     The split is the log's where the log agrees with the trace: its flash I/O, read MiB /
     MiB/s / tokens, and its management."""
-    pair = run("report", *CACHED, "--format", "json").json["pair"]
+    report = run("report", *CACHED, "--format", "json").json
+    pair = report["pair"]
     assert pair["cache_mgmt_ms_per_token"] == 18.0  # the log's 0.018 s/token
     flash = 3871.0 / 612 / 64 * 1000  # 98.83: the log's read MiB / MiB/s / tokens
     assert (pair["flash_io_source"], pair["flash_io_ms_per_token"]) == \
@@ -135,16 +137,17 @@ def test_a_cached_runs_compute_does_not_hold_its_cache_management():
         pair["decode_ms_per_token"] - flash - 18.0, abs=1e-9)
     assert abs(pair["compute_ms_per_token"] - 9) <= 0.9  # the log's 9, within 10%
     estimate = pair["io_wall_ms_per_token"]["estimate"]
-    text = " ".join(run("report", *CACHED).out.split())
+    text = " ".join(da.text_of(report, da.View()).split())  # drawn from the same report
     assert (f"= compute {pair['compute_ms_per_token']:.2f} + cache mgmt 18.00 (the engine's "
             f"log) + flash I/O {flash:.2f} (the engine's log; the I/O estimate "
             f"{estimate:.2f})") in text
 
 
 def test_without_a_log_a_cached_runs_compute_and_management_are_said_together():
-    pair = run("report", *CACHED, "--no-engine-log", "--format", "json").json["pair"]
+    report = run("report", *CACHED, "--no-engine-log", "--format", "json").json
+    pair = report["pair"]
     assert pair["cache_mgmt_ms_per_token"] is None and pair["compute_ms_per_token"] is None
-    text = " ".join(run("report", *CACHED, "--no-engine-log").out.split())
+    text = " ".join(da.text_of(report, da.View()).split())
     together = pair["decode_ms_per_token"] - pair["io_wall_ms_per_token"]["estimate"]
     assert f"= compute and cache mgmt {together:.2f} (no log gives the management)" in text
 
@@ -185,7 +188,7 @@ def test_a_logs_management_that_leaves_no_compute_is_warned_of(tmp_path):
     assert pair["cache_mgmt_ms_per_token"] == 120.0 and pair["compute_ms_per_token"] is None
     outlast = [w for w in pair["warnings"] if "outlast" in w]
     assert len(outlast) == 1 and "and the log's cache management, 120.00 ms," in outlast[0]
-    text = " ".join(run("report", *(tmp_path / path.name for path in CACHED)).out.split())
+    text = " ".join(da.text_of(result.json, da.View()).split())
     assert "no split: the reads' 98.83 ms (the log) and the log's cache mgmt 120.00 ms outlast" \
         in text
 
@@ -232,12 +235,12 @@ def test_report_and_diff_give_one_runs_what_if_the_same_figures(tmp_path):
     assert (checked["setting"], checked["value"], checked["figure"]) == \
         ("io_threads", 8, "io_wall_ms_per_token")
     assert checked["predicted"] == offered["figures"]["io_wall_ms_per_token"]
-    shown = " ".join(run("report", ct, io).out.split())
+    # the text of each, drawn from the reports above (each run once: a 48-layer pair is slow)
+    shown = " ".join(da.text_of(report, da.View()).split())
     point, low, high = (f"{offered['figures']['io_wall_ms_per_token'][end]:.2f}"
                         for end in ("point", "min", "max"))
     assert f"I/O {point} ms ({low}-{high})" in shown
-    assert f"{point} ({low} to {high})" in run("diff", ct, io, "vs", tmp_path / "new" /
-                                               "run-ct.csv", tmp_path / "new" / "run-io.csv").out
+    assert f"{point} ({low} to {high})" in da.text_of(diff, da.View())
 
 
 def test_a_log_the_trace_refutes_leaves_the_split_to_the_trace():
@@ -274,7 +277,7 @@ def test_an_overlapped_runs_decode_is_split_with_its_stall():
     assert abs(pair["compute_ms_per_token"] - 112) <= 11.2  # the log's, within 10%
     bound, = (v for v in pair["verdicts"] if v["id"] == "io_bound")
     assert "the reads cost 123.00 ms (the overlap's stall)" in bound["text"]
-    text = " ".join(run("report", *OVERLAPPED).out.split())
+    text = " ".join(da.text_of(result, da.View()).split())
     assert (f"= compute {pair['compute_ms_per_token']:.2f} + cache mgmt 3.00 (the engine's log) "
             f"+ stall 123.00 (the engine's log; reads beside compute") in text
 

@@ -627,10 +627,11 @@ def test_a_cached_runs_own_size_is_not_offered_as_a_change():
     from helpers import TRACES
     base = TRACES / "l48-sweep" / "qwen3moe-l48-e128-cache256-rep1"
     ct, io = f"{base}-ct.csv", f"{base}-io.csv.gz"
-    sizes = [s["value"] for s in report_with_warnings("report", ct, io)["what_if"]["settings"]
-             if s["setting"] == "cache_mb"]
+    report = report_with_warnings("report", ct, io)
+    sizes = [s["value"] for s in report["what_if"]["settings"] if s["setting"] == "cache_mb"]
     assert 255.9 in sizes
-    listed = run("report", ct, io).out.split("\nwhat would it buy")[1].split("\n\n")[0]
+    text = decode_analyze.text_of(report, decode_analyze.View())  # drawn from that report
+    listed = text.split("\nwhat would it buy")[1].split("\n\n")[0]
     assert "cache_mb=255.9" not in listed and "cache_mb=511.8" in listed
 
 

@@ -8800,15 +8800,11 @@ def diff_section_blocks(report, view):
             changed.append(section)
     blocks, folded = [], []
     for section in changed:
-        rows, together = moved_together(section, view, len(names) - 1)
+        rows, together, left = moved_together(section, view, len(names) - 1)
         if together:
             folded.append(f"  {section['title']}: {together}")
-        tested = any(change["significant"] is not None for row in rows
-                     for change in row["changes"])
-        more = [] if view.full or not tested or len(names) > 2 or len(rows) <= DIFF_ROWS_SHOWN \
-            else [Prose([f"  and {len(rows) - DIFF_ROWS_SHOWN} more that changed significantly, "
-                         f"smaller (--full: each row)"], "    ")]
-        rows = rows if more == [] else rows[:DIFF_ROWS_SHOWN]  # largest change first
+        more = [Prose([f"  and {left} more that changed significantly, smaller (--full: each "
+                       f"row)"], "    ")] if left else []
         if rows:
             blocks.append(Block(section["title"], [
                 Grid(diff_columns(section["key"], shown, names, section), rows)
@@ -8833,34 +8829,40 @@ DIFF_ROWS_SHOWN = 8  # of a table's other significant changes, the largest (--fu
 
 
 def moved_together(section, view, news):
-    """(the rows to draw, the words for the others or None): of a table against one NEW
-    (unless --full), the rows that changed significantly by about their median ratio, four or
-    more or the whole table, are said in words ("48 layers, 0.74x to 0.83x"); the others that
-    changed significantly are drawn, and those that did not left to --full, as a headline's
-    are (a row of nothing on both sides is none). Else every row."""
+    """(the rows to draw, the words for the others or None, how many more were left out): of a
+    table against one NEW (unless --full), the rows that changed significantly by about their
+    median ratio, four or more or the whole table, are said in words ("48 layers, 0.74x to
+    0.83x"); of the others that changed significantly the DIFF_ROWS_SHOWN largest are drawn,
+    and those that did not are left to --full, as a headline's are (a row of nothing on both
+    sides is none). Else every row."""
     rows = section["rows"]
     if view.full or news != 1:
-        return rows, None
+        return rows, None, 0
     held = [(row, change) for row in rows for change in row["changes"][:1]
             if (row["base"], change["new"]) != (0, 0)]  # a row of nothing on both sides: none
     significant = [(row, change) for row, change in held if change["significant"] is not False]
     ratios = sorted(change["ratio"] for _, change in significant
                     if change["significant"] and change["ratio"])
-    if not ratios or section["title"].endswith(" headline"):
-        return [row for row, _ in significant] or rows, None
+    if not ratios:  # untested (one run a side): every row
+        return [row for row, _ in significant] or rows, None, 0
+    drawn = [row for row, _ in significant]  # largest change first
+    if section["title"].endswith(" headline"):
+        return drawn[:DIFF_ROWS_SHOWN], None, max(0, len(drawn) - DIFF_ROWS_SHOWN)
     middle = ratios[len(ratios) // 2]
     together = [(row, change) for row, change in significant if change["significant"] and
                 change["ratio"] and middle / MOVED_TOGETHER_BAND <= change["ratio"]
                 <= middle * MOVED_TOGETHER_BAND]
     if len(together) < MOVED_TOGETHER_LEAST and len(together) < len(held):
-        return [row for row, _ in significant], None
+        return drawn[:DIFF_ROWS_SHOWN], None, max(0, len(drawn) - DIFF_ROWS_SHOWN)
     low, high = (f"{ratio:.2f}x" for ratio in (min(c["ratio"] for _, c in together),
                                                max(c["ratio"] for _, c in together)))
     named = counted(len(together), str(section["key"])) if len(together) >= \
         MOVED_TOGETHER_LEAST else ", ".join(safe(row["name"]) for row, _ in together)
-    return [row for row, _ in significant if not any(row is r for r, _ in together)], (
+    drawn = [row for row in drawn if not any(row is r for r, _ in together)]
+    return drawn[:DIFF_ROWS_SHOWN], (
         f"{named}, {low}" + (f" to {high}" if high != low else "")
-        + f" (p {p_figure(max(c['p'] for _, c in together))} or less)")
+        + f" (p {p_figure(max(c['p'] for _, c in together))} or less)"), \
+        max(0, len(drawn) - DIFF_ROWS_SHOWN)
 
 
 def any_tested(sections):

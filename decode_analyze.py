@@ -6832,8 +6832,10 @@ def tool_figures(report, generated=None):
         per_position = pair["tokens"] / positions
         figures["compute_ms_per_token"] = per(pair["compute_ms_per_token"], positions,
                                               per_position)
-        if pair["compute_ms_per_token"] is not None and io["meta"].get("overlap") != "1":
-            # (overlapped, the engine's flash I/O is the readers' summed time: lanes busy, above)
+        # where the split has a flash I/O part (serial: overlapped, the engine's is the
+        # readers' summed time, lanes busy, above)
+        if pair["compute_ms_per_token"] is not None and \
+                pair.get("flash_io_ms_per_token") is not None:
             figures["flash_io_ms_per_token"] = per(pair["io_wall_ms_per_token"]["estimate"],
                                                    positions, per_position)
     return figures
@@ -10852,15 +10854,15 @@ def flagged_loaded(rows):
     row's flagged `loaded`: rows of one configuration listed apart (not repeats) differ so
     when another core's load inflated compute (the 48-layer repeats: 8.5 ms quiet, 82-182
     loaded), the reads barely moving."""
+    configurations = [(row["kind"], tuple(sorted(row["meta"].items()))) for row in rows]
     quietest = {}
-    for row in rows:
+    for configuration, row in zip(configurations, rows):
         if row["compute_ms_per_token"]:
-            key = (row["kind"], tuple(sorted(row["meta"].items())))
-            quietest[key] = min(quietest.get(key, math.inf), row["compute_ms_per_token"])
-    for row in rows:
-        least = quietest.get((row["kind"], tuple(sorted(row["meta"].items()))))
-        if least and row["compute_ms_per_token"] and \
-                row["compute_ms_per_token"] >= LOADED_FACTOR * least:
+            quietest[configuration] = min(quietest.get(configuration, math.inf),
+                                          row["compute_ms_per_token"])
+    for configuration, row in zip(configurations, rows):
+        compute = row["compute_ms_per_token"]
+        if compute and compute >= LOADED_FACTOR * quietest[configuration]:
             row["flagged"] = ["loaded", *row["flagged"]]  # first: it colours the rest
     return rows
 

@@ -6082,13 +6082,21 @@ def pair_verdicts(compute, io, pair, measured=None):
             [v for v in weighed if v["id"] not in AT_STAKE])
 
 
+def split_flash_io(pair):
+    """(the split's flash I/O, whether it is the log's): the I/O estimate where the split has
+    none of its own (overlapped) or a report saved before it named one."""
+    flash = pair.get("flash_io_ms_per_token")
+    if flash is None:
+        return pair["io_wall_ms_per_token"]["estimate"], False
+    return flash, pair.get("flash_io_source") == "log"
+
+
 def io_bound_verdict(pair, stakes):
     """Whether the reads bound the decode: what they cost it (serial: the split's flash I/O;
     overlap=1: the stall) against the decode. Node and layer traces of one run agree: it reads
     neither routing nodes nor segments."""
     estimate, decode = pair["io_wall_ms_per_token"]["estimate"], pair["decode_ms_per_token"]
-    logged = pair.get("flash_io_source") == "log"  # a schema 7 report's: the estimate
-    flash = pair["flash_io_ms_per_token"] if logged else estimate
+    flash, logged = split_flash_io(pair)
     if stakes.cap is None:
         return verdict("io_bound", None,
             f"I/O share undetermined: overlap=1 ran the reads ({estimate:.2f} ms estimated) "
@@ -6226,9 +6234,7 @@ def per_decoded_blocks(report, view):
               f"{pair['router_ms_per_token']:.2f} ms")
     estimate = pair["io_wall_ms_per_token"]["estimate"]
     managed = pair.get("cache_mgmt_ms_per_token")  # a schema 7 report may lack it: no cache
-    flash = pair.get("flash_io_ms_per_token")  # a schema 7 report's: the estimate
-    logged = flash is not None and pair.get("flash_io_source") == "log"
-    flash = estimate if flash is None else flash
+    flash, logged = split_flash_io(pair)
     decode = pair["decode_ms_per_token"]
     io_part = f"flash I/O {flash:.2f} (" + (
         f"the engine's log; the I/O estimate {estimate:.2f})" if logged else "the I/O estimate)")

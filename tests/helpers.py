@@ -152,6 +152,28 @@ def difference(got, expected):
     return "one text is longer"
 
 
+def scaled_trace(source, target, factor, op=None):
+    """A copy of a trace (plain or gzip-compressed) with each row's time (a compute trace's
+    wall_ns, of `op`'s nodes only when given; an io trace's latency_ns) times factor."""
+    import gzip
+    data = Path(source).read_bytes()
+    text = (gzip.decompress(data) if str(source).endswith(".gz") else data).decode()
+    out, header = [], None
+    for line in text.splitlines(keepends=True):
+        if line.startswith("#") or header is None:
+            out.append(line)
+            if not line.startswith("#"):
+                header = line.rstrip("\n").split(",")
+            continue
+        fields = line.rstrip("\n").split(",")
+        if op is None or fields[header.index("op")] == op:
+            at = header.index("wall_ns" if "wall_ns" in header else "latency_ns")
+            fields[at] = str(round(int(fields[at]) * factor))
+        out.append(",".join(fields) + "\n")
+    Path(target).write_text("".join(out))
+    return Path(target)
+
+
 def another_run(source, target, nudge=1):
     """A copy of a trace as another run of its command: its last row's time (wall_ns or
     latency_ns) `nudge` ns longer. Identical files are one run (diff and summary count them

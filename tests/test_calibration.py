@@ -501,8 +501,7 @@ def test_loaded_repeats_are_told_by_their_compute(tmp_path):
     (the engine says 7-9). A busy machine inflates compute tenfold while the reads barely
     move, so the levels are compute's: here rep9 and two copies of it on a slower drive (all
     its times 1.25x and 1.45x) are quiet, rep1-3 and rep5-8 loaded, rep4 an outlier."""
-    import gzip
-    from helpers import TRACES
+    from helpers import TRACES, scaled_trace
     runs = []
     folder = TRACES / "l48-repeats"
     for rep in range(1, 10):
@@ -510,20 +509,9 @@ def test_loaded_repeats_are_told_by_their_compute(tmp_path):
         runs.append(f"{name}-ct.csv+{name}-io.csv.gz")
     rep9 = folder / "qwen3moe-l48-e128-serial-rep9"
     for factor in (1.25, 1.45):
-        for part, source, column in (("ct", rep9.with_name(rep9.name + "-ct.csv"), "wall_ns"),
-                                     ("io", rep9.with_name(rep9.name + "-io.csv.gz"),
-                                      "latency_ns")):
-            data = source.read_bytes()
-            lines = (gzip.decompress(data) if source.suffix == ".gz" else data).decode()
-            lines = lines.splitlines()
-            head = next(i for i, line in enumerate(lines) if not line.startswith("#"))
-            at = lines[head].split(",").index(column)
-            for i in range(head + 1, len(lines)):
-                fields = lines[i].split(",")
-                fields[at] = str(int(int(fields[at]) * factor))
-                lines[i] = ",".join(fields)
-            (tmp_path / f"slow{factor}-{part}.csv").write_text("\n".join(lines) + "\n")
-        runs.append(f"{tmp_path}/slow{factor}-ct.csv+{tmp_path}/slow{factor}-io.csv")
+        ct, io = (scaled_trace(f"{rep9}-{part}", tmp_path / f"slow{factor}-{part[:2]}.csv", factor)
+                  for part in ("ct.csv", "io.csv.gz"))
+        runs.append(f"{ct}+{io}")
     fit = report_with_warnings("summary", *runs, "--no-engine-log")["calibration"]
     base, = (group for group in fit["configurations"] if group["label"] == "base")
     assert sorted(base["loaded"]) == [f"qwen3moe-l48-e128-serial-rep{i}-ct.csv"

@@ -10,7 +10,7 @@ from itertools import combinations
 import pytest
 
 from helpers import (REAL_TRACES, ROOT, TRACES, another_run, ct_text, error_of, io_text, report,
-                     report_with_warnings, run)
+                     report_with_warnings, run, scaled_trace)
 import decode_analyze
 from decode_analyze import mann_whitney_p, pair_name
 
@@ -72,25 +72,6 @@ def test_degenerate_samples():
 
 
 # ── helpers ──────────────────────────────────────────────────────────────────────────────────
-def scaled_trace(source, target, factor, op=None):
-    """A copy of a compute trace with the wall_ns of `op` (or of every node) times factor."""
-    lines = source.read_text().splitlines(keepends=True)
-    out, header = [], None
-    for line in lines:
-        if line.startswith("#") or header is None:
-            out.append(line)
-            if not line.startswith("#"):
-                header = line.rstrip("\n").split(",")
-            continue
-        fields = line.rstrip("\n").split(",")
-        if op is None or fields[header.index("op")] == op:
-            wall = header.index("wall_ns")
-            fields[wall] = str(round(int(fields[wall]) * factor))
-        out.append(",".join(fields) + "\n")
-    target.write_text("".join(out))
-    return target
-
-
 def section(diff, title):
     return next(s for s in diff["sections"] if s["title"] == title)
 

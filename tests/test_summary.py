@@ -5,7 +5,8 @@ import shutil
 import sys
 
 
-from helpers import REAL_TRACES, ROOT, another_run, report, report_with_warnings, run, run_measured
+from helpers import (REAL_TRACES, ROOT, another_run, report, report_with_warnings, run,
+                     run_measured, scaled_trace)
 
 SESSION = (ROOT / "examples" / "session-ct.csv", ROOT / "examples" / "session-io.csv")
 QWEN = {name: REAL_TRACES[f"qwen3moe-l4-{name}.csv"]
@@ -166,11 +167,7 @@ def test_a_run_whose_compute_a_load_inflated_is_flagged_loaded(tmp_path):
         folder.mkdir()
         another_run(io, folder / "io.csv", nudge=1 if folder is quiet else 2)
     (quiet / "ct.csv").write_bytes(ct.read_bytes())
-    lines = ct.read_text().splitlines(keepends=True)
-    head = next(i for i, line in enumerate(lines) if line.startswith("turn,"))
-    slow = [",".join(fields[:7] + [str(int(fields[7]) * 3), fields[8]])
-            for fields in (line.rstrip("\n").split(",") for line in lines[head + 1:])]
-    (busy / "ct.csv").write_text("".join(lines[:head + 1]) + "\n".join(slow) + "\n")
+    scaled_trace(ct, busy / "ct.csv", 3)
     runs = [f"{folder}/ct.csv+{folder}/io.csv" for folder in (quiet, busy)]
     result = run("summary", *runs, "--no-engine-log", "--format", "json")
     rows = {row["run"]: row for row in result.json["runs"]}

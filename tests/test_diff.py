@@ -645,16 +645,18 @@ def test_a_48_layer_diff_is_the_answer_first_and_a_screen_long(tmp_path, monkeyp
     sides = []
     for folder, name in (("l48-repeats", "serial-rep9"), ("l48-sweep", "cache256-rep1")):
         base = TRACES / folder / f"qwen3moe-l48-e128-{name}"
+        plain = {}
+        for part, source in (("ct", base.with_name(base.name + "-ct.csv")),
+                             ("io", base.with_name(base.name + "-io.csv.gz"))):
+            plain[part] = tmp_path / f"{name}-{part}.csv"  # decompressed once, copied four times
+            plain[part].write_bytes(gzip.decompress(source.read_bytes())
+                                    if source.suffix == ".gz" else source.read_bytes())
         runs = []
         for copy in range(4):
             target = tmp_path / f"{name}-{copy}"
             target.mkdir()
-            for part, source in (("ct", base.with_name(base.name + "-ct.csv")),
-                                 ("io", base.with_name(base.name + "-io.csv.gz"))):
-                plain = tmp_path / f"{name}-{part}.csv"
-                plain.write_bytes(gzip.decompress(source.read_bytes()) if source.suffix == ".gz"
-                                  else source.read_bytes())
-                another_run(plain, target / f"run-{part}.csv", nudge=copy + 1)
+            for part in ("ct", "io"):
+                another_run(plain[part], target / f"run-{part}.csv", nudge=copy + 1)
             (target / "run.log").write_bytes(base.with_name(base.name + ".log").read_bytes())
             runs.append(f"{target.name}/run-ct.csv+{target.name}/run-io.csv")
         sides.append(runs)

@@ -495,24 +495,32 @@ def test_a_fit_that_held_nothing_out_validates_no_band(tmp_path):
         run("report", ct, io, "--calibration", fit).out.split())
 
 
-def test_loaded_repeats_are_told_by_their_compute(tmp_path):
+def test_loaded_repeats_are_told_by_their_compute():
     """Bug: the 48-layer serial repeats, the quiet ones among them, were one level: their
     decodes (96 to 260 ms) rise in steps under 1.5x, so the fit's base compute became 106 ms
     (the engine says 7-9). A busy machine inflates compute tenfold while the reads barely
     move, so the levels are compute's: here rep9 and two copies of it on a slower drive (all
-    its times 1.25x and 1.45x) are quiet, rep1-3 and rep5-8 loaded, rep4 an outlier."""
-    from helpers import TRACES, scaled_trace
-    runs = []
+    its times 1.25x and 1.45x) are quiet, rep1-3 and rep5-8 loaded, rep4 an outlier. Each run
+    is what a fit takes of it, from its engine log (the repeats' traces are read end to end by
+    test_the_48_layer_repeats_name_their_outlier_and_loaded_runs)."""
+    from helpers import TRACES
+    meta = {"model": "qwen3moe-l48-e128.gguf", "n_layer": "48", "io_threads": "4",
+            "o_direct": "1", "overlap": "0"}
+    identity = {"model": meta["model"], "n_layer": 48, "experts": None, "top_k": None,
+                "expert_mib": None}
+
+    def sample(run, figures, factor=1.0):
+        value = {name: figure.value * factor for name, figure in figures.items()}
+        return da.Sample(
+            run, identity, 4, False, False, figures["mib_per_token"].value,
+            value["flash_io_ms_per_token"], 0.0, 0.0, value["compute_ms_per_token"],
+            value["decode_ms_per_token"], da.configuration(meta))
     folder = TRACES / "l48-repeats"
-    for rep in range(1, 10):
-        name = folder / f"qwen3moe-l48-e128-serial-rep{rep}"
-        runs.append(f"{name}-ct.csv+{name}-io.csv.gz")
-    rep9 = folder / "qwen3moe-l48-e128-serial-rep9"
-    for factor in (1.25, 1.45):
-        ct, io = (scaled_trace(f"{rep9}-{part}", tmp_path / f"slow{factor}-{part[:2]}.csv", factor)
-                  for part in ("ct.csv", "io.csv.gz"))
-        runs.append(f"{ct}+{io}")
-    fit = report_with_warnings("summary", *runs, "--no-engine-log")["calibration"]
+    logs = {rep: da.read_engine_log(str(folder / f"qwen3moe-l48-e128-serial-rep{rep}.log"))
+            .figures for rep in range(1, 10)}
+    samples = [sample(f"qwen3moe-l48-e128-serial-rep{rep}-ct.csv", logs[rep]) for rep in logs]
+    samples += [sample(f"slow{factor}-ct.csv", logs[9], factor) for factor in (1.25, 1.45)]
+    fit = da.calibration(samples)
     base, = (group for group in fit["configurations"] if group["label"] == "base")
     assert sorted(base["loaded"]) == [f"qwen3moe-l48-e128-serial-rep{i}-ct.csv"
                                       for i in (1, 2, 3, 5, 6, 7, 8)]

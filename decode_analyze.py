@@ -3024,6 +3024,12 @@ WHAT_IF_FIGURE_FIELDS = (
      Shown("resident {} MiB", 1)),
     ("io_wall_ms_per_token", "the I/O estimate per token", FIGURE, Shown("I/O {} ms", 2),
      PER_TOKEN),
+    ("flash_io_ms_per_token", "the engine's flash I/O per token at the setting: its MiB at the "
+                              "token model's ms per MiB there (serial runs; absent overlapped)",
+     FIGURE, Shown("{} ms", 2), PER_TOKEN),
+    ("cache_mgmt_ms_per_token", "the engine's cache management per token at the setting: its "
+                                "misses at the management a miss (0 without a cache)",
+     FIGURE, Shown("{} ms", 2), PER_TOKEN),
     ("speculative_mib_per_token", "MiB read speculatively per token", FIGURE,
      Shown("{} MiB/tok speculative", 2), PER_TOKEN),
     ("useful_share", "the share of speculatively read experts routed at that token or the "
@@ -3041,6 +3047,10 @@ WHAT_IF_BASELINE = Record("what-if baseline", "`what_if.baseline`: the run as tr
     ("io_part_ms_per_token", "the I/O part every saving is taken from: the log's flash I/O "
                              "where the run read in series and has a log, else the I/O "
                              "estimate; with the log's cache management (null: not known)",
+     PER_TOKEN),
+    ("flash_io_ms_per_token", "of the I/O part, the flash I/O (null overlapped: the stall is "
+                              "the part)", PER_TOKEN),
+    ("cache_mgmt_ms_per_token", "of the I/O part, the cache management (null overlapped)",
      PER_TOKEN),
     ("noise_ms_per_token", "the machine's run-to-run spread of the I/O part, half its range: "
                            "the calibration's quiet repeats' where it has them, else 18% of "
@@ -4202,8 +4212,9 @@ def request_overhead(io):
 Config = namedtuple("Config", "mib lanes cached misses overlap")
 Ranged = namedtuple("Ranged", "value low high")  # a figure and the range its costs allow
 # What a setting is said to save: its ms_per_token_saved, how it was got, a calibrated band
-# (None uncalibrated) and the run that would narrow a band too wide.
-Said = namedtuple("Said", "saved method band narrow_with", defaults=(None, None))
+# (None uncalibrated), the run that would narrow a band too wide, and the serial I/O part it
+# leaves: (flash I/O, cache management) as Ranged, None where the model gives none.
+Said = namedtuple("Said", "saved method band narrow_with parts", defaults=(None, None, None))
 
 
 def ranged_of(cost):
@@ -4270,18 +4281,24 @@ class TokenModel:
         return scaled_range(self.anchors[near], Ranged((near / lanes) ** exponent.value,
                                                     min(moves), max(moves)))
 
+    def parts(self, config):
+        """A serial token's (flash I/O, cache management) at `config`, each a Ranged: its MiB
+        at the ms per MiB there, its misses at the management a miss; None without a rate."""
+        rate = self.rate(config.lanes, config.cached)
+        if rate is None:
+            return None
+        misses = Ranged(config.misses, config.misses, config.misses) if config.cached else \
+            Ranged(0.0, 0.0, 0.0)
+        return (scaled_range(rate, Ranged(config.mib, config.mib, config.mib)),
+                scaled_range(ranged_of(self.costs["management_ms_per_miss"]), misses))
+
     def part(self, config):
         """The I/O part of a token at `config` as a Ranged, or None where the model has no rate
         (or, overlapped, no fitted overlap factor)."""
-        rate = self.rate(config.lanes, config.cached)
-        if rate is None or (config.overlap and self.overlap is None):
+        parts = self.parts(config)
+        if parts is None or (config.overlap and self.overlap is None):
             return None
-        mib = Ranged(config.mib, config.mib, config.mib)
-        part = scaled_range(rate, mib)
-        if config.cached:
-            misses = Ranged(config.misses, config.misses, config.misses)
-            part = added(part, scaled_range(ranged_of(self.costs["management_ms_per_miss"]),
-                                           misses))
+        part = added(*parts)
         return scaled_range(part, ranged_of(self.overlap)) if config.overlap else part
 
     def validated_half(self, kinds):
@@ -4428,6 +4445,7 @@ class WhatIf:
         Calibrated: its point plus or minus the band validated_half gives, not known (no
         figure, the run that would narrow it) when wider than BAND_MOST_SHARE of the decode;
         uncalibrated: the range the default costs allow."""
+        parts = None if config.overlap else self.model.parts(config)  # overlapped: the stall
         if self.model.overlap is None:  # uncalibrated overlap: the serial part, then capped
             config = config._replace(overlap=False)
         own, part = self.own_part(), self.model.part(config)
@@ -4442,7 +4460,7 @@ class WhatIf:
                 None, f"run {name}={value} once, then fit again")
         if half is None:
             return Said(self.within_decode(point, own - part.high, own - part.low),
-                        UNCALIBRATED_METHOD)
+                        UNCALIBRATED_METHOD, parts=parts)
         half *= self.per_read
         share = ratio(2 * half, self.decode)
         known = share is not None and share <= BAND_MOST_SHARE
@@ -4455,8 +4473,9 @@ class WhatIf:
             "quiet repeats' spread); compute is set aside")
         if not known:
             return Said(figure(None, None, None), method, band,
-                        narrowing_run(kinds, name, value, self.fit))
-        return Said(self.within_decode(point, point - half, point + half), method, band)
+                        narrowing_run(kinds, name, value, self.fit), parts)
+        return Said(self.within_decode(point, point - half, point + half), method, band,
+                    parts=parts)
 
     def within_decode(self, point, low, high):
         """A saving no larger than the decode it is saved from (a log whose flash I/O exceeds
@@ -4472,6 +4491,10 @@ class WhatIf:
         return Ratio(total_bytes / MIB, self.tokens)
 
     def setting(self, name, value, figures, said, fits=None):
+        if said.parts:  # the part the setting acts on, said beside what it saves
+            flash, management = said.parts
+            figures = {**figures, "flash_io_ms_per_token": figure(*flash),
+                       "cache_mgmt_ms_per_token": figure(*management)}
         return WHAT_IF_SETTING(setting=name, value=value, figures=figures,
                                ms_per_token_saved=said.saved, method=said.method, fits=fits,
                                band=said.band, narrow_with=said.narrow_with)
@@ -4602,6 +4625,11 @@ class WhatIf:
         if said is not None and (said.band is None or said.band["known"]):
             said = said._replace(saved=figure(None if middle is None else middle.saved["point"],
                                               most.saved["min"], fewest.saved["max"]))
+        if said is not None and said.parts:  # each part over the MiB's band too
+            said = said._replace(parts=tuple(Ranged(
+                said.parts[index].value if middle else None,
+                min(one.parts[index].low for one in (fewest, most)),
+                max(one.parts[index].high for one in (fewest, most))) for index in (0, 1)))
         return self.offer(name, mib, figures, said, method, fits)
 
     def o_direct_settings(self, asked):
@@ -4768,7 +4796,10 @@ class WhatIf:
             io_threads=meta_int(meta, "io_threads") or None,
             o_direct=meta_flag(meta, "o_direct"), overlap=meta_flag(meta, "overlap"),
             expert_bytes=self.cache.expert_bytes, io_wall_ms_per_token=self.estimate,
-            io_part_ms_per_token=self.own_part(), noise_ms_per_token=self.noise()),
+            io_part_ms_per_token=self.own_part(),
+            flash_io_ms_per_token=None if self.own.overlap else self.io_ms,
+            cache_mgmt_ms_per_token=None if self.own.overlap else self.management,
+            noise_ms_per_token=self.noise()),
             calibrated=None if not fit else CALIBRATED(
                 runs=len(fit["runs"]), model=fit["model"]["model"],
                 inside=fit["validation"]["inside"], checked=fit["validation"]["checked"],
@@ -5482,6 +5513,10 @@ def what_if_figure(name, value):
     return shown.header.format(point) + (f" ({low}-{high})" if low != high else "")
 
 
+# The I/O part a serial setting acts on, as its line says it moves: figure -> label.
+SPLIT_FIGURES = {"flash_io_ms_per_token": "flash I/O", "cache_mgmt_ms_per_token": "cache mgmt"}
+
+
 def within_noise(setting, noise):
     """Whether a setting's saving is no larger than the machine's noise (the what-if's
     noise_ms_per_token; none known: never)."""
@@ -5597,23 +5632,34 @@ def what_if_blocks(report, view):
         if every_expert(setting) or setting["setting"] == "cache_mb" and own and \
                 setting["value"] == own:
             continue
-        figures = [what_if_figure(name, value) for name, value in setting["figures"].items()
-                   if name != "experts"]
-        experts = setting["figures"].get("experts")
+        held = setting["figures"]
+        figures = [what_if_figure(name, value) for name, value in held.items()
+                   if name not in SPLIT_FIGURES and name != "experts" and not (
+                       name == "io_wall_ms_per_token" and "flash_io_ms_per_token" in held)]
+        experts = held.get("experts")
         if experts:
             figures.insert(0, f"{experts['point']} expert{'s' if experts['point'] != 1 else ''}")
+        # the part the setting acts on, from the run's own to the setting's, compute held
+        moved = [f"{label} {baseline[name]:.2f} -> {what_if_figure(name, held[name])}"
+                 for name, label in SPLIT_FIGURES.items() if name in held and baseline.get(
+                     name) is not None and num(held[name]["point"], ".2f") != num(
+                         baseline[name], ".2f")]
         lines.append(f"  {setting['setting'] + '=' + str(setting['value']):<13} "
                      f"{offer_text(setting, baseline.get('noise_ms_per_token'))}"
-                     + (": " + ", ".join(figures) if figures else "")
-                     + memory_words(setting))
+                     + (": " + ", ".join(moved) + ("; " if figures else "") if moved else
+                        ": " if figures else "")
+                     + ", ".join(figures) + memory_words(setting))
     methods = dict.fromkeys(f"{setting['setting']}: {setting['method']}"
                             for setting in what_if["settings"])
     told = [Prose(["  how each is estimated:"], "    "), Bullets(list(methods))] \
         if view.explain else [Prose(["  (how each band is made: --explain; docs/what-if.md)"],
                                     "    ")]
+    now = f"I/O estimate {num(baseline['io_wall_ms_per_token'], '.2f')} ms" \
+        if baseline.get("flash_io_ms_per_token") is None else \
+        f"flash I/O {baseline['flash_io_ms_per_token']:.2f} ms, cache mgmt " \
+        f"{baseline['cache_mgmt_ms_per_token']:.2f} ms; compute held"
     return [Block(f"what would it buy ({per}, surest saving first; now "
-                  f"{baseline['mib_per_token']:.2f} MiB read, I/O estimate "
-                  f"{num(baseline['io_wall_ms_per_token'], '.2f')} ms)",
+                  f"{baseline['mib_per_token']:.2f} MiB read, {now})",
                   [Listed(lines, "    "), *told])]
 
 

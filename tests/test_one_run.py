@@ -239,7 +239,8 @@ def test_report_and_diff_give_one_runs_what_if_the_same_figures(tmp_path):
     shown = " ".join(da.text_of(report, da.View()).split())
     point, low, high = (f"{offered['figures']['io_wall_ms_per_token'][end]:.2f}"
                         for end in ("point", "min", "max"))
-    assert f"I/O {point} ms ({low}-{high})" in shown
+    now = f"{report['what_if']['baseline']['flash_io_ms_per_token']:.2f}"  # the log's
+    assert f"flash I/O {now} -> {point} ms ({low}-{high})" in shown  # the part it acts on
     assert f"{point} ({low} to {high})" in da.text_of(diff, da.View())
 
 

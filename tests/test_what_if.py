@@ -299,8 +299,47 @@ def test_the_baseline_is_the_run_as_traced():
         "io_wall_ms_per_token": r["io_wall_ms_per_token"]["estimate"],
         # serial, with a log: its flash I/O, read MiB / MiB/s / tokens (the README's example)
         "io_part_ms_per_token": pytest.approx(204.0 / 344 / 128 * 1000, rel=1e-9),
+        # that part split as the engine splits it: all flash I/O, no cache to manage
+        "flash_io_ms_per_token": pytest.approx(204.0 / 344 / 128 * 1000, rel=1e-9),
+        "cache_mgmt_ms_per_token": 0.0,
         # no calibration: the machine's spread is 18% of that part (real quiet repeats)
         "noise_ms_per_token": pytest.approx(204.0 / 344 / 128 * 1000 * 0.18, rel=1e-9)}
+
+
+def test_each_setting_says_how_the_part_it_acts_on_moves():
+    """Issue 65: a setting acts on the I/O part (flash I/O and cache management), so that part
+    is predicted and said; compute is held. Uncalibrated on a serial run with a log: flash I/O
+    is the log's, read MiB / MiB/s / tokens; a setting's flash I/O is its MiB at that ms per
+    MiB (a cache's at the default 1.3x cached rate), its management its misses (a MiB an
+    expert) at 0.055 ms; and the saving is the part now less the part then."""
+    r = report("io", REAL_TRACES["qwen3moe-l4-io-serial.csv"], "--what-if")
+    baseline = r["what_if"]["baseline"]
+    flash_now = 204.0 / 344 / 128 * 1000
+    ms_per_mib = flash_now / r["mib_per_token"]
+    expert_mib = EXPERT / MIB
+    assert baseline["flash_io_ms_per_token"] == pytest.approx(flash_now, rel=1e-9)
+    assert baseline["cache_mgmt_ms_per_token"] == 0.0
+    checked = set()
+    for setting in r["what_if"]["settings"]:
+        figures, saved = setting["figures"], setting["ms_per_token_saved"]
+        if "flash_io_ms_per_token" not in figures:
+            continue
+        flash, managed = (figures[name]["point"] for name in ("flash_io_ms_per_token",
+                                                               "cache_mgmt_ms_per_token"))
+        if setting["setting"] == "io_threads":
+            lanes = setting["value"]
+            assert flash == pytest.approx(ms_per_mib * (4 / lanes) ** 0.37 * r["mib_per_token"])
+            assert managed == 0.0
+        else:
+            mib = figures["mib_per_token"]["point"]
+            assert flash == pytest.approx(ms_per_mib * 1.3 * mib)
+            assert managed == pytest.approx(mib / expert_mib * 0.055)
+        assert saved["point"] == pytest.approx(flash_now - flash - managed)
+        checked.add(setting["setting"])
+    assert checked == {"io_threads", "cache_mb"}
+    text = run("io", REAL_TRACES["qwen3moe-l4-io-serial.csv"], "--what-if").out
+    assert "now 1.59 MiB read, flash I/O 4.63 ms, cache\n  mgmt 0.00 ms; compute held" in text
+    assert "flash I/O 4.63 -> 5.99 ms (5.32-6.78)" in text  # io_threads=2
 
 
 def test_io_has_no_what_if_unless_asked(write):

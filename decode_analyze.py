@@ -3124,6 +3124,9 @@ IO_REPORT = Record("io report", "`io`; a pair's `io` (its own per-read-token fig
                                  "min": "I/O wall ms per token, all lanes at once",
                                  "max": "I/O wall ms per token, one read at a time"}), PER_TOKEN),
     ("throughput_mib_per_s", "MiB per token over each of them", RANGE),
+    ("slowest_reads_ms_per_token", "each layer's slowest read, summed over its layers: a layer "
+                                   "waits for its slowest read, so no lane count brings a "
+                                   "token's I/O below it", PER_TOKEN),
     ("busy_ms_per_token", "summed latency / tokens: lanes busy, summed over lanes",
      Shown(diff="lanes busy ms per token (summed over lanes)", samples="busy_ms"), PER_TOKEN),
     ("busy_mib_per_s", "MiB over summed latency: one lane's rate",
@@ -3162,7 +3165,7 @@ IO_COLUMNS = ("turn", "phase", "step", "layer", "expert", "lane", "spec", "offse
 
 # An io token's columns in its fold's TokenTable (and, with --svg, LANE_COLUMN + each lane's
 # bytes); its read latencies are kept in ReadLatencies, for its p99.
-IO_SUMS = ("reads", "read_bytes", "busy_ns", "io_ns")
+IO_SUMS = ("reads", "read_bytes", "busy_ns", "io_ns", "slowest_ns")
 LANE_COLUMN = "lane "
 
 
@@ -3172,7 +3175,8 @@ class IoToken:
     whose reads come again after another's starts a new layer there, in one process or
     several (a file is cut between tokens)."""
 
-    __slots__ = ("row", "closed_ns", "open_layer", "open_lanes", "latencies", "lane_bytes")
+    __slots__ = ("row", "closed_ns", "open_layer", "open_lanes", "latencies", "lane_bytes",
+                 "slowest")
 
     def __init__(self, row):
         self.row = row
@@ -3181,6 +3185,7 @@ class IoToken:
         # The I/O estimate: the layers whose reads are all in, and the last one seen, which the
         # token's next run of rows may continue ({lane: latency_ns}).
         self.closed_ns, self.open_layer, self.open_lanes = 0, None, {}
+        self.slowest = {}  # layer -> its slowest read's latency_ns: no lane count goes below
 
     def add_layers(self, layers, lanes, latencies):
         """A run of the token's reads, for its I/O estimate: the engine issues a layer's reads
@@ -3188,15 +3193,22 @@ class IoToken:
         busiest lane's summed latency."""
         by_layer = {} if self.open_layer is None else {self.open_layer: self.open_lanes}
         current = lane_ns = get = None
+        slowest, top = self.slowest, 0
         # A token's reads come layer after layer: the layer's lanes are looked up only where
         # the layer changes (a third cheaper than a (layer, lane) key per read), whatever
         # the order. (Folding PhaseReads' per-key sums into this loop made it slower: a
         # loop's cost grows with the columns it unpacks.)
         for layer, lane, latency_ns in zip(layers, lanes, latencies):
             if layer != current:
+                if top > slowest.get(current, 0):
+                    slowest[current] = top
                 lane_ns = by_layer.setdefault(layer, {})
-                get, current = lane_ns.get, layer
+                get, current, top = lane_ns.get, layer, slowest.get(layer, 0)
             lane_ns[lane] = get(lane, 0) + latency_ns
+            if latency_ns > top:
+                top = latency_ns
+        if top > slowest.get(current, 0):
+            slowest[current] = top
         self.open_layer = current  # the run's last row's layer, which the next run may go on
         self.open_lanes = by_layer.pop(current)
         self.closed_ns += sum(map(max, map(dict.values, by_layer.values())))
@@ -3215,6 +3227,7 @@ class IoToken:
     def seal(self, table, latencies):
         """Its figures into the table, its latencies into the ReadLatencies."""
         table.add("io_ns", self.row, self.io_ns)
+        table.add("slowest_ns", self.row, sum(self.slowest.values()))
         for lane, size in self.lane_bytes.items():
             table.add(LANE_COLUMN + str(int(lane)), self.row, size)
         latencies.add(self.row, self.latencies)
@@ -4238,8 +4251,10 @@ class TokenModel:
     ms per MiB now, cached where it had a cache). A cached run's own management a miss (its
     log's) stands for the default's where the calibration has none."""
 
-    def __init__(self, fit, own, own_ms_per_mib, own_management=None):
+    def __init__(self, fit, own, own_ms_per_mib, own_management=None, slowest_ms=0.0):
         self.fit = fit
+        # the run's own reads take at least each layer's slowest read, at any lane count
+        self.floor = (None if own is None else own.mib, slowest_ms or 0.0)
         fitted = fit or {}
         self.costs = {name: fitted.get(name) or cost for name, cost in DEFAULT_COSTS.items()}
         if own_management is not None and not fitted.get("management_ms_per_miss"):
@@ -4289,8 +4304,11 @@ class TokenModel:
             return None
         misses = Ranged(config.misses, config.misses, config.misses) if config.cached else \
             Ranged(0.0, 0.0, 0.0)
-        return (scaled_range(rate, Ranged(config.mib, config.mib, config.mib)),
-                scaled_range(ranged_of(self.costs["management_ms_per_miss"]), misses))
+        flash = scaled_range(rate, Ranged(config.mib, config.mib, config.mib))
+        mib, slowest = self.floor
+        if config.mib == mib:  # the same reads: no lane count goes below the slowest
+            flash = Ranged(*(max(end, slowest) for end in flash))
+        return flash, scaled_range(ranged_of(self.costs["management_ms_per_miss"]), misses)
 
     def part(self, config):
         """The I/O part of a token at `config` as a Ranged, or None where the model has no rate
@@ -4420,7 +4438,8 @@ class WhatIf:
                           self.misses(report["mib_per_token"]) if cached else 0.0,
                           report["meta"].get("overlap") == "1")
         self.model = TokenModel(self.fit, self.own, ratio(self.io_ms, report["mib_per_token"]),
-                                self.own_management(measured))
+                                self.own_management(measured),
+                                report.get("slowest_reads_ms_per_token"))
         self.cache_at = {}  # MiB -> its setting: the cache verdict's size is weighed once
 
     def own_management(self, measured):
@@ -4940,6 +4959,7 @@ def io_report(trace, fold, reading, settings, asked=None):
         reads_per_token=per.count(reads), mib_per_token=per.count(read_bytes / MIB), lanes=lanes,
         **io_ranges(IoWall(busy_ms, per.count(sum(tokens.values("io_ns")) / NS_PER_MS)),
                     per.count(read_bytes / MIB), lanes),
+        slowest_reads_ms_per_token=per.count(sum(tokens.values("slowest_ns")) / NS_PER_MS),
         busy_ms_per_token=busy_ms, busy_mib_per_s=throughput(read_bytes / MIB, busy_ns / 1e9),
         waste_pct=None if not read_bytes else (read_bytes - req_bytes) / read_bytes * 100,
         waste_mib_per_token=per.count((read_bytes - req_bytes) / MIB),

@@ -1,6 +1,7 @@
 """What each engine setting would buy: the expert cache (against a plain LRU simulation and the
 engine's own --cache-mb 2 run), the other settings' figures on hand-made traces, their ranking,
 and the figures per decoded token in a pair."""
+import csv
 import json
 import re
 from collections import OrderedDict
@@ -191,9 +192,14 @@ def test_o_direct_lanes_overlap_and_coalescing(write):
                                  "max": estimate * (1 - 2 ** 0.2)})
     eight = setting(what_if, "io_threads", 8)["ms_per_token_saved"]
     # past the lanes measured, a loss too: lanes ** +0.15 (LANE_TURN)
+    # and no lane count goes below the layer's slowest read (one token, one layer here),
+    # which the fastest end would: it saves at most the estimate less that read
+    slowest = r["latency_us"]["max"] / 1e3
+    assert r["slowest_reads_ms_per_token"] == pytest.approx(slowest)
+    assert estimate * 4 ** -0.55 < slowest
     assert eight == pytest.approx({"point": estimate * (1 - 4 ** -0.37),
                                    "min": estimate * (1 - 4 ** 0.15),
-                                   "max": estimate * (1 - 4 ** -0.55)})
+                                   "max": estimate - slowest})
     # the cores unknown: no lower bound (readers may compete with compute)
     assert setting(what_if, "overlap", 1)["ms_per_token_saved"] == \
         {"point": None, "min": None, "max": estimate}
@@ -340,6 +346,30 @@ def test_each_setting_says_how_the_part_it_acts_on_moves():
     text = run("io", REAL_TRACES["qwen3moe-l4-io-serial.csv"], "--what-if").out
     assert "now 1.59 MiB read, flash I/O 4.63 ms, cache\n  mgmt 0.00 ms; compute held" in text
     assert "flash I/O 4.63 -> 5.99 ms (5.32-6.78)" in text  # io_threads=2
+
+
+def test_no_lane_count_brings_a_layer_below_its_slowest_read():
+    """Issue 65: `--io-threads 1000` gave an I/O part below what each layer's slowest read
+    alone sums to. The floor, from the trace by hand: per decode token and layer the slowest
+    read, summed, over the tokens; many lanes reach it and go no lower, at every end."""
+    path = REAL_TRACES["qwen3moe-l4-io-serial.csv"]
+    lines = (line for line in path.read_text().splitlines() if not line.startswith("#"))
+    slowest, tokens = {}, set()
+    for row in csv.DictReader(lines):
+        if row["phase"] == "1":  # decode
+            key = (row["turn"], row["step"], row["layer"])
+            slowest[key] = max(slowest.get(key, 0), int(row["latency_ns"]))
+            tokens.add((row["turn"], row["step"]))
+    floor = sum(slowest.values()) / len(tokens) / 1e6
+    r = report("io", path, "--io-threads", "8,1000")
+    assert r["slowest_reads_ms_per_token"] == pytest.approx(floor, rel=1e-12)
+    lanes = {s["value"]: s for s in r["what_if"]["settings"] if s["setting"] == "io_threads"}
+    many = lanes[1000]["figures"]["flash_io_ms_per_token"]
+    assert (many["point"], many["min"]) == pytest.approx((floor,) * 2)
+    assert many["max"] > floor  # past the lanes measured, more lanes may be slower
+    assert lanes[1000]["ms_per_token_saved"]["point"] == pytest.approx(
+        r["what_if"]["baseline"]["flash_io_ms_per_token"] - floor)
+    assert lanes[8]["figures"]["flash_io_ms_per_token"]["min"] > floor  # above it: untouched
 
 
 def test_io_has_no_what_if_unless_asked(write):

@@ -3096,7 +3096,10 @@ CALIBRATED = Record("calibrated what-if", "`what_if.calibrated` (null without --
     ("runs", "the runs the calibration was fitted on"), ("model", "their model"),
     ("inside", "of its held-out configurations, those inside their band"),
     ("checked", "those whose band was a check: 40% of the decode or narrower"),
-    ("median_band_share", "the median width of those bands, over the base decode")))
+    ("median_band_share", "the median width of those bands, over the base decode"),
+    ("used", "whether the what-if uses it: not when nothing was held out, nor when it "
+             "predicted its own held-out runs worse than the defaults (then the defaults stand)"),
+    ("not_used_because", "why not (null: used)")))
 WHAT_IF = Record("what if", "`what_if` (io: with --what-if; report: always)", (
     ("schema", "the JSON schema"), ("baseline", "the run as traced", WHAT_IF_BASELINE),
     ("calibrated", "what the calibration it uses showed of itself", CALIBRATED),
@@ -4404,6 +4407,19 @@ def another_model(fitted, report, cache):
             f"runs with summary --calibration-out")
 
 
+def unused_because(validation):
+    """Why a calibration is not used, None where it is: a fit that held nothing out validated
+    no band, and one that predicted its own held-out runs worse than the defaults would make
+    the advice worse than none."""
+    if not validation["held_out"]:
+        return "nothing was held out of the fit, so no band is validated"
+    if validation.get("better_than_defaults") is False:
+        return (f"it predicted its own held-out runs worse than the defaults (median error "
+                f"{validation['median_error_ms']:.2f} ms against "
+                f"{validation['defaults_median_error_ms']:.2f})")
+    return None
+
+
 class WhatIf:
     """The inputs every setting's figures come from: the io report (per read-token), the
     expert cache and the coalesced runs, what the run measured (its log: flash I/O, cache
@@ -4421,10 +4437,13 @@ class WhatIf:
         generated = logged_tokens(measured.get("tokens"), self.tokens)
         self.per_read = generated / self.tokens if generated else 1.0
         self.management = (measured.get("cache_mgmt_ms_per_token") or 0.0) * self.per_read
-        self.fit = measured.get("calibration")  # summary --calibration-out's, from --calibration
-        problem = self.fit and another_model(self.fit["model"], report, cache)
+        # summary --calibration-out's, from --calibration: used where it validated itself
+        self.calibration = measured.get("calibration")
+        problem = self.calibration and another_model(self.calibration["model"], report, cache)
         if problem:
             raise TraceError(measured["calibration_path"], 0, problem)
+        self.unused = self.calibration and unused_because(self.calibration["validation"])
+        self.fit = None if self.unused else self.calibration
         decode = measured.get("decode_ms_per_token") or (self.fit or {}).get("base_decode_ms")
         self.decode = None if decode is None else decode * self.per_read
         # the I/O part a saving is taken from: the log's flash I/O where it stands for it
@@ -4473,10 +4492,6 @@ class WhatIf:
         kinds = tuple(name.split("+"))
         point = own - part.value
         half = self.model.validated_half(kinds)
-        if half is None and self.fit:  # a fit that held nothing out has validated no band
-            return Said(figure(None, None, None), self.fitted_on() + (
-                ": nothing was held out of the fit, so no band is validated"),
-                None, f"run {name}={value} once, then fit again")
         if half is None:
             return Said(self.within_decode(point, own - part.high, own - part.low),
                         UNCALIBRATED_METHOD, parts=parts)
@@ -4801,7 +4816,7 @@ class WhatIf:
     def noise(self):
         """The machine's run-to-run spread of the I/O part, half its range, per read-token: the
         calibration's quiet repeats' where it measured one, else IO_NOISE_SHARE of the part."""
-        spread = (self.fit or {}).get("quiet_spread_ms")
+        spread = (self.calibration or {}).get("quiet_spread_ms")  # measured, used or not
         if spread:
             return spread / 2 * self.per_read
         own = self.own_part()
@@ -4809,7 +4824,7 @@ class WhatIf:
 
     def report_of(self, asked):
         meta = self.report["meta"]
-        fit = self.fit
+        fit = self.calibration
         return WHAT_IF(schema=SCHEMA, baseline=WHAT_IF_BASELINE(
             tokens=self.tokens, mib_per_token=self.report["mib_per_token"],
             io_threads=meta_int(meta, "io_threads") or None,
@@ -4822,7 +4837,8 @@ class WhatIf:
             calibrated=None if not fit else CALIBRATED(
                 runs=len(fit["runs"]), model=fit["model"]["model"],
                 inside=fit["validation"]["inside"], checked=fit["validation"]["checked"],
-                median_band_share=fit["validation"]["median_band_share"]),
+                median_band_share=fit["validation"]["median_band_share"],
+                used=not self.unused, not_used_because=self.unused or None),
             settings=self.settings(asked))
 
 
@@ -5557,8 +5573,6 @@ def offer_text(setting, noise=None):
     if band is not None and not band["known"]:
         return (f"not known from these runs (band +-{band['half_ms']:.2f} ms, "
                 f"{num(band['decode_share'], '.0%')} of the decode): {setting['narrow_with']}")
-    if band is None and setting["narrow_with"]:  # a fit that held nothing out
-        return f"not known from these runs (nothing held out): {setting['narrow_with']}"
     return saving_text(setting["ms_per_token_saved"])
 
 
@@ -5627,7 +5641,10 @@ def best_change_blocks(report, view):
     lines += [f"  the bound, not streaming at all (every expert in RAM, cache_mb="
               f"{setting['value']}): {offer_text(setting)}" for setting in bounds[:1]]
     calibrated = what_if.get("calibrated")  # how the calibration's leave-one-out did
-    if calibrated:
+    if calibrated and calibrated.get("used") is False:
+        lines.insert(0, f"  the calibration on {calibrated['runs']} runs of {calibrated['model']} "
+                        f"is not used, the defaults are: {calibrated['not_used_because']}")
+    elif calibrated:
         head = f"  calibrated on {calibrated['runs']} runs of {calibrated['model']}: "
         lines.insert(0, head + (
             f"leave-one-out {calibrated['inside']} of {calibrated['checked']} inside, median "
@@ -7196,6 +7213,9 @@ HELD_OUT = Record("held-out configuration", "`calibration.leave_one_out[]`", (
     ("predicted_ms", "the base's compute plus its I/O part at the others' fitted costs (null: "
                      "the others hold no rate for it)"),
     ("error_ms", "measured less predicted"),
+    ("defaults_predicted_ms", "the same at the default costs from the base's own ms per MiB, "
+                              "as an uncalibrated what-if of the base predicts it: what the "
+                              "fit is compared with (null: the defaults give none)"),
     ("band_ms", "half the band the others give it: the largest error of the other held-out "
                 "configurations of its kind (none: of any kind), at least the quiet spread; "
                 "null: nothing else held out"),
@@ -7207,7 +7227,13 @@ VALIDATION = Record("validation", "`calibration.validation`", (
     ("held_out", "configurations held out"),
     ("checked", "of them, those whose band was 40% of the base decode or narrower"),
     ("inside", "of the checked, those inside their band"),
-    ("median_band_share", "the median width of the checked bands over the base decode")))
+    ("median_band_share", "the median width of the checked bands over the base decode"),
+    ("median_error_ms", "the median |error| of the held-out configurations the defaults "
+                        "predict too (null: none)"),
+    ("defaults_median_error_ms", "the defaults' median |error| on the same configurations"),
+    ("better_than_defaults", "whether the fit's median |error| is no larger than the "
+                             "defaults' (null: nothing to compare): a fit that predicts worse "
+                             "is not used")))
 CALIBRATION = Record("calibration", "summary and diff `calibration`; the file --calibration-out "
                      "writes", (
     ("calibration_schema", f"the file's schema ({CALIBRATION_SCHEMA}); another is refused"),
@@ -7619,8 +7645,13 @@ def calibration(samples):
         one.decode_ms for one in group.quiet) for group, _, _ in modelled
         if len(group.quiet) > 1), default=0.0)
     base_decode = median_of([one.decode_ms for one in base_runs])
-    held = banded([held_out(group, label, kind, [one for one in kept if one not in group.runs],
-                            base_compute, spread) for group, label, kind in modelled
+    # the defaults, as an uncalibrated what-if of the base sees them: the fit must beat them
+    rate = median_of([one.io_ms / one.mib for one in base_runs if one.mib > 0])
+    first, *_ = base_runs
+    defaults = rate and TokenModel(None, Config(median_of([one.mib for one in base_runs]),
+                                                first.lanes, False, 0.0, False), rate)
+    held = banded([held_out((group, label, kind), [one for one in kept if one not in group.runs],
+                            base_compute, spread, defaults) for group, label, kind in modelled
                    if group is not base], spread, base_decode)
     return CALIBRATION(
         calibration_schema=CALIBRATION_SCHEMA, model=fitted_model(base, samples),
@@ -7651,11 +7682,13 @@ def configuration_record(group, label, kind):
         outliers=[one.run for one in group.outliers])
 
 
-def held_out(group, label, kind, others, base_compute, spread):
+def held_out(change, others, base_compute, spread, defaults):
     """A HELD_OUT (its band left to `banded`): the configuration's quiet median decode against
     the base's compute plus its I/O part at the costs fitted on the others. A serial one whose
     compute is LEVEL_RATIO the base's and more (past the quiet spread) ran loaded: its compute
-    is set aside (measured: the base's compute and its own I/O part)."""
+    is set aside (measured: the base's compute and its own I/O part). The defaults (a
+    TokenModel) predict it too, for the comparison."""
+    group, label, kind = change
     runs = group.quiet or group.runs
     model = TokenModel(fitted_costs(others, base_compute), None, None)
     first, *_ = runs
@@ -7671,9 +7704,12 @@ def held_out(group, label, kind, others, base_compute, spread):
             note = (f"its compute, {compute:.2f} ms, is {compute / (base_compute or 1):.1f}x the "
                     f"base's: probably loaded, set aside")
     predicted = None if part is None else base_compute + part.value
+    default_part = defaults and defaults.part(config)
     return HELD_OUT(label=label, change=kind, decode_ms_per_token=measured,
                     predicted_ms=predicted,
                     error_ms=None if predicted is None else measured - predicted,
+                    defaults_predicted_ms=None if not default_part or part is None else
+                    base_compute + default_part.value,
                     band_ms=None, band_share=None, inside=None, checked=None, note=note)
 
 
@@ -7703,9 +7739,14 @@ def largest_errors(held):
 
 def validation(held):
     checked = [one for one in held if one["checked"]]
+    both = [one for one in held if one["defaults_predicted_ms"] is not None]
+    fitted, defaults = (median_of([abs(one["decode_ms_per_token"] - one[name]) for one in both])
+                        for name in ("predicted_ms", "defaults_predicted_ms"))
     return VALIDATION(held_out=sum(1 for one in held if one["error_ms"] is not None),
                       checked=len(checked), inside=sum(1 for one in checked if one["inside"]),
-                      median_band_share=median_of([one["band_share"] for one in checked]))
+                      median_band_share=median_of([one["band_share"] for one in checked]),
+                      median_error_ms=fitted, defaults_median_error_ms=defaults,
+                      better_than_defaults=None if fitted is None else fitted <= defaults)
 
 
 # ── runs: its text and Markdown sections ─────────────────────────────────────────────────────────

@@ -70,8 +70,14 @@ def test_the_sweeps_noise_makes_every_band_too_wide_to_count(fit):
         assert one["band_share"] == pytest.approx(2 * one["band_ms"] / decodes[1])
         assert one["checked"] is False and one["inside"] == (abs(one["error_ms"]) <=
                                                              one["band_ms"])
+    # the fit against the defaults on the same held-out runs: the median |measured - predicted|
+    fitted, defaults = (sorted(abs(one["decode_ms_per_token"] - one[name]) for one in
+                               held.values())[1] for name in ("predicted_ms",
+                                                               "defaults_predicted_ms"))
     assert fit["validation"] == {"held_out": 3, "checked": 0, "inside": 0,
-                                 "median_band_share": None}
+                                 "median_band_share": None, "median_error_ms": fitted,
+                                 "defaults_median_error_ms": defaults,
+                                 "better_than_defaults": fitted <= defaults}
 
 
 def test_calibration_out_writes_the_fit_and_report_reads_it_back(tmp_path, fit):
@@ -145,7 +151,9 @@ def test_the_48_layer_repeats_name_their_outlier_and_loaded_runs(tmp_path):
     pair = [str(L48 / name(9)), str(L48 / "qwen3moe-l48-e128-serial-rep9-io.csv.gz")]
     read = run("report", *pair, "--calibration", str(target), "--cache-mb", "64")
     assert read.code == 0, read.err
-    assert "calibrated on 9 runs of qwen3moe-l48-e128.gguf" in " ".join(read.out.split())
+    # one configuration, nothing held out: the fit validated no band, so the defaults stand
+    assert "the calibration on 9 runs of qwen3moe-l48-e128.gguf is not used, the defaults are: " \
+           "nothing was held out of the fit" in " ".join(read.out.split())
 
 
 @pytest.mark.parametrize("size,measured", [(64, -49), (256, -30), (512, 14)])
@@ -477,10 +485,11 @@ def test_a_fit_over_two_models_names_the_runs_it_leaves_out(tmp_path):
         in run("summary", *small, other).out
 
 
-def test_a_fit_that_held_nothing_out_validates_no_band(tmp_path):
+def test_a_fit_that_held_nothing_out_is_not_used(tmp_path):
     """Bug: a fit of three serial repeats, nothing held out, gave 'cache_mb=6: saves 3.43 ms
     (+3.41 to +3.44)' where the six-run fit of the same sweep said 'not known'. Nothing held
-    out, no band: each modelled setting is not known, with the run that would tell."""
+    out validates no band, and none may be narrower than the defaults' (issue 65): the fit is
+    not used, the defaults' what-if stands, and the first screen says why."""
     serial = [SWEEP / f"qwen3moe-l4-greedy-serial-rep{i}-{part}.csv" for i in (1, 2, 3)
               for part in ("ct", "io")]
     fit = tmp_path / "fit.json"
@@ -488,11 +497,36 @@ def test_a_fit_that_held_nothing_out_validates_no_band(tmp_path):
     assert json.loads(fit.read_text())["errors_ms"] == {}
     ct, io = serial[:2]
     r = report_with_warnings("report", ct, io, "--calibration", fit)
-    modelled = [s for s in r["what_if"]["settings"] if s["setting"] in ("cache_mb", "io_threads")]
-    assert modelled and all(s["ms_per_token_saved"] == {"point": None, "min": None, "max": None}
-                            and s["narrow_with"].startswith("run ") for s in modelled)
-    assert "not known from these runs (nothing held out): run cache_mb=" in " ".join(
-        run("report", ct, io, "--calibration", fit).out.split())
+    plain = report_with_warnings("report", ct, io)
+    assert r["what_if"]["settings"] == plain["what_if"]["settings"]
+    assert (r["what_if"]["calibrated"]["used"], r["what_if"]["calibrated"]["not_used_because"]) \
+        == (False, "nothing was held out of the fit, so no band is validated")
+    assert "the calibration on 3 runs of qwen3moe-l4.gguf is not used, the defaults are: " \
+           "nothing was held out" in " ".join(run("report", ct, io, "--calibration", fit).out.split())
+
+
+def test_a_fit_that_predicts_worse_than_the_defaults_is_not_used(tmp_path):
+    """Issue 65: calibrating made the advice worse (every setting 'not known' where the
+    defaults found the measured best). A fit whose held-out runs it predicted worse than the
+    defaults did is not used: the what-if is the uncalibrated one, and it says why once."""
+    fit = json.loads((SWEEP / "calibration.json").read_text())
+    fit["validation"].update(median_error_ms=3.0, defaults_median_error_ms=2.0,
+                             better_than_defaults=False)
+    target = tmp_path / "worse.json"
+    target.write_text(json.dumps(fit))
+    ct, io = (SWEEP / f"qwen3moe-l4-greedy-serial-rep1-{part}.csv" for part in ("ct", "io"))
+    worse = report_with_warnings("report", ct, io, "--calibration", target)
+    plain = report_with_warnings("report", ct, io)
+    assert worse["what_if"]["settings"] == plain["what_if"]["settings"]
+    assert worse["what_if"]["calibrated"]["not_used_because"] == (
+        "it predicted its own held-out runs worse than the defaults (median error 3.00 ms "
+        "against 2.00)")
+    shown = " ".join(run("report", ct, io, "--calibration", target).out.split())
+    assert shown.count("predicted its own held-out runs worse") == 1
+    # the committed fit beats the defaults on its own runs: it is used
+    used = report_with_warnings("report", ct, io, "--calibration", SWEEP / "calibration.json")
+    assert used["what_if"]["calibrated"]["used"] is True
+    assert used["what_if"]["settings"] != plain["what_if"]["settings"]
 
 
 def test_loaded_repeats_are_told_by_their_compute():

@@ -3074,7 +3074,13 @@ WHAT_IF_SETTING = Record("what-if setting", "`what_if.settings[]`, surest saving
                 "prefetch"),
     ("value", "its value in the engine's own unit"),
     ("figures", "the figures it changes, and only those", WHAT_IF_FIGURES),
-    ("ms_per_token_saved", "the decode time it would save per token", FIGURE),
+    ("ms_per_token_saved", "the decode time it would save per token: uncalibrated, its band "
+                           "is the model's (model_ms_per_token_saved) widened by this "
+                           "machine's run-to-run spread (the baseline's noise_ms_per_token), "
+                           "each end by the root of their squares", FIGURE),
+    ("model_ms_per_token_saved", "the same from the model's error alone: the range the "
+                                 "default costs allow (null: calibrated, or not modelled)",
+     FIGURE),
     ("method", "how the figures were got, and what they assume"),
     ("fits", "false when its MiB exceed a declared mem_limit_mb, else null (no limit known, "
              "or not a size)"),
@@ -4129,7 +4135,8 @@ UNCALIBRATED_METHOD = (
     "and what real runs showed (docs/what-if.md): I/O as lanes to the power "
     "-0.2 to -0.55 (past the lanes measured, +0.15 to -0.55: more lanes may be slower), cached "
     "reads 0.84-1.55x the time a MiB, management 0.045-0.062 ms a miss; the band is their "
-    "range; compute is set aside")
+    "range (model_ms_per_token_saved) and the machine's run-to-run spread of the I/O part, "
+    "each end the root of their squares; compute is set aside")
 
 
 def held_share(experts, distinct):
@@ -4229,8 +4236,10 @@ Config = namedtuple("Config", "mib lanes cached misses overlap")
 Ranged = namedtuple("Ranged", "value low high")  # a figure and the range its costs allow
 # What a setting is said to save: its ms_per_token_saved, how it was got, a calibrated band
 # (None uncalibrated), the run that would narrow a band too wide, and the serial I/O part it
-# leaves: (flash I/O, cache management) as Ranged, None where the model gives none.
-Said = namedtuple("Said", "saved method band narrow_with parts", defaults=(None, None, None))
+# leaves: (flash I/O, cache management) as Ranged, None where the model gives none; and the
+# band from the model's error alone, where the machine's spread widened it.
+Said = namedtuple("Said", "saved method band narrow_with parts model",
+                  defaults=(None, None, None, None))
 
 
 def ranged_of(cost):
@@ -4492,9 +4501,9 @@ class WhatIf:
         kinds = tuple(name.split("+"))
         point = own - part.value
         half = self.model.validated_half(kinds)
-        if half is None:
-            return Said(self.within_decode(point, own - part.high, own - part.low),
-                        UNCALIBRATED_METHOD, parts=parts)
+        if half is None:  # the model's range, and the machine's spread beside it
+            model = self.within_decode(point, own - part.high, own - part.low)
+            return Said(self.widened(model), UNCALIBRATED_METHOD, parts=parts, model=model)
         half *= self.per_read
         share = ratio(2 * half, self.decode)
         known = share is not None and share <= BAND_MOST_SHARE
@@ -4511,11 +4520,23 @@ class WhatIf:
         return Said(self.within_decode(point, point - half, point + half), method, band,
                     parts=parts)
 
+    def widened(self, model):
+        """The model's band with the machine's run-to-run spread beside it, each end the root
+        of their squares (without a point: each end moved by the spread); no run saves more
+        than its whole I/O part (nor its decode), however the machine varies."""
+        noise, point, low, high = self.noise() or 0.0, *model.values()
+        centre = low if point is None else point
+        low = centre - math.hypot(centre - low, noise)
+        centre = high if point is None else point
+        high = min(centre + math.hypot(high - centre, noise), self.own_part())
+        return self.within_decode(point, low, high)
+
     def within_decode(self, point, low, high):
         """A saving no larger than the decode it is saved from (a log whose flash I/O exceeds
         its decode would promise more)."""
         most = math.inf if self.decode is None else self.decode
-        return figure(min(point, most), min(low, most), min(high, most))
+        return figure(None if point is None else min(point, most), min(low, most),
+                      min(high, most))
 
     def fitted_on(self):
         fit = self.fit
@@ -4530,8 +4551,9 @@ class WhatIf:
             figures = {**figures, "flash_io_ms_per_token": figure(*flash),
                        "cache_mgmt_ms_per_token": figure(*management)}
         return WHAT_IF_SETTING(setting=name, value=value, figures=figures,
-                               ms_per_token_saved=said.saved, method=said.method, fits=fits,
-                               band=said.band, narrow_with=said.narrow_with)
+                               ms_per_token_saved=said.saved, model_ms_per_token_saved=said.model,
+                               method=said.method, fits=fits, band=said.band,
+                               narrow_with=said.narrow_with)
 
     def modelled(self, name, value, figures, config, method):
         """A setting whose ms the token model gives at `config`."""
@@ -4544,8 +4566,9 @@ class WhatIf:
             return self.setting(name, value, figures, Said(
                 figure(None, None, None), method + ". ms not predicted: no rate for it"), fits)
         saved = said.saved
-        if self.cap != math.inf and said.band is None:
+        if self.cap != math.inf and said.band is None:  # bounds alone: no model's band
             saved = self.stall_bound(saved["min"], saved["max"])
+            said = said._replace(model=None)
         return self.setting(name, value, figures, said._replace(
             saved=saved, method=f"{method}. {said.method}"), fits)
 
@@ -4656,7 +4679,11 @@ class WhatIf:
         fewest, middle, most = (None if one is None else self.saving(
             self.cached_config(one), name, mib) for one in mibs)
         said = None if fewest is None or most is None else middle or fewest
-        if said is not None and (said.band is None or said.band["known"]):
+        if said is not None and said.model is not None:  # the model's band, then widened
+            model = figure(None if middle is None else middle.model["point"],
+                           most.model["min"], fewest.model["max"])
+            said = said._replace(model=model, saved=self.widened(model))
+        elif said is not None and said.band["known"]:
             said = said._replace(saved=figure(None if middle is None else middle.saved["point"],
                                               most.saved["min"], fewest.saved["max"]))
         if said is not None and said.parts:  # each part over the MiB's band too
@@ -5688,8 +5715,15 @@ def what_if_blocks(report, view):
                      + ", ".join(figures) + memory_words(setting))
     methods = dict.fromkeys(f"{setting['setting']}: {setting['method']}"
                             for setting in what_if["settings"])
+    noise = baseline.get("noise_ms_per_token")
+    sources = "the fit's leave-one-out error, never below its repeats' spread" \
+        if (what_if.get("calibrated") or {}).get("used", True) and what_if.get("calibrated") \
+        else None if noise is None else \
+        f"the model's range and this machine's run-to-run spread, +-{noise:.2f} ms, together"
     told = [Prose(["  how each is estimated:"], "    "), Bullets(list(methods))] \
-        if view.explain else [Prose(["  (how each band is made: --explain; docs/what-if.md)"],
+        if view.explain else [Prose([f"  (each band: {sources}; how each is made: --explain; "
+                                     f"docs/what-if.md)" if sources else
+                                     "  (how each band is made: --explain; docs/what-if.md)"],
                                     "    ")]
     now = f"I/O estimate {num(baseline['io_wall_ms_per_token'], '.2f')} ms" \
         if baseline.get("flash_io_ms_per_token") is None else \
@@ -5904,10 +5938,12 @@ def decoded_what_if(what_if, decoded, decode_ms):
     def figures(held):  # each a FIGURE {point, min, max}
         return {name: rescaled(value, FIGURE, decoded, factor) if name in scaling else value
                 for name, value in held.items()}
+    def saved(held):  # no saving past the decode
+        return held and {end: None if ms is None else min(ms, decode_ms) for end, ms in
+                         rescaled(held, FIGURE, decoded, factor).items()}
     settings = [{**setting, "figures": figures(setting["figures"]),
-                 "ms_per_token_saved": {
-                     end: None if ms is None else min(ms, decode_ms) for end, ms in
-                     rescaled(setting["ms_per_token_saved"], FIGURE, decoded, factor).items()}}
+                 "ms_per_token_saved": saved(setting["ms_per_token_saved"]),
+                 "model_ms_per_token_saved": saved(setting.get("model_ms_per_token_saved"))}
                 for setting in what_if["settings"]]
     return {**what_if, "baseline": {**rescaled(what_if["baseline"], WHAT_IF_BASELINE, decoded,
                                                factor),

@@ -148,8 +148,8 @@ def test_the_default_sizes_are_around_the_footprint_and_the_runs_own(write):
     for named, sizes in (("2", [0, 1, 2, 3]), ("2.5", [0, 1, 2, 2.5, 3])):
         r = report("io", write(own.replace("cache_mb=2", f"cache_mb={named}"), "own.csv"),
                    "--what-if")
-        assert [s["value"] for s in r["what_if"]["settings"] if s["setting"] == "cache_mb"] \
-            == sizes
+        assert sorted(s["value"] for s in r["what_if"]["settings"]
+                      if s["setting"] == "cache_mb") == sizes
 
 
 def test_speculative_reads_are_no_lookups_and_prefetch_says_what_was_used(write):
@@ -186,11 +186,11 @@ def test_o_direct_lanes_overlap_and_coalescing(write):
     # them, a full queue may lose (-0.15 to 0.55); io_threads=1 measured 90 ms slower on a
     # 97 ms decode, where an old band was 0 +- 22
     assert r["lanes"] == 2
-    one = setting(what_if, "io_threads", 1)["ms_per_token_saved"]
+    one = setting(what_if, "io_threads", 1)["model_ms_per_token_saved"]
     assert one == pytest.approx({"point": estimate * (1 - 2 ** 0.37),
                                  "min": estimate * (1 - 2 ** 0.55),
                                  "max": estimate * (1 - 2 ** 0.2)})
-    eight = setting(what_if, "io_threads", 8)["ms_per_token_saved"]
+    eight = setting(what_if, "io_threads", 8)["model_ms_per_token_saved"]
     # past the lanes measured, a loss too: lanes ** +0.15 (LANE_TURN)
     # and no lane count goes below the layer's slowest read (one token, one layer here),
     # which the fastest end would: it saves at most the estimate less that read
@@ -243,9 +243,17 @@ def test_a_caches_saving_is_its_parts_and_never_more_than_the_reads_cost():
 
         def at(mib_left, factor, managing):
             return estimate - mib_left * per_mib * factor - mib_left / expert_mib * managing
-        assert saved == pytest.approx({"point": at(mib["point"], 1.3, 0.055),
-                                       "min": at(mib["max"], 1.55, 0.062),
-                                       "max": at(mib["min"], 0.84, 0.045)})
+        model = {"point": at(mib["point"], 1.3, 0.055), "min": at(mib["max"], 1.55, 0.062),
+                 "max": at(mib["min"], 0.84, 0.045)}
+        assert found["model_ms_per_token_saved"] == pytest.approx(model)
+        # and the machine's run-to-run spread beside it: 18% of the I/O part, each end the
+        # root of the two's squares, never saving more than the whole I/O part
+        noise = 0.18 * estimate
+        assert r["what_if"]["baseline"]["noise_ms_per_token"] == pytest.approx(noise)
+        point = model["point"]
+        assert saved == pytest.approx({
+            "point": point, "min": point - ((point - model["min"]) ** 2 + noise ** 2) ** 0.5,
+            "max": min(point + ((model["max"] - point) ** 2 + noise ** 2) ** 0.5, estimate)})
         assert saved["max"] <= estimate
     # 2 MiB: 13% hit: the reads it saves may cost more at the cached rate: it may be slower
     two = setting(r["what_if"], "cache_mb", 2)["ms_per_token_saved"]
@@ -624,7 +632,7 @@ def test_a_best_change_saves_more_than_nothing_as_shown():
     assert best.splitlines() == [
         "  none is a sure win: no setting's saving has a lower end above 0 (the what-if below "
         "gives each", "      band)", "  the bound, not streaming at all (every expert in RAM, "
-        "cache_mb=6): saves 3.16 ms (+3.14 to +3.16)"]
+        "cache_mb=6): saves 3.16 ms (+2.57 to +3.27)"]
     own = setting(report_with_warnings("report", ct, io)["what_if"], "cache_mb", 1.9)
     assert 0 < own["ms_per_token_saved"]["point"] < 0.005  # the residue the rule is for
 

@@ -3077,7 +3077,7 @@ WHAT_IF_SETTING = Record("what-if setting", "`what_if.settings[]`, surest saving
     ("ms_per_token_saved", "the decode time it would save per token: uncalibrated, its band "
                            "is the model's (model_ms_per_token_saved) widened by this "
                            "machine's run-to-run spread (the baseline's noise_ms_per_token), "
-                           "each end by the root of their squares", FIGURE),
+                           "each side of the point the larger of the two", FIGURE),
     ("model_ms_per_token_saved", "the same from the model's error alone: the range the "
                                  "default costs allow (null: calibrated, or not modelled)",
      FIGURE),
@@ -4136,7 +4136,7 @@ UNCALIBRATED_METHOD = (
     "-0.2 to -0.55 (past the lanes measured, +0.15 to -0.55: more lanes may be slower), cached "
     "reads 0.84-1.55x the time a MiB, management 0.045-0.062 ms a miss; the band is their "
     "range (model_ms_per_token_saved) and the machine's run-to-run spread of the I/O part, "
-    "each end the root of their squares; compute is set aside")
+    "each side of the point the larger of the two; compute is set aside")
 
 
 def held_share(experts, distinct):
@@ -4521,8 +4521,9 @@ class WhatIf:
                     parts=parts)
 
     def widened(self, model, most=None):
-        """The model's band with the machine's run-to-run spread beside it, each end the root
-        of their squares (without a point: each end moved by the spread); no run saves more
+        """The model's band with the machine's run-to-run spread beside it: on each side of the
+        point the larger of the two, as a calibrated band is never below the repeats' spread
+        (without a point: each end moved by the spread); no run saves more
         than `most`, its whole I/O part unless said (nor its decode), however the machine
         varies. An end the model leaves open stays open."""
         noise, point, low, high = self.noise() or 0.0, *model.values()
@@ -4530,7 +4531,7 @@ class WhatIf:
         ends = []
         for end, away in ((low, -1), (high, 1)):
             centre = end if point is None else point
-            ends.append(None if end is None else centre + away * math.hypot(end - centre, noise))
+            ends.append(None if end is None else centre + away * max(abs(end - centre), noise))
         low, high = ends
         return self.within_decode(point, low, None if high is None else min(high, most))
 
@@ -5735,7 +5736,8 @@ def what_if_blocks(report, view):
     sources = "the fit's leave-one-out error, never below its repeats' spread" \
         if (what_if.get("calibrated") or {}).get("used", True) and what_if.get("calibrated") \
         else None if noise is None else \
-        f"the model's range and this machine's run-to-run spread, +-{noise:.2f} ms, together"
+        f"the model's range, never narrower than this machine's run-to-run spread, " \
+        f"+-{noise:.2f} ms"
     told = [Prose(["  how each is estimated:"], "    "), Bullets(list(methods))] \
         if view.explain else [Prose([f"  (each band: {sources}; how each is made: --explain; "
                                      f"docs/what-if.md)" if sources else

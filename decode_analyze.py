@@ -5663,21 +5663,25 @@ def memory_words(setting, resident=False):
 
 
 def best_change_blocks(report, view):
-    """The answer to 'what do I change', up front: the settings surest to save (a lower end
-    above 0), best first, each with what it saves; else that none is a sure win."""
+    """The answer to 'what do I change', up front: the settings whose point saves more than
+    this machine's noise (none known: more than 0.00 as shown), that keep streaming, fit a
+    declared memory limit and are not the run's own, by the low end of their band (the
+    what-if's order); else that none does."""
     what_if = report.get("what_if")
     if not what_if:
         return []
     noise = what_if["baseline"].get("noise_ms_per_token")  # a saved report's may lack it
-    sure = [setting for setting in what_if["settings"]  # above 0 as shown: 0.00 is none
-            if round(setting["ms_per_token_saved"]["min"] or 0, 2) > 0
+    own = meta_number(report_halves(report)["io"]["meta"], "cache_mb")
+    best = [setting for setting in what_if["settings"]
+            if round(setting["ms_per_token_saved"]["point"] or 0, 2) > max(noise or 0, 0)
             and setting["fits"] is not False and not every_expert(setting)
-            and not within_noise(setting, noise)]
+            and not (setting["setting"] == "cache_mb" and setting["value"] == own)]
     lines = [f"  {setting['setting']}={setting['value']}: {offer_text(setting, noise)}"
-             f"{memory_words(setting, resident=True)}" for setting in sure[:BEST_SHOWN]]
+             f"{memory_words(setting, resident=True)}" for setting in best[:BEST_SHOWN]]
     if not lines:
-        lines = ["  none is a sure win: no setting's saving has a lower end above 0 (the "
-                 "what-if below gives each band)"]
+        lines = ["  none: no setting's point saves more than " + (
+            f"this machine's run-to-run spread, +-{noise:.2f} ms" if noise else "0.00 ms")
+            + " (the what-if below gives each band)"]
     # said here once, as a bound: the what-if's list leaves it out
     bounds = sorted((setting for setting in what_if["settings"] if every_expert(setting)
                      and setting["ms_per_token_saved"]["max"] is not None),
@@ -5695,7 +5699,8 @@ def best_change_blocks(report, view):
             f"band {calibrated['median_band_share']:.0%} of the decode" if calibrated["checked"]
             else f"no held-out band was {BAND_MOST_SHARE:.0%} of the decode or narrower, so "
             f"none is validated (the what-if says which run would narrow each)"))
-    return [Block(f"best changes ({what_if_per(report)}, surest first)",
+    beyond = f"; each beyond this machine's noise, +-{noise:.2f} ms" if noise and best else ""
+    return [Block(f"best changes ({what_if_per(report)}, by the low end of their band{beyond})",
                   [Prose(lines, "    ")])]
 
 

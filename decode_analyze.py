@@ -5662,20 +5662,27 @@ def memory_words(setting, resident=False):
     return words + (" (over the declared mem_limit_mb)" if setting["fits"] is False else "")
 
 
+def best_changes(report):
+    """The what-if's settings whose point saves more than this machine's noise (none known:
+    more than 0.00 as shown), that keep streaming, fit a declared memory limit and are not the
+    run's own, by the low end of their band (the what-if's order)."""
+    what_if = report["what_if"]
+    noise = what_if["baseline"].get("noise_ms_per_token") or 0  # a saved report's may lack it
+    own = meta_number(report_halves(report)["io"]["meta"], "cache_mb")
+    return [setting for setting in what_if["settings"]
+            if round(setting["ms_per_token_saved"]["point"] or 0, 2) > max(noise, 0)
+            and setting["fits"] is not False and not every_expert(setting)
+            and not (setting["setting"] == "cache_mb" and setting["value"] == own)]
+
+
 def best_change_blocks(report, view):
-    """The answer to 'what do I change', up front: the settings whose point saves more than
-    this machine's noise (none known: more than 0.00 as shown), that keep streaming, fit a
-    declared memory limit and are not the run's own, by the low end of their band (the
-    what-if's order); else that none does."""
+    """The answer to 'what do I change', up front: the best changes, each with what it saves;
+    else that none saves more than the machine's noise."""
     what_if = report.get("what_if")
     if not what_if:
         return []
     noise = what_if["baseline"].get("noise_ms_per_token")  # a saved report's may lack it
-    own = meta_number(report_halves(report)["io"]["meta"], "cache_mb")
-    best = [setting for setting in what_if["settings"]
-            if round(setting["ms_per_token_saved"]["point"] or 0, 2) > max(noise or 0, 0)
-            and setting["fits"] is not False and not every_expert(setting)
-            and not (setting["setting"] == "cache_mb" and setting["value"] == own)]
+    best = best_changes(report)
     lines = [f"  {setting['setting']}={setting['value']}: {offer_text(setting, noise)}"
              f"{memory_words(setting, resident=True)}" for setting in best[:BEST_SHOWN]]
     if not lines:

@@ -3103,8 +3103,9 @@ CALIBRATED = Record("calibrated what-if", "`what_if.calibrated` (null without --
     ("inside", "of its held-out configurations, those inside their band"),
     ("checked", "those whose band was a check: 40% of the decode or narrower"),
     ("median_band_share", "the median width of those bands, over the base decode"),
-    ("used", "whether the what-if uses it: not when nothing was held out, nor when it "
-             "predicted its own held-out runs worse than the defaults (then the defaults stand)"),
+    ("used", "whether the what-if uses it: not when it validated no band (nothing held out, "
+             "or no held-out band 40% of the decode or narrower), nor when it predicted its own "
+             "held-out runs worse than the defaults (then the defaults stand)"),
     ("not_used_because", "why not (null: used)")))
 WHAT_IF = Record("what if", "`what_if` (io: with --what-if; report: always)", (
     ("schema", "the JSON schema"), ("baseline", "the run as traced", WHAT_IF_BASELINE),
@@ -4417,11 +4418,15 @@ def another_model(fitted, report, cache):
 
 
 def unused_because(validation):
-    """Why a calibration is not used, None where it is: a fit that held nothing out validated
-    no band, and one that predicted its own held-out runs worse than the defaults would make
-    the advice worse than none."""
+    """Why a calibration is not used, None where it is: a fit that held nothing out, or none
+    of whose held-out bands was narrow enough to count, validated no band (every setting would
+    be 'not known'), and one that predicted its own held-out runs worse than the defaults would
+    make the advice worse than none."""
     if not validation["held_out"]:
         return "nothing was held out of the fit, so no band is validated"
+    if not validation["checked"]:
+        return (f"none of its held-out bands was {BAND_MOST_SHARE:.0%} of the decode or "
+                f"narrower, so none is validated")
     if validation.get("better_than_defaults") is False:
         return (f"it predicted its own held-out runs worse than the defaults (median error "
                 f"{validation['median_error_ms']:.2f} ms against "
@@ -4857,7 +4862,7 @@ class WhatIf:
     def noise(self):
         """The machine's run-to-run spread of the I/O part, half its range, per read-token: the
         calibration's quiet repeats' where it measured one, else IO_NOISE_SHARE of the part."""
-        spread = (self.calibration or {}).get("quiet_spread_ms")  # measured, used or not
+        spread = (self.fit or {}).get("quiet_spread_ms")  # an unused fit changes nothing
         if spread:
             return spread / 2 * self.per_read
         own = self.own_part()

@@ -91,9 +91,16 @@ def test_calibration_out_writes_the_fit_and_report_reads_it_back(tmp_path, fit):
     rep1 = [str(SWEEP / f"qwen3moe-l4-greedy-serial-rep1-{kind}.csv") for kind in ("ct", "io")]
     read = run("report", *rep1, "--calibration", str(target))
     assert read.code == 0, read.err
-    assert "calibrated on 6 runs of qwen3moe-l4.gguf: no held-out band was 40% of the decode " \
-        "or narrower, so none is validated" in " ".join(read.out.split())
-    # too wide to be known: no saving, and the run that would narrow it
+    # no band of it validated: calibrating would make every setting 'not known', so the
+    # defaults stand (issue 65: calibration never worse than none)
+    assert "the calibration on 6 runs of qwen3moe-l4.gguf is not used, the defaults are: none " \
+        "of its held-out bands was 40% of the decode or narrower, so none is validated" in \
+        " ".join(read.out.split())
+    # a fit that validated a band (here one said to): one too wide is no saving, and the run
+    # that would narrow it is named
+    used = json.loads(target.read_text())
+    used["validation"].update(checked=1, inside=1, median_band_share=0.3)
+    target.write_text(json.dumps(used))
     what_if = report_with_warnings("report", *rep1, "--calibration", str(target))["what_if"]
     two = setting(what_if, "cache_mb", 3)
     assert two["band"]["known"] is False and two["ms_per_token_saved"] == {
@@ -196,6 +203,14 @@ def busy(tmp_path_factory):
                  folder / "fit.json")
     assert result.code == 0, result.err
     return folder, decodes, json.loads((folder / "fit.json").read_text())
+
+
+def test_the_committed_generated_calibration_is_what_summary_writes(busy):
+    """tests/data/busy/calibration.json, which the report-calibrated golden reads, is the fit
+    summary --calibration-out writes of the generated busy sweep now (rewrite it when the fit
+    moves: summary over tracegen.busy_sweep's files)."""
+    _, _, fit = busy
+    assert fit == json.loads((ROOT / "tests/data/busy/calibration.json").read_text())
 
 
 def test_a_generated_sweep_gives_back_its_costs(busy):
@@ -516,6 +531,9 @@ def test_a_fit_that_predicts_worse_than_the_defaults_is_not_used(tmp_path):
     defaults found the measured best). A fit whose held-out runs it predicted worse than the
     defaults did is not used: the what-if is the uncalibrated one, and it says why once."""
     fit = json.loads((SWEEP / "calibration.json").read_text())
+    fit["validation"].update(checked=1, inside=1, median_band_share=0.3)  # as if validated
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(fit))
     fit["validation"].update(median_error_ms=3.0, defaults_median_error_ms=2.0,
                              better_than_defaults=False)
     target = tmp_path / "worse.json"
@@ -529,8 +547,8 @@ def test_a_fit_that_predicts_worse_than_the_defaults_is_not_used(tmp_path):
         "against 2.00)")
     shown = " ".join(run("report", ct, io, "--calibration", target).out.split())
     assert shown.count("predicted its own held-out runs worse") == 1
-    # the committed fit beats the defaults on its own runs: it is used
-    used = report_with_warnings("report", ct, io, "--calibration", SWEEP / "calibration.json")
+    # the same fit, better than the defaults, is used
+    used = report_with_warnings("report", ct, io, "--calibration", good)
     assert used["what_if"]["calibrated"]["used"] is True
     assert modelled(used) != modelled(plain)
 

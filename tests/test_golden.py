@@ -53,9 +53,14 @@ COMMANDS = {
                   "--fail-if-worse", "ms_per_token=20%"],
     "diff-sweep": ["diff", *(sweep_run(f"serial-rep{i}") for i in (1, 2, 3)), "vs",
                    sweep_run("cache2mb")],
-    "report-calibrated": ["report", DATA + "sweep/qwen3moe-l4-greedy-serial-rep1-ct.csv",
-                          DATA + "sweep/qwen3moe-l4-greedy-serial-rep1-io.csv", "--calibration",
-                          DATA + "sweep/calibration.json", "--io-threads", "2,8"],
+    # a fit that validated its bands (a generated sweep, tests/data/busy), and one that did
+    # not (the real 4-layer sweep's: the defaults stand)
+    "report-calibrated": ["report", DATA + "busy/serial-q1-ct.csv", DATA + "busy/serial-q1-io.csv",
+                          "--calibration", DATA + "busy/calibration.json", "--io-threads", "2,8"],
+    "report-calibration-unused": [
+        "report", DATA + "sweep/qwen3moe-l4-greedy-serial-rep1-ct.csv",
+        DATA + "sweep/qwen3moe-l4-greedy-serial-rep1-io.csv", "--calibration",
+        DATA + "sweep/calibration.json", "--io-threads", "2,8"],
     "timeline-pair": ["timeline", DATA + "v2/ct.csv", DATA + "v2/io.csv"],
     "timeline-compute": ["timeline", DATA + "v2/ct.csv"],
     "summary-sweep": ["summary", DATA + "qwen3moe-l4-io-serial.csv",

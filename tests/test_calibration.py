@@ -77,7 +77,8 @@ def test_the_sweeps_noise_makes_every_band_too_wide_to_count(fit):
     assert fit["validation"] == {"held_out": 3, "checked": 0, "inside": 0,
                                  "median_band_share": None, "median_error_ms": fitted,
                                  "defaults_median_error_ms": defaults,
-                                 "better_than_defaults": fitted <= defaults}
+                                 "no_worse_than_defaults": fitted <= defaults +
+                                 fit["quiet_spread_ms"] / 2}
 
 
 def test_calibration_out_writes_the_fit_and_report_reads_it_back(tmp_path, fit):
@@ -535,7 +536,7 @@ def test_a_fit_that_predicts_worse_than_the_defaults_is_not_used(tmp_path):
     good = tmp_path / "good.json"
     good.write_text(json.dumps(fit))
     fit["validation"].update(median_error_ms=3.0, defaults_median_error_ms=2.0,
-                             better_than_defaults=False)
+                             no_worse_than_defaults=False)
     target = tmp_path / "worse.json"
     target.write_text(json.dumps(fit))
     ct, io = (SWEEP / f"qwen3moe-l4-greedy-serial-rep1-{part}.csv" for part in ("ct", "io"))

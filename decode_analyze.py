@@ -11,7 +11,8 @@ Standard library only.
   diff BASE NEW...   before and after: runs (A1 A2 vs B1 B2) compared, tested over runs
   summary RUN...     a sweep of settings, one row a configuration (repeats: n, mean ±sd)
   timeline CT [IO]   v2 traces: each decode's wall, reads, waits and overlap, measured
-  schema             the JSON reports' every field and what it holds
+
+The JSON reports' every field and what it holds: docs/json.md, made from the Records below.
 
 Tracing isolates every graph node behind a barrier (no operator fusion) and locks every read, so
 a traced token is slower than an untraced one: its proportions are what to trust.
@@ -58,7 +59,6 @@ sections above it:
                 first (moved_together: rows that moved as one, a line)
   summary       summary_runs (runs found and paired), one row per run, repeats grouped,
                 a loaded row flagged (flagged_loaded)
-  schema        the schema command: every Record of every Kind, walked from the reports
   outputs       each Kind's layout drawn by text_of and markdown_of (its first view the text's,
                 the rest folded); csv_chunks (tidy CSV); write_output: whole or not at all,
                 never over an input; a long read's progress on a terminal (trace_io.Progress)
@@ -159,7 +159,7 @@ def num(value, spec, missing="n/a"):
 # Each object a report holds is a Record: its fields in order, each with what it holds. The
 # report functions build every object through its Record, which refuses a field that is
 # missing or not declared; `--format json` writes them as they are (json_chunks); the
-# JSON reference (the `schema` command) is drawn from these declarations, and a test walks real
+# JSON reference (docs/json.md) is drawn from these declarations, and a test walks real
 # reports against them. A field's shape, when it holds more than a value, is another Record,
 # ListOf(Record) or MapOf(Record): an object whose keys are data (ops, lanes, figures).
 ListOf = namedtuple("ListOf", "record")
@@ -219,7 +219,7 @@ class Record:
 
 
 # Every kind of report, registered once, at the end of its own part: the Record it is built
-# through (the schema command walks them) and the layout its text and Markdown are drawn by.
+# through (docs/json.md walks them) and the layout its text and Markdown are drawn by.
 Kind = namedtuple("Kind", "record layout")
 KINDS = {}
 
@@ -246,7 +246,7 @@ LATER = ("engine", "verdicts", "warnings")
 REPORT_HEAD = (
     ("schema", f"the JSON schema, {SCHEMA} (diff and summary read this one and the last)"),
     ("tool_version", "the decode-analyze that wrote it"),
-    ("kind", "`compute`, `io`, `report`, `timeline`, `diff`, `summary` or `schema`"))
+    ("kind", "`compute`, `io`, `report`, `timeline`, `diff` or `summary`"))
 SETTING = Record("setting", "`settings.<key>`: a setting the preamble lacks (docs/usage.md)", (
     ("value", "its value, as `meta` holds it"),
     ("source", "`declared` (--set), `log` (the engine's lines imply it), `trace` (what the "
@@ -9441,45 +9441,6 @@ KINDS["summary"] = Kind(SUMMARY_REPORT, layout(summary_header_blocks, summary_bl
                                                calibration_blocks))
 
 
-# ── schema: the JSON reports, drawn from their Records ───────────────────────────────────────────
-SCHEMA_FIELD = Record("schema field", "schema `records[].fields`", (
-    ("name", "the key"), ("holds", "what it holds"),
-    ("shape", "the kind of object it holds: `[record]` a list of them, `{key: record}` a map "
-              "of them, `(record)` one; null for a value")))
-SCHEMA_RECORD = Record("schema record", "schema `records`", (
-    ("name", "the kind of object"), ("where", "where the reports hold it"),
-    ("fields", "its fields, in the order a report writes them", ListOf(SCHEMA_FIELD))))
-SCHEMA_REPORT = Record("schema report", "`schema`", (
-    *REPORT_HEAD, ("records", "every kind of object a report holds, the reports first",
-                   ListOf(SCHEMA_RECORD)), WARNINGS), later=("warnings",))
-def schema_report():
-    """The `schema` command's report: every record and field, from their declarations; every
-    Record a report holds, once each: the reports first, then each record in the order the
-    ones before it name it. A field's shape is written [record], {key: record}, (record) or
-    null."""
-    records, queue = [], [kind.record for kind in KINDS.values()]
-    while queue:
-        record = queue.pop(0)
-        if record not in records:
-            records.append(record)
-            queue += [inner for inner in map(inner_record, record.fields) if inner is not None]
-    return SCHEMA_REPORT(
-        schema=SCHEMA, tool_version=TOOL_VERSION, kind="schema",
-        records=[SCHEMA_RECORD(name=record.name, where=record.where, fields=[
-            SCHEMA_FIELD(name=field.name, holds=field.doc, shape=None if field.shape is None else
-                         {ListOf: "[{}]", MapOf: "{{key: {}}}"}.get(type(field.shape), "({})")
-                         .format(getattr(inner_record(field), "name", "value")))
-            for field in record.fields]) for record in records])
-
-
-KINDS["schema"] = Kind(SCHEMA_REPORT, layout(
-    header_section(lambda report: Header("schema", [], {}, ())),
-    # each kind of object under its name and where reports hold it, a line per field
-    lambda report, view: [Block(f"{record['name']} ({record['where']})", [Bullets([
-        f"{field['name']}: {field['holds']}" + (f" {field['shape']}" if field["shape"] else "")
-        for field in record["fields"]])]) for record in report["records"]]))
-
-
 # ── outputs: text ────────────────────────────────────────────────────────────────────────────────
 def drawn_sections(report, view):
     """(section, its blocks) of the report's layout, in order."""
@@ -11488,13 +11449,6 @@ COMMANDS = {command.name: command for command in (
             (),
             lambda args, reading: analyze_timeline(args.compute_path, args.io_path, reading),
             ("perfetto",)),
-    Command("schema", "schema",
-            "the JSON reports' every field and what it holds",
-            "The JSON reference: every kind of object the reports hold (the reports first), "
-            "each field with what it holds and the kind of object it holds, in the order a "
-            "report writes them. Drawn from the same declarations that build the reports, so "
-            "that it is never out of date.",
-            (), (), lambda args, reading: schema_report(), ()),
 )}
 
 

@@ -71,7 +71,6 @@ COMMANDS = {
     "summary-calibration": ["summary", *(DATA + "sweep/" + path.name for path in
                                          sorted((HERE / "data" / "sweep").glob("*.csv")))],
     "io-qwen-explain": ["io", DATA + "qwen3moe-l4-io-serial.csv", "--what-if", "--explain"],
-    "schema": ["schema"],
 }
 FORMATS = {"text": "txt", "markdown": "md", "json": "json"}
 # One picture per command that draws one (they are large; their structure is tested elsewhere).

@@ -78,26 +78,51 @@ def test_a_record_refuses_a_missing_or_an_unknown_field():
     assert list(da.RANGE(estimate=2, max=2, min=1)) == ["min", "max", "estimate"]  # declared order
 
 
-def test_the_schema_command_lists_every_record_and_field_as_declared():
-    declared, queue = [], [kind.record for kind in da.KINDS.values()]  # walked here, apart from the tool's walk
+JSON_REFERENCE = ROOT / "docs" / "json.md"
+
+
+def declared_records():
+    """Every Record a report holds, once each: the reports first, then each record in the order
+    the ones before it name it."""
+    declared, queue = [], [kind.record for kind in da.KINDS.values()]
     while queue:
         record = queue.pop(0)
         if all(record is not other for other in declared):
             declared.append(record)
-            queue += [getattr(f.shape, "record", f.shape) for f in record.fields
-                      if isinstance(getattr(f.shape, "record", f.shape), da.Record)]
-    result = run("schema", "--format", "json")
-    assert result.code == 0, result.err
-    records = result.json["records"]
-    assert [r["name"] for r in records] == [r.name for r in declared]
-    for shown, record in zip(records, declared):
-        assert [(f["name"], f["holds"]) for f in shown["fields"]] == \
-            [(f.name, f.doc) for f in record.fields]
-    text = run("schema").out
-    for record in declared:
-        assert f"\n{record.name} (" in text
+            queue += [da.inner_record(f) for f in record.fields
+                      if isinstance(da.inner_record(f), da.Record)]
+    return declared
+
+
+def json_reference():
+    """docs/json.md as the declarations make it: a section a kind of object, a line a field,
+    with the kind of object it holds: `[record]` a list of them, `{key: record}` a map of them,
+    `(record)` one."""
+    lines = ["# The JSON reports: every field", "",
+             "What `--format json` writes, every kind of object the reports hold (the reports "
+             "first), each", "field with what it holds, in the order a report writes them. It "
+             "is made from the same", "declarations that build the reports (`Record`s in "
+             "`decode_analyze.py`), and a test keeps it so:", "`python3 tests/test_json.py "
+             "--update` writes it again.", ""]
+    for record in declared_records():
+        lines += [f"## {record.name}", "", f"Where: {record.where}.", ""]
         for field in record.fields:
-            assert f"  {field.name}: " in text
+            inner = da.inner_record(field)
+            shape = "" if field.shape is None else " " + {
+                da.ListOf: "[{}]", da.MapOf: "{{key: {}}}"}.get(type(field.shape), "({})").format(
+                    getattr(inner, "name", "value"))
+            lines.append(f"- `{field.name}`: {field.doc}{shape}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def test_the_json_reference_is_every_record_and_field_as_declared():
+    """docs/json.md (which replaced the schema command) is what the declarations say now."""
+    assert JSON_REFERENCE.read_text(encoding="utf-8") == json_reference(), \
+        "docs/json.md is stale: python3 tests/test_json.py --update"
+    text = JSON_REFERENCE.read_text(encoding="utf-8")
+    for record in declared_records():
+        assert f"\n## {record.name}\n" in text
     assert "<!-- json reference" not in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
@@ -115,3 +140,10 @@ def test_a_per_token_series_is_written_as_json_dumps_writes_it_a_slice_at_a_time
     with pytest.raises(da.OutputError, match="not finite"):
         da.json_text({"series": array("d", [1.0] * 5000 + [float("nan")])})
     assert len(list(da.json_chunks({"series": array("i", range(100000))}))) > 4
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] != ["--update"]:
+        sys.exit("usage: python3 tests/test_json.py --update")
+    JSON_REFERENCE.write_text(json_reference(), encoding="utf-8")

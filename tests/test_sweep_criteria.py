@@ -3,6 +3,7 @@ quiet serial repeat (rep9-rep12), every one-setting change the sweep ran is pred
 calibration, and set against what it measured: the mean decode of its runs' logs against the
 mean of the four quiet repeats' (the drive drifts by a third between neighbouring runs, so one
 run against one run would say little), with that difference's own uncertainty."""
+import json
 import re
 import statistics
 
@@ -87,3 +88,30 @@ def test_the_first_best_change_saves_and_the_measured_best_is_among_the_first_tw
         best = [(s["setting"], s["value"]) for s in da.best_changes(report)]
         assert best and effects[best[0]][0] > 0, (name, best)
         assert best_measured in best[:2], (name, best)
+
+
+def test_calibrated_on_the_whole_sweep_the_advice_stays_the_defaults(predicted):
+    """Issue 65: calibrated on every run, the 24x outlier was named but none of the loaded
+    runs, the base compute became 94 ms (the engine says 7-9) and every setting 'not known'.
+    The fit of the whole shared sweep (tests/data/l48-sweep/calibration.json) names the outlier
+    and the seven loaded repeats, takes its base compute from the quiet ones, and, as none of
+    its held-out bands is narrow enough to count, is not used: the advice is the defaults'."""
+    fit = json.loads((SWEEP / "calibration.json").read_text())
+    base = next(one for one in fit["configurations"] if one["label"] == "base")
+    name = "qwen3moe-l48-e128-serial-rep{}-ct.csv".format
+    assert base["outliers"] == [name(4)]
+    assert sorted(base["loaded"]) == sorted(name(i) for i in (1, 2, 3, 5, 6, 7, 8))
+    assert sorted(base["quiet"]) == sorted(name(i) for i in (9, 10, 11, 12))
+    engine = [1000 * float(re.search(r"compute ([0-9.]+) \+", base_log.read_text()).group(1))
+              for base_log in (path.with_name(path.name + ".log") for path in QUIET)]
+    assert abs(fit["base_compute_ms"] - statistics.median(engine)) <= 0.2 * statistics.median(
+        engine)
+    assert (fit["validation"]["held_out"], fit["validation"]["checked"]) == (6, 0)
+    rep9 = QUIET[0]
+    calibrated = report_with_warnings(
+        "report", rep9.with_name(rep9.name + "-ct.csv"), rep9.with_name(rep9.name + "-io.csv.gz"),
+        "--cache-mb", "64,256,512", "--io-threads", "1,2,8", "--calibration",
+        SWEEP / "calibration.json")
+    assert calibrated["what_if"]["calibrated"]["used"] is False
+    assert calibrated["what_if"]["settings"] == predicted[rep9.name]["what_if"]["settings"]
+    assert da.best_changes(calibrated)[0]["value"] == 512

@@ -7071,7 +7071,7 @@ def unlike_sums(name, report, logged):
         # what an overlapped run did beside its reads that the engine times and its trace
         # does not
         beside = " and ".join(kind for kind, ran in (
-            ("a cache", ran_cached(io) or cache_in_settings(io["meta"])),
+            ("a cache", had_cache(io)),
             ("prefetch", io["spec"]["reads"] or io["meta"].get("prefetch") == "1"
              or (logged.get("speculative_mib") is not None)),
             ("speculative decoding", "positions_per_decode" in logged)) if ran)
@@ -7562,7 +7562,7 @@ def calibration_sample(name, report):
     engine = {key: value["engine"] for key, value in
               ((report.get("engine") or {}).get("figures") or {}).items()}
     meta = {**report["compute"]["meta"], **io["meta"]}
-    cached = ran_cached(io) or cache_in_settings(meta)
+    cached = had_cache(io)
     own, reuse = io["run_cache"] or {}, io["reuse"] or {}
     expert_mib = reuse.get("expert_mib") or 0.0
     mib = pair["io_mib_per_token"]

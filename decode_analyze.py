@@ -5992,8 +5992,9 @@ def decoded_what_if(what_if, decoded, decode_ms):
 
 
 def ran_overlapped(compute, io):
-    """Whether a pair's reads ran beside compute (overlap=1: the io preamble's say first)."""
-    return io["meta"].get("overlap", compute["meta"].get("overlap")) == "1"
+    """Whether a pair's reads ran beside compute: the run's one overlap setting, which the io
+    half holds (it joined the compute preamble's where its own was silent)."""
+    return io["meta"].get("overlap") == "1"
 
 
 def cache_management(compute, io, measured):

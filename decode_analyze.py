@@ -37,10 +37,13 @@ sections above it:
                 figure with a limit (threshold_verdict); verdict_blocks
   compute       CATEGORY_NAMES and classify_graph (node categories), TokenGraph, ComputeFold,
                 compute_report, compute_verdicts, its Kind (record and layout)
-  io            PhaseReads, IoFold, ExpertLookups and ExpertCache (the engine's cache, every
-                size in one pass), TokenModel (a token's I/O part at any setting), WhatIf (what
-                each setting would buy, calibrated or not), io_report, io_findings; Clock, the
-                one reader of v2 rows as intervals (the stall, the timeline, Perfetto)
+  io            PhaseReads, IoFold (each layer's busiest lane and slowest read), ExpertLookups
+                and ExpertCache (the engine's cache, every size in one pass), TokenModel (a
+                token's flash I/O and cache management at any setting), WhatIf (what each
+                setting would buy: the model's band, never narrower than the machine's spread;
+                a calibration only where it validated itself, unused_because), best_changes,
+                io_report, io_findings; Clock, the one reader of v2 rows as intervals (the
+                stall, the timeline, Perfetto)
   pair          pair_report: both traces of one run, per decoded token, with one set of
                 settings (with_run_settings: the io half's, which joined the compute preamble's)
                 and the engine's split, decided once (engine_split): decode = compute + cache
@@ -53,7 +56,8 @@ sections above it:
   runs          run_table (the one table of runs: summary's rows, diff's sides, the fit's
                 configurations), Sample (what a pair gives a fit), repeats_of (outliers, a
                 loaded level by compute), calibration: the token model's costs fitted on one
-                model's runs and validated leave-one-out (summary's, diff's sides)
+                model's runs and validated leave-one-out, against the defaults on the same runs
+                (summary's, diff's sides)
   diff          DiffView (one run, checked), DiffSide (its runs), diff_report (every NEW side
                 against BASE's, tested over runs), the regression gate; its text the answer
                 first (moved_together: rows that moved as one, a line)

@@ -10749,7 +10749,11 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     # preamble lacks (after --set, before the log), and pair_report gives them back to the
     # compute half, so that every part of the pair reads one value
     preamble = preamble_of(compute)
-    reading = reading._replace(settings=reading.settings + tuple(
+    # a log's value the compute preamble refuted is said once, by the compute half: the io
+    # half takes the run's value and does not hear the log's again
+    kept = tuple(setting for setting in reading.settings if not (
+        setting.source == "log" and preamble.get(setting.key, setting.value) != setting.value))
+    reading = reading._replace(settings=kept + tuple(
         Setting(key, preamble[key], "compute trace") for key in RUN_SETTINGS if key in preamble))
     # the decode tokens of each turn, as the compute trace knows them: the run cache counts
     # them all (a turn's last tokens served whole from cache have no io row) before the

@@ -289,3 +289,37 @@ def test_a_v2_traces_waits_give_the_stall_without_a_log():
                "json").json["pair"]
     assert (pair["stall_ms_per_token"], pair["stall_source"]) == (pytest.approx(0.1), "io trace")
     assert pair["compute_ms_per_token"] == pytest.approx(pair["decode_ms_per_token"] - 0.1)
+
+
+@pytest.mark.parametrize("key,preamble,declared,stands", [
+    ("io_threads", "4", "8", "8"),  # lanes may idle: more than the trace shows may be so
+    ("io_threads", "4", "2", "4"),  # fewer than it read on cannot: the trace's stand, said
+    ("o_direct", "1", "0", "0"),
+    ("overlap", "0", "1", "1"),
+    ("cache_mb", None, "64", "64"),
+    ("cache_mb", "64", "32", "32"),
+    ("prefetch", None, "0", "0"),
+    ("ngram", None, "0", "0"),
+])
+def test_a_declared_setting_against_the_preambles_is_one_value(tmp_path, key, preamble,
+                                                               declared, stands):
+    """--set against both preambles naming the key (or neither): what --set declares stands
+    over the preambles, everywhere, but fewer lanes than the trace read on."""
+    found, warnings = outputs(tmp_path, edited(CT, tmp_path / "ct.csv", key, preamble),
+                              edited(SERIAL, tmp_path / "io.csv", key, preamble),
+                              "--set", f"{key}={declared}")
+    agree(found, key, stands)
+    said = [line for line in warnings.splitlines() if key in line]
+    assert len(said) == (1 if stands != declared else 0), warnings
+
+
+def test_a_logs_setting_against_both_preambles_is_the_preambles_and_one_warning(tmp_path):
+    """The overlapped run's log (its moe-overlap line: overlap=1) beside the serial run's
+    traces, whose preambles both say overlap=0: the preambles stand everywhere, and the log's
+    contradiction is one warning naming the key."""
+    (tmp_path / "run.log").write_bytes(OVERLAP.with_suffix(".log").read_bytes())
+    found, warnings = outputs(tmp_path, CT, SERIAL, log=True)
+    agree(found, "overlap", "0")
+    said = [line for line in warnings.splitlines() if "overlap" in line]
+    assert len(said) == 1 and "the log says overlap=1, the preamble overlap=0" in said[0], \
+        warnings

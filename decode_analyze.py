@@ -7251,12 +7251,17 @@ def join_settings(trace, reading):
 def merged_settings(meta, given, warn, name):
     """The preamble with the given Settings joined, and the report's `settings`: a declared
     value wins over the preamble's (of two sources, SOURCE_RANK's first); a log's that
-    contradicts the preamble is left out, with a warning."""
+    contradicts the preamble is left out, with a warning; and speculative reads the trace shows
+    are prefetch=1 over anything written or declared, with a warning."""
     meta, settings = dict(meta), {}
     for key, value, source in sorted(given, key=lambda setting: SOURCE_RANK[setting.source]):
         if key in settings:
             continue
-        if source != "declared" and key in meta:
+        if source == "trace" and key == "prefetch" and meta.get(key, value) != value:
+            # speculative reads are prefetching, whatever was written or declared of it
+            warn(f"{name}: the trace reads speculatively, so prefetch={value}, where the "
+                 f"settings say prefetch={meta[key]}: the trace's stands")
+        elif source != "declared" and key in meta:
             # what a trace shows yields; the compute preamble's differing is the pair's warning
             if meta[key] != value and source not in ("trace", "compute trace"):
                 warn(f"{name}: the {source} says {key}={value}, the preamble {key}={meta[key]}: "

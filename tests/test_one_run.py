@@ -323,3 +323,21 @@ def test_a_logs_setting_against_both_preambles_is_the_preambles_and_one_warning(
     said = [line for line in warnings.splitlines() if "overlap" in line]
     assert len(said) == 1 and "the log says overlap=1, the preamble overlap=0" in said[0], \
         warnings
+
+
+@pytest.mark.parametrize("where", ["preambles", "declared"])
+def test_speculative_reads_are_prefetch_whatever_the_settings_say(tmp_path, where):
+    """The prefetch run's io trace reads speculatively: with prefetch=0 in both preambles, or
+    declared, prefetch=1 was kept nowhere and said by no warning. What the trace shows stands
+    over what was written or declared, everywhere, in one warning."""
+    io = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]
+    if where == "preambles":
+        found, warnings = outputs(tmp_path, edited(CT, tmp_path / "ct.csv", "prefetch", "0"),
+                                  edited(io, tmp_path / "io.csv", "prefetch", "0"))
+    else:
+        found, warnings = outputs(tmp_path, CT, io, "--set", "prefetch=0")
+    agree(found, "prefetch", "1")
+    said = [line for line in warnings.splitlines() if "prefetch" in line]
+    assert len(said) == 1 and said[0].endswith(
+        "the trace reads speculatively, so prefetch=1, where the settings say prefetch=0: the "
+        "trace's stands"), warnings

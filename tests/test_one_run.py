@@ -341,3 +341,15 @@ def test_speculative_reads_are_prefetch_whatever_the_settings_say(tmp_path, wher
     assert len(said) == 1 and said[0].endswith(
         "the trace reads speculatively, so prefetch=1, where the settings say prefetch=0: the "
         "trace's stands"), warnings
+
+
+def test_a_declared_setting_against_the_logs_is_the_declared_and_one_warning(tmp_path):
+    """--set cache_mb=4 beside a log that says the run had a 1.9 MiB cache: the declared value
+    stood, but nothing said the log disagreed."""
+    (tmp_path / "run.log").write_bytes(PREFETCH_LOG.read_bytes())
+    found, warnings = outputs(tmp_path, CT, REAL_TRACES["qwen3moe-l4-io-prefetch.csv"],
+                              "--set", "cache_mb=4", log=True)
+    agree(found, "cache_mb", "4")
+    said = [line for line in warnings.splitlines() if "cache_mb" in line]
+    assert len(said) == 1 and said[0].endswith(
+        "the log says cache_mb=1.9, declared cache_mb=4: the declared value stands"), warnings

@@ -300,6 +300,8 @@ def test_a_v2_traces_waits_give_the_stall_without_a_log():
     ("cache_mb", "64", "32", "32"),
     ("prefetch", None, "0", "0"),
     ("ngram", None, "0", "0"),
+    ("cache", None, "1", "1"),  # a cache that never hit shows none in the trace
+    ("cache", "1", "0", "0"),
 ])
 def test_a_declared_setting_against_the_preambles_is_one_value(tmp_path, key, preamble,
                                                                declared, stands):

@@ -7536,6 +7536,14 @@ def calibration_problem(fit):
             0 <= validation["inside"] <= validation["checked"] <= validation["held_out"]:
         return (f"validation: {validation['inside']} inside of {validation['checked']} checked "
                 f"of {validation['held_out']} held out, median band share {share}: not one fit's")
+    # against the defaults (absent from a file of an earlier version: the fit is used)
+    errors = [validation.get(key) for key in ("median_error_ms", "defaults_median_error_ms")]
+    if validation.get("no_worse_than_defaults") not in (None, True, False) or any(
+            error is not None and not (is_number(error) and 0 <= error <= FIGURE_LIMIT)
+            for error in errors) or (validation.get("no_worse_than_defaults") is False
+                                     and None in errors):
+        return (f"validation: median errors {str(errors)[:60]}, no worse than the defaults "
+                f"{str(validation.get('no_worse_than_defaults'))[:20]!r}: not one fit's")
     return None
 
 

@@ -447,6 +447,22 @@ def test_any_value_of_a_calibration_changed_gives_a_report_or_one_line(busy, tmp
             assert "NaN" not in result.out and "Infinity" not in result.out, path
 
 
+@pytest.mark.parametrize("error", [None, "x", -1.0, float("1e400")])
+def test_a_fit_said_worse_than_the_defaults_with_junk_errors_is_refused_in_one_line(
+        busy, tmp_path, error):
+    """Bug: a file saying the fit was worse than the defaults, with a median error that is no
+    number, gave a traceback where the tool wrote why the fit was not used."""
+    folder, _, fit = busy
+    fit = json.loads(json.dumps(fit))
+    fit["validation"].update(no_worse_than_defaults=False, median_error_ms=error)
+    bad = tmp_path / "fit.json"
+    bad.write_text(json.dumps(fit).replace("Infinity", "1e400"))
+    result = run("report", folder / "serial-q1-ct.csv", folder / "serial-q1-io.csv",
+                 "--calibration", bad)
+    assert result.code == 1 and result.err.count("\n") == 1, result.err
+    assert "validation: median errors" in result.err
+
+
 @pytest.mark.parametrize("value", [1e-320, -5.0, 2e-10])
 def test_a_saved_reports_unusable_figure_is_refused_in_one_line(tmp_path, value):
     """A saved report's io_mib_per_token of 1e-320 fed to summary --calibration-out gave an

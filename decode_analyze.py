@@ -5608,19 +5608,13 @@ def what_if_figure(name, value):
 SPLIT_FIGURES = {"flash_io_ms_per_token": "flash I/O", "cache_mgmt_ms_per_token": "cache mgmt"}
 
 
-def within_noise(setting, noise):
-    """Whether a setting's saving is no larger than the machine's noise (the what-if's
-    noise_ms_per_token; none known: never)."""
-    point = setting["ms_per_token_saved"]["point"]
-    return bool(noise) and point is not None and abs(point) <= noise
-
-
 def offer_text(setting, noise=None):
     """What a setting saves, or that a calibrated band too wide is not known, and the run that
-    would narrow it; a saving no larger than the machine's noise (its run-to-run spread) said
-    to be within it, with the spread."""
+    would narrow it; a saving no larger than the machine's noise (its run-to-run spread, the
+    what-if's noise_ms_per_token; none known: never) said to be within it, with the spread."""
     band, saved = setting["band"], setting["ms_per_token_saved"]
-    if within_noise(setting, noise) and not (band and not band["known"]):
+    if noise and saved["point"] is not None and abs(saved["point"]) <= noise and not (
+            band and not band["known"]):
         bounds = "" if saved["min"] is None or saved["max"] is None else \
             f" ({saved['min'] + 0.0:+.2f} to {saved['max'] + 0.0:+.2f})"
         return (f"within this machine's noise, {saved['point'] + 0.0:+.2f} ms{bounds} against a "

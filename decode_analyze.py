@@ -4296,26 +4296,23 @@ class TokenModel:
         not (were) cached; None without an anchor."""
         if not self.anchors or not lanes:
             return None
-        rate = self.lane_rate(lanes)
+        rate = self.anchors.get(lanes)
+        if rate is None:
+            near = min(self.anchors, key=lambda anchor: (abs(math.log(anchor / lanes)), anchor))
+            exponent = ranged_of(self.costs["lane_exponent"])
+            if lanes > max(self.anchors):
+                # past every lane count measured the curve may turn: the drive's queue full,
+                # the readers competing with compute for few cores; the band takes in a loss
+                exponent = exponent._replace(low=min(exponent.low, -LANE_TURN))
+            moves = [(near / lanes) ** power for power in (exponent.low, exponent.high)]
+            rate = scaled_range(self.anchors[near], Ranged((near / lanes) ** exponent.value,
+                                                        min(moves), max(moves)))
         if cached == self.anchored_cached:
             return rate
         factor = ranged_of(self.costs["cached_rate_factor"])
         if cached:
             return scaled_range(rate, factor)
         return scaled_range(rate, Ranged(1 / factor.value, 1 / factor.high, 1 / factor.low))
-
-    def lane_rate(self, lanes):
-        if lanes in self.anchors:
-            return self.anchors[lanes]
-        near = min(self.anchors, key=lambda anchor: (abs(math.log(anchor / lanes)), anchor))
-        exponent = ranged_of(self.costs["lane_exponent"])
-        if lanes > max(self.anchors):
-            # past every lane count measured the curve may turn: the drive's queue full, the
-            # readers competing with compute for few cores; the band takes in a loss
-            exponent = exponent._replace(low=min(exponent.low, -LANE_TURN))
-        moves = [(near / lanes) ** power for power in (exponent.low, exponent.high)]
-        return scaled_range(self.anchors[near], Ranged((near / lanes) ** exponent.value,
-                                                    min(moves), max(moves)))
 
     def parts(self, config):
         """A serial token's (flash I/O, cache management) at `config`, each a Ranged: its MiB
@@ -11220,6 +11217,8 @@ def checked_declarations(declared, warn):
             warn(f"--set {key}: not a setting this tool reads ({', '.join(KNOWN_SETTINGS)}): "
                  f"shown as declared, used by nothing")
     return tuple(found.values())
+
+
 DESCRIPTION, _, _ = __doc__.partition("\nMap of this file")  # the help: the docstring's head
 # One argument of a command: add_argument(*flags, **settings).
 Option = namedtuple("Option", "flags settings")

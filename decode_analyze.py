@@ -7895,6 +7895,13 @@ def leave_one_out_blocks(fit):
              f"{BAND_MOST_SHARE:.0%} of the base decode or narrower)"
              + ("" if tally["median_band_share"] is None else
                 f"; median band {tally['median_band_share']:.0%} of the decode")]
+    # what a report given this file will do with it, and why
+    unused = unused_because(tally)
+    lines.append("  " + ("the what-if will use it" if not unused else
+                         f"the what-if will not use it, the defaults stand: {unused}")
+                 + ("" if tally.get("median_error_ms") is None else
+                    f" (median error {tally['median_error_ms']:.2f} ms, the defaults' "
+                    f"{tally['defaults_median_error_ms']:.2f})"))
     for one in held:
         if one["predicted_ms"] is None:
             lines.append(f"  {one['label']}: {one['decode_ms_per_token']:.2f} ms, not "
@@ -7904,8 +7911,10 @@ def leave_one_out_blocks(fit):
             f"+-{one['band_ms']:.2f} ({one['band_share']:.0%} of the decode): "
             + ("inside" if one["inside"] else "outside")
             + ("" if one["checked"] else ", too wide to count"))
+        defaults = "" if one.get("defaults_predicted_ms") is None else \
+            f" (the defaults {one['defaults_predicted_ms']:.2f})"
         lines.append(f"  {one['label']}: {one['decode_ms_per_token']:.2f} ms, predicted "
-                     f"{one['predicted_ms']:.2f} {band}"
+                     f"{one['predicted_ms']:.2f}{defaults} {band}"
                      + (f" ({one['note']})" if one["note"] else ""))
     return [Block("leave one out: each configuration predicted from the fit of the others",
                   [Prose(lines, "        ")])]

@@ -89,6 +89,12 @@ def test_calibration_out_writes_the_fit_and_report_reads_it_back(tmp_path, fit):
     said = " ".join(result.out.split())
     assert f"calibration, fitted on 6 run(s) of qwen3moe-l4.gguf" in said
     assert "0 of 0 inside their band, of 3 held out" in said
+    # summary says what a report given the file will do with it, and the comparison it rests on
+    tally = fit["validation"]
+    assert (f"the what-if will not use it, the defaults stand: none of its held-out bands was "
+            f"40% of the decode or narrower, so none is validated (median error "
+            f"{tally['median_error_ms']:.2f} ms, the defaults' "
+            f"{tally['defaults_median_error_ms']:.2f})") in said
     rep1 = [str(SWEEP / f"qwen3moe-l4-greedy-serial-rep1-{kind}.csv") for kind in ("ct", "io")]
     read = run("report", *rep1, "--calibration", str(target))
     assert read.code == 0, read.err

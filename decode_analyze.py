@@ -4575,23 +4575,18 @@ class WhatIf:
 
     def offer(self, name, value, figures, said, method, fits=None):
         """A setting from what the token model Said (None: no saving predicted), its method
-        after `method`; uncalibrated under overlap, bounded by the stall."""
+        after `method`. Uncalibrated under overlap, only bounds are honest: no point, at most
+        the stall (none known: nothing), and at least as slow as the serial figure says."""
         if said is None:
             return self.setting(name, value, figures, Said(
                 figure(None, None, None), method + ". ms not predicted: no rate for it"), fits)
-        saved = said.saved
-        if self.cap != math.inf and said.band is None:  # bounds alone: no model's band
-            saved = self.stall_bound(saved["min"], saved["max"])
-            said = said._replace(model=None)
+        if self.cap != math.inf and said.band is None:
+            low = said.saved["min"]
+            said = said._replace(model=None, saved=figure(None, None, None) if self.cap is None
+                                 else figure(None, None if low is None else min(0.0, low),
+                                             capped(said.saved["max"], self.cap)))
         return self.setting(name, value, figures, said._replace(
-            saved=saved, method=f"{method}. {said.method}"), fits)
-
-    def stall_bound(self, low, high):
-        """An uncalibrated saving of an overlapped run: no point, at most the stall (none
-        known: undetermined), and at least as slow as the serial figure says."""
-        if self.cap is None:
-            return figure(None, None, None)
-        return figure(None, None if low is None else min(0.0, low), capped(high, self.cap))
+            method=f"{method}. {said.method}"), fits)
 
     def fits(self, mib):
         """False when a cache of `mib` MiB exceeds a declared mem_limit_mb, else None."""

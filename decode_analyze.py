@@ -4521,7 +4521,8 @@ class WhatIf:
         band = BAND(half_ms=half, decode_share=share, known=known,
                     errors_of="+".join(kinds), validated=sorted(
                         set(kinds) & set(self.fit.get("errors_ms") or ())) == sorted(kinds))
-        method = self.fitted_on() + (
+        method = (f"calibrated on {len(self.fit['runs'])} runs of "
+                  f"{self.fit['model']['model']} (--calibration)") + (
             ": this run's I/O and cache management less the setting's at the fitted costs, +- "
             "the largest error its leave-one-out saw for this kind of change (never below the "
             "quiet repeats' spread); compute is set aside")
@@ -4551,10 +4552,6 @@ class WhatIf:
         its decode would promise more)."""
         most = math.inf if self.decode is None else self.decode
         return figure(*(None if end is None else min(end, most) for end in (point, low, high)))
-
-    def fitted_on(self):
-        fit = self.fit
-        return f"calibrated on {len(fit['runs'])} runs of {fit['model']['model']} (--calibration)"
 
     def per_token_mib(self, total_bytes):  # a Ratio: a pair divides the total again
         return Ratio(total_bytes / MIB, self.tokens)

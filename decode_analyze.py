@@ -4479,6 +4479,19 @@ class WhatIf:
         self.model = TokenModel(self.fit, self.own, ratio(self.io_ms, report["mib_per_token"]),
                                 self.own_management(measured),
                                 report.get("slowest_reads_ms_per_token"))
+        # the run's own I/O part as measured (serial: its I/O, the log's where it has one, and
+        # its cache management), as the model gives it (overlapped); None unknown: every saving
+        # is taken from it
+        if self.own.overlap and self.model.overlap is not None:
+            part = self.model.part(self.own)
+            self.io_part = None if part is None else part.value
+        else:
+            self.io_part = self.io_ms + self.management
+        # the machine's run-to-run spread of that part, half its range: the calibration's quiet
+        # repeats' where it measured one (an unused fit changes nothing), else IO_NOISE_SHARE
+        spread = (self.fit or {}).get("quiet_spread_ms")
+        self.noise = spread / 2 * self.per_read if spread else \
+            None if self.io_part is None else self.io_part * IO_NOISE_SHARE
         self.cache_at = {}  # MiB -> its setting: the cache verdict's size is weighed once
 
     def own_management(self, measured):
@@ -4489,14 +4502,6 @@ class WhatIf:
             return None
         return management_cost([(managed, self.own.misses / self.per_read)])  # per generated
 
-    def own_part(self):
-        """The run's own I/O part as measured (serial: its I/O, the log's where it has one, and
-        its cache management), as the model gives it (overlapped); None unknown."""
-        if self.own.overlap and self.model.overlap is not None:
-            part = self.model.part(self.own)
-            return None if part is None else part.value
-        return self.io_ms + self.management
-
     def saving(self, config, name, value):
         """What a change to `config` (name=value) is Said to save, or None when the model
         cannot say (no rate; overlapped without a fitted overlap factor).
@@ -4506,7 +4511,7 @@ class WhatIf:
         parts = None if config.overlap else self.model.parts(config)  # overlapped: the stall
         if self.model.overlap is None:  # uncalibrated overlap: the serial part, then capped
             config = config._replace(overlap=False)
-        own, part = self.own_part(), self.model.part(config)
+        own, part = self.io_part, self.model.part(config)
         if own is None or part is None:
             return None
         kinds = tuple(name.split("+"))
@@ -4538,8 +4543,8 @@ class WhatIf:
         (without a point: each end moved by the spread); no run saves more
         than `most`, its whole I/O part unless said (nor its decode), however the machine
         varies. An end the model leaves open stays open."""
-        noise, point, low, high = self.noise() or 0.0, *model.values()
-        most = self.own_part() if most is None else most
+        noise, point, low, high = self.noise or 0.0, *model.values()
+        most = self.io_part if most is None else most
         ends = []
         for end, away in ((low, -1), (high, 1)):
             centre = end if point is None else point
@@ -4857,15 +4862,6 @@ class WhatIf:
         pair = self.pair_setting(chosen)
         return sorted(chosen + ([pair] if pair else []), key=setting_rank)
 
-    def noise(self):
-        """The machine's run-to-run spread of the I/O part, half its range, per read-token: the
-        calibration's quiet repeats' where it measured one, else IO_NOISE_SHARE of the part."""
-        spread = (self.fit or {}).get("quiet_spread_ms")  # an unused fit changes nothing
-        if spread:
-            return spread / 2 * self.per_read
-        own = self.own_part()
-        return None if own is None else own * IO_NOISE_SHARE
-
     def report_of(self, asked):
         meta = self.report["meta"]
         fit = self.calibration
@@ -4874,10 +4870,10 @@ class WhatIf:
             io_threads=meta_int(meta, "io_threads") or None,
             o_direct=meta_flag(meta, "o_direct"), overlap=meta_flag(meta, "overlap"),
             expert_bytes=self.cache.expert_bytes, io_wall_ms_per_token=self.estimate,
-            io_part_ms_per_token=self.own_part(),
+            io_part_ms_per_token=self.io_part,
             flash_io_ms_per_token=None if self.own.overlap else self.io_ms,
             cache_mgmt_ms_per_token=None if self.own.overlap else self.management,
-            noise_ms_per_token=self.noise()),
+            noise_ms_per_token=self.noise),
             calibrated=None if not fit else CALIBRATED(
                 runs=len(fit["runs"]), model=fit["model"]["model"],
                 inside=fit["validation"]["inside"], checked=fit["validation"]["checked"],

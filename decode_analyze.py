@@ -4474,7 +4474,8 @@ class WhatIf:
         cached = had_cache(report)
         self.own = Config(report["mib_per_token"],
                           meta_int(report["meta"], "io_threads") or report["lanes"], cached,
-                          self.misses(report["mib_per_token"]) if cached else 0.0,
+                          misses_of(report["mib_per_token"], cache.expert_bytes / MIB)
+                          if cached else 0.0,
                           report["meta"].get("overlap") == "1")
         self.model = TokenModel(self.fit, self.own, ratio(self.io_ms, report["mib_per_token"]),
                                 self.own_management(measured),
@@ -4679,10 +4680,8 @@ class WhatIf:
 
     def cached_config(self, mib):
         """The run's configuration with a cache that leaves `mib` MiB a token to read."""
-        return self.own._replace(mib=mib, cached=True, misses=self.misses(mib))
-
-    def misses(self, mib):
-        return misses_of(mib, self.cache.expert_bytes / MIB)
+        return self.own._replace(mib=mib, cached=True,
+                                 misses=misses_of(mib, self.cache.expert_bytes / MIB))
 
     def cache_change(self, name, mib, figures, mibs, method, fits):
         """A cache of `mib` MiB reading mibs = (fewest, middle, most) MiB a token: the token

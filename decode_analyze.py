@@ -3032,7 +3032,9 @@ WHAT_IF_FIGURE_FIELDS = (
                               "token model's ms per MiB there (serial runs; absent overlapped)",
      FIGURE, Shown("{} ms", 2), PER_TOKEN),
     ("cache_mgmt_ms_per_token", "the engine's cache management per token at the setting: its "
-                                "misses at the management a miss (0 without a cache)",
+                                "misses at the fit's or the run's own management a miss, "
+                                "else the MiB it misses at the default a MiB (0 without a "
+                                "cache)",
      FIGURE, Shown("{} ms", 2), PER_TOKEN),
     ("speculative_mib_per_token", "MiB read speculatively per token", FIGURE,
      Shown("{} MiB/tok speculative", 2), PER_TOKEN),
@@ -4316,7 +4318,8 @@ class TokenModel:
 
     def parts(self, config):
         """A serial token's (flash I/O, cache management) at `config`, each a Ranged: its MiB
-        at the ms per MiB there, its misses at the management a miss; None without a rate."""
+        at the ms per MiB there; its misses at the management a miss (the fit's or the run's
+        own), else the MiB it misses at the default a MiB; None without a rate."""
         rate = self.rate(config.lanes, config.cached)
         if rate is None:
             return None

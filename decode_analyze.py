@@ -12,7 +12,7 @@ Standard library only.
   summary RUN...     a sweep of settings, one row a configuration (repeats: n, mean ±sd)
   timeline CT [IO]   v2 traces: each decode's wall, reads, waits and overlap, measured
 
-The JSON reports' every field and what it holds: docs/json.md, made from the Records below.
+Every field of the JSON reports, and what it holds: docs/json.md.
 
 Tracing isolates every graph node behind a barrier (no operator fusion) and locks every read, so
 a traced token is slower than an untraced one: its proportions are what to trust.

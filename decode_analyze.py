@@ -8167,11 +8167,6 @@ class DiffView:
                                  for row in report.get("latency_hist") or ()]}
 
 
-# What a what-if figure's per-token value is per: scaled to decoded tokens on both sides, so
-# that a prediction and a measurement compare like with like (a cached run reads on fewer).
-PREDICTED_PER_TOKEN = ("mib_per_token", "io_wall_ms_per_token")
-
-
 def predictions(report, limit, per_decoded=1.0, decoded_what_if=None):
     """What diff's prediction check takes of an io report, checked: its what-if's settings
     (BASE's predictions: the pair's, decoded_what_if, where the run is a pair) and its own
@@ -8185,7 +8180,11 @@ def predictions(report, limit, per_decoded=1.0, decoded_what_if=None):
                          else figure_value(held[bound], limit) * scale
                          for bound in FIGURE.names})
     offered = [{"setting": str(setting["setting"]), "value": figure_value(setting["value"], limit),
-                "figures": {name: band(held, scale if name in PREDICTED_PER_TOKEN else 1.0)
+                # the figures their Record says are per token scale to decoded tokens on both
+                # sides, so that prediction and measurement compare like with like (a cached
+                # run reads on fewer)
+                "figures": {name: band(held, scale if name in WHAT_IF_FIGURES.per_token
+                                       else 1.0)
                             for name, held in setting["figures"].items()
                             if isinstance(held, dict)},
                 "ms_per_token_saved": band(setting["ms_per_token_saved"], scale)}

@@ -36,7 +36,7 @@ def outputs(tmp_path, ct, io, *options, log=False):
     result = run("report", ct, io, "--format", "json", *options)
     assert result.code == 0, result.err
     report = result.json
-    text = run("report", ct, io, *options).out
+    text = da.text_of(report, da.View())  # the text drawn from the same report
     summary = run("summary", ct, io, "--format", "json", *options).json
     (tmp_path / "twin").mkdir()  # the same run again, a nanosecond longer: a second run a side
     twin = [another_run(path, tmp_path / "twin" / path.name) for path in (ct, io)]

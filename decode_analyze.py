@@ -5657,17 +5657,23 @@ def memory_words(setting, resident=False):
     return words + (" (over the declared mem_limit_mb)" if setting["fits"] is False else "")
 
 
-def best_changes(report):
-    """The what-if's settings whose point saves more than this machine's noise (none known:
-    more than 0.00 as shown), that keep streaming, fit a declared memory limit and are not the
-    run's own, by the low end of their band (the what-if's order)."""
-    what_if = report["what_if"]
-    noise = what_if["baseline"].get("noise_ms_per_token") or 0  # a saved report's may lack it
+def changes_of(report):
+    """The what-if's settings that change the streamed run: not caching every expert (not
+    streaming at all: the best changes say it once, as a bound) and not the run's own cache
+    size (the JSON keeps it: the model's check on the run itself)."""
     own = meta_number(report_halves(report)["io"]["meta"], "cache_mb")
-    return [setting for setting in what_if["settings"]
+    return [setting for setting in report["what_if"]["settings"] if not every_expert(setting)
+            and not (setting["setting"] == "cache_mb" and own and setting["value"] == own)]
+
+
+def best_changes(report):
+    """The changes whose point saves more than this machine's noise (none known: more than
+    0.00 as shown) and that fit a declared memory limit, by the low end of their band (the
+    what-if's order)."""
+    noise = report["what_if"]["baseline"].get("noise_ms_per_token") or 0  # saved: may lack it
+    return [setting for setting in changes_of(report)
             if round(setting["ms_per_token_saved"]["point"] or 0, 2) > max(noise, 0)
-            and setting["fits"] is not False and not every_expert(setting)
-            and not (setting["setting"] == "cache_mb" and setting["value"] == own)]
+            and setting["fits"] is not False]
 
 
 def best_change_blocks(report, view):
@@ -5713,13 +5719,7 @@ def what_if_blocks(report, view):
     baseline = what_if["baseline"]
     per = what_if_per(report)
     lines = []
-    own = meta_number(report_halves(report)["io"]["meta"], "cache_mb")
-    for setting in what_if["settings"]:
-        # the best changes' bound of not streaming; the run's own size, which changes nothing
-        # (the JSON keeps it: the model's check on the run itself)
-        if every_expert(setting) or setting["setting"] == "cache_mb" and own and \
-                setting["value"] == own:
-            continue
+    for setting in changes_of(report):
         held = setting["figures"]
         figures = [what_if_figure(name, value) for name, value in held.items()
                    if name not in SPLIT_FIGURES and name != "experts" and not (

@@ -7232,8 +7232,7 @@ def join_settings(trace, reading):
 def merged_settings(meta, given, warn, name):
     """The preamble with the given Settings joined, and the report's `settings`: a declared
     value wins over the preamble's (of two sources, SOURCE_RANK's first); a log's that
-    contradicts the preamble is left out, with a warning; and speculative reads the trace shows
-    are prefetch=1 over anything written or declared, with a warning."""
+    contradicts the preamble is left out, with a warning."""
     meta, settings = dict(meta), {}
     for key, value, source in sorted(given, key=lambda setting: SOURCE_RANK[setting.source]):
         if key in settings:
@@ -7241,11 +7240,7 @@ def merged_settings(meta, given, warn, name):
                 warn(f"{name}: the log says {key}={value}, declared {key}="
                      f"{settings[key]['value']}: the declared value stands")
             continue
-        if source == "trace" and key == "prefetch" and meta.get(key, value) != value:
-            # speculative reads are prefetching, whatever was written or declared of it
-            warn(f"{name}: the trace reads speculatively, so prefetch={value}, where the "
-                 f"settings say prefetch={meta[key]}: the trace's stands")
-        elif source != "declared" and key in meta:
+        if source != "declared" and key in meta:
             # what a trace shows yields; the compute preamble's differing is the pair's warning
             if meta[key] != value and source not in ("trace", "compute trace"):
                 warn(f"{name}: the {source} says {key}={value}, the preamble {key}={meta[key]}: "
@@ -10729,8 +10724,14 @@ def weighed_io(path, reading, asked):
         reading.warn(f"{trace.name}: io_threads={named} {said}, but the trace read on "
                      f"{counted(report['lanes'], 'lane')}: the trace's lanes stand")
     # The settings the trace shows: whether the run had a cache (with --cache or --what-if),
-    # and prefetch, when it read speculatively.
+    # and prefetch, when it read speculatively: that is prefetching, whatever was written or
+    # declared of it, so it takes the place of any other word
     own = [Setting("prefetch", "1", "trace")] if report["spec"]["reads"] else []
+    if own and report["meta"].get("prefetch", "1") != "1":
+        reading.warn(f"{trace.name}: the trace reads speculatively, so prefetch=1, where the "
+                     f"settings say prefetch={report['meta']['prefetch']}: the trace's stands")
+        report["meta"] = {key: value for key, value in report["meta"].items()
+                          if key != "prefetch"}
     if report["run_cache"] is not None and not declared_no_cache(report["settings"]):
         own.append(Setting("cache", "1" if report["run_cache"]["detected"] else "0", "trace"))
     report["meta"], shown = merged_settings(report["meta"], own, reading.warn, trace.name)

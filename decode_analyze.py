@@ -11017,11 +11017,8 @@ def analyze_summary(arguments, reading, sort, logs=True, group=True):
                           common=common, sort=sort, runs=rows, calibration=fit)
 
 
-LOADED_FACTOR = 1.5  # a row's compute over its configuration's quietest row's: loaded
-
-
 def flagged_loaded(rows):
-    """The rows, each whose compute is LOADED_FACTOR or more its configuration's quietest
+    """The rows, each whose compute is LEVEL_RATIO or more its configuration's quietest
     row's flagged `loaded`: rows of one configuration listed apart (not repeats) differ so
     when another core's load inflated compute (the 48-layer repeats: 8.5 ms quiet, 82-182
     loaded), the reads barely moving."""
@@ -11033,7 +11030,7 @@ def flagged_loaded(rows):
                                           row["compute_ms_per_token"])
     for configuration, row in zip(configurations, rows):
         compute = row["compute_ms_per_token"]
-        if compute and compute >= LOADED_FACTOR * quietest[configuration]:
+        if compute and compute >= LEVEL_RATIO * quietest[configuration]:  # as repeats_of
             row["flagged"] = ["loaded", *row["flagged"]]  # first: it colours the rest
     return rows
 

@@ -4332,10 +4332,11 @@ class TokenModel:
         return flash, scaled_range(ranged_of(per_miss or self.costs["management_ms_per_mib"]),
                                    Ranged(missed, missed, missed))
 
-    def part(self, config):
-        """The I/O part of a token at `config` as a Ranged, or None where the model has no rate
-        (or, overlapped, no fitted overlap factor)."""
-        parts = self.parts(config)
+    def part(self, config, parts=None):
+        """The I/O part of a token at `config` as a Ranged (from its serial parts, where the
+        caller has them), or None where the model has no rate (or, overlapped, no fitted
+        overlap factor)."""
+        parts = parts or self.parts(config)
         if parts is None or (config.overlap and self.overlap is None):
             return None
         part = added(*parts)
@@ -4512,10 +4513,11 @@ class WhatIf:
         Calibrated: its point plus or minus the band validated_half gives, not known (no
         figure, the run that would narrow it) when wider than BAND_MOST_SHARE of the decode;
         uncalibrated: the range the default costs allow."""
-        parts = None if config.overlap else self.model.parts(config)  # overlapped: the stall
+        serial = self.model.parts(config)  # overlap or not, its flash I/O and management
+        parts = None if config.overlap else serial  # overlapped, the part is the stall
         if self.model.overlap is None:  # uncalibrated overlap: the serial part, then capped
             config = config._replace(overlap=False)
-        own, part = self.io_part, self.model.part(config)
+        own, part = self.io_part, self.model.part(config, serial)
         if own is None or part is None:
             return None
         kinds = tuple(name.split("+"))
@@ -4773,7 +4775,8 @@ class WhatIf:
         serial = self.own._replace(overlap=False)
         if self.model.overlap is not None:
             return self.modelled("overlap", 0, {}, serial, "reads in series")
-        part, method = self.model.part(serial), (
+        parts = self.model.parts(serial)
+        part, method = self.model.part(serial, parts), (
             "reads in series: the stall and cache management now less the serial I/O part "
             "(the MiB at this run's ms per MiB, and management), compute held; at best "
             "compute, slowed by readers beside it, falls to nothing (a real overlapped run "
@@ -4786,8 +4789,7 @@ class WhatIf:
         model = figure(own - part.value, own - part.high,
                        None if self.decode is None else self.decode - part.low)
         return self.setting("overlap", 0, {}, Said(
-            self.widened(model, self.decode), method, model=model,
-            parts=self.model.parts(serial)))
+            self.widened(model, self.decode), method, model=model, parts=parts))
 
     def coalesce_settings(self, asked):
         """Touching requests merged, when --adjacent found the runs."""

@@ -10759,11 +10759,10 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     preamble = preamble_of(compute)
     # a log's value the compute preamble refuted is said once, by the compute half: the io
     # half takes the run's value and does not hear the log's again
-    declared = {setting.key: setting.value for setting in reading.settings
-                if setting.source == "declared"}
+    stands = {**preamble, **{setting.key: setting.value for setting in reading.settings
+                             if setting.source == "declared"}}
     kept = tuple(setting for setting in reading.settings if not (
-        setting.source == "log" and {**preamble, **declared}.get(setting.key, setting.value)
-        != setting.value))
+        setting.source == "log" and stands.get(setting.key, setting.value) != setting.value))
     reading = reading._replace(settings=kept + tuple(
         Setting(key, preamble[key], "compute trace") for key in RUN_SETTINGS if key in preamble))
     # the decode tokens of each turn, as the compute trace knows them: the run cache counts

@@ -11514,7 +11514,20 @@ EXIT_STATUS = {0: "ok", 1: "bad input, unwritable output, or a regression (diff 
 
 
 def build_parser():
-    """The command line's parser: every command, its inputs and options."""
+    """The command line's parser: every command, its inputs and options. Made once for the
+    registry as it stands: parsing changes nothing in it, and a process that runs main() many
+    times (the tests, a script) need not build it again."""
+    commands = list(COMMANDS.values())
+    if PARSER_MADE.get("commands") != commands:
+        PARSER_MADE.update(commands=commands, parser=parser_of(commands))
+    return PARSER_MADE["parser"]
+
+
+PARSER_MADE = {}  # the parser, and the registry it was made for
+
+
+def parser_of(commands):
+    """The parser of these commands (build_parser's, made anew)."""
     lines, line = [], ""  # the exit statuses wrapped, a status never split from its meaning
     for status, meaning in EXIT_STATUS.items():
         entry = f"{status} {meaning}" + ("." if status == max(EXIT_STATUS) else ",")
@@ -11528,9 +11541,9 @@ def build_parser():
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version",
                         version=f"decode-analyze {TOOL_VERSION} (JSON schema {SCHEMA})")
-    subparsers = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}",
-                                       required=True)
-    for command in COMMANDS.values():
+    names = ",".join(command.name for command in commands)
+    subparsers = parser.add_subparsers(dest="command", metavar="{" + names + "}", required=True)
+    for command in commands:
         sub = subparsers.add_parser(command.name, help=command.summary, epilog=epilog,
                                     description=command.description,
                                     formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -5,7 +5,25 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import HALF_READ_CT, HALF_READ_IO, SIX_READS, ct_text, io_text, run  # noqa: E402
+from helpers import (HALF_READ_CT, HALF_READ_IO, ROOT, SIX_READS, ct_text, io_text,  # noqa: E402
+                     run)
+
+
+def compiled_once():
+    """The tool's bytecode, written once for the processes the tests start (helpers.TOOL), which
+    find the tool on PYTHONPATH: written even where PYTHONDONTWRITEBYTECODE is set (CI's
+    machines set it), since each process would compile 13k lines again."""
+    import importlib.util
+    import os
+    import py_compile
+    for name in ("decode_analyze", "trace_io"):
+        source = str(ROOT / f"{name}.py")
+        py_compile.compile(source, cfile=importlib.util.cache_from_source(source), doraise=True)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT)] + [path for path in [os.environ.get("PYTHONPATH")] if path])
+
+
+compiled_once()
 
 
 @pytest.fixture

@@ -7,6 +7,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# The tool as a process of its own, as `python3 -m decode_analyze` runs it (conftest puts the
+# repository on PYTHONPATH): from the bytecode conftest compiles once, where a script is
+# compiled anew each run, a third of a second each
+TOOL = [sys.executable, "-m", "decode_analyze"]
+TOOL_SHELL = f"'{sys.executable}' -m decode_analyze"  # the same, in a shell line
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 

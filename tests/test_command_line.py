@@ -14,7 +14,7 @@ import pytest
 
 import decode_analyze as da
 import tracegen
-from helpers import REAL_TRACES, ROOT, ct_text, error_of, run
+from helpers import REAL_TRACES, ROOT, TOOL, ct_text, error_of, run
 
 
 SESSION_CT = ROOT / "examples" / "session-ct.csv"
@@ -156,7 +156,7 @@ def test_sigterm_ends_both_processes(tmp_path):
     path = tracegen.write(tmp_path / "ct.csv", tracegen.compute_lines(n_layer=48,
                                                                       decode_tokens=160))
     assert path.stat().st_size > 16 << 20
-    child = subprocess.Popen([sys.executable, str(ROOT / "decode_analyze.py"), "compute",
+    child = subprocess.Popen([*TOOL, "compute",
                               str(path), "--jobs", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     workers = []
     deadline = time.time() + 20
@@ -325,7 +325,7 @@ def test_output_is_written_whole_or_the_run_fails(unbuffered):
     dropped)."""
     env = {**os.environ, "PYTHONUNBUFFERED": unbuffered} if unbuffered else \
         {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    child = subprocess.Popen([sys.executable, str(ROOT / "decode_analyze.py"), "report",
+    child = subprocess.Popen([*TOOL, "report",
                               SESSION_CT, ROOT / "examples" / "session-io.csv", "--format", "json"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     assert child.stdout.read(10) == b'{\n "schema'
@@ -387,8 +387,7 @@ def test_stdin_redirected_from_a_file_is_never_written_over(tmp_path, argv):
     names = {"trace": trace, "link": tmp_path / "link.csv", "hard": tmp_path / "hard.csv",
              "io": io}
     with open(trace, "rb") as stdin:
-        done = subprocess.run([sys.executable, str(ROOT / "decode_analyze.py"),
-                               *(part.format(**names) for part in argv)], stdin=stdin,
+        done = subprocess.run([*TOOL, *(part.format(**names) for part in argv)], stdin=stdin,
                               capture_output=True, text=True)
     assert done.returncode == 1 and "is the input <stdin>: not writing over it" in done.stderr
     assert trace.read_bytes() == original
@@ -401,7 +400,7 @@ def under_terminal(*argv, quiet_env=None):
     master, slave = pty.openpty()
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     env["DECODE_ANALYZE_PROGRESS_AFTER"] = "0"
-    child = subprocess.Popen([sys.executable, str(ROOT / "decode_analyze.py"), *map(str, argv)],
+    child = subprocess.Popen([*TOOL, *map(str, argv)],
                              stdout=subprocess.PIPE, stderr=slave, env=env)
     os.close(slave)
     out = child.stdout.read()
@@ -432,7 +431,7 @@ def test_a_long_read_shows_its_progress_on_a_terminal_only():
     assert re.fullmatch(rb"reading qwen3moe-l4-ct-node\.csv: \d+% of 1 MB, [\d,]+ rows, "
                         rb"[\d,]+ rows/s\x1b\[K", drawn[-1])
     assert shown.endswith(b"\r\x1b[K")  # cleared: the terminal is left as it was
-    piped = subprocess.run([sys.executable, str(ROOT / "decode_analyze.py"), "compute",
+    piped = subprocess.run([*TOOL, "compute",
                             str(path), "--jobs", "1"], capture_output=True,
                            env={**os.environ, "DECODE_ANALYZE_PROGRESS_AFTER": "0"})
     assert piped.stdout == out and piped.stderr == b""
@@ -442,7 +441,7 @@ def test_a_long_read_shows_its_progress_on_a_terminal_only():
 
 def test_a_progress_delay_that_is_no_number_is_the_default():
     """Bug: DECODE_ANALYZE_PROGRESS_AFTER=abc ended every command in a traceback at import."""
-    done = subprocess.run([sys.executable, str(ROOT / "decode_analyze.py"), "--version"],
+    done = subprocess.run([*TOOL, "--version"],
                           capture_output=True, env={**os.environ,
                                                     "DECODE_ANALYZE_PROGRESS_AFTER": "abc"})
     assert done.returncode == 0 and done.stderr == b""

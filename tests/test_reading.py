@@ -15,7 +15,8 @@ from hypothesis import example, given, settings, strategies as st
 
 import decode_analyze
 import trace_io
-from helpers import CT_HEADER, IO_HEADER, ROOT, ct_text, error_of, io_text, report, run
+from helpers import (CT_HEADER, IO_HEADER, ROOT, TOOL, TOOL_SHELL, ct_text, error_of, io_text,
+                     report, run)
 
 
 GOOD = ["0,1,4,0,0,MUL_MAT,Qcur-0,1000000,0", "0,1,4,1,0,ADD,l_out-0,3000000,2"]
@@ -34,7 +35,6 @@ GOOD_CT = ["0,1,4,0,0,MUL_MAT,Qcur-0,1000000,0", "0,1,4,1,0,ADD,l_out-0,3000000,
 GOOD_IO = ["0,1,4,0,3,0,0,0,0,65536,69632,400000", "0,1,4,0,5,0,1,1,69632,65536,69632,600000"]
 
 
-TOOL = str(ROOT / "decode_analyze.py")
 
 
 # 5. closed and full streams
@@ -278,7 +278,7 @@ def test_corrupt_gzip(write):
 
 
 def test_stdin():
-    result = subprocess.run([sys.executable, str(ROOT / "decode_analyze.py"), "compute", "-",
+    result = subprocess.run([*TOOL, "compute", "-",
                              "--format", "json"], input=ct_text(GOOD).encode(),
                             capture_output=True, check=False)
     assert result.returncode == 0, result.stderr
@@ -304,7 +304,7 @@ def test_control_characters_in_errors_are_escaped(write):
 def test_pipe_into_head_is_quiet(write):
     rows = [f"0,1,{step},0,0,MUL_MAT,Qcur-0,1000,0" for step in range(3000)]
     path = write(ct_text(rows))
-    script = (f"'{sys.executable}' '{ROOT / 'decode_analyze.py'}' compute '{path}' "
+    script = (f"{TOOL_SHELL} compute '{path}' "
               f"--format json | head -n 1")
     result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
     assert result.stdout == "{\n" and result.stderr == ""
@@ -446,7 +446,7 @@ def test_named_pipe(tmp_path):
     fifo = tmp_path / "ct.fifo"
     os.mkfifo(fifo)
     writer = subprocess.Popen(["sh", "-c", f"cat > '{fifo}'"], stdin=subprocess.PIPE)
-    reader = subprocess.Popen([sys.executable, TOOL, "compute", str(fifo), "--format", "json"],
+    reader = subprocess.Popen([*TOOL, "compute", str(fifo), "--format", "json"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     writer.communicate(ct_text(GOOD_CT).encode())
     out, err = reader.communicate(timeout=30)
@@ -457,28 +457,28 @@ def test_named_pipe(tmp_path):
 def test_process_substitution(tmp_path):
     path = tmp_path / "ct.csv"
     path.write_text(ct_text(GOOD_CT))
-    done = subprocess.run(["bash", "-c", f"'{sys.executable}' '{TOOL}' compute <(cat '{path}') "
+    done = subprocess.run(["bash", "-c", f"{TOOL_SHELL} compute <(cat '{path}') "
                                          "--format json"], capture_output=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert b'"ms_per_token": 4.0' in done.stdout
 
 
 def test_stdout_closed(ct_file):
-    done = shell(f"'{sys.executable}' '{TOOL}' compute '{ct_file}' >&-")
+    done = shell(f"{TOOL_SHELL} compute '{ct_file}' >&-")
     assert done.returncode == 1
     assert done.stderr == b"decode-analyze: standard output is closed: nowhere to write the " \
                           b"report\n"
 
 
 def test_stdin_closed():
-    done = shell(f"'{sys.executable}' '{TOOL}' compute - <&-")
+    done = shell(f"{TOOL_SHELL} compute - <&-")
     assert done.returncode == 1
     assert done.stderr == b"decode-analyze: <stdin>: standard input is closed\n"
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
 def test_stdout_on_a_full_disk(ct_file):
-    done = shell(f"'{sys.executable}' '{TOOL}' compute '{ct_file}' > /dev/full")
+    done = shell(f"{TOOL_SHELL} compute '{ct_file}' > /dev/full")
     assert done.returncode == 1
     assert done.stderr == b"decode-analyze: cannot write the output: No space left on device\n"
 
@@ -486,7 +486,7 @@ def test_stdout_on_a_full_disk(ct_file):
 def test_stderr_closed_loses_the_warning_not_the_run(tmp_path):
     path = tmp_path / "ct.csv"
     path.write_text(ct_text(GOOD_CT).replace("v1", "v9"))  # an unknown version: a warning
-    done = shell(f"'{sys.executable}' '{TOOL}' compute '{path}' --format json 2>&-")
+    done = shell(f"{TOOL_SHELL} compute '{path}' --format json 2>&-")
     assert done.returncode == 0 and b'"ms_per_token": 4.0' in done.stdout
 
 
@@ -533,7 +533,7 @@ def test_an_executable():
 def test_dev_stdin_from_a_pipe(tmp_path):
     path = tmp_path / "ct.csv"
     path.write_text(ct_text(GOOD_CT))
-    done = subprocess.run(["bash", "-c", f"cat '{path}' | '{sys.executable}' '{TOOL}' compute "
+    done = subprocess.run(["bash", "-c", f"cat '{path}' | {TOOL_SHELL} compute "
                                          "/dev/stdin --format json"], capture_output=True,
                           timeout=30)
     assert done.returncode == 0, done.stderr
@@ -604,15 +604,15 @@ def test_a_pipe_is_read_once_by_io_and_report(tmp_path):
     the reads' pass found it gone."""
     import json
     v2 = ROOT / "tests" / "data" / "v2"
-    from_file = json.loads(shell(f"'{sys.executable}' '{TOOL}' io '{v2}/io.csv' --format json "
+    from_file = json.loads(shell(f"{TOOL_SHELL} io '{v2}/io.csv' --format json "
                                  f"--no-engine-log").stdout)
     gzip_path = tmp_path / "io.csv.gz"
     gzip_path.write_bytes(gzip.compress((v2 / "io.csv").read_bytes()))
-    piped = shell(f"'{sys.executable}' '{TOOL}' io <(zcat '{gzip_path}') --format json")
+    piped = shell(f"{TOOL_SHELL} io <(zcat '{gzip_path}') --format json")
     assert piped.returncode == 0, piped.stderr
     assert b"give a file, not a pipe or stdin, for the stall" in piped.stderr
     assert json.loads(piped.stdout)["read_bytes"] == from_file["read_bytes"]
-    pair = shell(f"'{sys.executable}' '{TOOL}' report '{v2}/ct.csv' <(cat '{v2}/io.csv') "
+    pair = shell(f"{TOOL_SHELL} report '{v2}/ct.csv' <(cat '{v2}/io.csv') "
                  f"--format json")
     assert pair.returncode == 0, pair.stderr
     assert json.loads(pair.stdout)["io"]["reads"] == from_file["reads"]

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from helpers import REAL_TRACES, ROOT, ct_text, io_text, run_measured
+from helpers import REAL_TRACES, ROOT, TOOL, ct_text, io_text, run_measured
 
 
 # The suite's share of fuzzing, bounded so that the whole suite stays well inside a minute on a
@@ -15,7 +15,6 @@ from helpers import REAL_TRACES, ROOT, ct_text, io_text, run_measured
 CASES, PARTS = 40, 4
 
 
-TOOL = str(ROOT / "decode_analyze.py")
 
 
 MEMORY_LIMIT_MIB = 200
@@ -23,7 +22,7 @@ MEMORY_LIMIT_MIB = 200
 
 def run_process(*argv, timeout=60):
     """(exit status, stderr, peak RSS in MiB) of the tool run as its own process."""
-    status, _, err, peak = run_measured([sys.executable, TOOL, *argv], timeout)
+    status, _, err, peak = run_measured([*TOOL, *argv], timeout)
     return status, err, peak
 
 

@@ -2,10 +2,9 @@
 by CT+IO; the keys that tell runs apart; sorting; memory that does not grow with the runs."""
 import json
 import shutil
-import sys
 
 
-from helpers import (REAL_TRACES, ROOT, another_run, report, report_with_warnings, run,
+from helpers import (REAL_TRACES, ROOT, TOOL, another_run, report, report_with_warnings, run,
                      run_measured, scaled_trace)
 
 SESSION = (ROOT / "examples" / "session-ct.csv", ROOT / "examples" / "session-io.csv")
@@ -131,7 +130,7 @@ def test_a_hundred_runs_stay_small(tmp_path):
                                    (QWEN["ct-layers"], "alone.csv", alone)):
             into.append(another_run(source, folder / name, nudge=i + 1))
     status, out, err, peak_mib = run_measured(
-        [sys.executable, ROOT / "decode_analyze.py", "summary", *cts, *ios,
+        [*TOOL, "summary", *cts, *ios,
          *alone, "--format", "json", "--jobs", "1", "--no-group"],
         timeout=240)
     assert status == 0, err

@@ -9,6 +9,8 @@ from helpers import REAL_TRACES, TRACES, another_run, run
 import decode_analyze as da  # noqa: E402  (helpers puts the repository on the path)
 
 CT = REAL_TRACES["qwen3moe-l4-ct-node.csv"]  # compute preamble: io_threads=4 overlap=0
+# the same preamble, a row a layer: what the settings tests read (a twentieth of the rows)
+LAYERS = REAL_TRACES["qwen3moe-l4-ct-layers.csv"]
 SERIAL = REAL_TRACES["qwen3moe-l4-io-serial.csv"]
 OVERLAP = REAL_TRACES["qwen3moe-l4-io-overlap.csv"]  # io preamble: io_threads=4 overlap=1
 PREFETCH_LOG = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"].with_suffix(".log")
@@ -67,21 +69,21 @@ def test_overlap_named_by_the_compute_preamble_alone_is_the_runs(tmp_path):
     """Bug: with overlap=1 deleted from an overlapped run's io preamble only, the header said
     overlap=1 while the headline and the what-if took the run as serial."""
     io = edited(OVERLAP, tmp_path / "io.csv", "overlap", None)
-    ct = edited(CT, tmp_path / "ct.csv", "overlap", "1")
+    ct = edited(LAYERS, tmp_path / "ct.csv", "overlap", "1")
     found, warnings = outputs(tmp_path, ct, io)
     agree(found, "overlap", "1")
     assert warnings == ""  # named once: nothing disagrees
 
 
 def test_overlap_the_preambles_disagree_on_is_the_io_traces_and_one_warning(tmp_path):
-    found, warnings = outputs(tmp_path, CT, OVERLAP)
+    found, warnings = outputs(tmp_path, LAYERS, OVERLAP)
     agree(found, "overlap", "1")
     assert warnings == ("decode-analyze: warning: overlap differs: '0' in the compute trace, "
                         "'1' in the io trace: the io trace's stands\n")
 
 
 def test_overlap_declared_stands_over_both_preambles(tmp_path):
-    found, warnings = outputs(tmp_path, CT, OVERLAP, "--set", "overlap=0")
+    found, warnings = outputs(tmp_path, LAYERS, OVERLAP, "--set", "overlap=0")
     agree(found, "overlap", "0")
     assert warnings == ""
 
@@ -94,7 +96,7 @@ def test_overlap_declared_stands_over_both_preambles(tmp_path):
     ("cache_mb", "64", None, "64"),
 ])
 def test_a_setting_named_by_one_preamble_or_two_is_one_value(tmp_path, key, compute, io, stands):
-    found, warnings = outputs(tmp_path, edited(CT, tmp_path / "ct.csv", key, compute),
+    found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", key, compute),
                               edited(SERIAL, tmp_path / "io.csv", key, io))
     agree(found, key, stands)
     said = [line for line in warnings.splitlines() if key in line]
@@ -107,7 +109,7 @@ def test_a_logs_cache_the_trace_refutes_is_dropped_from_both_halves(tmp_path):
     """Bug: a log's cache that the trace refutes was dropped from the io half only: summary
     showed cache_mb=1.9 for a run that had no cache, and diff said `cache 0 -> 1`."""
     (tmp_path / "run.log").write_bytes(PREFETCH_LOG.read_bytes())
-    found, warnings = outputs(tmp_path, CT, SERIAL, log=True)
+    found, warnings = outputs(tmp_path, LAYERS, SERIAL, log=True)
     assert warnings.count("no cache ran here") == 1
     for where in ("compute half", "io half", "summary"):
         assert "cache_mb" not in found[where], (where, found[where])
@@ -307,7 +309,7 @@ def test_a_declared_setting_against_the_preambles_is_one_value(tmp_path, key, pr
                                                                declared, stands):
     """--set against both preambles naming the key (or neither): what --set declares stands
     over the preambles, everywhere, but fewer lanes than the trace read on."""
-    found, warnings = outputs(tmp_path, edited(CT, tmp_path / "ct.csv", key, preamble),
+    found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", key, preamble),
                               edited(SERIAL, tmp_path / "io.csv", key, preamble),
                               "--set", f"{key}={declared}")
     agree(found, key, stands)
@@ -320,7 +322,7 @@ def test_a_logs_setting_against_both_preambles_is_the_preambles_and_one_warning(
     traces, whose preambles both say overlap=0: the preambles stand everywhere, and the log's
     contradiction is one warning naming the key."""
     (tmp_path / "run.log").write_bytes(OVERLAP.with_suffix(".log").read_bytes())
-    found, warnings = outputs(tmp_path, CT, SERIAL, log=True)
+    found, warnings = outputs(tmp_path, LAYERS, SERIAL, log=True)
     agree(found, "overlap", "0")
     said = [line for line in warnings.splitlines() if "overlap" in line]
     assert len(said) == 1 and "the log says overlap=1, the preamble overlap=0" in said[0], \
@@ -334,10 +336,10 @@ def test_speculative_reads_are_prefetch_whatever_the_settings_say(tmp_path, wher
     over what was written or declared, everywhere, in one warning."""
     io = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]
     if where == "preambles":
-        found, warnings = outputs(tmp_path, edited(CT, tmp_path / "ct.csv", "prefetch", "0"),
+        found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", "prefetch", "0"),
                                   edited(io, tmp_path / "io.csv", "prefetch", "0"))
     else:
-        found, warnings = outputs(tmp_path, CT, io, "--set", "prefetch=0")
+        found, warnings = outputs(tmp_path, LAYERS, io, "--set", "prefetch=0")
     agree(found, "prefetch", "1")
     said = [line for line in warnings.splitlines() if "prefetch" in line]
     assert len(said) == 1 and said[0].endswith(
@@ -349,7 +351,7 @@ def test_a_declared_setting_against_the_logs_is_the_declared_and_one_warning(tmp
     """--set cache_mb=4 beside a log that says the run had a 1.9 MiB cache: the declared value
     stood, but nothing said the log disagreed."""
     (tmp_path / "run.log").write_bytes(PREFETCH_LOG.read_bytes())
-    found, warnings = outputs(tmp_path, CT, REAL_TRACES["qwen3moe-l4-io-prefetch.csv"],
+    found, warnings = outputs(tmp_path, LAYERS, REAL_TRACES["qwen3moe-l4-io-prefetch.csv"],
                               "--set", "cache_mb=4", log=True)
     agree(found, "cache_mb", "4")
     said = [line for line in warnings.splitlines() if "cache_mb" in line]

@@ -1201,7 +1201,15 @@ def json_chunks(report, ascii_only=False):
     controls, line and paragraph separators, bidi overrides, zero-width marks) is written as a
     \\u escape; with ascii_only, every non-ASCII character is. A figure that is NaN or infinite
     is an OutputError: JSON holds neither, and one that became so is the tool's to say in a line."""
-    dump = partial(json.dumps, ensure_ascii=ascii_only, allow_nan=False)
+    dumps = partial(json.dumps, ensure_ascii=ascii_only, allow_nan=False)
+
+    def dump(value):  # a number as json.dumps writes it, without its call (most values)
+        if type(value) is int:
+            return int.__repr__(value)
+        if isinstance(value, float) and value - value == 0:  # finite: NaN, inf are refused
+            return float.__repr__(value)
+        return dumps(value)
+
     def escaped(pieces):
         chunk = "".join(pieces).replace("\x7f", "\\u007f")
         return chunk if chunk.isascii() else _NON_ASCII.sub(
@@ -1254,8 +1262,12 @@ def json_pieces(value, dump, newline, in_list=False):
     items = value.items() if is_object else ((None, member) for member in value)
     yield "{" if is_object else "["
     for index, (key, member) in enumerate(items):
-        yield ("," if index else "") + inner + ("" if key is None else dump(str(key)) + ": ")
-        yield from json_pieces(member, dump, inner, in_list=not is_object)
+        head = ("," if index else "") + inner + ("" if key is None else dump(str(key)) + ": ")
+        if isinstance(member, (list, dict, array, TokenRows)):
+            yield head
+            yield from json_pieces(member, dump, inner, in_list=not is_object)
+        else:  # a value: its line whole, without a generator of its own (most members)
+            yield head + dump(member)
     yield newline + ("}" if is_object else "]")
 
 

@@ -4589,14 +4589,28 @@ class WhatIf:
                                method=said.method, fits=fits, band=said.band,
                                narrow_with=said.narrow_with)
 
-    def modelled(self, name, value, figures, config, method):
-        """A setting whose ms the token model gives at `config`."""
-        return self.offer(name, value, figures, self.saving(config, name, value), method)
-
-    def offer(self, name, value, figures, said, method, fits=None):
-        """A setting from what the token model Said (None: no saving predicted), its method
-        after `method`. Uncalibrated under overlap, only bounds are honest: no point, at most
-        the stall (none known: nothing), and at least as slow as the serial figure says."""
+    def modelled(self, name, value, figures, configs, method, fits=None):
+        """A setting whose ms the token model gives: at one configuration, or, for a cache,
+        over the configurations reading its (fewest, middle, most) MiB a token (the middle
+        None where unknown): the saving over that band, its point the middle's. Uncalibrated
+        under overlap, only bounds are honest: no point, at most the stall (none known:
+        nothing), and at least as slow as the serial figure says."""
+        savings = [None if config is None else self.saving(config, name, value)
+                   for config in configs]
+        fewest, middle, most = savings * 3 if len(savings) == 1 else savings
+        said = None if fewest is None or most is None else middle or fewest
+        if said is not None and said.model is not None:  # the model's band, then widened
+            model = figure(None if middle is None else middle.model["point"],
+                           most.model["min"], fewest.model["max"])
+            said = said._replace(model=model, saved=self.widened(model))
+        elif said is not None and said.band["known"]:
+            said = said._replace(saved=figure(None if middle is None else middle.saved["point"],
+                                              most.saved["min"], fewest.saved["max"]))
+        if said is not None and said.parts:  # each part over the MiB's band too
+            said = said._replace(parts=tuple(Ranged(
+                said.parts[index].value if middle else None,
+                min(one.parts[index].low for one in (fewest, most)),
+                max(one.parts[index].high for one in (fewest, most))) for index in (0, 1)))
         if said is None:
             return self.setting(name, value, figures, Said(
                 figure(None, None, None), method + ". ms not predicted: no rate for it"), fits)
@@ -4634,7 +4648,7 @@ class WhatIf:
         fewest, most = (now / (1 - band[end]) if band[end] < 1 else now
                         for end in ("min", "max"))
         return self.modelled("cache_mb", 0, {"mib_per_token": figure(mib, fewest, most)},
-                             self.own._replace(mib=mib, cached=False, misses=0.0),
+                             [self.own._replace(mib=mib, cached=False, misses=0.0)],
                              "the cache off: every lookup read, as the trace's misses show "
                              f"{hit:.1%} of them served")
 
@@ -4667,8 +4681,9 @@ class WhatIf:
         # the most hits read the fewest MiB
         fewest, middle, most = (mib_at(shares[bound]) for bound in ("max", "point", "min"))
         figures.update(hit_share=shares, mib_per_token=figure(middle, fewest, most))
-        return self.cache_change("cache_mb", mib, figures, (fewest, middle, most),
-                                 CACHED_CACHE_METHOD, self.fits(mib))
+        return self.modelled("cache_mb", mib, figures,
+                             tuple(map(self.cached_config, (fewest, middle, most))),
+                             CACHED_CACHE_METHOD, self.fits(mib))
 
     def cache_setting(self, mib):
         if mib in self.cache_at:
@@ -4685,40 +4700,22 @@ class WhatIf:
             _, middle, _ = values
             return figure(middle, min(values), max(values))
         held = partial(min, cache.distinct)  # a cache past the footprint holds what there is
-        self.cache_at[mib] = self.cache_change("cache_mb", mib, {
+        self.cache_at[mib] = self.modelled("cache_mb", mib, {
             "experts": figure(held(point.experts), held(low.experts), held(high.experts)),
             "experts_share": held_share(point.experts, cache.distinct),
             "hit_share": figure(point.hit_share, low.hit_share, high.hit_share),
             "mib_per_token": figure(middle, fewest, most),
             "evictions": spread("evictions"), "rereads": spread("rereads"),
-            "resident_mib": point.resident_bytes / MIB}, (fewest, middle, most),
-            CACHE_BYTES_METHOD, self.fits(mib))
+            "resident_mib": point.resident_bytes / MIB},
+            tuple(map(self.cached_config, (fewest, middle, most))), CACHE_BYTES_METHOD,
+            self.fits(mib))
         return self.cache_at[mib]
 
     def cached_config(self, mib):
-        """The run's configuration with a cache that leaves `mib` MiB a token to read."""
-        return self.own._replace(mib=mib, cached=True,
-                                 misses=misses_of(mib, self.cache.expert_bytes / MIB))
-
-    def cache_change(self, name, mib, figures, mibs, method, fits):
-        """A cache of `mib` MiB reading mibs = (fewest, middle, most) MiB a token: the token
-        model's saving over the MiB's band, its point where the middle is known."""
-        fewest, middle, most = (None if one is None else self.saving(
-            self.cached_config(one), name, mib) for one in mibs)
-        said = None if fewest is None or most is None else middle or fewest
-        if said is not None and said.model is not None:  # the model's band, then widened
-            model = figure(None if middle is None else middle.model["point"],
-                           most.model["min"], fewest.model["max"])
-            said = said._replace(model=model, saved=self.widened(model))
-        elif said is not None and said.band["known"]:
-            said = said._replace(saved=figure(None if middle is None else middle.saved["point"],
-                                              most.saved["min"], fewest.saved["max"]))
-        if said is not None and said.parts:  # each part over the MiB's band too
-            said = said._replace(parts=tuple(Ranged(
-                said.parts[index].value if middle else None,
-                min(one.parts[index].low for one in (fewest, most)),
-                max(one.parts[index].high for one in (fewest, most))) for index in (0, 1)))
-        return self.offer(name, mib, figures, said, method, fits)
+        """The run's configuration with a cache that leaves `mib` MiB a token to read (None:
+        unknown)."""
+        return None if mib is None else self.own._replace(
+            mib=mib, cached=True, misses=misses_of(mib, self.cache.expert_bytes / MIB))
 
     def o_direct_settings(self, asked):
         """Buffered reads, for a run that read with O_DIRECT; O_DIRECT, for one that did not."""
@@ -4749,7 +4746,7 @@ class WhatIf:
         part = self.model.part(config._replace(overlap=False))
         figures = {} if part is None else {
             "io_wall_ms_per_token": figure(part.value, part.low, part.high)}
-        return self.modelled("io_threads", lanes, figures, config,
+        return self.modelled("io_threads", lanes, figures, [config],
                              f"{counted(lanes, 'lane')}: the MiB now at the ms "
                              f"per MiB there")
 
@@ -4759,7 +4756,7 @@ class WhatIf:
         if self.report["meta"].get("overlap") == "1":
             return [self.serial_setting()]
         if self.model.overlap is not None:
-            return [self.modelled("overlap", 1, {}, self.own._replace(overlap=True),
+            return [self.modelled("overlap", 1, {}, [self.own._replace(overlap=True)],
                                   "reads beside compute")]
         meta = self.report["meta"]
         threads, cores = meta_int(meta, "n_threads"), meta_number(meta, "cores")
@@ -4786,7 +4783,7 @@ class WhatIf:
         upper end, none without the decode)."""
         serial = self.own._replace(overlap=False)
         if self.model.overlap is not None:
-            return self.modelled("overlap", 0, {}, serial, "reads in series")
+            return self.modelled("overlap", 0, {}, [serial], "reads in series")
         parts = self.model.parts(serial)
         part, method = self.model.part(serial, parts), (
             "reads in series: the stall and cache management now less the serial I/O part "

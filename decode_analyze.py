@@ -4255,6 +4255,7 @@ def request_overhead(io):
 # cache, its misses a token and whether it overlaps.
 Config = namedtuple("Config", "mib lanes cached misses overlap")
 Ranged = namedtuple("Ranged", "value low high")  # a figure and the range its costs allow
+IoPart = namedtuple("IoPart", "whole flash management")  # a token's, each Ranged (TokenModel)
 # What a setting is said to save: its ms_per_token_saved, how it was got, a calibrated band
 # (None uncalibrated), the run that would narrow a band too wide, and the serial I/O part it
 # leaves: (flash I/O, cache management) as Ranged, None where the model gives none; and the
@@ -4328,10 +4329,12 @@ class TokenModel:
             return scaled_range(rate, factor)
         return scaled_range(rate, Ranged(1 / factor.value, 1 / factor.high, 1 / factor.low))
 
-    def parts(self, config):
-        """A serial token's (flash I/O, cache management) at `config`, each a Ranged: its MiB
-        at the ms per MiB there; its misses at the management a miss (the fit's or the run's
-        own), else the MiB it misses at the default a MiB; None without a rate."""
+    def part(self, config):
+        """The I/O part of a token at `config`: its serial (flash I/O, cache management), each
+        a Ranged (its MiB at the ms per MiB there; its misses at the management a miss, the
+        fit's or the run's own, else the MiB it misses at the default a MiB), and the whole
+        part (overlapped: the serial part times the fitted overlap factor, None without
+        one); None without a rate."""
         rate = self.rate(config.lanes, config.cached)
         if rate is None:
             return None
@@ -4341,18 +4344,12 @@ class TokenModel:
         mib, slowest = self.floor
         if config.mib == mib:  # the same reads: no lane count goes below the slowest
             flash = Ranged(*(max(end, slowest) for end in flash))
-        return flash, scaled_range(ranged_of(per_miss or self.costs["management_ms_per_mib"]),
-                                   Ranged(missed, missed, missed))
-
-    def part(self, config, parts=None):
-        """The I/O part of a token at `config` as a Ranged (from its serial parts, where the
-        caller has them), or None where the model has no rate (or, overlapped, no fitted
-        overlap factor)."""
-        parts = parts or self.parts(config)
-        if parts is None or (config.overlap and self.overlap is None):
-            return None
-        part = added(*parts)
-        return scaled_range(part, ranged_of(self.overlap)) if config.overlap else part
+        management = scaled_range(ranged_of(per_miss or self.costs["management_ms_per_mib"]),
+                                  Ranged(missed, missed, missed))
+        whole = added(flash, management)
+        if config.overlap:
+            whole = None if self.overlap is None else scaled_range(whole, ranged_of(self.overlap))
+        return IoPart(whole, flash, management)
 
     def validated_half(self, kinds):
         """The half-width of a calibrated band for a change of `kinds`: the largest error the
@@ -4501,7 +4498,7 @@ class WhatIf:
         # is taken from it
         if self.own.overlap and self.model.overlap is not None:
             part = self.model.part(self.own)
-            self.io_part = None if part is None else part.value
+            self.io_part = None if part is None else part.whole.value
         else:
             self.io_part = self.io_ms + self.management
         # the machine's run-to-run spread of that part, half its range: the calibration's quiet
@@ -4525,19 +4522,21 @@ class WhatIf:
         Calibrated: its point plus or minus the band validated_half gives, not known (no
         figure, the run that would narrow it) when wider than BAND_MOST_SHARE of the decode;
         uncalibrated: the range the default costs allow."""
-        serial = self.model.parts(config)  # overlap or not, its flash I/O and management
-        parts = None if config.overlap else serial  # overlapped, the part is the stall
-        if self.model.overlap is None:  # uncalibrated overlap: the serial part, then capped
-            config = config._replace(overlap=False)
-        own, part = self.io_part, self.model.part(config, serial)
+        # uncalibrated overlap: the serial part, then capped
+        modelled = self.model.part(config._replace(overlap=config.overlap and
+                                                   self.model.overlap is not None))
+        own, part = self.io_part, modelled and modelled.whole
         if own is None or part is None:
             return None
+        # the part the setting acts on, said beside it; overlapped, the part is the stall
+        parts = None if config.overlap else modelled[1:]
         kinds = tuple(name.split("+"))
         point = own - part.value
         half = self.model.validated_half(kinds)
         if half is None:  # the model's range, and the machine's spread beside it
-            model = self.within_decode(point, own - part.high, own - part.low)
-            return Said(self.widened(model), UNCALIBRATED_METHOD, parts=parts, model=model)
+            model = self.banded(point, own - part.high, own - part.low)
+            return Said(self.banded(*model.values(), self.noise, self.io_part),
+                        UNCALIBRATED_METHOD, parts=parts, model=model)
         half *= self.per_read
         share = ratio(2 * half, self.decode)
         known = share is not None and share <= BAND_MOST_SHARE
@@ -4552,29 +4551,26 @@ class WhatIf:
         if not known:
             return Said(figure(None, None, None), method, band,
                         narrowing_run(kinds, name, value, self.fit), parts)
-        return Said(self.within_decode(point, point - half, point + half), method, band,
+        return Said(self.banded(point, point - half, point + half), method, band,
                     parts=parts)
 
-    def widened(self, model, most=None):
-        """The model's band with the machine's run-to-run spread beside it: on each side of the
-        point the larger of the two, as a calibrated band is never below the repeats' spread
-        (without a point: each end moved by the spread); no run saves more
-        than `most`, its whole I/O part unless said (nor its decode), however the machine
-        varies. An end the model leaves open stays open."""
-        noise, point, low, high = self.noise or 0.0, *model.values()
-        most = self.io_part if most is None else most
-        ends = []
-        for end, away in ((low, -1), (high, 1)):
-            centre = end if point is None else point
-            ends.append(None if end is None else centre + away * max(abs(end - centre), noise))
-        low, high = ends
-        return self.within_decode(point, low, None if high is None else min(high, most))
-
-    def within_decode(self, point, low, high):
-        """A saving no larger than the decode it is saved from (a log whose flash I/O exceeds
-        its decode would promise more)."""
-        most = math.inf if self.decode is None else self.decode
-        return figure(*(None if end is None else min(end, most) for end in (point, low, high)))
+    def banded(self, point, low, high, noise=None, most=None):
+        """A saving as a figure. Given `most` (a run's whole I/O part): with the machine's
+        run-to-run spread (`noise`, None unknown: 0), each side of the point as wide as that at
+        least, as a calibrated band is never below the repeats' spread (without a point: each
+        end moved out by it), and the upper end at most `most`, however the machine varies. No end
+        passes the decode (a log whose flash I/O exceeds its decode would promise more). An
+        end the model leaves open stays open."""
+        if most is not None:
+            ends = []
+            for end, away in ((low, -1), (high, 1)):
+                centre = end if point is None else point
+                ends.append(None if end is None else
+                            centre + away * max(abs(end - centre), noise or 0.0))
+            low, high = ends
+            high = None if high is None else min(high, most)
+        decode = math.inf if self.decode is None else self.decode
+        return figure(*(None if end is None else min(end, decode) for end in (point, low, high)))
 
     def per_token_mib(self, total_bytes):  # a Ratio: a pair divides the total again
         return Ratio(total_bytes / MIB, self.tokens)
@@ -4602,7 +4598,8 @@ class WhatIf:
         if said is not None and said.model is not None:  # the model's band, then widened
             model = figure(None if middle is None else middle.model["point"],
                            most.model["min"], fewest.model["max"])
-            said = said._replace(model=model, saved=self.widened(model))
+            said = said._replace(model=model, saved=self.banded(*model.values(), self.noise,
+                                                                self.io_part))
         elif said is not None and said.band["known"]:
             said = said._replace(saved=figure(None if middle is None else middle.saved["point"],
                                               most.saved["min"], fewest.saved["max"]))
@@ -4744,8 +4741,7 @@ class WhatIf:
     def lanes_setting(self, lanes):
         config = self.own._replace(lanes=lanes)
         part = self.model.part(config._replace(overlap=False))
-        figures = {} if part is None else {
-            "io_wall_ms_per_token": figure(part.value, part.low, part.high)}
+        figures = {} if part is None else {"io_wall_ms_per_token": figure(*part.whole)}
         return self.modelled("io_threads", lanes, figures, [config],
                              f"{counted(lanes, 'lane')}: the MiB now at the ms "
                              f"per MiB there")
@@ -4784,8 +4780,8 @@ class WhatIf:
         serial = self.own._replace(overlap=False)
         if self.model.overlap is not None:
             return self.modelled("overlap", 0, {}, [serial], "reads in series")
-        parts = self.model.parts(serial)
-        part, method = self.model.part(serial, parts), (
+        modelled = self.model.part(serial)
+        part, method = modelled and modelled.whole, (
             "reads in series: the stall and cache management now less the serial I/O part "
             "(the MiB at this run's ms per MiB, and management), compute held; at best "
             "compute, slowed by readers beside it, falls to nothing (a real overlapped run "
@@ -4798,7 +4794,9 @@ class WhatIf:
         model = figure(own - part.value, own - part.high,
                        None if self.decode is None else self.decode - part.low)
         return self.setting("overlap", 0, {}, Said(
-            self.widened(model, self.decode), method, model=model, parts=parts))
+            self.banded(*model.values(), self.noise,
+                        self.io_part if self.decode is None else self.decode), method, model=model,
+            parts=modelled[1:]))
 
     def coalesce_settings(self, asked):
         """Touching requests merged, when --adjacent found the runs."""
@@ -7682,6 +7680,7 @@ def fitted_costs(samples, base_compute):
     serial_parts = TokenModel(costs, None, None)
     overlapped = [(one, serial_parts.part(Config(one.mib, one.lanes, one.cached, one.misses,
                                                  False))) for one in samples if one.overlap]
+    overlapped = [(one, part and part.whole) for one, part in overlapped]
     costs["overlap_factor"] = cost_of([(one.decode_ms - base_compute) / part.value
                                        for one, part in overlapped if part and part.value > 0])
     return costs
@@ -7780,6 +7779,7 @@ def held_out(change, others, base_compute, spread, defaults):
     config = Config(median_of([one.mib for one in runs]), first.lanes, first.cached,
                     median_of([one.misses for one in runs]), first.overlap)
     part = model.part(config)
+    part = part and part.whole
     measured = median_of([one.decode_ms for one in runs])
     note = None if part is not None else "the others hold no rate for it"
     compute = median_of(known_computes(runs))
@@ -7790,6 +7790,7 @@ def held_out(change, others, base_compute, spread, defaults):
                     f"base's: probably loaded, set aside")
     predicted = None if part is None else base_compute + part.value
     default_part = defaults and defaults.part(config)
+    default_part = default_part and default_part.whole
     return HELD_OUT(label=label, change=kind, decode_ms_per_token=measured,
                     predicted_ms=predicted,
                     error_ms=None if predicted is None else measured - predicted,

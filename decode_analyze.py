@@ -4274,10 +4274,6 @@ def scaled_range(span, by):
     return Ranged(span.value * by.value, min(ends), max(ends))
 
 
-def added(span, more):
-    return Ranged(span.value + more.value, span.low + more.low, span.high + more.high)
-
-
 class TokenModel:
     """The I/O part of a decoded token at any configuration (the model above): the costs are
     the calibration's where it fitted them, else DEFAULT_COSTS; the rates are anchored at the
@@ -4290,13 +4286,13 @@ class TokenModel:
         # the run's own reads take at least each layer's slowest read, at any lane count
         self.floor = (None if own is None else own.mib, slowest_ms or 0.0)
         fitted = fit or {}
-        self.costs = {name: fitted.get(name) or cost for name, cost in DEFAULT_COSTS.items()}
-        # management a miss of this model (the fit's, else the run's own log's); else the
-        # default a MiB missed
-        self.costs["management_ms_per_miss"] = fitted.get("management_ms_per_miss") or \
-            own_management
-        self.fitted = {name for name in DEFAULT_COSTS if fitted.get(name)}
-        self.overlap = fitted.get("overlap_factor")
+        # each cost a Ranged: the fit's, else the default; management a miss of this model
+        # (the fit's, else the run's own log's), None where the default a MiB missed stands
+        costs = {**{name: fitted.get(name) or cost for name, cost in DEFAULT_COSTS.items()},
+                 "management_ms_per_miss": fitted.get("management_ms_per_miss") or
+                 own_management, "overlap_factor": fitted.get("overlap_factor")}
+        self.costs = {name: cost and ranged_of(cost) for name, cost in costs.items()}
+        self.overlap = self.costs["overlap_factor"]
         anchors = {int(lanes): ranged_of(cost) for lanes, cost in
                    (fitted.get("ms_per_mib") or {}).items()}
         self.anchored_cached = False  # whether the anchors are rates of cached reads
@@ -4314,7 +4310,7 @@ class TokenModel:
         rate = self.anchors.get(lanes)
         if rate is None:
             near = min(self.anchors, key=lambda anchor: (abs(math.log(anchor / lanes)), anchor))
-            exponent = ranged_of(self.costs["lane_exponent"])
+            exponent = self.costs["lane_exponent"]
             if lanes > max(self.anchors):
                 # past every lane count measured the curve may turn: the drive's queue full,
                 # the readers competing with compute for few cores; the band takes in a loss
@@ -4324,7 +4320,7 @@ class TokenModel:
                                                         min(moves), max(moves)))
         if cached == self.anchored_cached:
             return rate
-        factor = ranged_of(self.costs["cached_rate_factor"])
+        factor = self.costs["cached_rate_factor"]
         if cached:
             return scaled_range(rate, factor)
         return scaled_range(rate, Ranged(1 / factor.value, 1 / factor.high, 1 / factor.low))
@@ -4344,11 +4340,11 @@ class TokenModel:
         mib, slowest = self.floor
         if config.mib == mib:  # the same reads: no lane count goes below the slowest
             flash = Ranged(*(max(end, slowest) for end in flash))
-        management = scaled_range(ranged_of(per_miss or self.costs["management_ms_per_mib"]),
+        management = scaled_range(per_miss or self.costs["management_ms_per_mib"],
                                   Ranged(missed, missed, missed))
-        whole = added(flash, management)
+        whole = Ranged(*map(add, flash, management))
         if config.overlap:
-            whole = None if self.overlap is None else scaled_range(whole, ranged_of(self.overlap))
+            whole = None if self.overlap is None else scaled_range(whole, self.overlap)
         return IoPart(whole, flash, management)
 
     def validated_half(self, kinds):

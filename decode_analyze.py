@@ -1229,11 +1229,6 @@ def json_chunks(report, ascii_only=False):
                           f"holds a value no run gives") from None
 
 
-def json_text(report, ascii_only=False):
-    """json_chunks joined: a report (or a calibration) small enough to hold as one string."""
-    return "".join(json_chunks(report, ascii_only))
-
-
 def json_pieces(value, dump, newline, in_list=False):
     """The pieces of `value` as JSON, indented one space a level (newline: the line break and
     the indent of the value's own line)."""
@@ -2240,12 +2235,6 @@ COMPUTE_READ = Columns("compute", COMPUTE_COLUMNS, ints=("wall_ns", "majflt"),
 def in_parts_if_it_may(reading):
     """The reading, in one process when its selection needs every earlier token of a turn."""
     return reading if reading.selection.splittable else reading._replace(jobs=1)
-
-
-def read_compute(path, reading):
-    """Stream a compute trace into a ComputeFold; returns (trace, fold)."""
-    return fold_file(path, COMPUTE_READ, lambda: ComputeFold(reading.selection),
-                     in_parts_if_it_may(reading))
 
 
 # ── compute: the report ──────────────────────────────────────────────────────────────────────────
@@ -3601,14 +3590,6 @@ IO_READ = Columns("io", IO_COLUMNS, ints=("latency_ns",),
                         "req_bytes"),
                   drop=Drop("kind", {"wait"}))
 IO_READ_EXTENTS = IO_READ._replace(ints=("offset",) + IO_READ.ints)  # adjacency
-
-
-def read_io(path, reading, adjacent=False, lookups=False):
-    """Stream an io trace into an IoFold (with the expert lookups for the cache what-ifs);
-    returns (trace, fold)."""
-    return fold_file(path, IO_READ_EXTENTS if adjacent else IO_READ,
-                     lambda: IoFold(reading.selection, adjacent, lookups, reading.per_lane),
-                     in_parts_if_it_may(reading))
 
 
 CACHE_TABLE = (column("expert cache", lambda point: "all experts" if point["fraction"] == 1 else
@@ -7080,12 +7061,6 @@ def unlike_sums(name, report, logged):
     return None
 
 
-def traced_turns(report):
-    """The turns the traces' decode tokens are of."""
-    return {token["turn"] for half in report_halves(report).values() if half["phase"] == "decode"
-            for token in half["per_token"]}
-
-
 def turn_rows(turns, report):
     """The session's turn lines, each beside what the traces hold of its turn: the MiB its
     decode reads, its hit %, its decode ms per token. Turns are matched in order: the engine
@@ -7147,7 +7122,9 @@ def engine_joined(report, names, log, warn):
                  f"traces' turn {turn['trace_turn']} {turn['tool_' + name]:.4g} (beyond "
                  f"{ENGINE_TOLERANCE:.0%}): turns out of order, or another run's?")
     logged = {turn["trace_turn"] for turn in engine["turns"]} if engine else set()
-    unlogged = sorted(set(traced_turns(report)) - logged) if logged else []
+    traced = {token["turn"] for half in report_halves(report).values()
+              if half["phase"] == "decode" for token in half["per_token"]}
+    unlogged = sorted(traced - logged) if logged else []
     if unlogged:
         warn(f"{log.path}: the traces' turn(s) {', '.join(map(str, unlogged))} have no turn "
              f"line in the log: nothing of them is compared (a log of another session, or "
@@ -8474,7 +8451,8 @@ def diff_report(sides, alpha, test, gates=()):
                if view.sample is not None]
     return DIFF_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="diff", compares=COMPARES[tuple(parts)],
-        alpha=alpha, test=test, runs_to_decide=runs_to_decide(alpha),
+        alpha=alpha, test=test,  # the fewest runs a side whose U test can give p < alpha
+        runs_to_decide=next((n for n in range(1, 100) if least_p([n, n]) < alpha), None),
         sides=[DIFF_SIDE(name=side.name, runs=len(side.views), engine=side.engine)
                for side in sides],
         inputs=[DIFF_INPUT(path=view.path, name=name, side=index, source=view.source,
@@ -8539,11 +8517,6 @@ def side_changes(base, new, parts):
             if key in new_meta and new_meta[key] != value and change not in found:
                 found.append(change)
     return found
-
-
-def runs_to_decide(alpha, most=100):
-    """The fewest runs a side (n+n) whose exact Mann-Whitney U test can give p < alpha."""
-    return next((n for n in range(1, most) if least_p([n, n]) < alpha), None)
 
 
 # The figure a run's drift check reads, per part: a token's wall (compute), its I/O estimate (io).
@@ -10680,7 +10653,8 @@ def with_engine_log(report, log, warn):
 def analyze_compute(path, reading, paired=False):
     """Read, sum up and judge a compute trace: its report dict (`paired`: a pair's part,
     without the verdicts the pair judges)."""
-    trace, fold = read_compute(path, reading)
+    trace, fold = fold_file(path, COMPUTE_READ, lambda: ComputeFold(reading.selection),
+                            in_parts_if_it_may(reading))
     report = without_refuted_settings(compute_report(
         trace, fold, reading.selection, join_settings(trace, reading)), reading.warn)
     report["verdicts"] = compute_verdicts(report, paired)
@@ -10719,7 +10693,10 @@ def weighed_io(path, reading, asked):
     pair in the decode), and what its reads were weighed against (the log's figures, or the
     trace's waits), which a pair weighs again per decoded token: one pass over the waits."""
     reading = with_trace_stall(path, reading)
-    trace, fold = read_io(path, reading, asked.adjacent, asked.cache)
+    # with the expert lookups for the cache what-ifs
+    trace, fold = fold_file(path, IO_READ_EXTENTS if asked.adjacent else IO_READ,
+                            lambda: IoFold(reading.selection, asked.adjacent, asked.cache,
+                                           reading.per_lane), in_parts_if_it_may(reading))
     report = io_report(trace, fold, reading, join_settings(trace, reading), asked.what_if)
     if trace_io.read_once(path) and "kind" in trace.columns and \
             trace.meta.get("overlap") == "1" and "stall_ms_per_token" not in (reading.measured
@@ -11754,7 +11731,7 @@ def write_pictures(args, report, paths, reading):
                              "x-ct.csv beside x-io.csv; diff: two or more), its base one whose "
                              "compute is known (serial, or overlapped with the stall its log "
                              "or v2 trace gives)")
-        write_output(args.calibration_out, json_text(report["calibration"]))
+        write_output(args.calibration_out, "".join(json_chunks(report["calibration"])))
 
 
 def takes_unicode(out):

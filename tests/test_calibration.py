@@ -489,7 +489,7 @@ def test_a_saved_reports_unusable_figure_is_refused_in_one_line(tmp_path, value)
 def test_a_figure_that_is_not_finite_is_one_line_not_a_traceback(capsys):
     """JSON holds no NaN or infinity: a figure that became one is said in a line."""
     with pytest.raises(da.OutputError, match="not finite"):
-        da.json_text({"figure": float("inf")})
+        "".join(da.json_chunks({"figure": float("inf")}))
 
 
 def test_an_overlapped_base_computes_with_its_stall(tmp_path):

@@ -140,7 +140,7 @@ def test_a_mangled_log_never_raises_past_its_figures(tmp_path, seed):
 def test_the_two_log_options_are_refused_before_any_trace_is_read(monkeypatch):
     def read(*args, **kwargs):
         raise AssertionError("a trace was read")
-    monkeypatch.setattr(decode_analyze, "read_io", read)
+    monkeypatch.setattr(decode_analyze, "fold_file", read)
     result = run("io", DATA / "qwen3moe-l4-io-serial.csv", "--no-engine-log", "--engine-log",
                  DATA / "qwen3moe-l4-io-serial.log")
     assert result.code == 2 and "--no-engine-log" in result.err

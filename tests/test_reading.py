@@ -313,7 +313,7 @@ def test_pipe_into_head_is_quiet(write):
 def test_interrupt_exits_130_quietly(write, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(decode_analyze, "read_compute", interrupted)
+    monkeypatch.setattr(decode_analyze, "fold_file", interrupted)
     result = run("compute", write(ct_text(GOOD)))
     assert result.code == 130 and result.out == "" and result.err == ""
 

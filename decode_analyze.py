@@ -67,7 +67,7 @@ sections above it:
                 the rest folded); csv_chunks (tidy CSV); write_output: whole or not at all,
                 never over an input; a long read's progress on a terminal (trace_io.Progress)
   pictures      Perfetto (export_perfetto) and SVG (svg_of)
-  command line  COMMANDS (the registry), build_parser, analyze_* (read, sum up, judge), main
+  command line  COMMANDS (the registry), parser_of, analyze_* (read, sum up, judge), main
 """
 import argparse
 import codecs
@@ -11330,30 +11330,6 @@ Input = namedtuple("Input", "dest kind help nargs", defaults=(None,))
 Command = namedtuple("Command", "name synopsis summary description inputs options analyze "
                                 "pictures")
 
-DIFF_DESCRIPTION = """\
-Compares runs: BASE against each NEW, figure by figure, per token (so runs of different
-lengths compare). 'vs' splits the inputs into sides of repeated runs (A1 A2 A3 vs B1 B2 B3);
-without it each input is a side of one run. A run's two traces (CT+IO, or a compute and an io
-trace whose names pair, as summary pairs them) are one run, compared as report compares them.
-Inputs are traces (all compute or all io) or
-reports saved earlier with --format json by any command (a saved 'report' compares with compute
-or io inputs through its matching half, with another 'report' through both). Shows the preamble
-keys that differ, then the headline figures and every row of the by-op, by-category, by-layer
-(compute) and by-lane, by-size, by-layer (io) tables, rows by largest change first: a side's
-figure is the mean of its runs', ± their sd/mean, then delta (new - base) and ratio (new /
-base). p is a two-sided Mann-Whitney U test over the runs (n=A+B), marked ~ when p >= --alpha;
-with one run a side nothing is tested (a run's tokens are not independent samples of its
-setting) and (±) is the run's own tokens' spread. Each run's first half of tokens is checked
-against its second (drift). Selection options apply to trace inputs only. Stdin and pipes are
-copied to a temporary file first."""
-TIMELINE_DESCRIPTION = """\
-What v2 traces' timestamps measure, per decode and summarised (p50, p99, total): the decode's
-wall (its BMOE_DECODE span), the graph's wall (first node start to last node end), read busy
-time (the union of the reads over every lane, and its share of the decode), expert wait (the
-union of the io trace's wait rows), overlap achieved (read time while compute was not waiting)
-and callbacks (BMOE_CALLBACK). Reads and waits count in a decode for the time they spent inside
-its span. v1 traces have no timestamps: use report, whose I/O time is a range."""
-
 COMMANDS = {command.name: command for command in (
     Command("compute", "compute CT",
             "where compute goes: by op, node category, layer and token; page faults",
@@ -11390,7 +11366,22 @@ COMMANDS = {command.name: command for command in (
             ("svg", "perfetto")),
     Command("diff", "diff BASE NEW...",
             "before and after: runs (A1 A2 vs B1 B2) compared, tested over runs",
-            DIFF_DESCRIPTION,
+            """\
+Compares runs: BASE against each NEW, figure by figure, per token (so runs of different
+lengths compare). 'vs' splits the inputs into sides of repeated runs (A1 A2 A3 vs B1 B2 B3);
+without it each input is a side of one run. A run's two traces (CT+IO, or a compute and an io
+trace whose names pair, as summary pairs them) are one run, compared as report compares them.
+Inputs are traces (all compute or all io) or
+reports saved earlier with --format json by any command (a saved 'report' compares with compute
+or io inputs through its matching half, with another 'report' through both). Shows the preamble
+keys that differ, then the headline figures and every row of the by-op, by-category, by-layer
+(compute) and by-lane, by-size, by-layer (io) tables, rows by largest change first: a side's
+figure is the mean of its runs', ± their sd/mean, then delta (new - base) and ratio (new /
+base). p is a two-sided Mann-Whitney U test over the runs (n=A+B), marked ~ when p >= --alpha;
+with one run a side nothing is tested (a run's tokens are not independent samples of its
+setting) and (±) is the run's own tokens' spread. Each run's first half of tokens is checked
+against its second (drift). Selection options apply to trace inputs only. Stdin and pipes are
+copied to a temporary file first.""",
             (Input("base", "any", "the base: a trace, or a report saved with --format json"),
              Input("new", "any", f"the runs to compare with the base, of its kind; with "
                                  f"'{SIDE_SEPARATOR}', the runs of each side: A1 A2 "
@@ -11443,7 +11434,13 @@ COMMANDS = {command.name: command for command in (
             ()),
     Command("timeline", "timeline CT [IO]",
             "v2 traces: each decode's wall, reads, waits and overlap, measured",
-            TIMELINE_DESCRIPTION,
+            """\
+What v2 traces' timestamps measure, per decode and summarised (p50, p99, total): the decode's
+wall (its BMOE_DECODE span), the graph's wall (first node start to last node end), read busy
+time (the union of the reads over every lane, and its share of the decode), expert wait (the
+union of the io trace's wait rows), overlap achieved (read time while compute was not waiting)
+and callbacks (BMOE_CALLBACK). Reads and waits count in a decode for the time they spent inside
+its span. v1 traces have no timestamps: use report, whose I/O time is a range.""",
             (Input("compute_path", "compute", "the v2 compute trace (ct.csv)"),
              Input("io_path", "io", "the v2 io trace of the same run (io.csv), for the I/O "
                                     "figures", "?")),
@@ -11496,21 +11493,13 @@ EXIT_STATUS = {0: "ok", 1: "bad input, unwritable output, or a regression (diff 
                141: "output closed by its reader", 143: "terminated"}
 
 
-def build_parser():
-    """The command line's parser: every command, its inputs and options. Made once for the
-    registry as it stands: parsing changes nothing in it, and a process that runs main() many
-    times (the tests, a script) need not build it again."""
-    commands = list(COMMANDS.values())
-    if PARSER_MADE.get("commands") != commands:
-        PARSER_MADE.update(commands=commands, parser=parser_of(commands))
-    return PARSER_MADE["parser"]
-
-
-PARSER_MADE = {}  # the parser, and the registry it was made for
-
-
 def parser_of(commands):
-    """The parser of these commands (build_parser's, made anew)."""
+    """The command line's parser: every command of the registry (a tuple), its inputs and
+    options. Made once for the registry as it stands (PARSER_MADE): parsing changes nothing
+    in it, and a process that runs main() many times (the tests, a script) need not build it
+    again."""
+    if PARSER_MADE.get("commands") == commands:
+        return PARSER_MADE["parser"]
     lines, line = [], ""  # the exit statuses wrapped, a status never split from its meaning
     for status, meaning in EXIT_STATUS.items():
         entry = f"{status} {meaning}" + ("." if status == max(EXIT_STATUS) else ",")
@@ -11539,7 +11528,11 @@ def parser_of(commands):
         given = {sub.add_argument(*each.flags, **each.settings).dest for each in options}
         sub.set_defaults(**{dest: value for dest, value in ABSENT_OPTIONS.items()
                             if dest not in given})
+    PARSER_MADE.update(commands=commands, parser=parser)
     return parser
+
+
+PARSER_MADE = {}  # the parser, and the registry it was made for
 
 
 # ── command line: running ────────────────────────────────────────────────────────────────────────
@@ -11781,7 +11774,7 @@ def main(argv=None, out=None, err=None):
     out = out or sys.stdout
     err = err or sys.stderr
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
+    parser = parser_of(tuple(COMMANDS.values()))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:

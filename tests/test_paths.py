@@ -564,8 +564,8 @@ def test_the_default_jobs_are_the_usable_cores(monkeypatch, tmp_path):
 def test_the_jobs_help_says_the_default_the_code_takes():
     """--help once said the default was the cores idle now, sampled for 50 ms: the code had
     stopped sampling them (the test above), and the help had not followed."""
-    words = " ".join(decode_analyze.build_parser()._subparsers._group_actions[0]
-                     .choices["io"].format_help().split())
+    parser = decode_analyze.parser_of(tuple(decode_analyze.COMMANDS.values()))
+    words = " ".join(parser._subparsers._group_actions[0].choices["io"].format_help().split())
     assert f"default: 1 when no input is over {trace_io.PARALLEL_MIN_BYTES >> 20} MiB, else " \
            f"the usable cores, at most {decode_analyze.MAX_JOBS}" in words
     assert "idle" not in words

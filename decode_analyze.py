@@ -4203,17 +4203,12 @@ def capped(ms, cap):
 
 
 def merging_saves(io, estimate, factor):
-    """The most merging requests saves of `estimate` ms: the requests' fixed cost
-    (request_overhead) of the reads merged away, `factor` times fewer (the coalescing verdict's
-    stake and the coalesce what-if's bound, one computation)."""
-    return estimate * request_overhead(io) * (1 - 1 / (factor or 1.0))
-
-
-def request_overhead(io):
-    """The share of a read's time that is a fixed cost per request, at most: what merging
-    requests saves. From the size classes, the intercept of latency against size (least
-    squares, weighted by reads; at most the fastest read); from one class, the fastest read's
-    latency over the mean's."""
+    """The most merging requests saves of `estimate` ms: the requests' fixed cost of the reads
+    merged away, `factor` times fewer (the coalescing verdict's stake and the coalesce
+    what-if's bound, one computation). A read's fixed cost is a share of its time, at most:
+    from the size classes, the intercept of latency against size (least squares, weighted by
+    reads; at most the fastest read); from one class, the fastest read's latency over the
+    mean's."""
     latency = io["latency_us"]
     if not latency["mean"]:
         return 0.0
@@ -4228,7 +4223,7 @@ def request_overhead(io):
         slope = sum(w * (x - size_mean) * (y - us_mean) for x, y, w in rows) / spread
         if slope > 0:
             fixed = min(fixed, max(0.0, us_mean - slope * size_mean))
-    return min(1.0, fixed / latency["mean"])
+    return estimate * min(1.0, fixed / latency["mean"]) * (1 - 1 / (factor or 1.0))
 
 
 # ── io: the token model and the what-if ──────────────────────────────────────────────────────────
@@ -5287,7 +5282,7 @@ def page_cache_words(io):
 # What an io verdict's remedy could save at most, in ms per token, from the I/O time per token
 # (`wall`, ms, over `tokens`: the io report's read-tokens, or a pair's decoded tokens) and the
 # io report: even lanes bring each layer down to its mean lane (the lower bound); merged
-# requests save the requests' fixed cost (request_overhead); a cache at most its hit share of
+# requests save the requests' fixed cost (merging_saves); a cache at most its hit share of
 # the reads.
 AT_STAKE = {
     "lanes_unbalanced": ("lanes unbalanced", "evening the lanes",
@@ -7106,9 +7101,11 @@ def turn_rows(turns, report):
 TURN_FIGURES = (("read_mib", 0.05), ("cache_hit_pct", 0.05), ("ms_per_token", 0.0))
 
 
-def engine_joined(report, names, log, warn):
-    """The report with its `engine` (null without a log) among its fields `names`, in their
-    order; every figure that disagrees beyond the tolerance is a warning."""
+def with_engine_log(report, log, warn):
+    """The report with its `engine`, the engine's log's figures beside its own (null without
+    a log), in its Record's order; every figure that disagrees beyond the tolerance is a
+    warning."""
+    names = KINDS[report["kind"]].record.names
     engine = engine_report(log, report) if log else None
     for note in log_notes(log) if log else ():
         warn(note)
@@ -7153,24 +7150,6 @@ Setting = namedtuple("Setting", "key value source")
 SOURCE_RANK = {"declared": 0, "compute trace": 1, "log": 2, "trace": 3}
 
 
-def log_settings(log):
-    """The settings the engine's log implies: a cache of its resident MiB (none, when its
-    moe-stream line has no moe-cache line beside it: the engine prints one whenever a cache
-    ran), prefetch, overlap, n-gram drafting (speculative decoding)."""
-    figures = log.figures
-    implied = [("cache_mb", f"{figures['resident_mib'].value:g}")] \
-        if "resident_mib" in figures else []
-    if "hit_pct" in figures or any(turn[2] for turn in log.turns):
-        implied.append(("cache", "1"))
-    elif "read_mib" in figures and "resident_mib" not in figures:
-        implied.append(("cache", "0"))
-    implied += [(key, "1") for key, shown_by in (
-        ("moe_stream", "read_mib"), ("prefetch", "speculative_mib"),
-        ("overlap", "stall_ms_per_token"),
-        ("ngram", "positions_per_decode")) if shown_by in figures]
-    return [Setting(key, value, "log") for key, value in implied]
-
-
 # What the trace of a whole decode shows of a setting the log implies: speculative reads of
 # prefetch, decodes that cover several positions of n-gram drafting
 SHOWN_BY_TRACE = {"prefetch": ("io", "speculative read", lambda report: report["spec"]["reads"]),
@@ -7198,11 +7177,26 @@ def without_refuted_settings(report, warn):
 
 def reading_with_log(reading, log):
     """The reading with the run's settings (those declared on the command line, then those
-    its log implies) and what its log measured."""
+    its log implies) and what its log measured. A log implies a cache of its resident MiB
+    (none, when its moe-stream line has no moe-cache line beside it: the engine prints one
+    whenever a cache ran), prefetch, overlap, n-gram drafting (speculative decoding)."""
     declared = tuple(setting for setting in reading.settings if setting.source == "declared")
-    return reading._replace(settings=declared + (tuple(log_settings(log)) if log else ()),
-                            measured={name: figure.value for name, figure in log.figures.items()}
-                            if log else None)
+    if not log:
+        return reading._replace(settings=declared, measured=None)
+    figures = log.figures
+    implied = [("cache_mb", f"{figures['resident_mib'].value:g}")] \
+        if "resident_mib" in figures else []
+    if "hit_pct" in figures or any(turn[2] for turn in log.turns):
+        implied.append(("cache", "1"))
+    elif "read_mib" in figures and "resident_mib" not in figures:
+        implied.append(("cache", "0"))
+    implied += [(key, "1") for key, shown_by in (
+        ("moe_stream", "read_mib"), ("prefetch", "speculative_mib"),
+        ("overlap", "stall_ms_per_token"),
+        ("ngram", "positions_per_decode")) if shown_by in figures]
+    return reading._replace(
+        settings=declared + tuple(Setting(key, value, "log") for key, value in implied),
+        measured={name: figure.value for name, figure in figures.items()})
 
 
 def join_settings(trace, reading):
@@ -10645,11 +10639,6 @@ class UsageError(Exception):
     """The command line asks for what cannot be done (exit status 2)."""
 
 
-def with_engine_log(report, log, warn):
-    """The report with its `engine`, the engine's log's figures beside its own."""
-    return engine_joined(report, KINDS[report["kind"]].record.names, log, warn)
-
-
 def analyze_compute(path, reading, paired=False):
     """Read, sum up and judge a compute trace: its report dict (`paired`: a pair's part,
     without the verdicts the pair judges)."""
@@ -11576,19 +11565,15 @@ def reading_from(args, warn, paths=()):
     selection = Selection(phase=args.phase, turns=set(args.turn) if args.turn else None,
                           steps=args.steps or (None, None), skip=args.skip)
     jobs = args.jobs or default_jobs(paths, MAX_JOBS)
-    return Reading(selection, args.skip_bad_rows, warn, jobs, per_lane=args.svg is not None,
-                   progress=progress_stream(args, getattr(warn, "stream", None)))
-
-
-def progress_stream(args, stream):
-    """Where a long read shows its progress: stderr when it is a terminal, not in CI, and not
-    --quiet; else None."""
+    # a long read shows its progress on stderr when it is a terminal, not in CI, and not --quiet
+    stream = getattr(warn, "stream", None)
     try:
         terminal = stream is not None and stream.isatty()
     except (AttributeError, ValueError):
         terminal = False
-    quiet = getattr(args, "quiet", False)
-    return stream if terminal and not quiet and not os.environ.get("CI") else None
+    shown = terminal and not getattr(args, "quiet", False) and not os.environ.get("CI")
+    return Reading(selection, args.skip_bad_rows, warn, jobs, per_lane=args.svg is not None,
+                   progress=stream if shown else None)
 
 
 FORMATS = {"text": text_of,  # Markdown's tables scroll on GitHub: every column there

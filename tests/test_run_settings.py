@@ -211,8 +211,11 @@ def test_a_malformed_setting_is_a_usage_error(bad, capsys):
 
 def test_the_log_implies_settings_and_a_contradiction_is_a_warning(tmp_path):
     log = decode_analyze.read_engine_log(str(DATA / "qwen3moe-l4-io-prefetch.log"))
-    assert [(s.key, s.value) for s in decode_analyze.log_settings(log)] == [
-        ("cache_mb", "1.9"), ("cache", "1"), ("moe_stream", "1"), ("prefetch", "1")]
+    reading = decode_analyze.Reading(decode_analyze.Selection(), False, None, 1)
+    settings = decode_analyze.reading_with_log(reading, log).settings
+    assert [(s.key, s.value, s.source) for s in settings] == [
+        ("cache_mb", "1.9", "log"), ("cache", "1", "log"), ("moe_stream", "1", "log"),
+        ("prefetch", "1", "log")]
     overlapped = DATA / "qwen3moe-l4-io-overlap.log"
     r = report_with_warnings("io", SERIAL, "--engine-log", overlapped)
     assert r["meta"]["overlap"] == "0" and "overlap" not in r["settings"]

@@ -36,7 +36,8 @@ sections above it:
   verdicts      verdict: a one-line conclusion; THRESHOLDS, the verdicts that compare one
                 figure with a limit (threshold_verdict); verdict_blocks
   compute       CATEGORY_NAMES and classify_graph (node categories), TokenGraph, ComputeFold,
-                compute_report, compute_verdicts, its Kind (record and layout)
+                compute_report, its verdicts (judged in analyze_compute), its Kind (record and
+                layout)
   io            PhaseReads, IoFold (each layer's busiest lane and slowest read), ExpertLookups
                 and ExpertCache (the engine's cache, every size in one pass), TokenModel (a
                 token's flash I/O and cache management at any setting), WhatIf (what each
@@ -1816,16 +1817,12 @@ _UNNAMED = re.compile(r"node_\d+$")
 Node = namedtuple("Node", "op name layer inferred_layer base category")
 
 
-def base_name(name):
-    """'Qcur-0 (view) (permuted)' -> 'Qcur': decorations and the layer suffix stripped."""
-    cut = _DECORATION.search(name)
-    return _LAYER_SUFFIX.sub("", name[: cut.start()] if cut else name)
-
-
 @lru_cache(maxsize=1 << 14)  # a long token repeats its names; a graph is classified once
 def classify(name, op):
     """(base name, category) of one node on its own; category None for an unnamed node_<N>."""
-    base = base_name(name)
+    # 'Qcur-0 (view) (permuted)' -> 'Qcur': decorations and the layer suffix stripped
+    cut = _DECORATION.search(name)
+    base = _LAYER_SUFFIX.sub("", name[: cut.start()] if cut else name)
     if op in OP_CATEGORY:
         return base, OP_CATEGORY[op]
     if _UNNAMED.match(base):
@@ -2593,31 +2590,6 @@ def steady_tokens(compute):
 ROUTER_SHARE = 0.20  # router category's share of compute (a pair: its read wait's, of the decode)
 
 OUTLIER_FACTOR = 10  # a token this many times the median token is an outlier
-
-
-def compute_verdicts(report, paired=False):
-    """The compute verdicts; `paired`: without those a pair judges with its reads (the
-    router's wait, memory pressure), so that each is judged once."""
-    verdicts = []
-    share = report["faults"]["share"]
-    if share is not None and report["majflt_per_token"]:
-        flagged = past("fault_bound", share)
-        verdicts.append(threshold_verdict("fault_bound", flagged,
-            f"nodes that took major faults are {share:.0%} of compute",
-            after=": flash wait billed as compute" if flagged else ""))
-    router = next((c for c in report["by_category"] if c["category"] == "router"), None)
-    if router and router["share"] is not None and not paired:
-        verdicts.append(router_alone_verdict(router))
-    warm = report["warmup"]
-    if warm["ratio"] is not None and not warm["from_turn_start"]:
-        verdicts.append(verdict("warmup", None,
-            f"warm-up undetermined: the selection starts past the first decode token of a turn "
-            f"(--steps or --skip), so its first {warm['tokens']} tokens are not a warm-up"))
-    elif warm["ratio"] is not None:
-        verdicts.append(warmup_verdict(report))
-    verdicts.append(None if paired else memory_verdict(report))
-    verdicts.append(stretch_verdict(report) or outlier_verdict(report))
-    return [v for v in verdicts if v]
 
 
 def warmup_verdict(report):
@@ -4930,20 +4902,6 @@ READ_GROUPS = {"size": lambda key: size_bucket(key.read_bytes), "lane": attrgett
                "read_bytes": attrgetter("read_bytes")}
 
 
-def read_tables(chosen):
-    """Fold the phases' keyed sums into {table: {group: ReadSums}} (READ_GROUPS) and the
-    (layer, expert) pairs' ReadSums (no latency)."""
-    by_key = [(values, (count, count * values.read_bytes, reads.lane_ns[key]))
-              for reads in chosen for (key, count), values in zip(
-                  reads.by_lane.items(), key_values(reads.by_lane, ReadKey))]
-    by_expert = [(values, (count, count * values.read_bytes, 0))
-                 for reads in chosen for count, values in zip(
-                     reads.by_expert.values(), key_values(reads.by_expert, ExpertKey))]
-    return (group_sums(by_key, READ_GROUPS, ReadSums),
-            group_sums(by_expert, {"experts": attrgetter("layer", "expert")},
-                       ReadSums)["experts"])
-
-
 def latency_histogram(latencies):
     """log2 buckets in us: [0, 1), then [2^k, 2^(k+1)); the non-empty ones, in order.
 
@@ -4972,7 +4930,17 @@ def io_report(trace, fold, reading, settings, asked=None):
     phases, label, tokens = selected_tokens(trace, fold.book, selection, fold.phases.keys())
     per = PerToken(len(tokens), None)
     chosen = [fold.phases[phase] for phase in phases if phase in fold.phases]
-    tables, experts = read_tables(chosen)
+    # the phases' keyed sums folded into {table: {group: ReadSums}} (READ_GROUPS), and the
+    # (layer, expert) pairs' ReadSums (no latency)
+    by_key = [(values, (count, count * values.read_bytes, reads.lane_ns[key]))
+              for reads in chosen for (key, count), values in zip(
+                  reads.by_lane.items(), key_values(reads.by_lane, ReadKey))]
+    by_expert = [(values, (count, count * values.read_bytes, 0))
+                 for reads in chosen for count, values in zip(
+                     reads.by_expert.values(), key_values(reads.by_expert, ExpertKey))]
+    tables = group_sums(by_key, READ_GROUPS, ReadSums)
+    experts = group_sums(by_expert, {"experts": attrgetter("layer", "expert")},
+                         ReadSums)["experts"]
     by_lane = tables["lane"]
     reads = sum(sums.reads for sums in by_lane.values())
     read_bytes = sum(sums.read_bytes for sums in by_lane.values())
@@ -6997,8 +6965,6 @@ def own_cache_figures(io):
             "rereads": simulated["rereads"]["point"]}
 
 
-
-
 # The figures the tool estimates where the engine measures: a gap in one is the estimate's,
 # said as what the trace lacks, never blamed on the log (a count that differs may be).
 ESTIMATES = {"flash_io_ms_per_token": "the tool's I/O estimate, from each read's latency; the "
@@ -7616,15 +7582,6 @@ def change_of(config, base):
     return label, "+".join(sorted({"cache_mb" if key == "cache" else key for key in changed}))
 
 
-def base_repeats(groups):
-    """The base: the configuration without a cache or overlap with the most runs (then the
-    fastest), else the one with the most runs."""
-    plain = [group for group in groups
-             if not any(one.cached or one.overlap for one in group.runs)] or groups
-    return max(plain, key=lambda group: (len(group.runs), -median_of(
-        [one.decode_ms for one in group.quiet or group.runs])))
-
-
 def fitted_costs(samples, base_compute):
     """The token model's costs fitted on `samples` (no outliers among them): ms per MiB by
     lanes of the serial runs without a cache, the lane exponent across lane counts, the
@@ -7678,7 +7635,12 @@ def calibration(samples):
     groups = [repeats_of(group.config, group.runs) for group in sorted(run_table(
         samples, lambda one: RunEntry(one.run, {}, one.config, None), None, GROUP_CONFIGURATION),
         key=lambda group: sorted(group.config.items()))]
-    base = base_repeats(groups)
+    # the base: the configuration without a cache or overlap with the most runs (then the
+    # fastest), else the one with the most runs
+    plain = [group for group in groups
+             if not any(one.cached or one.overlap for one in group.runs)] or groups
+    base = max(plain, key=lambda group: (len(group.runs), -median_of(
+        [one.decode_ms for one in group.quiet or group.runs])))
     model = next(iter(base.runs)).identity["model"]
     others = sorted(one.run for one in samples if one.identity["model"] != model)
     if others:  # fitted on the base's model alone, the others named
@@ -10646,7 +10608,28 @@ def analyze_compute(path, reading, paired=False):
                             in_parts_if_it_may(reading))
     report = without_refuted_settings(compute_report(
         trace, fold, reading.selection, join_settings(trace, reading)), reading.warn)
-    report["verdicts"] = compute_verdicts(report, paired)
+    # paired: without the verdicts a pair judges with its reads (the router's wait, memory
+    # pressure), so that each is judged once
+    verdicts = []
+    share = report["faults"]["share"]
+    if share is not None and report["majflt_per_token"]:
+        flagged = past("fault_bound", share)
+        verdicts.append(threshold_verdict("fault_bound", flagged,
+            f"nodes that took major faults are {share:.0%} of compute",
+            after=": flash wait billed as compute" if flagged else ""))
+    router = next((c for c in report["by_category"] if c["category"] == "router"), None)
+    if router and router["share"] is not None and not paired:
+        verdicts.append(router_alone_verdict(router))
+    warm = report["warmup"]
+    if warm["ratio"] is not None and not warm["from_turn_start"]:
+        verdicts.append(verdict("warmup", None,
+            f"warm-up undetermined: the selection starts past the first decode token of a turn "
+            f"(--steps or --skip), so its first {warm['tokens']} tokens are not a warm-up"))
+    elif warm["ratio"] is not None:
+        verdicts.append(warmup_verdict(report))
+    verdicts.append(None if paired else memory_verdict(report))
+    verdicts.append(stretch_verdict(report) or outlier_verdict(report))
+    report["verdicts"] = [v for v in verdicts if v]
     return report
 
 
@@ -10890,29 +10873,28 @@ def analyze_input(readable, name, held, reading, asked):
     the input as it was given."""
     try:
         if held == "json":
-            return saved_report(trace_io.read_json_object(readable, "a saved report"), name)
+            # a saved report, of a schema and kind this version reads
+            report = trace_io.read_json_object(readable, "a saved report")
+            schema, kind = report.get("schema"), report.get("kind")
+            if kind == "diff":
+                raise TraceError(name, 0, "a diff report cannot be compared again: give the "
+                                          "runs' traces or reports")
+            if kind not in ("compute", "io", "report"):
+                raise TraceError(name, 0, f"not a decode-analyze report (kind "
+                                          f"{safe(kind)!s:.40})")
+            if schema not in READ_SCHEMAS:
+                raise TraceError(name, 0, f"a schema {safe(schema)!s:.20} report (decode-analyze "
+                                          f"{safe(report.get('tool_version', '?'))!s:.20}); this "
+                                          f"version reads schemas "
+                                          f"{', '.join(map(str, READ_SCHEMAS))}: write it again "
+                                          f"from its traces")
+            return report
         if held == "compute":
             return analyze_compute(readable, reading)
         return analyze_io(readable, reading, asked)
     except TraceError as problem:
         raise TraceError(name if problem.path == readable else problem.path,
                          problem.line, problem.message) from None
-
-
-def saved_report(report, name):
-    """A saved report whose schema and kind this version reads."""
-    schema, kind = report.get("schema"), report.get("kind")
-    if kind == "diff":
-        raise TraceError(name, 0, "a diff report cannot be compared again: give the runs' "
-                                  "traces or reports")
-    if kind not in ("compute", "io", "report"):
-        raise TraceError(name, 0, f"not a decode-analyze report (kind {safe(kind)!s:.40})")
-    if schema not in READ_SCHEMAS:
-        raise TraceError(name, 0, f"a schema {safe(schema)!s:.20} report (decode-analyze "
-                                  f"{safe(report.get('tool_version', '?'))!s:.20}); this version "
-                                  f"reads schemas {', '.join(map(str, READ_SCHEMAS))}: write it "
-                                  f"again from its traces")
-    return report
 
 
 class reopenable:

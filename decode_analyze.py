@@ -2286,16 +2286,6 @@ def op_rows(table, op_walls, per):
     return rows
 
 
-def fault_summary(table, total_majflt, per):
-    faulting_ns = sum(sums.wall_ns for sums in table.values())
-    ordered = ordered_by(table, lambda op, sums: (-sums.majflt, -sums.wall_ns, op))
-    return FAULTS(majflt_per_token=per.count(total_majflt), ms_per_token=per.ms(faulting_ns),
-                  share=per.share(faulting_ns),
-                  by_op=[FAULT_ROW(op=op, majflt_per_token=per.count(sums.majflt),
-                                   ms_per_token=per.ms(sums.wall_ns),
-                                   share=per.share(sums.wall_ns)) for op, sums in ordered])
-
-
 def group_rows(record, name_key, ordered, per):
     """A `record` row (layer, segment or category) for each (name, NodeSums) of `ordered`."""
     rows = []
@@ -2342,6 +2332,13 @@ def compute_report(trace, fold, selection, settings):
                                                         for node in part.sums)))
     granularity = "layer" if ops == {SEGMENT_OP} else "node"
     segments = ordered_by(tables["segment"], lambda name, sums: segment_order(name))
+    faulting_ns = sum(sums.wall_ns for sums in tables["fault"].values())
+    faults = FAULTS(majflt_per_token=per.count(total_majflt), ms_per_token=per.ms(faulting_ns),
+                    share=per.share(faulting_ns), by_op=[
+                        FAULT_ROW(op=op, majflt_per_token=per.count(sums.majflt),
+                                  ms_per_token=per.ms(sums.wall_ns), share=per.share(sums.wall_ns))
+                        for op, sums in ordered_by(tables["fault"], lambda op, sums: (
+                            -sums.majflt, -sums.wall_ns, op))])
     return COMPUTE_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="compute", path=trace.name,
         meta=trace.meta, settings=settings, version=trace.version, phase=label,
@@ -2349,7 +2346,7 @@ def compute_report(trace, fold, selection, settings):
         nodes_per_token=per.count(rows), ms_per_token=per.ms(total_ns),
         majflt_per_token=per.count(total_majflt),
         by_op=op_rows(tables["op"], [fold.op_walls.get(p, {}) for p in phases], per),
-        faults=fault_summary(tables["fault"], total_majflt, per),
+        faults=faults,
         by_layer=group_rows(LAYER_ROW, "layer", sorted(tables["layer"].items()), per),
         by_layer_column=group_rows(LAYER_ROW, "layer", sorted(tables["layer_column"].items()),
                                    per),
@@ -2470,12 +2467,20 @@ def token_views(tokens, book):
     speculative decodes and the warm-up."""
     table = tokens.table
     slowest = heapq.nlargest(SLOWEST, tokens.rows(), key=table.column("wall_ns").__getitem__)
+    # prefill batches and the prompt tokens they hold: a batch's step is the prompt's last
+    # position, so it holds step + 1 prompt tokens (the decode of its turn starts there)
+    batches = prompt = total = 0
+    for phase, _, step, value in token_columns(tokens, "wall_ns"):
+        if phase == PREFILL:  # floats summed in trace order, as sum() adds them
+            batches, prompt, total = batches + 1, prompt + step + 1, total + value / NS_PER_MS
     return {
         "token_ms": spread_of(tokens.values("wall_ns"), NS_PER_MS),
         "slowest": [compute_token_row(table, row) for row in slowest],
         "per_token": TokenRows(tokens, compute_token_row, COMPUTE_TOKEN_FIGURES),
         "decodes": decode_positions(tokens, book, "wall_ns", NS_PER_MS),
-        "prefill": prefill_batches(tokens, "wall_ns", NS_PER_MS),
+        "prefill": PREFILL_BATCHES(batches=batches, prompt_tokens=prompt,
+                                   ms_per_batch=ratio(total, batches),
+                                   ms_per_prompt_token=ratio(total, prompt)),
         "warmup": warmup(tokens, book, "wall_ns", NS_PER_MS),
     }
 
@@ -2483,19 +2488,6 @@ def token_views(tokens, book):
 def token_columns(tokens, name):
     """(phase, turn, step, value of the column `name`) of each token, in trace order."""
     return zip(*(tokens.values(column) for column in ("phase", "turn", "step", name)))
-
-
-def prefill_batches(tokens, name, unit):
-    """Prefill batches and the prompt tokens they hold: a batch's step is the prompt's last
-    position, so it holds step + 1 prompt tokens (the decode of its turn starts there).
-    Figures: the column `name` over `unit`."""
-    batches = prompt = total = 0
-    for phase, _, step, value in token_columns(tokens, name):
-        if phase == PREFILL:  # floats summed in trace order, as sum() adds them
-            batches, prompt, total = batches + 1, prompt + step + 1, total + value / unit
-    return PREFILL_BATCHES(batches=batches, prompt_tokens=prompt,
-                           ms_per_batch=ratio(total, batches),
-                           ms_per_prompt_token=ratio(total, prompt))
 
 
 # The per_token figures read straight from the columns (TokenRows.figure): name -> (its column,
@@ -5386,7 +5378,17 @@ def own_cache_words(report):
     own = io["run_cache"]
     if not own or not had_cache(io):
         return []
-    return [own_cache_line(io, own), *cache_worth_words(report, io)]
+    size = io["meta"].get("cache_mb")
+    if own["verify_decodes"]:  # the decode's share alone would be one more band
+        hit = (f"{pct(own['hit_share'])} to {pct(own['hit_share_most'])} of the expert lookups "
+               f"(prefill's too; {counted(own['verify_decodes'], 'verify decode')} of several "
+               f"positions: their trace shows the misses, not every hit)")
+    else:
+        hit = (f"{pct(own['decode_hit_share'])} of the decode's expert lookups "
+               f"({pct(own['hit_share'])} with prefill's)")
+    return [f"this run's cache{f' (cache_mb={size})' if size else ''}: hit {hit}, "
+            f"{num(own['evictions'], 'd', 'unknown')} evictions, {own['rereads']} re-reads",
+            *cache_worth_words(report, io)]
 
 
 def cache_worth_words(report, io):
@@ -5421,19 +5423,6 @@ def cache_worth_words(report, io):
         return [f"{managed}; it pays: turning it off would cost {-off['max']:.2f} to "
                 f"{-off['min']:.2f} ms {per}"]
     return [f"{managed}; whether it pays is not known: turning it off saves {band} {per}"]
-
-
-def own_cache_line(io, own):
-    size = io["meta"].get("cache_mb")
-    if own["verify_decodes"]:  # the decode's share alone would be one more band
-        hit = (f"{pct(own['hit_share'])} to {pct(own['hit_share_most'])} of the expert lookups "
-               f"(prefill's too; {counted(own['verify_decodes'], 'verify decode')} of several "
-               f"positions: their trace shows the misses, not every hit)")
-    else:
-        hit = (f"{pct(own['decode_hit_share'])} of the decode's expert lookups "
-               f"({pct(own['hit_share'])} with prefill's)")
-    return (f"this run's cache{f' (cache_mb={size})' if size else ''}: hit {hit}, "
-            f"{num(own['evictions'], 'd', 'unknown')} evictions, {own['rereads']} re-reads")
 
 
 def io_headline_blocks(report, view):
@@ -6845,7 +6834,14 @@ def read_engine_log(path):
         else:
             seen.add((kind, tuple(found)))
             figures.update(found)
-    return EngineLog(path, finer_flash_io(figures), turns, runs, lines, unread)
+    # the engine's flash I/O per token from its read MiB, MiB/s and tokens, finer than the ms
+    # it prints (4.63 against 5 on the serial run)
+    read, rate, tokens = (figures.get(name) for name in ("read_mib", "mib_per_s", "tokens"))
+    if all(part and part.value for part in (read, rate, tokens)):
+        flash = read.value / rate.value / tokens.value * 1000
+        # as fine as the MiB/s it rests on (printed whole)
+        figures["flash_io_ms_per_token"] = EngineValue(flash, flash * rate.rounding / rate.value)
+    return EngineLog(path, figures, turns, runs, lines, unread)
 
 
 def log_notes(log):
@@ -6860,17 +6856,6 @@ def log_notes(log):
         notes.append(f"{log.path}: holds the end-of-run lines of {log.runs} runs (appended, as "
                      f"2>> does): its last run's are read")
     return notes
-
-
-def finer_flash_io(figures):
-    """The engine's flash I/O per token from its read MiB, MiB/s and tokens, finer than the
-    ms it prints (4.63 against 5 on the serial run)."""
-    read, rate, tokens = (figures.get(name) for name in ("read_mib", "mib_per_s", "tokens"))
-    if all(part and part.value for part in (read, rate, tokens)):
-        flash = read.value / rate.value / tokens.value * 1000
-        # as fine as the MiB/s it rests on (printed whole)
-        figures["flash_io_ms_per_token"] = EngineValue(flash, flash * rate.rounding / rate.value)
-    return figures
 
 
 def log_beside(paths):

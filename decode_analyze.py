@@ -5826,7 +5826,12 @@ def pair_report(compute, io, measured=None):
         read_split=read_split(compute["per_token"], readers),
         by_layer=pair_layers(compute, io, n, per_decoded),
         warnings=warnings + outlasting_warnings(split, compute["ms_per_token"]))
-    what_if = within_memory(io["what_if"], compute, io["meta"])
+    what_if = io["what_if"]
+    if what_if is not None and under_pressure(compute):  # no cache larger than the run's own:
+        own = meta_number(io["meta"], "cache_mb") or 0  # a cache takes RAM the weights need
+        what_if = {**what_if, "settings": [setting for setting in what_if["settings"]
+                                           if setting["setting"] != "cache_mb"
+                                           or setting["value"] <= own]}
     decodes = compute["decodes"]  # the what-if per generated position when a decode covers more
     units = decodes["positions"] if decodes["speculative"] and decodes["positions"] else n
     return PAIR_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="report", compute=compute,
@@ -5876,17 +5881,6 @@ def outlasting_warnings(split, decode):
             f"{decode:.2f} ms decode, which waits for every read of a serial run (overlap=0): "
             f"the two traces are not of one run, or the io trace's latencies are not this "
             f"decode's; no compute is split off"]
-
-
-def within_memory(what_if, compute, meta):
-    """The what-if less the caches larger than the run's own when its faults show the RAM is
-    short (a cache takes RAM the weights need): memory pressure."""
-    if what_if is None or not under_pressure(compute):
-        return what_if
-    own = meta_number(meta, "cache_mb") or 0
-    return {**what_if, "settings": [setting for setting in what_if["settings"]
-                                    if setting["setting"] != "cache_mb"
-                                    or setting["value"] <= own]}
 
 
 def decoded_what_if(what_if, decoded, decode_ms):
@@ -7651,22 +7645,22 @@ def calibration(samples):
     held = banded([held_out((group, label, kind), [one for one in kept if one not in group.runs],
                             base_compute, spread, defaults) for group, label, kind in modelled
                    if group is not base], spread, base_decode)
+    errors = defaultdict(float)  # each kind of change's largest
+    for one in held:
+        if one["error_ms"] is not None:
+            errors[one["change"]] = max(errors[one["change"]], abs(one["error_ms"]))
+    # the model: the base's runs', with the most experts any of its model's runs read
+    identity = next(iter(base.runs)).identity
+    experts = max((one.identity["experts"] or 0 for one in samples
+                   if one.identity["model"] == identity["model"]), default=0)
     return CALIBRATION(
-        calibration_schema=CALIBRATION_SCHEMA, model=fitted_model(base, samples),
+        calibration_schema=CALIBRATION_SCHEMA, model={**identity, "experts": experts or None},
         runs=sorted(one.run for one in samples), other_model_runs=[], base="base",
         base_decode_ms=base_decode, base_compute_ms=base_compute, quiet_spread_ms=spread,
         configurations=[configuration_record(group, label, kind)
                         for group, label, kind in changes],
         **fitted_costs(kept, base_compute), leave_one_out=held,
-        errors_ms=largest_errors(held), validation=validation(held, spread))
-
-
-def fitted_model(base, samples):
-    """The MODEL_ID of the base's runs: the most experts any of its model's runs read."""
-    first, *_ = base.runs
-    identity = first.identity
-    same = [one.identity for one in samples if one.identity["model"] == identity["model"]]
-    return {**identity, "experts": max((one["experts"] or 0 for one in same), default=0) or None}
+        errors_ms=dict(sorted(errors.items())), validation=validation(held, spread))
 
 
 def configuration_record(group, label, kind):
@@ -7727,14 +7721,6 @@ def banded(held, spread, base_decode):
         one.update(band_ms=band, band_share=share, inside=abs(one["error_ms"]) <= band,
                    checked=share is not None and share <= BAND_MOST_SHARE)
     return held
-
-
-def largest_errors(held):
-    errors = defaultdict(float)
-    for one in held:
-        if one["error_ms"] is not None:
-            errors[one["change"]] = max(errors[one["change"]], abs(one["error_ms"]))
-    return dict(sorted(errors.items()))
 
 
 def validation(held, spread):
@@ -9266,20 +9252,6 @@ def merged(group):
 
 
 PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-
-
-def sorted_rows(rows, sort):
-    """Rows by a column or a preamble key, ascending, a missing value last; numbers, and
-    preamble values written as plain ASCII numbers, as numbers (str.isdigit takes '²', which
-    float() refuses); the rest as text after them. A key every run shares leaves the order."""
-    def key(row):
-        value = row[sort] if sort in SUMMARY_SORTS else row["settings"].get(sort)
-        if value is None:
-            return (2, 0.0, "")
-        if isinstance(value, str):
-            return (0, float(value), "") if PLAIN_NUMBER.fullmatch(value) else (1, 0.0, value)
-        return (0, float(value), "")
-    return sorted(rows, key=key)
 
 
 # ── summary: its text and Markdown sections ──────────────────────────────────────────────────────
@@ -10951,8 +10923,17 @@ def analyze_summary(arguments, reading, sort, logs=True, group=True):
     sort = sort if sort is None or sort in sortable else SUMMARY_HEADS.get(sort.lower(), sort)
     if sort is not None and sort not in sortable:
         raise UsageError(f"--sort {sort!r}: not a column; one of {', '.join(sortable)}")
+    def sort_key(row):  # ascending, a missing value last; numbers (and preamble values
+        # written as plain ASCII numbers: str.isdigit takes '²', which float() refuses) as
+        # numbers, the rest as text after them; a key every run shares leaves the order
+        value = row[sort] if sort in SUMMARY_SORTS else row["settings"].get(sort)
+        if value is None:
+            return (2, 0.0, "")
+        if isinstance(value, str):
+            return (0, float(value), "") if PLAIN_NUMBER.fullmatch(value) else (1, 0.0, value)
+        return (0, float(value), "")
     if sort is not None:
-        rows = sorted_rows(rows, sort)
+        rows = sorted(rows, key=sort_key)
     return SUMMARY_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="summary", keys=keys,
                           common=common, sort=sort, runs=rows, calibration=fit)
 

@@ -5850,10 +5850,19 @@ def engine_split(compute, io, measured, estimate):
     decided once. Flash I/O is the log's where it stands for the run's I/O part (logged_flash_io:
     serial, whole, agreeing with the trace), else the I/O estimate. Overlapped, the decode
     waited for its reads only as long as it stalled (the log's moe-overlap stall, or a v2
-    trace's wait rows), whatever the readers' own time. Compute is what is left: None where a
+    trace's wait rows), whatever the readers' own time. Cache management is the log's (per
+    generated position there; an overlapped run without a cache logged 3 ms of it), else 0 for
+    a run without a cache, else None: no trace times it. Compute is what is left: None where a
     part is unknown, or the parts outlast the decode."""
     n, decode = len(compute["per_token"]), compute["ms_per_token"]
-    management = cache_management(compute, io, measured)
+    management = measured.get("cache_mgmt_ms_per_token")
+    if management is None or not n:
+        management = None if had_cache(io) else 0.0
+    else:
+        decodes = compute["decodes"]
+        positions = decodes["positions"] if decodes["speculative"] and decodes["positions"] \
+            else n
+        management = per(management, n, positions / n)
     overlapped = ran_overlapped(compute, io)
     logged = None if overlapped else logged_flash_io(io, measured)
     flash = None if overlapped else estimate if logged is None else \
@@ -5912,19 +5921,6 @@ def ran_overlapped(compute, io):
     """Whether a pair's reads ran beside compute: the run's one overlap setting, which the io
     half holds (it joined the compute preamble's where its own was silent)."""
     return io["meta"].get("overlap") == "1"
-
-
-def cache_management(compute, io, measured):
-    """The engine's cache management ms per decoded token: its log's where it has one (per
-    generated position there; an overlapped run without a cache logged 3 ms of it), else 0 for
-    a run without a cache, else None: no trace times it."""
-    logged = measured.get("cache_mgmt_ms_per_token")
-    if logged is None or not compute["per_token"]:
-        return None if had_cache(io) else 0.0
-    decodes = compute["decodes"]
-    positions = decodes["positions"] if decodes["speculative"] and decodes["positions"] else \
-        len(compute["per_token"])
-    return per(logged, len(compute["per_token"]), positions / len(compute["per_token"]))
 
 
 def per_position(compute, io, split, estimate):

@@ -4508,9 +4508,6 @@ class WhatIf:
         decode = math.inf if self.decode is None else self.decode
         return figure(*(None if end is None else min(end, decode) for end in (point, low, high)))
 
-    def per_token_mib(self, total_bytes):  # a Ratio: a pair divides the total again
-        return Ratio(total_bytes / MIB, self.tokens)
-
     def setting(self, name, value, figures, said, fits=None):
         if said.parts:  # the part the setting acts on, said beside what it saves
             flash, management = said.parts
@@ -4625,8 +4622,9 @@ class WhatIf:
         capacity = cache.capacity(mib)
         low, point, high = (cache.at(capacity + step) for step in (-1, 0, 1))
         read = self.report["read_bytes"]
-        fewest, middle, most = (self.per_token_mib(read - outcome.saved_bytes) for outcome in
-                                (high, point, low))
+        # MiB a token, Ratios: a pair divides the total again
+        fewest, middle, most = (Ratio((read - outcome.saved_bytes) / MIB, self.tokens)
+                                for outcome in (high, point, low))
 
         def spread(name):
             values = [getattr(outcome, name) for outcome in (low, point, high)]
@@ -4660,7 +4658,7 @@ class WhatIf:
         if self.report["meta"].get("o_direct") != "1":
             return []
         return [self.setting("o_direct", 0, {
-            "mib_per_token": figure(self.per_token_mib(self.report["req_bytes"]))}, Said(
+            "mib_per_token": figure(Ratio(self.report["req_bytes"] / MIB, self.tokens))}, Said(
             figure(None, None, self.io_most),
             "bytes exact: req_bytes, the alignment waste gone. Time depends on the page "
             "cache: a real run without O_DIRECT was served from it, 12x faster than any bound; "
@@ -4745,7 +4743,7 @@ class WhatIf:
         most = merging_saves(self.report, self.estimate, ratio(self.report["reads"], runs.runs))
         return self.setting("coalesce", 1, {
             "reads_per_token": figure(Ratio(runs.runs, self.tokens)),
-            "mib_per_token": figure(self.per_token_mib(merged))}, Said(
+            "mib_per_token": figure(Ratio(merged / MIB, self.tokens))}, Said(
             figure(None, 0.0, capped(most, self.cap)),
             f"requests that touch or overlap merged into one read"
             f"{f' ({O_DIRECT_ALIGNMENT}-byte O_DIRECT windows)' if direct else ''}: fewer reads "

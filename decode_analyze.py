@@ -4670,15 +4670,15 @@ class WhatIf:
         """Each lane count asked for (--io-threads; default DEFAULT_LANES) but the run's own (its
         io_threads, else the lanes its trace read on): its MiB at the token model's ms per MiB
         there."""
-        return [self.lanes_setting(lanes) for lanes in asked.lanes if lanes != self.own.lanes]
-
-    def lanes_setting(self, lanes):
-        config = self.own._replace(lanes=lanes)
-        part = self.model.part(config._replace(overlap=False))
-        figures = {} if part is None else {"io_wall_ms_per_token": figure(*part.whole)}
-        return self.modelled("io_threads", lanes, figures, [config],
-                             f"{counted(lanes, 'lane')}: the MiB now at the ms "
-                             f"per MiB there")
+        settings = []
+        for lanes in (lanes for lanes in asked.lanes if lanes != self.own.lanes):
+            config = self.own._replace(lanes=lanes)
+            part = self.model.part(config._replace(overlap=False))
+            settings.append(self.modelled(
+                "io_threads", lanes, {} if part is None else {
+                    "io_wall_ms_per_token": figure(*part.whole)}, [config],
+                f"{counted(lanes, 'lane')}: the MiB now at the ms per MiB there"))
+        return settings
 
     def overlap_settings(self, asked):
         """Reads beside compute, for a run that read in series; in series, for one that
@@ -4734,21 +4734,20 @@ class WhatIf:
 
     def coalesce_settings(self, asked):
         """Touching requests merged, when --adjacent found the runs."""
-        return [] if self.runs is None else [self.coalesce_setting()]
-
-    def coalesce_setting(self):
         runs = self.runs
+        if runs is None:
+            return []
         direct = self.report["meta"].get("o_direct") == "1"
         merged = runs.aligned_bytes if direct else runs.bytes
         most = merging_saves(self.report, self.estimate, ratio(self.report["reads"], runs.runs))
-        return self.setting("coalesce", 1, {
+        return [self.setting("coalesce", 1, {
             "reads_per_token": figure(Ratio(runs.runs, self.tokens)),
             "mib_per_token": figure(Ratio(merged / MIB, self.tokens))}, Said(
             figure(None, 0.0, capped(most, self.cap)),
             f"requests that touch or overlap merged into one read"
             f"{f' ({O_DIRECT_ALIGNMENT}-byte O_DIRECT windows)' if direct else ''}: fewer reads "
             f"and less alignment waste; ms: at most the requests' fixed cost (the intercept of "
-            f"latency against size, else the fastest read) of the reads merged away"))
+            f"latency against size, else the fastest read) of the reads merged away"))]
 
     def prefetch_settings(self, asked):
         """prefetch=1 to a run that did not prefetch; to one that did, prefetch=0: what its

@@ -4426,8 +4426,11 @@ class WhatIf:
                           misses_of(report["mib_per_token"], cache.expert_bytes / MIB)
                           if cached else 0.0,
                           report["meta"].get("overlap") == "1")
+        # a cached run's management a miss, from its log (per generated token, printed to 1 ms)
+        managed = measured.get("cache_mgmt_ms_per_token")
         self.model = TokenModel(self.fit, self.own, ratio(self.io_ms, report["mib_per_token"]),
-                                self.own_management(measured),
+                                None if managed is None or not self.own.misses else
+                                management_cost([(managed, self.own.misses / self.per_read)]),
                                 report.get("slowest_reads_ms_per_token"))
         # the run's own I/O part as measured (serial: its I/O, the log's where it has one, and
         # its cache management), as the model gives it (overlapped); None unknown: every saving
@@ -4443,14 +4446,6 @@ class WhatIf:
         self.noise = spread / 2 * self.per_read if spread else \
             None if self.io_part is None else self.io_part * IO_NOISE_SHARE
         self.cache_at = {}  # MiB -> its setting: the cache verdict's size is weighed once
-
-    def own_management(self, measured):
-        """A cached run's management a miss from its log (printed to 1 ms: +- half of it), or
-        None."""
-        managed = measured.get("cache_mgmt_ms_per_token")
-        if managed is None or not self.own.misses:
-            return None
-        return management_cost([(managed, self.own.misses / self.per_read)])  # per generated
 
     def saving(self, config, name, value):
         """What a change to `config` (name=value) is Said to save, or None when the model

@@ -4300,16 +4300,6 @@ class TokenModel:
                    self.fit.get("quiet_spread_ms") or 0.0)
 
 
-def narrowing_run(kinds, name, value, fit):
-    """The run that would narrow a band too wide to be known: one at the setting itself when
-    its kind was never held out or missed widely, else quieter repeats of the base."""
-    errors = (fit or {}).get("errors_ms") or {}
-    spread = (fit or {}).get("quiet_spread_ms") or 0.0
-    if all(kind in errors for kind in kinds) and spread >= max(errors[kind] for kind in kinds):
-        return "repeat the base run on a quiet machine (its repeats' spread is the band)"
-    return f"run {name}={value} once"
-
-
 def whole_decode(report):
     selection = report["selection"]
     return report["phase"] == "decode" and not selection["turns"] and \
@@ -4479,9 +4469,14 @@ class WhatIf:
             ": this run's I/O and cache management less the setting's at the fitted costs, +- "
             "the largest error its leave-one-out saw for this kind of change (never below the "
             "quiet repeats' spread); compute is set aside")
-        if not known:
-            return Said(figure(None, None, None), method, band,
-                        narrowing_run(kinds, name, value, self.fit), parts)
+        if not known:  # what would narrow it: a run at the setting itself when its kind was
+            # never held out or missed widely, else quieter repeats of the base
+            errors, spread = self.fit.get("errors_ms") or {}, self.fit.get("quiet_spread_ms")
+            quieter = all(kind in errors for kind in kinds) and \
+                (spread or 0.0) >= max(errors[kind] for kind in kinds)
+            return Said(figure(None, None, None), method, band, "repeat the base run on a quiet "
+                        "machine (its repeats' spread is the band)" if quieter else
+                        f"run {name}={value} once", parts)
         return Said(self.banded(point, point - half, point + half), method, band,
                     parts=parts)
 
@@ -4752,7 +4747,18 @@ class WhatIf:
             return [self.setting("prefetch", 1, {}, Said(figure(None, None, None),
                 "this run read nothing speculatively: only a prefetch run's own trace shows "
                 "what prefetching fetches and how much of it the router then uses"))]
-        experts, routed = speculative_use(self.lookups)
+        # its speculatively read experts, and of them those routed at that token run or the next
+        lookups = self.lookups
+        ends = list(islice(lookups.token_starts, 1, None)) + [len(lookups.items)]
+        routed_in = {}
+
+        def routed_at(run):
+            if run not in routed_in and run < len(ends):
+                routed_in[run] = set(lookups.items[lookups.token_starts[run]:ends[run]])
+            return routed_in.get(run, set())
+        experts = len(lookups.speculative)
+        routed = sum(1 for run, item in lookups.speculative
+                     if item in routed_at(run) or item in routed_at(run + 1))
         saved_max = spec["mib_per_token"] * self.ms_per_mib if self.ms_per_mib else None
         return [self.setting("prefetch", 0, {
             "mib_per_token": figure(self.report["mib_per_token"] - spec["mib_per_token"]),
@@ -4799,7 +4805,15 @@ class WhatIf:
         chosen = [setting for offered in WHAT_IF_SETTINGS.values()
                   for setting in offered(self, asked)]
         pair = self.pair_setting(chosen)
-        return sorted(chosen + ([pair] if pair else []), key=setting_rank)
+        def rank(setting):  # by the conservative end of its band, largest first (what it
+            # saves for sure); those without a lower bound after them, by their point, else
+            # their upper bound
+            saved = setting["ms_per_token_saved"]
+            if saved["min"] is not None:
+                return (0, -saved["min"])
+            hope = saved["point"] if saved["point"] is not None else saved["max"]
+            return (1, -hope if hope is not None else math.inf)
+        return sorted(chosen + ([pair] if pair else []), key=rank)
 
     def report_of(self, asked):
         meta = self.report["meta"]
@@ -4827,30 +4841,6 @@ class WhatIf:
 WHAT_IF_SETTINGS = {"cache_mb": WhatIf.cache_settings, "o_direct": WhatIf.o_direct_settings,
                     "io_threads": WhatIf.lanes_settings, "overlap": WhatIf.overlap_settings,
                     "coalesce": WhatIf.coalesce_settings, "prefetch": WhatIf.prefetch_settings}
-
-
-def setting_rank(setting):
-    """By the conservative end of its band, largest first (what it saves for sure); those
-    without a lower bound after them, by their point, else their upper bound."""
-    saved = setting["ms_per_token_saved"]
-    if saved["min"] is not None:
-        return (0, -saved["min"])
-    hope = saved["point"] if saved["point"] is not None else saved["max"]
-    return (1, -hope if hope is not None else math.inf)
-
-
-def speculative_use(lookups):
-    """(speculatively read experts, of them routed at that token run or the next)."""
-    ends = list(islice(lookups.token_starts, 1, None)) + [len(lookups.items)]
-    routed_in = {}
-
-    def routed(run):
-        if run not in routed_in and run < len(ends):
-            routed_in[run] = set(lookups.items[lookups.token_starts[run]:ends[run]])
-        return routed_in.get(run, set())
-    used = sum(1 for run, item in lookups.speculative
-               if item in routed(run) or item in routed(run + 1))
-    return len(lookups.speculative), used
 
 
 # ── io: the report ───────────────────────────────────────────────────────────────────────────────

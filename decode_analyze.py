@@ -7042,9 +7042,11 @@ def with_engine_log(report, log, warn):
                  f"traces' turn {turn['trace_turn']} {turn['tool_' + name]:.4g} (beyond "
                  f"{ENGINE_TOLERANCE:.0%}): turns out of order, or another run's?")
     logged = {turn["trace_turn"] for turn in engine["turns"]} if engine else set()
-    traced = {token["turn"] for half in report_halves(report).values()
-              if half["phase"] == "decode" for token in half["per_token"]}
-    unlogged = sorted(traced - logged) if logged else []
+    # the turns the traces decoded, asked only of a log with turns: a token row is made on
+    # demand, with its p99 read latency
+    unlogged = sorted({token["turn"] for half in report_halves(report).values()
+                       if half["phase"] == "decode" for token in half["per_token"]}
+                      - logged) if logged else []
     if unlogged:
         warn(f"{log.path}: the traces' turn(s) {', '.join(map(str, unlogged))} have no turn "
              f"line in the log: nothing of them is compared (a log of another session, or "

@@ -294,3 +294,17 @@ def test_a_number_with_thousands_separators_is_said_not_understood(tmp_path, fig
     log.write_text(f"turn id=1: generated=64 n_prompt=64 n_past=128 cache_hit=13.2% {figures}\n")
     read = decode_analyze.read_engine_log(str(log))
     assert read.turns == [] and [lead for _, lead, _ in read.unread] == ["turn id="]
+
+
+def test_a_run_without_a_log_makes_no_token_row(monkeypatch, tmp_path):
+    """The traced turns are asked of a log that has turns only: a token's row is made on
+    demand (its p99 read latency sorted out of its reads), and a run without a log once made
+    every token's to compare with no turn: 2% of an io run's instructions."""
+    trace = tmp_path / "io.csv"  # no log beside it
+    trace.write_bytes((DATA / "qwen3moe-l4-io-serial.csv").read_bytes())
+    made = []
+    row = decode_analyze.io_token_row
+    monkeypatch.setattr(decode_analyze, "io_token_row",
+                        lambda *args: made.append(1) or row(*args))
+    assert run("io", trace).code == 0
+    assert len(made) == decode_analyze.SLOWEST  # the heaviest tokens' rows alone

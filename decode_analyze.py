@@ -5792,6 +5792,17 @@ def pair_report(compute, io, measured=None):
         return categories.get(name, {}).get("ms_per_token", 0.0) if categories else None
     wall = decoded_io_wall(io, tokens)
     split = engine_split(compute, io, measured or {}, wall.estimate)
+    io_layers = {row["layer"]: rescaled(row, IO_LAYER_ROW, n, per_decoded)
+                 for row in io["by_layer"]}
+    compute_layers = {row["layer"]: row for row in compute["by_layer"]}
+    by_layer = []  # compute and reads side by side, per decoded token
+    for layer in sorted(set(compute_layers) | set(io_layers)):
+        computed, read = compute_layers.get(layer, {}), io_layers.get(layer, {})
+        by_layer.append(PAIR_LAYER_ROW(
+            layer=layer, compute_ms_per_token=computed.get("ms_per_token", 0.0),
+            majflt_per_token=computed.get("majflt_per_token", 0.0),
+            reads_per_token=read.get("reads_per_token", 0.0),
+            mib_per_token=read.get("mib_per_token", 0.0)))
     pair = PAIR(
         tokens=n, tokens_without_reads=readers.missing(compute["per_token"]),
         per_position=per_position(compute, io, split, wall.estimate),
@@ -5806,7 +5817,7 @@ def pair_report(compute, io, measured=None):
         demand_vs_spec=[rescaled(row, KIND_ROW, n, per_decoded) for row in io["demand_vs_spec"]],
         adjacency=rescaled(io["adjacency"], ADJACENCY, n, per_decoded),
         read_split=read_split(compute["per_token"], readers),
-        by_layer=pair_layers(compute, io, n, per_decoded),
+        by_layer=by_layer,
         warnings=warnings + outlasting_warnings(split, compute["ms_per_token"]))
     what_if = io["what_if"]
     if what_if is not None and under_pressure(compute):  # no cache larger than the run's own:
@@ -6030,21 +6041,6 @@ def slow_stretch(per_token, walls, readers, idle_median):
                         tokens=len(stretch),
                         without_reads=sum(readers.find(row_token(t)) is None for t in stretch),
                         ms_per_token=sum(walls[best.start:best.stop]) / len(stretch))
-
-
-def pair_layers(compute, io, n, per_decoded):
-    io_layers = {row["layer"]: rescaled(row, IO_LAYER_ROW, n, per_decoded)
-                 for row in io["by_layer"]}
-    compute_layers = {row["layer"]: row for row in compute["by_layer"]}
-    rows = []
-    for layer in sorted(set(compute_layers) | set(io_layers)):
-        computed, read = compute_layers.get(layer, {}), io_layers.get(layer, {})
-        rows.append(PAIR_LAYER_ROW(
-            layer=layer, compute_ms_per_token=computed.get("ms_per_token", 0.0),
-            majflt_per_token=computed.get("majflt_per_token", 0.0),
-            reads_per_token=read.get("reads_per_token", 0.0),
-            mib_per_token=read.get("mib_per_token", 0.0)))
-    return rows
 
 
 def with_run_settings(compute, io):
@@ -6580,26 +6576,8 @@ def timeline_report(trace, fold, selection, io_trace=None, io_fold=None):
         spans = union(*zip(*windows)) if windows else ([], [])
         outside = OUTSIDE(read_busy_ms=(total_ns(reads) - total_ns(intersection(reads, spans)))
                           / NS_PER_MS)
-    return TIMELINE_REPORT(
-        schema=SCHEMA, tool_version=TOOL_VERSION, kind="timeline",
-        paths=[trace.name] + ([io_trace.name] if io_trace else []),
-        meta={**(io_trace.meta if io_trace else {}), **trace.meta}, phase=label,
-        selection=selection.as_dict(), decodes_count=len(decodes),
-        summary=timeline_summary(decodes), outside_decodes=outside, decodes=decodes)
-
-
-def span_ms(span):
-    return (span.end - span.start) / NS_PER_MS
-
-
-def total_ns(intervals):
-    starts, ends = intervals
-    return sum(map(sub, ends, starts))
-
-
-def timeline_summary(decodes):
-    """{figure: {p50, p99, total}} over the decodes (read_share's total: all read busy time
-    over all decode time); None for a figure no decode has."""
+    # {figure: {p50, p99, total}} over the decodes (read_share's total: all read busy time
+    # over all decode time); None for a figure no decode has
     summary = {}
     for key, _ in TIMELINE_FIGURES:
         values = [row[key] for row in decodes if row[key] is not None]
@@ -6610,7 +6588,21 @@ def timeline_summary(decodes):
         total = sum(values) if key != "read_share" else ratio(
             summary["read_busy_ms"]["total"], summary["decode_ms"]["total"])
         summary[key] = TIMELINE_STATS(p50=percentiles["p50"], p99=percentiles["p99"], total=total)
-    return summary
+    return TIMELINE_REPORT(
+        schema=SCHEMA, tool_version=TOOL_VERSION, kind="timeline",
+        paths=[trace.name] + ([io_trace.name] if io_trace else []),
+        meta={**(io_trace.meta if io_trace else {}), **trace.meta}, phase=label,
+        selection=selection.as_dict(), decodes_count=len(decodes),
+        summary=summary, outside_decodes=outside, decodes=decodes)
+
+
+def span_ms(span):
+    return (span.end - span.start) / NS_PER_MS
+
+
+def total_ns(intervals):
+    starts, ends = intervals
+    return sum(map(sub, ends, starts))
 
 
 # ── timeline: its text and Markdown sections ─────────────────────────────────────────────────────
@@ -10384,24 +10376,6 @@ DIFF_SIDE_BY_SIDE = {"compute": (("ms per token by op", "ms per token by segment
                      "io": (("MiB per token by lane",), "MiB per token")}
 
 
-def diff_panels(report, start):
-    """Each part's headline as every side's runs in points, then (io) each side's read latency
-    histogram, then the table rows with the largest change, base and new side by side."""
-    panels = []
-    sides = group_names([side["name"] for side in report["sides"]])
-    for section in report["sections"]:
-        if section["title"].endswith(" headline"):
-            panels.append(runs_panel(start + len(panels), section, sides))
-    if report["latency_hist"]:
-        panels.append(histograms_overlaid(start + len(panels), report["latency_hist"], sides))
-    for part, (titles, unit) in DIFF_SIDE_BY_SIDE.items():
-        section = next((section for title in titles for section in report["sections"]
-                        if section["title"] == title and len(section["rows"]) > 1), None)
-        if section:
-            panels.append(side_by_side(start + len(panels), section, sides, unit))
-    return panels
-
-
 RUN_FIGURES = 8  # a headline's figures drawn as runs, at most
 
 
@@ -10495,7 +10469,21 @@ def diff_pictures(report):
     """The diff's panels, its sides named by their run's path, or by their name and runs:
     `base (4 runs) vs new (4 runs)`."""
     first_path = {source["side"]: str(source["path"]) for source in reversed(report["inputs"])}
-    return diff_panels(report, 0), [
+    # each part's headline as every side's runs in points, then (io) each side's read latency
+    # histogram, then the table rows with the largest change, base and new side by side
+    panels = []
+    sides = group_names([side["name"] for side in report["sides"]])
+    for section in report["sections"]:
+        if section["title"].endswith(" headline"):
+            panels.append(runs_panel(len(panels), section, sides))
+    if report["latency_hist"]:
+        panels.append(histograms_overlaid(len(panels), report["latency_hist"], sides))
+    for part, (titles, unit) in DIFF_SIDE_BY_SIDE.items():
+        section = next((section for title in titles for section in report["sections"]
+                        if section["title"] == title and len(section["rows"]) > 1), None)
+        if section:
+            panels.append(side_by_side(len(panels), section, sides, unit))
+    return panels, [
         f"{side['name']} ({side['runs']} runs)" if side["runs"] > 1 else first_path[i]
         for i, side in enumerate(report["sides"])]
 

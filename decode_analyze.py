@@ -4450,7 +4450,7 @@ class WhatIf:
         if own is None or part is None:
             return None
         # the part the setting acts on, said beside it; overlapped, the part is the stall
-        parts = None if config.overlap else modelled[1:]
+        parts = None if config.overlap else (modelled.flash, modelled.management)
         kinds = tuple(name.split("+"))
         point = own - part.value
         half = self.model.validated_half(kinds)
@@ -4720,7 +4720,7 @@ class WhatIf:
         return self.setting("overlap", 0, {}, Said(
             self.banded(*model.values(), self.noise,
                         self.io_part if self.decode is None else self.decode), method, model=model,
-            parts=modelled[1:]))
+            parts=(modelled.flash, modelled.management)))
 
     def coalesce_settings(self, asked):
         """Touching requests merged, when --adjacent found the runs."""

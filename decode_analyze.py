@@ -4200,8 +4200,8 @@ IoPart = namedtuple("IoPart", "whole flash management")  # a token's, each Range
 # (None uncalibrated), the run that would narrow a band too wide, and the serial I/O part it
 # leaves: (flash I/O, cache management) as Ranged, None where the model gives none; and the
 # band from the model's error alone, where the machine's spread widened it.
-Said = namedtuple("Said", "saved method band narrow_with parts model",
-                  defaults=(None, None, None, None))
+Saving = namedtuple("Saving", "saved method band narrow_with parts model",
+                    defaults=(None, None, None, None))
 
 
 def ranged_of(cost):
@@ -4437,8 +4437,8 @@ class WhatIf:
             None if self.io_part is None else self.io_part * IO_NOISE_SHARE
         self.cache_at = {}  # MiB -> its setting: the cache verdict's size is weighed once
 
-    def saving(self, config, name, value):
-        """What a change to `config` (name=value) is Said to save, or None when the model
+    def saving_at(self, config, name, value):
+        """What a change to `config` (name=value) is Saving to save, or None when the model
         cannot say (no rate; overlapped without a fitted overlap factor).
         Calibrated: its point plus or minus the band validated_half gives, not known (no
         figure, the run that would narrow it) when wider than BAND_MOST_SHARE of the decode;
@@ -4456,7 +4456,7 @@ class WhatIf:
         half = self.model.validated_half(kinds)
         if half is None:  # the model's range, and the machine's spread beside it
             model = self.banded(point, own - part.high, own - part.low)
-            return Said(self.banded(*model.values(), self.noise, self.io_part),
+            return Saving(self.banded(*model.values(), self.noise, self.io_part),
                         UNCALIBRATED_METHOD, parts=parts, model=model)
         half *= self.per_read
         share = ratio(2 * half, self.decode)
@@ -4474,10 +4474,10 @@ class WhatIf:
             errors, spread = self.fit.get("errors_ms") or {}, self.fit.get("quiet_spread_ms")
             quieter = all(kind in errors for kind in kinds) and \
                 (spread or 0.0) >= max(errors[kind] for kind in kinds)
-            return Said(figure(None, None, None), method, band, "repeat the base run on a quiet "
+            return Saving(figure(None, None, None), method, band, "repeat the base run on a quiet "
                         "machine (its repeats' spread is the band)" if quieter else
                         f"run {name}={value} once", parts)
-        return Said(self.banded(point, point - half, point + half), method, band,
+        return Saving(self.banded(point, point - half, point + half), method, band,
                     parts=parts)
 
     def banded(self, point, low, high, noise=None, most=None):
@@ -4498,15 +4498,15 @@ class WhatIf:
         decode = math.inf if self.decode is None else self.decode
         return figure(*(None if end is None else min(end, decode) for end in (point, low, high)))
 
-    def setting(self, name, value, figures, said, fits=None):
-        if said.parts:  # the part the setting acts on, said beside what it saves
-            flash, management = said.parts
+    def setting(self, name, value, figures, saving, fits=None):
+        if saving.parts:  # the part the setting acts on, said beside what it saves
+            flash, management = saving.parts
             figures = {**figures, "flash_io_ms_per_token": figure(*flash),
                        "cache_mgmt_ms_per_token": figure(*management)}
         return WHAT_IF_SETTING(setting=name, value=value, figures=figures,
-                               ms_per_token_saved=said.saved, model_ms_per_token_saved=said.model,
-                               method=said.method, fits=fits, band=said.band,
-                               narrow_with=said.narrow_with)
+                               ms_per_token_saved=saving.saved,
+                               model_ms_per_token_saved=saving.model, method=saving.method,
+                               fits=fits, band=saving.band, narrow_with=saving.narrow_with)
 
     def modelled(self, name, value, figures, configs, method, fits=None):
         """A setting whose ms the token model gives: at one configuration, or, for a cache,
@@ -4514,33 +4514,33 @@ class WhatIf:
         None where unknown): the saving over that band, its point the middle's. Uncalibrated
         under overlap, only bounds are honest: no point, at most the stall (none known:
         nothing), and at least as slow as the serial figure says."""
-        savings = [None if config is None else self.saving(config, name, value)
+        savings = [None if config is None else self.saving_at(config, name, value)
                    for config in configs]
         fewest, middle, most = savings * 3 if len(savings) == 1 else savings
-        said = None if fewest is None or most is None else middle or fewest
-        if said is not None and said.model is not None:  # the model's band, then widened
+        saving = None if fewest is None or most is None else middle or fewest
+        if saving is not None and saving.model is not None:  # the model's band, then widened
             model = figure(None if middle is None else middle.model["point"],
                            most.model["min"], fewest.model["max"])
-            said = said._replace(model=model, saved=self.banded(*model.values(), self.noise,
+            saving = saving._replace(model=model, saved=self.banded(*model.values(), self.noise,
                                                                 self.io_part))
-        elif said is not None and said.band["known"]:
-            said = said._replace(saved=figure(None if middle is None else middle.saved["point"],
+        elif saving is not None and saving.band["known"]:
+            saving = saving._replace(saved=figure(None if middle is None else middle.saved["point"],
                                               most.saved["min"], fewest.saved["max"]))
-        if said is not None and said.parts:  # each part over the MiB's band too
-            said = said._replace(parts=tuple(Ranged(
-                said.parts[index].value if middle else None,
+        if saving is not None and saving.parts:  # each part over the MiB's band too
+            saving = saving._replace(parts=tuple(Ranged(
+                saving.parts[index].value if middle else None,
                 min(one.parts[index].low for one in (fewest, most)),
                 max(one.parts[index].high for one in (fewest, most))) for index in (0, 1)))
-        if said is None:
-            return self.setting(name, value, figures, Said(
+        if saving is None:
+            return self.setting(name, value, figures, Saving(
                 figure(None, None, None), method + ". ms not predicted: no rate for it"), fits)
-        if self.cap != math.inf and said.band is None:
-            low = said.saved["min"]
-            said = said._replace(model=None, saved=figure(None, None, None) if self.cap is None
+        if self.cap != math.inf and saving.band is None:
+            low = saving.saved["min"]
+            saving = saving._replace(model=None, saved=figure(None, None, None) if self.cap is None
                                  else figure(None, None if low is None else min(0.0, low),
-                                             capped(said.saved["max"], self.cap)))
-        return self.setting(name, value, figures, said._replace(
-            method=f"{method}. {said.method}"), fits)
+                                             capped(saving.saved["max"], self.cap)))
+        return self.setting(name, value, figures, saving._replace(
+            method=f"{method}. {saving.method}"), fits)
 
     def fits(self, mib):
         """False when a cache of `mib` MiB exceeds a declared mem_limit_mb, else None."""
@@ -4641,14 +4641,14 @@ class WhatIf:
     def o_direct_settings(self, asked):
         """Buffered reads, for a run that read with O_DIRECT; O_DIRECT, for one that did not."""
         if self.report["meta"].get("o_direct") == "0":
-            return [self.setting("o_direct", 1, {}, Said(
+            return [self.setting("o_direct", 1, {}, Saving(
                 figure(None, None, None), "reads that bypass the page cache: what they cost is "
                 "the drive's, which a buffered run's trace does not measure; run o_direct=1 "
                 "once"))]
         if self.report["meta"].get("o_direct") != "1":
             return []
         return [self.setting("o_direct", 0, {
-            "mib_per_token": figure(Ratio(self.report["req_bytes"] / MIB, self.tokens))}, Said(
+            "mib_per_token": figure(Ratio(self.report["req_bytes"] / MIB, self.tokens))}, Saving(
             figure(None, None, self.io_most),
             "bytes exact: req_bytes, the alignment waste gone. Time depends on the page "
             "cache: a real run without O_DIRECT was served from it, 12x faster than any bound; "
@@ -4683,18 +4683,18 @@ class WhatIf:
         if threads and cores:
             full = threads >= cores
             low = -self.io_most if full else 0.0
-            said = (f"{threads} compute threads on {cores:g} cores: "
-                    + ("they fill them, so the readers compete with compute and the run may "
-                       "get slower, by up to its I/O" if full else
-                       "a core is left for the readers"))
+            cores_words = f"{threads} compute threads on {cores:g} cores: " + (
+                "they fill them, so the readers compete with compute and the run may get "
+                "slower, by up to its I/O" if full else "a core is left for the readers")
         else:
             low = None
-            said = ("no lower bound: when the compute threads fill the cores, the readers "
-                    "compete with them and the run gets slower (declare --set cores=N)")
-        return [self.setting("overlap", 1, {}, Said(figure(None, low, self.io_most),
+            cores_words = ("no lower bound: when the compute threads fill the cores, the "
+                           "readers compete with them and the run gets slower (declare --set "
+                           "cores=N)")
+        return [self.setting("overlap", 1, {}, Saving(figure(None, low, self.io_most),
             f"reads beside compute: at most the run's whole I/O hidden (the log's flash I/O, "
             f"else the I/O estimate; after a cache, what it leaves); real runs hid 20-60% of "
-            f"it, and on 2 cores one got 119 ms slower; {said}; run overlap=1 once"))]
+            f"it, and on 2 cores one got 119 ms slower; {cores_words}; run overlap=1 once"))]
 
     def serial_setting(self):
         """overlap=0 on an overlapped run: from the fit's overlap factor; else the stall and
@@ -4711,13 +4711,13 @@ class WhatIf:
             "compute, slowed by readers beside it, falls to nothing (a real overlapped run "
             "on 2 cores saved 119.7 ms of 237: its compute went from 112 to 15 ms)")
         if self.cap is None or part is None:
-            return self.setting("overlap", 0, {}, Said(figure(None, None, None), method + (
+            return self.setting("overlap", 0, {}, Saving(figure(None, None, None), method + (
                 ". ms not predicted: no stall known (the log's moe-overlap line, or a v2 "
                 "trace's waits)")))
         own = self.cap + self.management
         model = figure(own - part.value, own - part.high,
                        None if self.decode is None else self.decode - part.low)
-        return self.setting("overlap", 0, {}, Said(
+        return self.setting("overlap", 0, {}, Saving(
             self.banded(*model.values(), self.noise,
                         self.io_part if self.decode is None else self.decode), method, model=model,
             parts=(modelled.flash, modelled.management)))
@@ -4732,7 +4732,7 @@ class WhatIf:
         most = merging_saves(self.report, self.estimate, ratio(self.report["reads"], runs.runs))
         return [self.setting("coalesce", 1, {
             "reads_per_token": figure(Ratio(runs.runs, self.tokens)),
-            "mib_per_token": figure(Ratio(merged / MIB, self.tokens))}, Said(
+            "mib_per_token": figure(Ratio(merged / MIB, self.tokens))}, Saving(
             figure(None, 0.0, capped(most, self.cap)),
             f"requests that touch or overlap merged into one read"
             f"{f' ({O_DIRECT_ALIGNMENT}-byte O_DIRECT windows)' if direct else ''}: fewer reads "
@@ -4744,7 +4744,7 @@ class WhatIf:
         own speculative reads cost and how many of them the router used."""
         spec = self.report["spec"]
         if self.report["meta"].get("prefetch") != "1" and not spec["reads"]:
-            return [self.setting("prefetch", 1, {}, Said(figure(None, None, None),
+            return [self.setting("prefetch", 1, {}, Saving(figure(None, None, None),
                 "this run read nothing speculatively: only a prefetch run's own trace shows "
                 "what prefetching fetches and how much of it the router then uses"))]
         # its speculatively read experts, and of them those routed at that token run or the next
@@ -4763,7 +4763,7 @@ class WhatIf:
         return [self.setting("prefetch", 0, {
             "mib_per_token": figure(self.report["mib_per_token"] - spec["mib_per_token"]),
             "speculative_mib_per_token": figure(spec["mib_per_token"]),
-            "useful_share": figure(ratio(routed, experts))}, Said(
+            "useful_share": figure(ratio(routed, experts))}, Saving(
             figure(None, None, saved_max),
             f"this run prefetched: off, its speculative reads go ({experts} experts, {routed} of "
             f"them routed at that token or the next, which would then be read on demand): at "
@@ -4784,10 +4784,11 @@ class WhatIf:
         for cache, lane in ((cache, lane) for cache in caches for lane in lanes):
             mib = cache["figures"]["mib_per_token"]["point"]
             config = self.cached_config(mib)._replace(lanes=lane["value"])
-            said = self.saving(config, "cache_mb+io_threads", f"{cache['value']}+{lane['value']}")
-            if said is None or said.band is None or not said.band["known"]:
+            saving = self.saving_at(config, "cache_mb+io_threads",
+                                    f"{cache['value']}+{lane['value']}")
+            if saving is None or saving.band is None or not saving.band["known"]:
                 continue
-            saved = said.saved
+            saved = saving.saved
             parts = [part["ms_per_token_saved"]["point"] or -math.inf for part in (cache, lane)]
             if saved["point"] > max(parts) and (best is None or saved["point"] >
                                                 best["ms_per_token_saved"]["point"]):
@@ -4795,7 +4796,7 @@ class WhatIf:
                                     {key: cache["figures"][key] for key in (
                                         "experts", "experts_share", "hit_share", "mib_per_token",
                                         "resident_mib") if key in cache["figures"]},
-                                    said._replace(method=f"both at once. {said.method}"),
+                                    saving._replace(method=f"both at once. {saving.method}"),
                                     cache["fits"])
         return best
 

@@ -1507,14 +1507,14 @@ def engine_blocks(report, view):
     odd = [row for row in rows if row["agrees"] in ("NO", "not alike")]  # what to look at
     agreeing = sum(row["agrees"] == "yes" for row in rows)
     unread = [name for line in engine.get("unread") or () for name in line["figures"]]
-    said = [f"  {agreeing} of {len(rows) + len(unread)} agree with the tool's"
+    words = [f"  {agreeing} of {len(rows) + len(unread)} agree with the tool's"
             + (f", {len(odd)} differ{'s' if len(odd) == 1 else ''} (above)" if odd else "")
             + "; the rest the tool derives or lacks: " + ", ".join(
                 row["figure"] for row in rows if row["agrees"] != "yes" and row not in odd)]
-    said += [f"  line {line['line']} of the log ({line['lead']}) not understood: "
+    words += [f"  line {line['line']} of the log ({line['lead']}) not understood: "
              f"{', '.join(line['figures'])} unread" for line in engine.get("unread") or ()]
     parts = [Full("every engine figure", Grid(table, rows), Grid(table, odd) if odd else None),
-             Prose(said)] if rows or unread else []
+             Prose(words)] if rows or unread else []
     turns = [f"  turn {turn['turn']} (trace {num(turn['trace_turn'], 'd', 'none')}): "
              f"{turn['generated']} generated" + (  # the traced count said where it differs
                  "" if turn.get("tool_generated") in (None, turn["generated"]) else
@@ -1560,12 +1560,12 @@ def engine_split_text(split, runs=1):
     stall = split.get("stall_ms_per_token")
     flash = split["flash_io_ms_per_token"]
     spec = ".0f" if runs == 1 else ".2f"
-    said = (f"decode {split['decode_ms_per_token']:{spec}} = compute "
+    words = (f"decode {split['decode_ms_per_token']:{spec}} = compute "
             f"{split['compute_ms_per_token']:{spec}} + cache mgmt "
             f"{split['cache_mgmt_ms_per_token']:{spec}} + flash I/O ")
-    said += f"{round(flash):.0f} ms (whole ms, as printed; flash I/O {flash:.2f} from MiB/s)" \
+    words += f"{round(flash):.0f} ms (whole ms, as printed; flash I/O {flash:.2f} from MiB/s)" \
         if runs == 1 else f"{flash:.2f} ms (means of the logs' figures)"
-    return said + ("" if stall is None else f"; stall {stall:{spec}} ms")
+    return words + ("" if stall is None else f"; stall {stall:{spec}} ms")
 
 
 # ── verdicts ─────────────────────────────────────────────────────────────────────────────────────
@@ -3974,13 +3974,13 @@ def cache_contradiction(report, reading):
     None: a cache that served lookups (1% or more) where no decode token is short of its
     experts, or no cache (no moe-cache line) where tokens are."""
     own, hit = report["run_cache"], (reading.measured or {}).get("hit_pct")
-    said = {setting.key: setting for setting in reversed(reading.settings)}  # first wins
-    if not own or "cache" in said and said["cache"].source == "declared":
+    stands = {setting.key: setting for setting in reversed(reading.settings)}  # first wins
+    if not own or "cache" in stands and stands["cache"].source == "declared":
         return None
     if not own["detected"] and hit and hit >= 1:
         return (f"the engine's log says a cache served {hit:g}% of the lookups, but every "
                 f"decode token of the trace reads all of its experts: no cache ran here")
-    if own["detected"] and "cache" in said and said["cache"].value == "0":
+    if own["detected"] and "cache" in stands and stands["cache"].value == "0":
         return ("the engine's log shows no cache (no moe-cache line), but decode tokens of the "
                 "trace read fewer experts than the router picks: a cache ran here")
     return None
@@ -4356,8 +4356,8 @@ def another_model(fitted, report, cache):
                                else abs(value - fitted[key]) > 0.01 * value)]
     if not differ:
         return None
-    said = ", ".join(f"{key} {fitted[key]}" for key in differ)
-    return (f"fitted on another model ({said}; this run: "
+    words = ", ".join(f"{key} {fitted[key]}" for key in differ)
+    return (f"fitted on another model ({words}; this run: "
             f"{', '.join(f'{key} {run[key]}' for key in differ)}): fit one on this model's "
             f"runs with summary --calibration-out")
 
@@ -5171,11 +5171,11 @@ def io_findings(report):
     elif (report["reuse"] or {}).get("judged"):  # a saved report before it: none
         # whether a cache of half the experts' footprint serves enough of the lookups: the
         # what-if's setting at that size (its stake is that setting's saving)
-        judged = report["reuse"]["judged"]
-        figures = judged["figures"]
+        half = report["reuse"]["judged"]
+        figures = half["figures"]
         hit = figures["hit_share"]["point"]
         verdicts.append(threshold_verdict("cache", past("cache", hit),
-            f"the engine's cache at --cache-mb {judged['value']:g} (half the experts' "
+            f"the engine's cache at --cache-mb {half['value']:g} (half the experts' "
             f"footprint: {figures['experts']['point']} experts) would serve {hit:.0%} of the "
             f"expert lookups"))
     return [v for v in verdicts if v]
@@ -5245,33 +5245,33 @@ def weighed_io_verdicts(io, wall, stakes, pair=None):
     """The io findings, those flagged weighed: flagged only when their remedy could save
     `stakes.threshold` of what it acts on; the pair's say replaces io's (all_verdicts)."""
     weighed = []
-    for judged in io_findings(io):
-        if judged["id"] not in AT_STAKE or not judged["flagged"]:
-            weighed.append(judged)
+    for finding in io_findings(io):
+        if finding["id"] not in AT_STAKE or not finding["flagged"]:
+            weighed.append(finding)
             continue
-        name, remedy, saving = AT_STAKE[judged["id"]]
-        _, _, why = judged["text"].partition(": ")
+        name, remedy, saving = AT_STAKE[finding["id"]]
+        _, _, why = finding["text"].partition(": ")
         if stakes.moot:
-            weighed.append(verdict(judged["id"], False, f"{name} not at stake: {stakes.moot}; "
+            weighed.append(verdict(finding["id"], False, f"{name} not at stake: {stakes.moot}; "
                                                         f"{why}"))
             continue
-        if judged["id"] == "cache" and stakes.pressure:  # beside MEMORY PRESSURE, not WORTHWHILE
+        if finding["id"] == "cache" and stakes.pressure:  # beside MEMORY PRESSURE, not WORTHWHILE
             weighed.append(verdict("cache", False,
                 f"no larger cache: memory pressure (above) shows the RAM short, and a cache "
                 f"takes RAM the weights need; {why}"))
             continue
         if stakes.cap is None:
-            weighed.append(verdict(judged["id"], None,
+            weighed.append(verdict(finding["id"], None,
                 f"{name} undetermined: {why}; overlap=1 ran the reads beside compute, so what "
                 f"{remedy} could save is at most the stall, which the engine's log gives "
                 f"(moe-overlap: give its NAME.log), not found here"))
             continue
-        weighed.append(stake_verdict(judged, name, remedy,
+        weighed.append(stake_verdict(finding, name, remedy,
                                      saving(io, wall, (pair or io)["tokens"]), stakes, pair))
     return weighed
 
 
-def stake_verdict(judged, name, remedy, saving, stakes, pair):
+def stake_verdict(finding, name, remedy, saving, stakes, pair):
     """A flagged finding, flagged still when its remedy's saving (at most the overlap's stall)
     is at least the threshold of the whole; else not at stake, or undetermined when memory
     pressure inflates the whole."""
@@ -5282,15 +5282,15 @@ def stake_verdict(judged, name, remedy, saving, stakes, pair):
     per_position = per_position_words(pair, at_most, stakes.whole_ms) if pair else ""
     stake = (f"{remedy} could save at most {at_most:.2f} ms{stalled} of {stakes.whole}"
              f"{per_position} ({num(share, '.1%')}")
-    _, _, why = judged["text"].partition(": ")
+    _, _, why = finding["text"].partition(": ")
     if share is None or share >= stakes.threshold:
-        return verdict(judged["id"], True, f"{judged['text']}; {stake}, >= "
+        return verdict(finding["id"], True, f"{finding['text']}; {stake}, >= "
                                            f"{stakes.threshold:.0%})")
     if stakes.pressure:
-        return verdict(judged["id"], None,
+        return verdict(finding["id"], None,
             f"{name} undetermined: {why}; {stake}, < {stakes.threshold:.0%}), but memory "
             f"pressure inflates the decode: judge it again once the pressure is relieved")
-    return verdict(judged["id"], False, f"{name} not at stake: {why}; but {stake}, < "
+    return verdict(finding["id"], False, f"{name} not at stake: {why}; but {stake}, < "
                                         f"{stakes.threshold:.0%} of it)")
 
 
@@ -5542,11 +5542,11 @@ def saving_text(saved):
         return (f"saves at least {low:.2f} ms" if low >= 0 else
                 f"costs at most {-low:.2f} ms") + " (no upper bound)"
     if point is not None:
-        said = f"saves {point:.2f} ms" if point >= 0 else f"costs {-point:.2f} ms"
+        words = f"saves {point:.2f} ms" if point >= 0 else f"costs {-point:.2f} ms"
         if low is None or high is None:  # a point with an end left open
-            return said + " (" + ("no lower bound" if low is None else f"at least {low:+.2f}") \
+            return words + " (" + ("no lower bound" if low is None else f"at least {low:+.2f}") \
                 + ", " + ("no upper bound" if high is None else f"at most {high:+.2f}") + ")"
-        return said + ("" if low == high else f" ({low:+.2f} to {high:+.2f})") + (
+        return words + ("" if low == high else f" ({low:+.2f} to {high:+.2f})") + (
             (" (uncertain: it may be slower)" if point >= 0 else
              " (uncertain: it may be faster)") if low is not None and high is not None
             and low < 0 < high else "")
@@ -6126,11 +6126,11 @@ def pair_verdicts(compute, io, pair, measured=None):
                     page_cache_words(io), under_pressure(compute))
     # the io trace is the expert streamer's: memory pressure's remedies are a streamed run's
     streamed = {**compute, "meta": {**compute["meta"], **io["meta"], "moe_stream": "1"}}
-    judged = [memory_verdict(streamed), io_bound_verdict(pair, stakes),
-              router_pair_verdict(compute, pair, stakes),
-              read_split_verdict(pair, ran_overlapped(compute, io))]
+    own = [memory_verdict(streamed), io_bound_verdict(pair, stakes),
+           router_pair_verdict(compute, pair, stakes),
+           read_split_verdict(pair, ran_overlapped(compute, io))]
     weighed = weighed_io_verdicts(io, pair["io_wall_ms_per_token"], stakes, pair)
-    return ([v for v in judged if v] + [v for v in weighed if v["id"] in AT_STAKE],
+    return ([v for v in own if v] + [v for v in weighed if v["id"] in AT_STAKE],
             [v for v in weighed if v["id"] not in AT_STAKE])
 
 
@@ -6154,14 +6154,14 @@ def io_bound_verdict(pair, stakes):
             f"I/O share undetermined: overlap=1 ran the reads ({estimate:.2f} ms estimated) "
             f"beside compute, so what they cost the {decode:.2f} ms decode is the stall, which "
             f"the engine's log gives (moe-overlap), not found here")
-    said = "the engine's flash I/O" if logged else "the I/O estimate"
+    words = "the engine's flash I/O" if logged else "the I/O estimate"
     if stakes.cap == math.inf and flash > decode:  # warned: reads outlast a serial decode
         return verdict("io_bound", None,
-            f"I/O share undetermined: the reads' {flash:.2f} ms ({said}) outlast the "
+            f"I/O share undetermined: the reads' {flash:.2f} ms ({words}) outlast the "
             f"{decode:.2f} ms decode per token that waited for them (overlap=0): not one run's "
             f"pair, or not its latencies")
     cost = flash if stakes.cap == math.inf else stakes.cap  # the wait the reads caused
-    what = "the overlap's stall" if stakes.cap < math.inf else said
+    what = "the overlap's stall" if stakes.cap < math.inf else words
     share = ratio(cost, decode)
     return threshold_verdict("io_bound", share is not None and past("io_bound", share),
         f"the reads cost {cost:.2f} ms ({what}) of the {decode:.2f} ms decode per token",
@@ -7312,7 +7312,7 @@ def run_table(items, entry_of, warn, group):
                  f"once")
             continue
         seen.append(entry)
-        said = None  # why the run is apart from the first group of its configuration
+        words = None  # why the run is apart from the first group of its configuration
         for column, known, members, entries in groups if group else ():
             if column != entry.column or group != GROUP_COLUMN and not compatible(
                     known, entry.config):
@@ -7322,7 +7322,7 @@ def run_table(items, entry_of, warn, group):
                 if group == GROUP_REPEATS else None
             if apart:
                 first, *_ = entries
-                said = said or f"{first.name} and {entry.name}: one configuration, but " \
+                words = words or f"{first.name} and {entry.name}: one configuration, but " \
                     f"{apart}: not repeats, listed apart"
                 continue
             known.update(entry.config)
@@ -7331,8 +7331,8 @@ def run_table(items, entry_of, warn, group):
             break
         else:
             groups.append((entry.column, dict(entry.config), [item], [entry]))
-            if said:
-                warn(said)
+            if words:
+                warn(words)
     return [RunGroup(config, members) for _, config, members, _ in groups]
 
 
@@ -8191,7 +8191,7 @@ class DiffSide:
         return [view.parts[part] for view in self.views]
 
     @property
-    def said(self):
+    def named(self):
         """How a warning names it: its run's path, or its name when it has several."""
         first, *more = self.views
         return self.name if more else first.path
@@ -8334,10 +8334,10 @@ def diff_report(sides, alpha, test, gates=()):
     parts = [part for part in DIFF_PARTS if all(part in view.parts for view in runs)]
     changes = [side_changes(base, side, parts) for side in news]
     first_part, *_ = parts
-    warnings = [f"{side.said}: its runs differ in {key} ({value}): they are not repeats of one "
+    warnings = [f"{side.named}: its runs differ in {key} ({value}): they are not repeats of one "
                 f"configuration" for side in sides
                 for key, value in side.meta(first_part).items() if "|" in value]
-    warnings += [f"{side.said}: {c['key']} {c['new'] or '(none)'} is not the base's "
+    warnings += [f"{side.named}: {c['key']} {c['new'] or '(none)'} is not the base's "
                  f"{c['base'] or '(none)'}: different models compare poorly"
                  for side, found in zip(news, changes) for c in found if c["key"] in IDENTITY_KEYS]
     for part in parts:
@@ -8522,7 +8522,7 @@ def io_mode_warnings(sides):
                                                   if overlap == "1" else ESTIMATE_WORDS], ".2f")
                              for them, overlap in ((base, mode), (half, theirs)))
             warnings.append(
-                f"{side.said}: overlap {mode} -> {theirs}: the engine's own flash I/O figure is "
+                f"{side.named}: overlap {mode} -> {theirs}: the engine's own flash I/O figure is "
                 f"the I/O estimate when serial and lanes busy when overlapped ({before} -> "
                 f"{after} ms here), not one measure; compare the estimate with the estimate "
                 f"and lanes busy with lanes busy")
@@ -8788,9 +8788,9 @@ def diff_headline_blocks(report, view):
               for label, side in zip(labels, sides) if side["engine"]]
     lines += changed_lines(report, labels)
     for label, changes in zip(labels[1:], report["preamble_changes"]):
-        said = ", ".join(f"{c['key']} {c['base'] or '(none)'} -> {c['new'] or '(none)'}"
+        words = ", ".join(f"{c['key']} {c['base'] or '(none)'} -> {c['new'] or '(none)'}"
                          for c in changes) or "none"
-        lines.append(f"  settings that differ{'' if len(sides) == 2 else ' in ' + label}: {said}")
+        lines.append(f"  settings that differ{'' if len(sides) == 2 else ' in ' + label}: {words}")
     return [Block(f"headline (n={runs_text(report)})", [Prose(lines, "    ")])]
 
 
@@ -8894,9 +8894,9 @@ def diff_section_blocks(report, view):
                             [Prose(folded, "    ")]))
     same = [section["title"] for section in report["sections"] if section not in changed]
     if same:  # the tables with no change to show: one line for all of them
-        said = "no significant change" if any_tested(report["sections"]) else \
+        words = "no significant change" if any_tested(report["sections"]) else \
             "not tested, one run a side"
-        blocks.append(Block(None, [Prose([f"{said} (--full: each table): {', '.join(same)}"],
+        blocks.append(Block(None, [Prose([f"{words} (--full: each table): {', '.join(same)}"],
                                          "    ")]))
     return blocks
 
@@ -10603,8 +10603,8 @@ def weighed_io(path, reading, asked):
                      f"pass over it: give a file, not a pipe or stdin, for the stall")
     named = trace.meta.get("io_threads")
     if named != report["meta"].get("io_threads"):
-        said = "declared" if "io_threads" in report["settings"] else "in the preamble"
-        reading.warn(f"{trace.name}: io_threads={named} {said}, but the trace read on "
+        words = "declared" if "io_threads" in report["settings"] else "in the preamble"
+        reading.warn(f"{trace.name}: io_threads={named} {words}, but the trace read on "
                      f"{counted(report['lanes'], 'lane')}: the trace's lanes stand")
     # The settings the trace shows: whether the run had a cache (with --cache or --what-if),
     # and prefetch, when it read speculatively: that is prefetching, whatever was written or
@@ -11458,11 +11458,11 @@ class Warnings:
     """Collects warnings for stderr (and the JSON report), each said once."""
 
     def __init__(self, stream):
-        self.stream, self.said = stream, []
+        self.stream, self.messages = stream, []
 
     def __call__(self, message):
-        if message not in self.said:
-            self.said.append(message)
+        if message not in self.messages:
+            self.messages.append(message)
             say(self.stream, f"warning: {message}")
 
 
@@ -11528,7 +11528,7 @@ def run(args, out, warn):
     report = command.analyze(args, reading)
     if "engine" in KINDS[report["kind"]].record.names:
         report = with_engine_log(report, log, warn)
-    report["warnings"] = list(warn.said)  # diff's own among them: analyze_diff says each
+    report["warnings"] = list(warn.messages)  # diff's own among them: analyze_diff says each
     write_pictures(args, report, paths, reading)
     view = View(args.top, args.layers or args.full, args.ascii, args.wide, args.explain,
                 args.full)

@@ -8810,27 +8810,30 @@ def decode_lines(report, labels):
     return lines
 
 
-Moved = namedtuple("Moved", "title name change")  # a row's change against one NEW
+Moved = namedtuple("Moved", "title name base change")  # a row's change against one NEW
 
 
 def changed_lines(report, labels):
-    """The figures that changed significantly against each NEW, largest first; without a
-    test, that none was tested."""
+    """The figures that changed significantly against each NEW, largest first (a figure that
+    was 0 has no ratio: its change is the largest, shown as base -> new); without a test, that
+    none was tested."""
     lines = []
     for index, label in enumerate(labels[1:]):
-        found = [Moved(section["title"], row["name"], row["changes"][index])
+        found = [Moved(section["title"], row["name"], row["base"], row["changes"][index])
                  for section in report["sections"] for row in section["rows"]]
         tested = [one for one in found if one.change["significant"] is not None]
         moved = sorted((one for one in tested if one.change["significant"]), key=lambda one: (
-            not one.title.endswith(" headline"), -abs(math.log(one.change["ratio"] or 1.0))))
+            not one.title.endswith(" headline"), -math.inf if one.change["ratio"] is None else
+            -abs(math.log(one.change["ratio"] or 1.0))))
         who = "" if len(labels) == 2 else f" ({label})"
         if not tested:
             lines.append(f"  changed significantly{who}: not tested (one run a side: repeat "
                          f"each {report['runs_to_decide']} times at least to test)")
             continue
-        shown = [f"{name if title.endswith(' headline') else f'{title} ({name})'} "
-                 f"{times(change['ratio'], '.2f')}" for title, name, change in
-                 moved[:SIGNIFICANT_SHOWN]]
+        shown = [f"{name if title.endswith(' headline') else f'{title} ({name})'} " + (
+                     f"{figure_text(base)} -> {figure_text(change['new'])}"
+                     if change["ratio"] is None else times(change["ratio"], ".2f"))
+                 for title, name, base, change in moved[:SIGNIFICANT_SHOWN]]
         more = len(moved) - len(shown)
         lines.append(f"  changed significantly{who}: " + (
             "; ".join(shown) + (f"; and {more} more" if more else "") if shown else

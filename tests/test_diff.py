@@ -668,3 +668,20 @@ def test_a_48_layer_diff_is_the_answer_first_and_a_screen_long(tmp_path, monkeyp
     assert any(line.startswith("did the prediction hold?") for line in lines[:40])
     assert any(line.startswith("  reads per token by layer: 48 layers, ") for line in lines)
     assert "reads per token by layer" in full and len(lines) < len(full) / 2
+
+
+def test_a_figure_that_was_zero_is_named_first_among_the_changes():
+    """Cache management went from 0 to 19 ms a token between the shared 48-layer serial repeats
+    and their 256 MiB repeats (p 0.029): a change from 0 has no ratio, and was sorted as no
+    change at all, 105th of the significant ones, so the headline named neither it nor
+    compute. It is the largest, shown as base -> new."""
+    def row(name, base, new, ratio, p):
+        return {"name": name, "base": base, "changes": [
+            {"new": new, "ratio": ratio, "p": p, "significant": p < 0.05}]}
+    report = {"runs_to_decide": 4, "sections": [{"title": "pair headline", "rows": [
+        row("compute ms", 8.54, 10.54, 1.23, 0.2),
+        row("MiB per decoded token", 76.5, 60.5, 0.79, 0.029),
+        row("cache management ms per decoded token", 0.0, 19.25, None, 0.029)]}]}
+    line, = decode_analyze.changed_lines(report, ["base", "new"])
+    assert line == ("  changed significantly: cache management ms per decoded token 0.000 -> "
+                    "19.25; MiB per decoded token 0.79x")

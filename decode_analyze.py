@@ -9028,6 +9028,10 @@ SUMMARY_ROW = Record("summary row", "summary `runs` (one per configuration, or r
                              "pair; a cached one with its log; an overlapped one with its "
                              "stall)",
      Shown("compute", 2), PER_TOKEN),
+    ("cache_mgmt_ms_per_token", "the engine's split: its cache management per token, the log's "
+                                "(a pair; 0 without a cache; null where no log gives a cached "
+                                "run's; a column only where a run has some)",
+     Shown("mgmt", 2, "cache management ms per token"), PER_TOKEN),
     ("io_ms_per_token", "the I/O estimate per token (io: per read-token)",
      Shown("I/O est", 2), PER_TOKEN),
     ("mib_per_token", "MiB read per token", Shown("MiB", 2), PER_TOKEN),
@@ -9183,6 +9187,7 @@ def summary_figures(name, run, report):
         decode_ms_p50=compute["token_ms"]["p50"] if compute else None,
         decode_ms_p99=compute["token_ms"]["p99"] if compute else None,
         compute_ms_per_token=pair["compute_ms_per_token"] if pair else None,
+        cache_mgmt_ms_per_token=pair["cache_mgmt_ms_per_token"] if pair else None,
         io_ms_per_token=(pair or io)["io_wall_ms_per_token"]["estimate"] if io else None,
         mib_per_token=(pair["io_mib_per_token"] if pair else io["mib_per_token"]) if io else None,
         hit_share=hit,
@@ -9248,7 +9253,8 @@ SUMMARY_WIDTH = TEXT_WIDTH  # summary's table too fits a terminal and a bug repo
 # The columns that go first when the table is wider than that (--wide shows them all): the
 # percentiles and the engine's hit share say least beside the means and the engine's ms.
 SUMMARY_DROPPED_FIRST = ("decode_ms_p50", "decode_ms_p99", "engine_hit_share", "majflt_per_token",
-                         "positions_per_decode", "compute_ms_per_token", "tokens")
+                         "positions_per_decode", "compute_ms_per_token",
+                         "cache_mgmt_ms_per_token", "tokens")
 
 
 def summary_table(report, wide=False):
@@ -9279,7 +9285,8 @@ def summary_table(report, wide=False):
         fields.remove(dropped)
 
 
-HIDDEN_WHEN = {"n": 1}  # a column every row has at this value says nothing: one run each
+# a column every row has at this value says nothing: one run each, no cache managed
+HIDDEN_WHEN = {"n": 1, "cache_mgmt_ms_per_token": 0.0}
 
 
 def spread_column(field):

@@ -1,6 +1,7 @@
 """summary: one row per run, each row the run's own report's figures; runs paired by name or
 by CT+IO; the keys that tell runs apart; sorting; memory that does not grow with the runs."""
 import json
+import re
 import shutil
 
 
@@ -174,3 +175,27 @@ def test_a_run_whose_compute_a_load_inflated_is_flagged_loaded(tmp_path):
     assert len(rows) == 2 and len(loaded) == 1 and "busy" in loaded[0]
     assert rows[loaded[0]]["flagged"][0] == "loaded"
     assert "FLAGGED: loaded" in run("summary", *runs, "--no-engine-log").out
+
+
+def test_a_cached_runs_compute_and_management_are_its_logs():
+    """The engine's split in summary: compute and cache management apart, each within 10% or
+    the log's rounding of the log's, on the real cached runs: the 4-layer sweep's caches and a
+    48-layer run with 256 MiB. The log prints s/token to 3 decimals (+-0.5 ms a figure); its
+    compute is the remainder of three printed figures (decode less management and flash I/O),
+    so its rounding is theirs together, 1.5 ms."""
+    sweep = ROOT / "tests" / "data" / "sweep"
+    l48 = ROOT / "tests" / "data" / "l48-sweep" / "qwen3moe-l48-e128-cache256-rep1"
+    bases = [sweep / f"qwen3moe-l4-greedy-cache{mb}mb" for mb in (1, 2, 4)] + [l48]
+    rows = rows_of("--no-group", *(f"{base}-ct.csv+{base}-io.csv" + ("" if base.parent == sweep
+                                                                      else ".gz")
+                                   for base in bases))  # as given
+    assert len(rows) == len(bases)
+    for base, row in zip(bases, rows):
+        assert row["paths"][0].endswith(f"{base.name}-ct.csv")
+        line = next(line for line in base.with_suffix(".log").read_text().splitlines()
+                    if "moe-stream:" in line)
+        compute, managed = (float(re.search(rf"{name} ([0-9.]+)", line).group(1)) * 1000
+                            for name in (r"\(compute", "cache mgmt"))
+        for tool, engine, rounding in ((row["compute_ms_per_token"], compute, 1.5),
+                                       (row["cache_mgmt_ms_per_token"], managed, 0.5)):
+            assert abs(tool - engine) <= max(0.10 * engine, rounding), (base.name, tool, engine)

@@ -11326,8 +11326,9 @@ copied to a temporary file first.""",
             "granularity and every setting are equal are one row of n runs, each figure their "
             "mean ± their sd (--no-group: a row a run). A row shows the preamble keys "
             "that tell the runs apart, tokens, decode ms per token (mean, p50, p99), the "
-            "engine's split (compute, I/O estimate), MiB per token, the cache's hit share "
-            "where the preamble names its size, faults, and the flagged verdicts. A RUN is a "
+            "engine's split (compute, cache management, I/O estimate), MiB per token, the "
+            "cache's hit share where the preamble names its size, faults, and the flagged "
+            "verdicts. A RUN is a "
             "trace, a saved JSON report, CT+IO (one run's two traces), or a compute and an io "
             "trace among the RUNs whose names pair (ct.csv with io.csv, x.csv with x-io.csv).",
             (Input("runs", "run", "the runs: traces, saved reports, or CT+IO", "+"),),

@@ -4444,13 +4444,13 @@ class WhatIf:
         figure, the run that would narrow it) when wider than BAND_MOST_SHARE of the decode;
         uncalibrated: the range the default costs allow."""
         # uncalibrated overlap: the serial part, then capped
-        modelled = self.model.part(config._replace(overlap=config.overlap and
-                                                   self.model.overlap is not None))
-        own, part = self.io_part, modelled and modelled.whole
+        priced = self.model.part(config._replace(overlap=config.overlap and
+                                                 self.model.overlap is not None))
+        own, part = self.io_part, priced and priced.whole
         if own is None or part is None:
             return None
         # the part the setting acts on, said beside it; overlapped, the part is the stall
-        parts = None if config.overlap else (modelled.flash, modelled.management)
+        parts = None if config.overlap else (priced.flash, priced.management)
         kinds = tuple(name.split("+"))
         point = own - part.value
         half = self.model.validated_half(kinds)
@@ -4704,8 +4704,8 @@ class WhatIf:
         serial = self.own._replace(overlap=False)
         if self.model.overlap is not None:
             return self.modelled("overlap", 0, {}, [serial], "reads in series")
-        modelled = self.model.part(serial)
-        part, method = modelled and modelled.whole, (
+        priced = self.model.part(serial)
+        part, method = priced and priced.whole, (
             "reads in series: the stall and cache management now less the serial I/O part "
             "(the MiB at this run's ms per MiB, and management), compute held; at best "
             "compute, slowed by readers beside it, falls to nothing (a real overlapped run "
@@ -4720,7 +4720,7 @@ class WhatIf:
         return self.setting("overlap", 0, {}, Saving(
             self.banded(*model.values(), self.noise,
                         self.io_part if self.decode is None else self.decode), method, model=model,
-            parts=(modelled.flash, modelled.management)))
+            parts=(priced.flash, priced.management)))
 
     def coalesce_settings(self, asked):
         """Touching requests merged, when --adjacent found the runs."""

@@ -2,7 +2,8 @@
 """A seeded mutator over the real traces: cut, flip, inject bytes, bad numbers, odd CSV, line
 shuffles, speculative reads, sizes whose sums pass 2^64, io of prefill rows only, compression;
 and saved JSON reports with odd values put in; engine logs (NAME.log beside the case: mutated, appended, UTF-16,
-random bytes, hostile long lines), --set values good and bad, one run given several times (its
+random bytes, hostile long lines), --set values good and bad, the what-if's --calibration files
+(the repo's real fits, mutated as saved reports are), one run given several times (its
 path and a copy), and outputs aimed at an input. Every mutated file goes
 through every command of the registry (decode_analyze.COMMANDS: as each of its inputs in turn,
 beside a real partner; a mutated saved report through diff; diff's sides of runs, summary's
@@ -12,7 +13,7 @@ as text, JSON and Markdown, with the command's own switches at random, sometimes
 seed, so that a run fails the same way on every machine. What must hold for every case:
 
   - no exception escapes main(), and the exit status is 0 or 1 (2 for a --set value refused);
-  - no input (trace, copy, saved report, log) is written over;
+  - no input (trace, copy, saved report, log, calibration) is written over;
   - every stderr line starts with 'decode-analyze: '; a failure says exactly one line;
   - JSON output parses, Markdown fits one GitHub comment; no case takes more than CASE_SECONDS
     (a hang), nor more than SECONDS_PER_MB per MB of its inputs.
@@ -337,11 +338,15 @@ def runs(case, rng):
             declared = ["--set", rng.choice(SETTINGS)] if any(
                 each is decode_analyze.SET_OPTION for each in command.options) and \
                 rng.random() < 0.3 else []
+            # a calibration file, where the command's what-if takes one
+            calibrated = ["--calibration", str(case.calibration)] if any(
+                "--calibration" in each.flags for each in command.options) and \
+                rng.random() < 0.3 else []
             # an output aimed at the case's trace or its log: refused, as both are read
             over = ["-o", str(rng.choice([case.log, case.path]))] \
                 if case.path in inputs and rng.random() < 0.05 else []
             yield [command.name, *map(str, inputs), *switches, *case.options, *declared,
-                   *(over or (pictures if i == 0 else []))]
+                   *calibrated, *(over or (pictures if i == 0 else []))]
 
 
 class Case:
@@ -349,6 +354,7 @@ class Case:
         self.path, self.saved = keep / f"case-{number}.csv", keep / f"case-{number}.json"
         self.copy = keep / f"copy-{number}.csv"  # the case's bytes under another name
         self.log = keep / f"case-{number}.log"  # read as the case's NAME.log
+        self.calibration = keep / f"fit-{number}.json"
         self.partner = keep / "partner.csv"
         self.options = list(rng.choice(OPTIONS))
         self.pictures = rng.choice([[], ["--svg", str(keep / "out.svg")],
@@ -370,6 +376,7 @@ def main():
     names = sorted(originals)
     reports = saved_reports(originals, keep)
     logs = [path.read_bytes() for path in sorted((HERE / "data").glob("*.log"))]
+    fits = [path.read_text() for path in sorted((HERE / "data").glob("*/calibration.json"))]
     runs_made, failures = 0, []
     for number in range(args.first, args.first + args.cases):
         # Each case draws from its own generator: cases 0-399 are the same inputs whether one
@@ -382,7 +389,8 @@ def main():
         case.partner.write_bytes(originals[rng.choice(names)])
         case.saved.write_bytes(mutate_report(reports[rng.choice(names)], rng))
         case.log.write_bytes(engine_log(logs, rng))
-        inputs = (case.path, case.copy, case.partner, case.saved, case.log)
+        case.calibration.write_bytes(mutate_report(rng.choice(fits), rng))
+        inputs = (case.path, case.copy, case.partner, case.saved, case.log, case.calibration)
         for argv in runs(case, rng):
             runs_made += 1
             read = [arg for arg, last in zip(argv, [""] + argv) if last != "-o"]
@@ -392,7 +400,7 @@ def main():
                 failures.append({"case": number, "source": name, "argv": argv,
                                  "problem": problem[-2000:]})
         if not failures or failures[-1]["case"] != number:
-            for path in (case.path, case.saved, case.copy, case.log):
+            for path in (case.path, case.saved, case.copy, case.log, case.calibration):
                 path.unlink()
     if not failures and args.keep is None:  # nothing to reproduce: no folder left behind
         shutil.rmtree(keep, ignore_errors=True)

@@ -357,6 +357,12 @@ def meta_flag(meta, key):
     return {"0": 0, "1": 1}.get(meta.get(key))
 
 
+def overlapped(meta):
+    """Whether the run read beside compute: its one overlap setting, as the settings that
+    stand left it in the meta (a pair's io half holds the run's)."""
+    return meta.get("overlap") == "1"
+
+
 FIGURE_LIMIT = 1e15  # no figure of a real run comes near; past it, a saved report was edited
 FIGURE_LEAST = 1e-9  # nor is a fit's figure this small but 0 (1e-320 MiB gave an infinite rate)
 
@@ -3640,7 +3646,7 @@ def with_trace_stall(path, reading):
     if "stall_ms_per_token" in measured or trace_io.read_once(path):
         return reading  # a pipe's head would be gone (weighed_io says the stall needs a file)
     with Trace(path) as trace:
-        if "kind" not in trace.columns or trace.meta.get("overlap") != "1":
+        if "kind" not in trace.columns or not overlapped(trace.meta):
             return reading
     quiet = reading._replace(warn=None)  # the reads' own pass says what is wrong with the file
     _, fold = fold_file(path, IO_WAITS, lambda: WaitFold(reading.selection),
@@ -4152,7 +4158,7 @@ def overlap_cap(meta, measured, tokens):
     over (a trace's waits: per token that read or waited, `stall_tokens`; the log's: per
     generated token, `tokens`), spread over the report's tokens (its read-tokens, or a pair's
     decoded tokens)."""
-    if meta.get("overlap") != "1":
+    if not overlapped(meta):
         return math.inf
     stall = measured.get("stall_ms_per_token")
     if stall is None:
@@ -4327,7 +4333,7 @@ def logged_flash_io(io, measured):
     layer that read). The engine timed the wait the latencies only estimate; else None, and
     the estimate stands."""
     flash = (measured or {}).get("flash_io_ms_per_token")
-    if flash is None or io["meta"].get("overlap") == "1" or not io["tokens"] or \
+    if flash is None or overlapped(io["meta"]) or not io["tokens"] or \
             not whole_decode(io):
         return None
     generated = logged_tokens(measured.get("tokens"), io["tokens"])
@@ -4415,7 +4421,7 @@ class WhatIf:
                           meta_int(report["meta"], "io_threads") or report["lanes"], cached,
                           misses_of(report["mib_per_token"], cache.expert_bytes / MIB)
                           if cached else 0.0,
-                          report["meta"].get("overlap") == "1")
+                          overlapped(report["meta"]))
         # a cached run's management a miss, from its log (per generated token, printed to 1 ms)
         managed = measured.get("cache_mgmt_ms_per_token")
         self.model = TokenModel(self.fit, self.own, ratio(self.io_ms, report["mib_per_token"]),
@@ -4673,7 +4679,7 @@ class WhatIf:
     def overlap_settings(self, asked):
         """Reads beside compute, for a run that read in series; in series, for one that
         overlapped."""
-        if self.report["meta"].get("overlap") == "1":
+        if overlapped(self.report["meta"]):
             return [self.serial_setting()]
         if self.model.overlap is not None:
             return [self.modelled("overlap", 1, {}, [self.own._replace(overlap=True)],
@@ -5342,7 +5348,7 @@ def io_range_text(figures, per):
     """A token's I/O time: the busiest-lane estimate, within the range a v1 trace allows, and
     the throughput; under overlap=1 the reads ran beside compute: read time, not a wait."""
     wall, rate = figures["io_wall_ms_per_token"], figures["throughput_mib_per_s"]
-    what = "read time" if figures["meta"].get("overlap") == "1" else "I/O"
+    what = "read time" if overlapped(figures["meta"]) else "I/O"
     estimate = num(wall.get("estimate"), ".2f")
     head = (f"{what}{' ' + per if per else ''}: {estimate} ms estimated (per layer, its "
             f"busiest lane)")
@@ -5857,17 +5863,17 @@ def engine_split(compute, io, measured, estimate):
         positions = decodes["positions"] if decodes["speculative"] and decodes["positions"] \
             else n
         management = per(management, n, positions / n)
-    overlapped = ran_overlapped(compute, io)
-    logged = None if overlapped else logged_flash_io(io, measured)
-    flash = None if overlapped else estimate if logged is None else \
+    beside = overlapped(io["meta"])  # the reads ran beside compute
+    logged = None if beside else logged_flash_io(io, measured)
+    flash = None if beside else estimate if logged is None else \
         per(logged, n, io["tokens"] / n)
-    stall = overlap_cap({"overlap": "1"}, measured, n) if overlapped else None
-    wait = stall if overlapped else flash  # what the reads cost the decode
+    stall = overlap_cap({"overlap": "1"}, measured, n) if beside else None
+    wait = stall if beside else flash  # what the reads cost the decode
     known = None not in (management, wait) and wait + management <= decode
     return EngineSplit(
         compute_ms_per_token=decode - wait - management if known else None,
         cache_mgmt_ms_per_token=management, flash_io_ms_per_token=flash,
-        flash_io_source=None if overlapped else "I/O estimate" if logged is None else "log",
+        flash_io_source=None if beside else "I/O estimate" if logged is None else "log",
         stall_ms_per_token=stall, stall_source=None if stall is None else
         "io trace" if measured.get("stall_tokens") else "log")
 
@@ -5909,12 +5915,6 @@ def decoded_what_if(what_if, decoded, decode_ms):
                                                factor),
                                     "tokens": decoded},
             "settings": settings}
-
-
-def ran_overlapped(compute, io):
-    """Whether a pair's reads ran beside compute: the run's one overlap setting, which the io
-    half holds (it joined the compute preamble's where its own was silent)."""
-    return io["meta"].get("overlap") == "1"
 
 
 def per_position(compute, io, split, estimate):
@@ -6121,14 +6121,14 @@ def pair_verdicts(compute, io, pair, measured=None):
     judged here once: its verdicts at stake are the pair's, never weighed in I/O time too)."""
     decode = pair["decode_ms_per_token"]  # a remedy weighed against the decode, MATERIAL of it
     # the most the reads cost the decode: all of them serial, the split's stall overlapped
-    cap = pair["stall_ms_per_token"] if ran_overlapped(compute, io) else math.inf
+    cap = pair["stall_ms_per_token"] if overlapped(io["meta"]) else math.inf
     stakes = Stakes(decode, f"the {decode:.2f} ms decode per token", MATERIAL, cap,
                     page_cache_words(io), under_pressure(compute))
     # the io trace is the expert streamer's: memory pressure's remedies are a streamed run's
     streamed = {**compute, "meta": {**compute["meta"], **io["meta"], "moe_stream": "1"}}
     own = [memory_verdict(streamed), io_bound_verdict(pair, stakes),
            router_pair_verdict(compute, pair, stakes),
-           read_split_verdict(pair, ran_overlapped(compute, io))]
+           read_split_verdict(pair, overlapped(io["meta"]))]
     weighed = weighed_io_verdicts(io, pair["io_wall_ms_per_token"], stakes, pair)
     return ([v for v in own if v] + [v for v in weighed if v["id"] in AT_STAKE],
             [v for v in weighed if v["id"] not in AT_STAKE])
@@ -6300,7 +6300,7 @@ def per_decoded_blocks(report, view):
                        f" ms)")
         split = f"decode {decode:.2f} ms = compute {pair['compute_ms_per_token']:.2f} + " \
                 f"{managing}{io_part}; "
-    elif ran_overlapped(report["compute"], io):
+    elif overlapped(io["meta"]):
         split = (f"decode {decode:.2f} ms, reads beside it (overlap=1: their time is not "
                  f"subtracted; lanes busy {pair['io_busy_ms_per_token']:.2f} ms is what the "
                  f"engine counts as flash I/O then); ")
@@ -6868,12 +6868,12 @@ def tool_figures(report, generated=None):
         if decodes["speculative"]:
             figures["positions_per_decode"] = decodes["positions"] / decodes["decodes"]
     if io and whole_decode(io):
-        overlapped = io["meta"].get("overlap") == "1"
+        beside = overlapped(io["meta"])
         units = positions or logged_tokens(generated, io["tokens"]) or io["tokens"]
         per_unit = io["tokens"] / units
         # not speculative MiB: the prefetch run's spec=1 reads hold 0.2 MiB where its log
         # says 0.0, so the two count different things
-        io_ms = io["busy_ms_per_token"] if overlapped else io["io_wall_ms_per_token"]["estimate"]
+        io_ms = io["busy_ms_per_token"] if beside else io["io_wall_ms_per_token"]["estimate"]
         figures.update(read_mib=io["read_bytes"] / MIB,
                        mib_per_token=io["read_bytes"] / MIB / units,
                        flash_io_ms_per_token=per(io_ms, units, per_unit))
@@ -6950,7 +6950,7 @@ def unlike_sums(name, report, logged):
     found so (then shown, not compared); else None. logged: the log's {figure: EngineValue}."""
     io = report_halves(report).get("io")
     meta = io["meta"] if io else {}
-    if name == "flash_io_ms_per_token" and meta.get("overlap") == "1":
+    if name == "flash_io_ms_per_token" and overlapped(meta):
         # what an overlapped run did beside its reads that the engine times and its trace
         # does not
         beside = " and ".join(kind for kind, ran in (
@@ -7462,7 +7462,7 @@ def calibration_sample(name, report):
                         expert_mib=expert_mib or None)
     return checked_sample(Sample(
         name, identity, meta_int(meta, "io_threads") or io["lanes"], cached,
-        meta.get("overlap") == "1", mib,
+        overlapped(meta), mib,
         engine.get("flash_io_ms_per_token", pair["io_wall_ms_per_token"]["estimate"]),
         engine.get("cache_mgmt_ms_per_token"), misses_of(mib, expert_mib) if cached else 0.0,
         pair.get("compute_ms_per_token"), pair["decode_ms_per_token"], configuration(meta)))
@@ -10607,7 +10607,7 @@ def weighed_io(path, reading, asked):
                                            reading.per_lane), in_parts_if_it_may(reading))
     report = io_report(trace, fold, reading, join_settings(trace, reading), asked.what_if)
     if trace_io.read_once(path) and "kind" in trace.columns and \
-            trace.meta.get("overlap") == "1" and "stall_ms_per_token" not in (reading.measured
+            overlapped(trace.meta) and "stall_ms_per_token" not in (reading.measured
                                                                           or {}):
         reading.warn(f"{trace.name}: the stall this v2 trace's wait rows measure takes a second "
                      f"pass over it: give a file, not a pipe or stdin, for the stall")

@@ -1070,15 +1070,15 @@ def _token_key(line, positions, width):
 def _fold_part(path, part, columns, make_fold, skip_bad_rows, watch=None):
     """In a child: fold the rows of one part (watch: the Progress and the slot it counts
     into); what it returns travels back pickled."""
-    said = []
+    warnings = []
     try:
-        with Trace(path, skip_bad_rows, said.append, byte_range=part) as trace:
+        with Trace(path, skip_bad_rows, warnings.append, byte_range=part) as trace:
             fold = _fold_batches(trace.watched(*watch) if watch else trace, make_fold(),
                                  columns)
             fold.detach()
-            return "ok", (fold, trace.skipped, trace.first_skipped, said)
+            return "ok", (fold, trace.skipped, trace.first_skipped, warnings)
     except TraceError as problem:
-        return "error", (problem.path, problem.line, problem.message, said)
+        return "error", (problem.path, problem.line, problem.message, warnings)
 
 
 def _merge_part(trace, fold, outcome, part, refold):
@@ -1088,18 +1088,18 @@ def _merge_part(trace, fold, outcome, part, refold):
     warn = trace.warn
     status, payload = outcome or ("died", None)
     if status == "error":
-        path, line, message, said = payload
-        for message_said in said:
-            warn(message_said)
+        path, line, message, warnings = payload
+        for warning in warnings:
+            warn(warning)
         raise TraceError(path, line, message)
     if status == "ok":
-        later, skipped, first_skipped, said = payload
+        later, skipped, first_skipped, warnings = payload
     else:
         start, _ = part
         warn(f"{trace.name}: the process reading bytes {start}- of the file died; that part "
              f"was read again here")
-        later, skipped, first_skipped, said = refold(part)
-    for message in said:
+        later, skipped, first_skipped, warnings = refold(part)
+    for message in warnings:
         warn(message)
     trace.skipped += skipped
     trace.first_skipped = trace.first_skipped or first_skipped
@@ -1107,10 +1107,10 @@ def _merge_part(trace, fold, outcome, part, refold):
 
 
 def _refold(trace, columns, make_fold, part):
-    said = []
-    with Trace(trace.path, trace.skip_bad_rows, said.append, byte_range=part) as rest:
+    warnings = []
+    with Trace(trace.path, trace.skip_bad_rows, warnings.append, byte_range=part) as rest:
         later = _fold_batches(rest, make_fold(), columns)
-        return later, rest.skipped, rest.first_skipped, said
+        return later, rest.skipped, rest.first_skipped, warnings
 
 
 class Forked:

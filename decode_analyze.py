@@ -2560,28 +2560,25 @@ STEADY_FAULTING = 0.9  # ... or faults on this share of the decode tokens past e
 STEADY_TOKENS = 8  # at least this many such tokens: fewer say nothing of a steady state
 
 
-def under_pressure(compute):
+# Whether pages are evicted and read again, and the decode tokens past each turn's first
+# WARMUP_TOKENS and how many of those took major faults: decided once a run (memory_pressure)
+Pressure = namedtuple("Pressure", "flagged steady faulting")
+
+
+def memory_pressure(compute):
     """Pages are evicted and read again: many faults a token, or faults on (nearly) every
     decode token once the warm-up is past, whatever their count (a 64 MiB limit gave 48 a
-    token and a 19x slower run). A warm cache of weights faults in its first tokens only."""
-    if compute["majflt_per_token"] >= MEMORY_PRESSURE_FAULTS:
-        return True
-    steady, faulting = steady_tokens(compute)
-    return steady >= STEADY_TOKENS and faulting >= STEADY_FAULTING * steady
-
-
-def steady_tokens(compute):
-    """(how many decode tokens are past each turn's first WARMUP_TOKENS, how many of those
-    took major faults): counted, never held (a long session has hundreds of thousands)."""
-    if compute["phase"] != "decode":
-        return 0, 0
+    token and a 19x slower run). A warm cache of weights faults in its first tokens only. The
+    tokens are counted, never held (a long session has hundreds of thousands), in one pass."""
     seen, steady, faulting = Counter(), 0, 0
-    per_token = compute["per_token"]
+    per_token = compute["per_token"] if compute["phase"] == "decode" else ()
     for (turn, _, _), majflt in zip(token_keys(per_token), token_figure(per_token, "majflt")):
         seen[turn] += 1
         if seen[turn] > WARMUP_TOKENS:
             steady, faulting = steady + 1, faulting + bool(majflt)
-    return steady, faulting
+    flagged = compute["majflt_per_token"] >= MEMORY_PRESSURE_FAULTS or (
+        steady >= STEADY_TOKENS and faulting >= STEADY_FAULTING * steady)
+    return Pressure(flagged, steady, faulting)
 
 
 # ── compute: its verdicts ────────────────────────────────────────────────────────────────────────
@@ -2612,18 +2609,19 @@ def warmup_verdict(report):
     return threshold_verdict("warmup", flagged, head)
 
 
-def memory_verdict(report):
+def memory_verdict(report, pressure=None):
     """Pages of the weights do not stay in memory: named, its cost as a lower bound (the
-    faulting nodes' time: every op slows), and the remedies the run's mode allows."""
+    faulting nodes' time: every op slows), and the remedies the run's mode allows. pressure:
+    the run's Pressure, where its caller has it."""
     faults = report["majflt_per_token"]
     if not faults:
         return None  # no fault at all: fault_bound is not judged either
-    if not under_pressure(report):
+    flagged, steady, faulting = pressure or memory_pressure(report)
+    if not flagged:
         return verdict("memory_pressure", False,
             f"no memory pressure: {faults:.1f} major faults per token (< "
             f"{MEMORY_PRESSURE_FAULTS}), and not on {STEADY_FAULTING:.0%} of the tokens past "
             f"the warm-up")
-    steady, faulting = steady_tokens(report)
     return verdict("memory_pressure", True,
         f"MEMORY PRESSURE: {faults:.1f} major faults per token"
         + (f", on {faulting} of the {steady} decode tokens past the warm-up" if steady
@@ -5781,11 +5779,12 @@ PAIR_REPORT = Record("pair report", "`report`", (
 
 
 # ── pair: the two traces of one run ──────────────────────────────────────────────────────────────
-def pair_report(compute, io, measured=None):
+def pair_report(compute, io, measured, pressure):
     """Both reports of one traced run, and what only the pair can tell: I/O per decoded
     token (the compute trace knows every token, including those that read nothing), side by
     side with compute per layer, and the engine's split (measured: its log's figures, for
-    the cache management no trace times). Without its verdicts."""
+    the cache management no trace times; pressure: the run's memory Pressure). Without its
+    verdicts."""
     tokens, readers = TokenIndex(compute["per_token"]), TokenIndex(io["per_token"])
     warnings = pair_warnings(compute, io, tokens)
     compute = with_run_settings(compute, io)
@@ -5827,7 +5826,7 @@ def pair_report(compute, io, measured=None):
         by_layer=by_layer,
         warnings=warnings + outlasting_warnings(split, compute["ms_per_token"]))
     what_if = io["what_if"]
-    if what_if is not None and under_pressure(compute):  # no cache larger than the run's own:
+    if what_if is not None and pressure.flagged:  # no cache larger than the run's own:
         own = meta_number(io["meta"], "cache_mb") or 0  # a cache takes RAM the weights need
         what_if = {**what_if, "settings": [setting for setting in what_if["settings"]
                                            if setting["setting"] != "cache_mb"
@@ -6114,7 +6113,7 @@ READS_EXPLAIN = 0.5  # ... and the reads' own time must cover this share of the 
 MATERIAL = 0.05  # a pair: an I/O verdict is flagged when it could save this share of the decode
 
 
-def pair_verdicts(compute, io, pair, measured=None):
+def pair_verdicts(compute, io, pair, measured, pressure):
     """What only the pair can decide: whether the reads bound the decode, whether routing
     waits for them, whether the tokens that read are the slow ones, and whether the io
     verdicts are at stake in the decode; and the io trace's other verdicts (the io part's,
@@ -6123,10 +6122,10 @@ def pair_verdicts(compute, io, pair, measured=None):
     # the most the reads cost the decode: all of them serial, the split's stall overlapped
     cap = pair["stall_ms_per_token"] if overlapped(io["meta"]) else math.inf
     stakes = Stakes(decode, f"the {decode:.2f} ms decode per token", MATERIAL, cap,
-                    page_cache_words(io), under_pressure(compute))
+                    page_cache_words(io), pressure.flagged)
     # the io trace is the expert streamer's: memory pressure's remedies are a streamed run's
     streamed = {**compute, "meta": {**compute["meta"], **io["meta"], "moe_stream": "1"}}
-    own = [memory_verdict(streamed), io_bound_verdict(pair, stakes),
+    own = [memory_verdict(streamed, pressure), io_bound_verdict(pair, stakes),
            router_pair_verdict(compute, pair, stakes),
            read_split_verdict(pair, overlapped(io["meta"]))]
     weighed = weighed_io_verdicts(io, pair["io_wall_ms_per_token"], stakes, pair)
@@ -10666,9 +10665,10 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
         selection=reading.selection.paired()))
     if compute["phase"] != io["phase"]:  # a compute trace without decode rows: all, both
         io, measured = analyze_reads(io_path, reading)
-    report = pair_report(compute, io, measured)
+    pressure = memory_pressure(compute)  # decided once: the what-if and the verdicts read it
+    report = pair_report(compute, io, measured, pressure)
     report["pair"]["verdicts"], report["io"]["verdicts"] = pair_verdicts(
-        report["compute"], report["io"], report["pair"], measured)  # with the run's settings
+        report["compute"], report["io"], report["pair"], measured, pressure)  # run's settings
     for message in report["pair"]["warnings"]:
         reading.warn(message)
     return report

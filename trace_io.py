@@ -1089,18 +1089,17 @@ def _merge_part(trace, fold, outcome, part, refold):
     status, payload = outcome or ("died", None)
     if status == "error":
         path, line, message, warnings = payload
-        for warning in warnings:
-            warn(warning)
-        raise TraceError(path, line, message)
-    if status == "ok":
+    elif status == "ok":
         later, skipped, first_skipped, warnings = payload
     else:
         start, _ = part
         warn(f"{trace.name}: the process reading bytes {start}- of the file died; that part "
              f"was read again here")
         later, skipped, first_skipped, warnings = refold(part)
-    for message in warnings:
-        warn(message)
+    for warning in warnings:  # what the part said before it stopped, or when it was done
+        warn(warning)
+    if status == "error":
+        raise TraceError(path, line, message)
     trace.skipped += skipped
     trace.first_skipped = trace.first_skipped or first_skipped
     fold.merge(later)

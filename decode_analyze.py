@@ -4478,11 +4478,11 @@ class WhatIf:
             errors, spread = self.fit.get("errors_ms") or {}, self.fit.get("quiet_spread_ms")
             quieter = all(kind in errors for kind in kinds) and \
                 (spread or 0.0) >= max(errors[kind] for kind in kinds)
-            return Saving(figure(None, None, None), method, band, "repeat the base run on a quiet "
-                        "machine (its repeats' spread is the band)" if quieter else
-                        f"run {name}={value} once", parts)
+            return Saving(figure(None, None, None), method, band,
+                          "repeat the base run on a quiet machine (its repeats' spread is the "
+                          "band)" if quieter else f"run {name}={value} once", parts)
         return Saving(self.banded(point, point - half, point + half), method, band,
-                    parts=parts)
+                      parts=parts)
 
     def banded(self, point, low, high, noise=None, most=None):
         """A saving as a figure. Given `most` (a run's whole I/O part): with the machine's
@@ -4520,31 +4520,41 @@ class WhatIf:
         nothing), and at least as slow as the serial figure says."""
         savings = [None if config is None else self.saving_at(config, name, value)
                    for config in configs]
-        fewest, middle, most = savings * 3 if len(savings) == 1 else savings
-        saving = None if fewest is None or most is None else middle or fewest
-        if saving is not None and saving.model is not None:  # the model's band, then widened
-            model = figure(None if middle is None else middle.model["point"],
-                           most.model["min"], fewest.model["max"])
-            saving = saving._replace(model=model, saved=self.banded(*model.values(), self.noise,
-                                                                self.io_part))
-        elif saving is not None and saving.band["known"]:
-            saving = saving._replace(saved=figure(None if middle is None else middle.saved["point"],
-                                              most.saved["min"], fewest.saved["max"]))
-        if saving is not None and saving.parts:  # each part over the MiB's band too
-            saving = saving._replace(parts=tuple(Ranged(
-                saving.parts[index].value if middle else None,
-                min(one.parts[index].low for one in (fewest, most)),
-                max(one.parts[index].high for one in (fewest, most))) for index in (0, 1)))
+        saving, = savings if len(savings) == 1 else (self.over_band(*savings),)
         if saving is None:
             return self.setting(name, value, figures, Saving(
                 figure(None, None, None), method + ". ms not predicted: no rate for it"), fits)
         if self.cap != math.inf and saving.band is None:
             low = saving.saved["min"]
-            saving = saving._replace(model=None, saved=figure(None, None, None) if self.cap is None
-                                 else figure(None, None if low is None else min(0.0, low),
-                                             capped(saving.saved["max"], self.cap)))
+            saving = saving._replace(model=None, saved=figure(None, None, None)
+                                     if self.cap is None else
+                                     figure(None, None if low is None else min(0.0, low),
+                                            capped(saving.saved["max"], self.cap)))
         return self.setting(name, value, figures, saving._replace(
             method=f"{method}. {saving.method}"), fits)
+
+    def over_band(self, fewest, middle, most):
+        """One Saving over a cache's band of MiB: the savings at its fewest, middle and most
+        MiB a token (the middle None where unknown), its point the middle's; None where an
+        end is unknown."""
+        if fewest is None or most is None:
+            return None
+        saving = middle or fewest
+        if saving.model is not None:  # the model's band, then widened
+            model = figure(None if middle is None else middle.model["point"],
+                           most.model["min"], fewest.model["max"])
+            saving = saving._replace(model=model,
+                                     saved=self.banded(*model.values(), self.noise, self.io_part))
+        elif saving.band["known"]:
+            saving = saving._replace(saved=figure(
+                None if middle is None else middle.saved["point"], most.saved["min"],
+                fewest.saved["max"]))
+        if saving.parts:  # each part over the MiB's band too
+            saving = saving._replace(parts=tuple(Ranged(
+                saving.parts[index].value if middle else None,
+                min(one.parts[index].low for one in (fewest, most)),
+                max(one.parts[index].high for one in (fewest, most))) for index in (0, 1)))
+        return saving
 
     def fits(self, mib):
         """False when a cache of `mib` MiB exceeds a declared mem_limit_mb, else None."""

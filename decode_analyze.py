@@ -5290,8 +5290,9 @@ def stake_verdict(finding, name, remedy, saving, stakes, pair):
     is at least the threshold of the whole; else not at stake, or undetermined when memory
     pressure inflates the whole."""
     stalled = " (the overlap's stall)" if capped(saving, stakes.cap) < saving else ""
-    # a pair's: never past the decode (io's whole is its I/O, which a log's flash I/O passes)
-    at_most = max(0.0, min(capped(saving, stakes.cap), stakes.whole_ms if pair else math.inf))
+    # never past the whole it is a share of: the decode (a pair's), the I/O estimate (io's),
+    # which the what-if's band may pass where it reaches the log's flash I/O or the one-lane end
+    at_most = max(0.0, min(capped(saving, stakes.cap), stakes.whole_ms))
     share = ratio(at_most, stakes.whole_ms)
     per_position = per_position_words(pair, at_most, stakes.whole_ms) if pair else ""
     stake = (f"{remedy} could save at most {at_most:.2f} ms{stalled} of {stakes.whole}"
@@ -10597,8 +10598,12 @@ def asked_of(args):
 def analyze_io(path, reading, asked=IoOptions(True, True, None)):
     """Read, sum up and judge an io trace: its report dict."""
     report, measured = weighed_io(path, reading, asked)
-    estimate = report["io_wall_ms_per_token"]["estimate"]  # weighed in I/O time, IO_MATERIAL
-    stakes = Stakes(estimate, f"the {estimate:.2f} ms of I/O per read-token", IO_MATERIAL,
+    # weighed in I/O time (IO_MATERIAL), the part the what-if's settings act on: the log's
+    # flash I/O where it stands for the run's, else the trace's estimate
+    flash = logged_flash_io(report, measured)
+    whole, words = (report["io_wall_ms_per_token"]["estimate"], "I/O") if flash is None \
+        else (flash, "flash I/O (the engine's log)")
+    stakes = Stakes(whole, f"the {whole:.2f} ms of {words} per read-token", IO_MATERIAL,
                     overlap_cap(report["meta"], measured or {}, report["tokens"]),
                     page_cache_words(report), False)
     report["verdicts"] = weighed_io_verdicts(report, report["io_wall_ms_per_token"], stakes)
@@ -10610,11 +10615,17 @@ def weighed_io(path, reading, asked):
     pair in the decode), and what its reads were weighed against (the log's figures, or the
     trace's waits), which a pair weighs again per decoded token: one pass over the waits."""
     reading = with_trace_stall(path, reading)
-    # with the expert lookups for the cache what-ifs
+    # with the expert lookups for the cache what-ifs, and whenever the log names the run's
+    # cache: only the lookups can refute it, and a refuted cache must not stand in this output
+    # while `report` drops it
+    lookups = asked.cache or any(setting.key == "cache" and setting.source == "log"
+                                 for setting in reading.settings)
     trace, fold = fold_file(path, IO_READ_EXTENTS if asked.adjacent else IO_READ,
-                            lambda: IoFold(reading.selection, asked.adjacent, asked.cache,
+                            lambda: IoFold(reading.selection, asked.adjacent, lookups,
                                            reading.per_lane), in_parts_if_it_may(reading))
     report = io_report(trace, fold, reading, join_settings(trace, reading), asked.what_if)
+    if not asked.cache:  # looked up for the log's cache alone: the curve and its verdict are
+        report["reuse"] = None  # --cache's
     if trace_io.read_once(path) and "kind" in trace.columns and \
             overlapped(trace.meta) and "stall_ms_per_token" not in (reading.measured
                                                                           or {}):

@@ -116,6 +116,20 @@ def test_a_logs_cache_the_trace_refutes_is_dropped_from_both_halves(tmp_path):
     agree(found, "cache", "0")
 
 
+def test_io_alone_drops_a_logs_cache_its_trace_refutes_as_report_does(tmp_path):
+    """Bug: `io` without --cache or --what-if collected no expert lookups, so it could not
+    refute a log's cache: its header said cache=1 (log) where `report` of the same run said
+    cache=0 (trace)."""
+    (tmp_path / "run-io.csv").write_bytes(SERIAL.read_bytes())
+    (tmp_path / "run-io.log").write_bytes(PREFETCH_LOG.read_bytes())  # a 27.6% hit cache
+    alone = run("io", tmp_path / "run-io.csv", "--format", "json")
+    assert alone.err.count("no cache ran here") == 1
+    meta = alone.json["meta"]
+    assert (meta.get("cache"), "cache_mb" in meta) == ("0", False)
+    assert alone.json["settings"]["cache"]["source"] == "trace"
+    assert alone.json["reuse"] is None  # the curve and its verdict are still --cache's
+
+
 # The engine's split, one record: decode = compute + cache management + flash I/O
 CACHED = [TRACES / "l48-sweep" / f"qwen3moe-l48-e128-cache256-rep1-{part}"
           for part in ("ct.csv", "io.csv.gz")]  # its log: compute 9 + cache mgmt 18 + I/O 99

@@ -4911,10 +4911,12 @@ def throughput(mib, seconds):
     return ratio(mib, seconds)
 
 
-def io_report(trace, fold, reading, settings, asked=None):
+def io_report(trace, fold, reading, settings, asked=None, curve=True):
     """The whole io report as a plain dict (the JSON output; text is rendered from it),
     without its verdicts; `settings` the report's (those of the reading joined to the
-    preamble). asked: what the what-if tries (an Asked), None for no what-if."""
+    preamble). asked: what the what-if tries (an Asked), None for no what-if; curve: the
+    --cache curve and its verdict, where the lookups were folded (not when only to check
+    the log's cache)."""
     selection = reading.selection
     phases, label, tokens = selected_tokens(trace, fold.book, selection, fold.phases.keys())
     per = PerToken(len(tokens), None)
@@ -4976,7 +4978,7 @@ def io_report(trace, fold, reading, settings, asked=None):
         run_cache=None, reuse=None, what_if=None,
         **io_token_parts(tokens, fold.latencies, fold.per_lane))
     if fold.lookups is not None:
-        add_cache_what_ifs(report, fold, (chosen, phases), asked, reading)
+        add_cache_what_ifs(report, fold, (chosen, phases), asked, reading, curve)
     return report
 
 
@@ -5025,11 +5027,12 @@ def settled_cache(report, reading):
     return bool(gone)
 
 
-def add_cache_what_ifs(report, fold, selected, asked, reading):
-    """The report's `run_cache`, its `reuse` (the --cache curve) and, when asked for, its
-    `what_if`: all from the one expert cache model, of the selected (PhaseReads, phases). Where
-    the trace refutes what the log says of the run's cache, the trace's word stands: the log's
-    cache settings are dropped (said) before anything is weighed with them."""
+def add_cache_what_ifs(report, fold, selected, asked, reading, curve=True):
+    """The report's `run_cache`, its `reuse` (the --cache curve, with `curve`) and, when
+    asked for, its `what_if`: all from the one expert cache model, of the selected
+    (PhaseReads, phases). Where the trace refutes what the log says of the run's cache, the
+    trace's word stands: the log's cache settings are dropped (said) before anything is
+    weighed with them."""
     chosen, phases = selected
     measured = reading.measured
     cache = ExpertCache(fold.lookups, phases)
@@ -5047,6 +5050,8 @@ def add_cache_what_ifs(report, fold, selected, asked, reading):
         decoded[turn] = max(decoded.get(turn, 0), int(generated))
     if decoded:
         report["run_cache"] = recounted(report["run_cache"], decoded)
+    if not curve:
+        return
     cached = ran_cached(report)
     report["reuse"] = cache_curve(cache, fold.lookups, cached)
     if not report["tokens"]:  # a pair's io that read nothing in decode: no setting saves
@@ -10623,9 +10628,8 @@ def weighed_io(path, reading, asked):
     trace, fold = fold_file(path, IO_READ_EXTENTS if asked.adjacent else IO_READ,
                             lambda: IoFold(reading.selection, asked.adjacent, lookups,
                                            reading.per_lane), in_parts_if_it_may(reading))
-    report = io_report(trace, fold, reading, join_settings(trace, reading), asked.what_if)
-    if not asked.cache:  # looked up for the log's cache alone: the curve and its verdict are
-        report["reuse"] = None  # --cache's
+    report = io_report(trace, fold, reading, join_settings(trace, reading), asked.what_if,
+                       asked.cache)
     if trace_io.read_once(path) and "kind" in trace.columns and \
             overlapped(trace.meta) and "stall_ms_per_token" not in (reading.measured
                                                                           or {}):

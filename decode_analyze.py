@@ -41,8 +41,9 @@ sections above it:
   io            PhaseReads, IoFold (each layer's busiest lane and slowest read), ExpertLookups
                 and ExpertCache (the engine's cache, every size in one pass), TokenModel (a
                 token's flash I/O and cache management at any setting), WhatIf (what each
-                setting would buy: the model's band, never narrower than the machine's spread;
-                a calibration only where it validated itself, unused_because), best_changes,
+                setting would buy, per a token its view chooses: the model's band, never
+                narrower than the machine's spread; a calibration only where it validated
+                itself, unused_because), best_changes,
                 io_report, io_findings; Clock, the one reader of v2 rows as intervals (the
                 stall, the timeline, Perfetto)
   pair          pair_report: both traces of one run, per decoded token, with one set of
@@ -4384,21 +4385,27 @@ def unused_because(validation):
 
 
 class WhatIf:
-    """The inputs every setting's figures come from: the io report (per read-token), the
-    expert cache and the coalesced runs, what the run measured (its log: flash I/O, cache
-    management, decode) and the calibration (--calibration), and the token model of both."""
+    """The inputs every setting's figures come from: the io report, the expert cache and the
+    coalesced runs, what the run measured (its log: flash I/O, cache management, decode) and
+    the calibration (--calibration), and the token model of both. Every figure is per one of
+    the report's read-tokens (io), or of a pair's `decoded` (tokens or positions, and its
+    decode per one of them, which no saving passes); the report's figures are divided once
+    more from their totals (per), the log's made per them from its generated tokens."""
 
-    def __init__(self, report, cache, coalesced_runs, lookups, measured=None):
+    def __init__(self, report, cache, coalesced_runs, lookups, measured=None, decoded=None):
         self.report, self.cache, self.runs = report, cache, coalesced_runs
         self.lookups = lookups  # the prefetch setting counts its speculative experts' use
-        self.tokens = report["tokens"]
-        self.estimate = report["io_wall_ms_per_token"]["estimate"]
-        self.ms_per_mib = ratio(self.estimate, report["mib_per_token"])
+        self.tokens, self.most = decoded or (report["tokens"], None)
+        # a figure of the report's per read-token, made per one of `tokens`
+        self.per_token = partial(per, den=self.tokens, factor=report["tokens"] / self.tokens)
+        self.estimate = self.per_token(report["io_wall_ms_per_token"]["estimate"])
+        mib = self.per_token(report["mib_per_token"])
+        self.ms_per_mib = ratio(self.estimate, mib)
         measured = measured or {}
         self.cap = overlap_cap(report["meta"], measured, self.tokens)  # inf: serial
-        # the log's figures are per generated token, the report's per read-token
-        generated = logged_tokens(measured.get("tokens"), self.tokens)
-        self.per_read = generated / self.tokens if generated else 1.0
+        # the log's figures are per generated token (else, per read-token)
+        generated = logged_tokens(measured.get("tokens"), report["tokens"]) or report["tokens"]
+        self.per_read = generated / self.tokens
         self.management = (measured.get("cache_mgmt_ms_per_token") or 0.0) * self.per_read
         # summary --calibration-out's, from --calibration: used where it validated itself
         self.calibration = measured.get("calibration")
@@ -4410,22 +4417,20 @@ class WhatIf:
         decode = measured.get("decode_ms_per_token") or (self.fit or {}).get("base_decode_ms")
         self.decode = None if decode is None else decode * self.per_read
         # the I/O part a saving is taken from: the log's flash I/O where it stands for it
-        logged = logged_flash_io(report, measured)
+        logged = self.per_token(logged_flash_io(report, measured))
         self.io_ms = self.estimate if logged is None or self.cap != math.inf else logged
         # what hiding or bypassing the reads saves at most: their time, within the decode
         self.io_most = self.io_ms if self.decode is None else min(self.io_ms, self.decode)
         cached = had_cache(report)
-        self.own = Config(report["mib_per_token"],
-                          meta_int(report["meta"], "io_threads") or report["lanes"], cached,
-                          misses_of(report["mib_per_token"], cache.expert_bytes / MIB)
-                          if cached else 0.0,
+        self.own = Config(mib, meta_int(report["meta"], "io_threads") or report["lanes"],
+                          cached, misses_of(mib, cache.expert_bytes / MIB) if cached else 0.0,
                           overlapped(report["meta"]))
         # a cached run's management a miss, from its log (per generated token, printed to 1 ms)
         managed = measured.get("cache_mgmt_ms_per_token")
-        self.model = TokenModel(self.fit, self.own, ratio(self.io_ms, report["mib_per_token"]),
+        self.model = TokenModel(self.fit, self.own, ratio(self.io_ms, mib),
                                 None if managed is None or not self.own.misses else
                                 management_cost([(managed, self.own.misses / self.per_read)]),
-                                report.get("slowest_reads_ms_per_token"))
+                                self.per_token(report.get("slowest_reads_ms_per_token")))
         # the run's own I/O part as measured (serial: its I/O, the log's where it has one, and
         # its cache management), as the model gives it (overlapped); None unknown: every saving
         # is taken from it
@@ -4507,10 +4512,15 @@ class WhatIf:
             flash, management = saving.parts
             figures = {**figures, "flash_io_ms_per_token": figure(*flash),
                        "cache_mgmt_ms_per_token": figure(*management)}
+
+        def within(saved):  # a pair's decode: reads that outlast a serial decode promised 80x it
+            return saved if saved is None or self.most is None else {
+                end: None if ms is None else min(ms, self.most) for end, ms in saved.items()}
         return WHAT_IF_SETTING(setting=name, value=value, figures=figures,
-                               ms_per_token_saved=saving.saved,
-                               model_ms_per_token_saved=saving.model, method=saving.method,
-                               fits=fits, band=saving.band, narrow_with=saving.narrow_with)
+                               ms_per_token_saved=within(saving.saved),
+                               model_ms_per_token_saved=within(saving.model),
+                               method=saving.method, fits=fits, band=saving.band,
+                               narrow_with=saving.narrow_with)
 
     def modelled(self, name, value, figures, configs, method, fits=None):
         """A setting whose ms the token model gives: at one configuration, or, for a cache,
@@ -4577,7 +4587,7 @@ class WhatIf:
         management."""
         band = run_hit_band(own)
         hit = band["point"]
-        now = self.report["mib_per_token"]
+        now = self.own.mib
         mib = now / (1 - hit) if hit < 1 else now
         fewest, most = (now / (1 - band[end]) if band[end] < 1 else now
                         for end in ("min", "max"))
@@ -4608,7 +4618,7 @@ class WhatIf:
             shares = figure(None, band["min"], ceiling)
         else:
             shares = figure(None, 0.0, band["max"] if own_capacity is not None else ceiling)
-        now = self.report["mib_per_token"]
+        now = self.own.mib
 
         def mib_at(share):  # the bytes read go with the misses
             return None if share is None else now * (1 - share) / (1 - hit) if hit < 1 else now
@@ -4773,10 +4783,11 @@ class WhatIf:
         experts = len(lookups.speculative)
         routed = sum(1 for run, item in lookups.speculative
                      if item in routed_at(run) or item in routed_at(run + 1))
-        saved_max = spec["mib_per_token"] * self.ms_per_mib if self.ms_per_mib else None
+        speculative = self.per_token(spec["mib_per_token"])
+        saved_max = speculative * self.ms_per_mib if self.ms_per_mib else None
         return [self.setting("prefetch", 0, {
-            "mib_per_token": figure(self.report["mib_per_token"] - spec["mib_per_token"]),
-            "speculative_mib_per_token": figure(spec["mib_per_token"]),
+            "mib_per_token": figure(self.own.mib - speculative),
+            "speculative_mib_per_token": figure(speculative),
             "useful_share": figure(ratio(routed, experts))}, Saving(
             figure(None, None, saved_max),
             f"this run prefetched: off, its speculative reads go ({experts} experts, {routed} of "
@@ -4834,7 +4845,7 @@ class WhatIf:
         meta = self.report["meta"]
         fit = self.calibration
         return WHAT_IF(schema=SCHEMA, baseline=WHAT_IF_BASELINE(
-            tokens=self.tokens, mib_per_token=self.report["mib_per_token"],
+            tokens=self.tokens, mib_per_token=self.own.mib,
             io_threads=meta_int(meta, "io_threads") or None,
             o_direct=meta_flag(meta, "o_direct"), overlap=meta_flag(meta, "overlap"),
             expert_bytes=self.cache.expert_bytes, io_wall_ms_per_token=self.estimate,
@@ -4916,7 +4927,7 @@ def io_report(trace, fold, reading, settings, asked=None, curve=True):
     without its verdicts; `settings` the report's (those of the reading joined to the
     preamble). asked: what the what-if tries (an Asked), None for no what-if; curve: the
     --cache curve and its verdict, where the lookups were folded (not when only to check
-    the log's cache)."""
+    the log's cache). With it, what makes its what-if over another denominator, or None."""
     selection = reading.selection
     phases, label, tokens = selected_tokens(trace, fold.book, selection, fold.phases.keys())
     per = PerToken(len(tokens), None)
@@ -4977,9 +4988,9 @@ def io_report(trace, fold, reading, settings, asked=None, curve=True):
                             coalesce_factor=ratio(reads, runs) if fold.adjacent else None),
         run_cache=None, reuse=None, what_if=None,
         **io_token_parts(tokens, fold.latencies, fold.per_lane))
-    if fold.lookups is not None:
+    what_if_at = None if fold.lookups is None else \
         add_cache_what_ifs(report, fold, (chosen, phases), asked, reading, curve)
-    return report
+    return report, what_if_at
 
 
 def io_token_parts(tokens, latencies, per_lane):
@@ -5032,7 +5043,8 @@ def add_cache_what_ifs(report, fold, selected, asked, reading, curve=True):
     asked for, its `what_if`: all from the one expert cache model, of the selected
     (PhaseReads, phases). Where the trace refutes what the log says of the run's cache, the
     trace's word stands: the log's cache settings are dropped (said) before anything is
-    weighed with them."""
+    weighed with them. Returns what makes the what-if over another denominator (a pair's
+    decoded tokens, its decode the most a setting saves), or None when none was asked."""
     chosen, phases = selected
     measured = reading.measured
     cache = ExpertCache(fold.lookups, phases)
@@ -5051,24 +5063,25 @@ def add_cache_what_ifs(report, fold, selected, asked, reading, curve=True):
     if decoded:
         report["run_cache"] = recounted(report["run_cache"], decoded)
     if not curve:
-        return
+        return None
     cached = ran_cached(report)
     report["reuse"] = cache_curve(cache, fold.lookups, cached)
     if not report["tokens"]:  # a pair's io that read nothing in decode: no setting saves
-        return
+        return None
     runs = Coalesced(*map(sum, zip(*(phase_reads.runs for phase_reads in chosen)))) \
         if fold.adjacent and chosen else None
     what_if = WhatIf(report, cache, runs, fold.lookups, measured)
     if not cached and cache.expert_bytes:  # the verdict's cache is the what-if's, computed once
         report["reuse"]["judged"] = what_if.cache_setting(footprint_share_mib(cache, 0.5))
     if asked is None:
-        return
+        return None
     limit = meta_number(report["meta"], "mem_limit_mb")  # a cache it cannot hold is not proposed
-    report["what_if"] = what_if.report_of(Asked(
-        list(asked.cache_sizes) or [size for size in proposed_cache_sizes(report["meta"], cache,
-                                                                          cached)
-                                    if limit is None or size <= limit],
-        list(asked.lanes) or DEFAULT_LANES))
+    asked = Asked(list(asked.cache_sizes) or [
+        size for size in proposed_cache_sizes(report["meta"], cache, cached)
+        if limit is None or size <= limit], list(asked.lanes) or DEFAULT_LANES)
+    report["what_if"] = what_if.report_of(asked)
+    return lambda decoded: WhatIf(report, cache, runs, fold.lookups, measured,
+                                  decoded).report_of(asked)
 
 
 def io_ranges(wall, mib, lanes):
@@ -5252,8 +5265,8 @@ AT_STAKE = {
     "coalescing": ("coalescing", "merging requests (their fixed cost)",
                    lambda io, wall, tokens: merging_saves(io, wall["estimate"],
                                                           io["adjacency"]["coalesce_factor"])),
-    # the judged cache's most saved, per read-token: per token of `wall` as the pair's
-    # what-if is (decoded_what_if)
+    # the judged cache's most saved, per read-token: per token of `wall` (a pair's decoded
+    # tokens: its read-tokens' share of them)
     "cache": ("cache", "that cache", lambda io, wall, tokens: per(
         io["reuse"]["judged"]["ms_per_token_saved"]["max"] or 0.0, tokens,
         io["tokens"] / tokens)),
@@ -5795,12 +5808,12 @@ PAIR_REPORT = Record("pair report", "`report`", (
 
 
 # ── pair: the two traces of one run ──────────────────────────────────────────────────────────────
-def pair_report(compute, io, measured, pressure):
+def pair_report(compute, io, measured, pressure, what_if_at=None):
     """Both reports of one traced run, and what only the pair can tell: I/O per decoded
     token (the compute trace knows every token, including those that read nothing), side by
     side with compute per layer, and the engine's split (measured: its log's figures, for
-    the cache management no trace times; pressure: the run's memory Pressure). Without its
-    verdicts."""
+    the cache management no trace times; pressure: the run's memory Pressure), and its
+    what-if, made per decoded token by what_if_at (io_report). Without its verdicts."""
     tokens, readers = TokenIndex(compute["per_token"]), TokenIndex(io["per_token"])
     warnings = pair_warnings(compute, io, tokens)
     compute = with_run_settings(compute, io)
@@ -5841,17 +5854,17 @@ def pair_report(compute, io, measured, pressure):
         read_split=read_split(compute["per_token"], readers),
         by_layer=by_layer,
         warnings=warnings + outlasting_warnings(split, compute["ms_per_token"]))
-    what_if = io["what_if"]
-    if what_if is not None and pressure.flagged:  # no cache larger than the run's own:
+    decodes = compute["decodes"]  # the what-if per generated position when a decode covers more
+    units = decodes["positions"] if decodes["speculative"] and decodes["positions"] else n
+    what_if = what_if_at and io["what_if"] and \
+        what_if_at((units, per(compute["ms_per_token"], units, n / units)))
+    if what_if and pressure.flagged:  # no cache larger than the run's own:
         own = meta_number(io["meta"], "cache_mb") or 0  # a cache takes RAM the weights need
         what_if = {**what_if, "settings": [setting for setting in what_if["settings"]
                                            if setting["setting"] != "cache_mb"
                                            or setting["value"] <= own]}
-    decodes = compute["decodes"]  # the what-if per generated position when a decode covers more
-    units = decodes["positions"] if decodes["speculative"] and decodes["positions"] else n
     return PAIR_REPORT(schema=SCHEMA, tool_version=TOOL_VERSION, kind="report", compute=compute,
-                       io=io, pair=pair, what_if=decoded_what_if(
-                           what_if, units, per(compute["ms_per_token"], units, n / units)))
+                       io=io, pair=pair, what_if=what_if or None)
 
 
 # The engine's split of a pair's decode, per decoded token, each part with its source: the PAIR
@@ -5905,31 +5918,6 @@ def outlasting_warnings(split, decode):
             f"{decode:.2f} ms decode, which waits for every read of a serial run (overlap=0): "
             f"the two traces are not of one run, or the io trace's latencies are not this "
             f"decode's; no compute is split off"]
-
-
-def decoded_what_if(what_if, decoded, decode_ms):
-    """The io report's what-if per decoded token (its figures are per read-token): the figures
-    their Records declare per token scale; shares, counts and sizes do not. No saving passes
-    the decode (decode_ms a unit: reads that outlast a serial decode promised 80x it)."""
-    if what_if is None:
-        return None
-    factor = what_if["baseline"]["tokens"] / decoded
-    scaling = WHAT_IF_FIGURES.per_token
-
-    def figures(held):  # each a FIGURE {point, min, max}
-        return {name: rescaled(value, FIGURE, decoded, factor) if name in scaling else value
-                for name, value in held.items()}
-    def saved(held):  # no saving past the decode
-        return held and {end: None if ms is None else min(ms, decode_ms) for end, ms in
-                         rescaled(held, FIGURE, decoded, factor).items()}
-    settings = [{**setting, "figures": figures(setting["figures"]),
-                 "ms_per_token_saved": saved(setting["ms_per_token_saved"]),
-                 "model_ms_per_token_saved": saved(setting.get("model_ms_per_token_saved"))}
-                for setting in what_if["settings"]]
-    return {**what_if, "baseline": {**rescaled(what_if["baseline"], WHAT_IF_BASELINE, decoded,
-                                               factor),
-                                    "tokens": decoded},
-            "settings": settings}
 
 
 def per_position(compute, io, split, estimate):
@@ -10602,7 +10590,7 @@ def asked_of(args):
 
 def analyze_io(path, reading, asked=IoOptions(True, True, None)):
     """Read, sum up and judge an io trace: its report dict."""
-    report, measured = weighed_io(path, reading, asked)
+    report, measured, _ = weighed_io(path, reading, asked)
     # weighed in I/O time (IO_MATERIAL), the part the what-if's settings act on: the log's
     # flash I/O where it stands for the run's, else the trace's estimate
     flash = logged_flash_io(report, measured)
@@ -10617,8 +10605,9 @@ def analyze_io(path, reading, asked=IoOptions(True, True, None)):
 
 def weighed_io(path, reading, asked):
     """analyze_io's report without its verdicts, which its caller judges (io alone, or the
-    pair in the decode), and what its reads were weighed against (the log's figures, or the
-    trace's waits), which a pair weighs again per decoded token: one pass over the waits."""
+    pair in the decode), what its reads were weighed against (the log's figures, or the
+    trace's waits), which a pair weighs again per decoded token: one pass over the waits, and
+    what makes its what-if per decoded token (io_report)."""
     reading = with_trace_stall(path, reading)
     # with the expert lookups for the cache what-ifs, and whenever the log names the run's
     # cache: only the lookups can refute it, and a refuted cache must not stand in this output
@@ -10628,8 +10617,8 @@ def weighed_io(path, reading, asked):
     trace, fold = fold_file(path, IO_READ_EXTENTS if asked.adjacent else IO_READ,
                             lambda: IoFold(reading.selection, asked.adjacent, lookups,
                                            reading.per_lane), in_parts_if_it_may(reading))
-    report = io_report(trace, fold, reading, join_settings(trace, reading), asked.what_if,
-                       asked.cache)
+    report, what_if_at = io_report(trace, fold, reading, join_settings(trace, reading),
+                                   asked.what_if, asked.cache)
     if trace_io.read_once(path) and "kind" in trace.columns and \
             overlapped(trace.meta) and "stall_ms_per_token" not in (reading.measured
                                                                           or {}):
@@ -10658,7 +10647,7 @@ def weighed_io(path, reading, asked):
         reading.warn(f"{trace.name}: the reads asked for more bytes ({report['req_bytes']}) "
                      f"than they read ({report['read_bytes']}): short reads, so the alignment "
                      f"waste is negative")
-    return report, reading.measured
+    return report, reading.measured, what_if_at
 
 
 def analyze_pair(compute_path, io_path, reading, asked=Asked()):
@@ -10686,12 +10675,12 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     decoded = Counter(token["turn"] for token in compute["per_token"]) \
         if compute["phase"] == "decode" else {}
     reading = reading._replace(measured={**(reading.measured or {}), "decoded": decoded})
-    io, measured = analyze_reads(io_path, reading._replace(
+    io, measured, what_if_at = analyze_reads(io_path, reading._replace(
         selection=reading.selection.paired()))
     if compute["phase"] != io["phase"]:  # a compute trace without decode rows: all, both
-        io, measured = analyze_reads(io_path, reading)
+        io, measured, what_if_at = analyze_reads(io_path, reading)
     pressure = memory_pressure(compute)  # decided once: the what-if and the verdicts read it
-    report = pair_report(compute, io, measured, pressure)
+    report = pair_report(compute, io, measured, pressure, what_if_at)
     report["pair"]["verdicts"], report["io"]["verdicts"] = pair_verdicts(
         report["compute"], report["io"], report["pair"], measured, pressure)  # run's settings
     for message in report["pair"]["warnings"]:

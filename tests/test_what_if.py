@@ -772,3 +772,31 @@ def test_overlap_0_on_an_overlapped_run_has_a_point_and_holds_its_twin():
     measured = decode - float(twin) * 1000
     saved = serial["ms_per_token_saved"]
     assert model["point"] > 0 and 100 < measured and saved["min"] <= measured <= saved["max"]
+
+
+@pytest.mark.parametrize("inputs", PAIRS + [("synthetic/stretch-ct.csv",
+                                              "synthetic/stretch-io.csv")],
+                         ids=lambda names: "+".join(names))
+def test_a_pairs_what_if_is_made_per_decoded_token_from_the_runs_totals(inputs):
+    """The pair's what-if was the io half's, per read-token, multiplied by read-tokens over
+    decoded tokens afterwards. It is made per decoded token: its base is the engine split's
+    flash I/O to the last digit, and a figure kept as a total (a cache's MiB read) is that
+    total divided once by the decoded tokens."""
+    paths = [REAL_TRACES[name] if name in REAL_TRACES else ROOT / "tests" / "data" / name
+             for name in inputs]
+    r = report_with_warnings("report", *paths, "--cache-mb", "1")
+    pair, base = r["pair"], r["what_if"]["baseline"]
+    assert base["tokens"] == pair["tokens"]
+    if pair["flash_io_ms_per_token"] is not None:
+        assert base["flash_io_ms_per_token"] == pair["flash_io_ms_per_token"]
+    assert base["mib_per_token"] == r["io"]["read_bytes"] / (1 << 20) / pair["tokens"]
+    cache = setting(r["what_if"], "cache_mb", 1)
+    own = setting(r["io"]["what_if"], "cache_mb", 1)  # the same cache, per read-token
+    for end in ("point", "min", "max"):
+        mib = own["figures"]["mib_per_token"][end]
+        if mib is None:  # a cached run's point, not known
+            assert cache["figures"]["mib_per_token"][end] is None
+            continue
+        read = mib * r["io"]["tokens"]  # the MiB it reads in all
+        assert cache["figures"]["mib_per_token"][end] == pytest.approx(
+            read / pair["tokens"], rel=1e-12)

@@ -4493,8 +4493,7 @@ class WhatIf:
         """A saving as a figure. Given `most` (a run's whole I/O part): with the machine's
         run-to-run spread (`noise`, None unknown: 0), each side of the point as wide as that at
         least, as a calibrated band is never below the repeats' spread (without a point: each
-        end moved out by it), and the upper end at most `most`, however the machine varies. No end
-        passes the decode (a log whose flash I/O exceeds its decode would promise more). An
+        end moved out by it), and the upper end at most `most`, however the machine varies. An
         end the model leaves open stays open."""
         if most is not None:
             ends = []
@@ -4504,8 +4503,7 @@ class WhatIf:
                             centre + away * max(abs(end - centre), noise or 0.0))
             low, high = ends
             high = None if high is None else min(high, most)
-        decode = math.inf if self.decode is None else self.decode
-        return figure(*(None if end is None else min(end, decode) for end in (point, low, high)))
+        return figure(point, low, high)
 
     def setting(self, name, value, figures, saving, fits=None):
         if saving.parts:  # the part the setting acts on, said beside what it saves
@@ -4513,9 +4511,13 @@ class WhatIf:
             figures = {**figures, "flash_io_ms_per_token": figure(*flash),
                        "cache_mgmt_ms_per_token": figure(*management)}
 
-        def within(saved):  # a pair's decode: reads that outlast a serial decode promised 80x it
-            return saved if saved is None or self.most is None else {
-                end: None if ms is None else min(ms, self.most) for end, ms in saved.items()}
+        # No end passes the decode, the log's or a pair's: a log whose flash I/O exceeds its
+        # decode, or reads that outlast a serial decode, promised up to 80x it
+        decode = min(decode for decode in (self.decode, self.most, math.inf) if decode is not None)
+
+        def within(saved):
+            return saved and {end: None if ms is None else min(ms, decode)
+                              for end, ms in saved.items()}
         return WHAT_IF_SETTING(setting=name, value=value, figures=figures,
                                ms_per_token_saved=within(saving.saved),
                                model_ms_per_token_saved=within(saving.model),

@@ -10698,14 +10698,20 @@ def analyze_diff(arguments, reading, asked, logs=True):
     if asked.test == "tokens" and any(len(paths) > 1 for paths in [base_paths, *new_sides]):
         raise UsageError("--test tokens compares the tokens of one run a side: give one run "
                          "each, or leave the test over runs")
-    # a NEW's what-if gives its I/O part as the base's gives its own (the prediction check)
-    news = [[diff_view(run, reading, logs, Asked()) for run in side_runs(paths, reading.warn)]
-            for paths in new_sides]
-    metas = [view.parts["io"]["meta"] for views in news for view in views if "io" in view.parts]
-    tried = Asked(sorted({meta_number(meta, "cache_mb") for meta in metas} - {None}),
-                  sorted({meta_int(meta, "io_threads") for meta in metas} - {0}))
-    base = [diff_view(run, reading, logs, tried if not i else None)
-            for i, run in enumerate(side_runs(base_paths, reading.warn))]
+    with ExitStack() as copies:
+        inputs = read_inputs([path for paths in [base_paths, *new_sides] for path in paths],
+                             copies, logs)
+
+        def side(paths, tried=lambda index: Asked()):  # its runs, read as summary reads them
+            return [diff_view(run, inputs, reading, tried(index)) for index, run in enumerate(
+                once(summary_runs(paths, inputs.kinds, reading.warn), reading.warn))]
+        # a NEW's what-if gives its I/O part as the base's gives its own (the prediction check)
+        news = [side(paths) for paths in new_sides]
+        metas = [view.parts["io"]["meta"] for views in news for view in views
+                 if "io" in view.parts]
+        tried = Asked(sorted({meta_number(meta, "cache_mb") for meta in metas} - {None}),
+                      sorted({meta_int(meta, "io_threads") for meta in metas} - {0}))
+        base = side(base_paths, lambda index: None if index else tried)
     sides = [base] + news
     side_of = {id(view): index for index, side in enumerate(sides) for view in side}
     views = [group.runs for group in run_table(
@@ -10757,37 +10763,12 @@ def diff_sides(arguments):
     return sides
 
 
-def side_runs(paths, warn):
-    """A side's runs, as summary finds them, each once: CT+IO, a compute and an io trace
-    whose names pair (x-ct.csv, x-io.csv: one run, both its traces), or an input alone. A
-    pipe is not looked at twice: it stands alone."""
-    kinds = {path: trace_io.sniff(path) for path in dict.fromkeys(paths)
-             if run_parts(path) == (path,) and not trace_io.read_once(path)
-             and os.path.isfile(path)}
-    return once(summary_runs(paths, kinds, warn), warn)
-
-
-def diff_view(run, reading, logs, asked):
-    """One run of diff as a DiffView: a trace analysed (an io trace with its run_cache, and
-    its what-if as asked, an Asked, None none; with the settings of the engine's
-    log beside it), a run's two traces as `report` reads them, or a saved report loaded and
-    checked."""
-    if run.io_path is not None:
-        log = engine_log(run.paths) if logs else None
-        report = analyze_pair(run.path, run.io_path, reading_with_log(reading, log),
-                              asked or Asked())
-        report = with_engine_log(report, log, reading.warn) if log else report
-        return DiffView(pair_name(display_name(run.path), display_name(run.io_path)), "trace",
-                        report)
-    path = run.path
-    name = display_name(path)
-    with reopenable(path) as readable:
-        held = trace_io.sniff(readable)
-        log = engine_log([path]) if logs and held != "json" else None
-        report = analyze_input(readable, name, held, reading_with_log(reading, log),
-                               IoOptions(True, True, asked))
-    if log:  # its decoded tokens, as the engine counts them, for the prediction check
-        report = with_engine_log(report, log, reading.warn)
+def diff_view(run, inputs, reading, asked):
+    """One run of diff as a DiffView, its report as summary reads it (run_report)."""
+    held = inputs.kinds.get(run.path)
+    name = display_name(run.path) if run.io_path is None else \
+        pair_name(display_name(run.path), display_name(run.io_path))
+    report = run_report(run, inputs, reading, asked)
     try:
         return DiffView(name, "saved report" if held == "json" else "trace", report)
     except NOT_WRITTEN_HERE as exc:
@@ -10878,21 +10859,27 @@ class reopenable:
                 pass
 
 
-# summary's inputs: where each sniffed one can be read again (a copy, for stdin), what each
-# holds (trace_io.sniff), and whether the engine's logs beside them are read.
+# The inputs of diff and summary: where each sniffed one can be read again (a copy, for stdin),
+# what each holds (trace_io.sniff), and whether the engine's logs beside them are read.
 Inputs = namedtuple("Inputs", "local kinds logs")
+
+
+def read_inputs(arguments, copies, logs):
+    """The Inputs of a command's arguments: each that names one input made readable again
+    (stdin and pipes copied once, the copies removed with `copies`) and sniffed."""
+    local = {path: copies.enter_context(reopenable(path)) for path in dict.fromkeys(arguments)
+             if run_parts(path) == (path,)}
+    return Inputs(local, {path: trace_io.sniff(readable) for path, readable in local.items()},
+                  logs)
 
 
 def analyze_summary(arguments, reading, sort, logs=True, group=True):
     """Every run read and reduced to its row, one at a time; then the keys that tell the runs
     apart, and the order asked for."""
-    with ExitStack() as copies:  # stdin and pipes, copied once: sniffed, then read
-        local = {path: copies.enter_context(reopenable(path)) for path in dict.fromkeys(arguments)
-                 if run_parts(path) == (path,)}
-        kinds = {path: trace_io.sniff(readable) for path, readable in local.items()}
-        runs = once(summary_runs(arguments, kinds, reading.warn), reading.warn)
+    with ExitStack() as copies:
+        inputs = read_inputs(arguments, copies, logs)
+        runs = once(summary_runs(arguments, inputs.kinds, reading.warn), reading.warn)
         names = shortest_names([display_name(run.path) for run in runs])
-        inputs = Inputs(local, kinds, logs)
         rows = [summary_row(name, run, inputs, reading) for name, run in zip(names, runs)]
     # a row's name, what tells its run from every other (its kind, tokens and headline
     # figures) and its configuration
@@ -10951,18 +10938,20 @@ def flagged_loaded(rows):
     return rows
 
 
-def run_report(run, inputs, reading):
-    """The report of one run: a pair's, a trace's or a saved one, with the engine's log beside
-    its traces."""
+def run_report(run, inputs, reading, asked=Asked()):
+    """The report of one run of diff or summary: its two traces as `report` reads them, a
+    trace alone (an io trace with the --cache curve and its what-if as `asked`, None none:
+    as io --what-if), or a saved report loaded and checked; with the engine's log beside
+    its traces, whose settings the analysis takes."""
     log = engine_log(run.paths) if inputs.logs and inputs.kinds.get(run.path) != "json" \
         else None
     reading = reading_with_log(reading, log)
     if run.io_path is not None:
-        report = analyze_pair(*(inputs.local.get(path, path) for path in run.paths), reading)
+        report = analyze_pair(*(inputs.local.get(path, path) for path in run.paths), reading,
+                              asked or Asked())
     else:
         report = analyze_input(inputs.local[run.path], display_name(run.path),
-                               inputs.kinds[run.path], reading,
-                               IoOptions(True, True, Asked()))  # alone: as io --what-if
+                               inputs.kinds[run.path], reading, IoOptions(True, True, asked))
     return with_engine_log(report, log, reading.warn) if log else report
 
 

@@ -4292,17 +4292,16 @@ class TokenModel:
             whole = None if self.overlap is None else scaled_range(whole, self.overlap)
         return IoPart(whole, flash, management)
 
-    def validated_half(self, kinds):
-        """The half-width of a calibrated band for a change of `kinds`: the largest error the
-        calibration's leave-one-out saw for each kind (summed over a pair's kinds; a kind it
-        never held out: the largest of any), never below the quiet repeats' spread; None
-        uncalibrated or with nothing held out."""
-        errors = (self.fit or {}).get("errors_ms") or {}
-        if not errors:
-            return None
-        worst = max(errors.values())
-        return max(sum(errors.get(kind, worst) for kind in kinds),
-                   self.fit.get("quiet_spread_ms") or 0.0)
+
+def validated_half(errors, kinds, spread):
+    """The half-width of a calibrated band for a change of `kinds`: the largest error a
+    leave-one-out saw for each kind ({kind: ms}; summed over a pair's kinds; a kind never
+    held out: the largest of any), never below the quiet repeats' spread; None with no
+    error. The what-if's bands and the calibration's validation of them, one rule."""
+    if not errors:
+        return None
+    worst = max(errors.values())
+    return max(sum(errors.get(kind, worst) for kind in kinds), spread or 0.0)
 
 
 def whole_decode(report):
@@ -4462,7 +4461,8 @@ class WhatIf:
         parts = None if config.overlap else (priced.flash, priced.management)
         kinds = tuple(name.split("+"))
         point = own - part.value
-        half = self.model.validated_half(kinds)
+        fit = self.fit or {}
+        half = validated_half(fit.get("errors_ms"), kinds, fit.get("quiet_spread_ms"))
         if half is None:  # the model's range, and the machine's spread beside it
             model = self.banded(point, own - part.high, own - part.low)
             return Saving(self.banded(*model.values(), self.noise, self.io_part),
@@ -7689,12 +7689,14 @@ def banded(held, spread, base_decode):
     """Each held-out configuration's band, from the others' errors alone: the largest of its
     kind (none: of any), at least the quiet spread; whether it holds and is narrow enough."""
     for one in held:
-        others = [other for other in held if other is not one and other["error_ms"] is not None]
-        errors = [abs(other["error_ms"]) for other in others if other["change"] == one["change"]] \
-            or [abs(other["error_ms"]) for other in others]
-        if one["error_ms"] is None or not errors:
+        errors = {}  # the others' largest error of each kind of change
+        for other in held:
+            if other is not one and other["error_ms"] is not None:
+                errors[other["change"]] = max(errors.get(other["change"], 0.0),
+                                              abs(other["error_ms"]))
+        band = validated_half(errors, (one["change"],), spread)
+        if one["error_ms"] is None or band is None:
             continue
-        band = max(max(errors), spread)
         share = ratio(2 * band, base_decode)
         one.update(band_ms=band, band_share=share, inside=abs(one["error_ms"]) <= band,
                    checked=share is not None and share <= BAND_MOST_SHARE)

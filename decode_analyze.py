@@ -2555,6 +2555,14 @@ def decode_positions(tokens, book, name, unit):
                    ms_per_position=ratio(total, positions))
 
 
+def generated_positions(compute):
+    """The positions a compute report's tokens generated, as the engine counts its tokens: a
+    speculative decode's (it verifies several), else one a token. What a pair's what-if and
+    the engine's figures are per."""
+    decodes = compute["decodes"]
+    return decodes["positions"] if decodes["speculative"] else compute["tokens"]
+
+
 # Memory pressure: what the verdict says and what the what-if proposes no cache past.
 MEMORY_PRESSURE_FAULTS = 100  # major faults per token: pages evicted and read again every token
 STEADY_FAULTING = 0.9  # ... or faults on this share of the decode tokens past each turn's warm-up
@@ -5856,8 +5864,7 @@ def pair_report(compute, io, measured, pressure, what_if_at=None):
         read_split=read_split(compute["per_token"], readers),
         by_layer=by_layer,
         warnings=warnings + outlasting_warnings(split, compute["ms_per_token"]))
-    decodes = compute["decodes"]  # the what-if per generated position when a decode covers more
-    units = decodes["positions"] if decodes["speculative"] and decodes["positions"] else n
+    units = generated_positions(compute)  # the what-if per generated position
     what_if = what_if_at and io["what_if"] and \
         what_if_at((units, per(compute["ms_per_token"], units, n / units)))
     if what_if and pressure.flagged:  # no cache larger than the run's own:
@@ -5889,10 +5896,7 @@ def engine_split(compute, io, measured, estimate):
     if management is None or not n:
         management = None if had_cache(io) else 0.0
     else:
-        decodes = compute["decodes"]
-        positions = decodes["positions"] if decodes["speculative"] and decodes["positions"] \
-            else n
-        management = per(management, n, positions / n)
+        management = per(management, n, generated_positions(compute) / n)
     beside = overlapped(io["meta"])  # the reads ran beside compute
     logged = None if beside else logged_flash_io(io, measured)
     flash = None if beside else estimate if logged is None else \
@@ -6863,8 +6867,7 @@ def tool_figures(report, generated=None):
     figures = {}
     positions = None
     if compute and whole_decode(compute):
-        decodes = compute["decodes"]
-        positions = decodes["positions"] if decodes["speculative"] else compute["tokens"]
+        decodes, positions = compute["decodes"], generated_positions(compute)
         per_position = compute["tokens"] / positions
         decode_ms = per(compute["ms_per_token"], positions, per_position)
         figures.update(tokens=positions, decode_ms_per_token=decode_ms,

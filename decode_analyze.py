@@ -10616,11 +10616,17 @@ def weighed_io(path, reading, asked):
     trace's waits), which a pair weighs again per decoded token: one pass over the waits, and
     what makes its what-if per decoded token (io_report)."""
     reading = with_trace_stall(path, reading)
-    # with the expert lookups for the cache what-ifs, and whenever the log names the run's
-    # cache: only the lookups can refute it, and a refuted cache must not stand in this output
-    # while `report` drops it
-    lookups = asked.cache or any(setting.key == "cache" and setting.source == "log"
-                                 for setting in reading.settings)
+    # With the expert lookups for the cache what-ifs, and whenever the log says the run had a
+    # cache: only the lookups can refute it (as `report` does), and they show its hit share.
+    # A log without a moe-cache line implies no cache; unchecked, that word is left out, not
+    # said where `report` may refute it: the lookups cost a third of a plain io pass.
+    logged = {setting.value for setting in reading.settings
+              if setting.key == "cache" and setting.source == "log"}
+    lookups = asked.cache or "1" in logged
+    if not lookups and "0" in logged:
+        reading = reading._replace(settings=tuple(
+            setting for setting in reading.settings
+            if not (setting.key == "cache" and setting.source == "log")))
     trace, fold = fold_file(path, IO_READ_EXTENTS if asked.adjacent else IO_READ,
                             lambda: IoFold(reading.selection, asked.adjacent, lookups,
                                            reading.per_lane), in_parts_if_it_may(reading))

@@ -130,6 +130,18 @@ def test_io_alone_drops_a_logs_cache_its_trace_refutes_as_report_does(tmp_path):
     assert alone.json["reuse"] is None  # the curve and its verdict are still --cache's
 
 
+def test_io_alone_leaves_out_a_no_cache_it_cannot_check_and_checks_it_with_cache(tmp_path):
+    """A log without a moe-cache line implies no cache. io alone folds no expert lookups for
+    that word (they cost a third of a plain pass), so it does not say it: only the trace could
+    refute it, as `report` and `io --cache` do."""
+    (tmp_path / "run-io.csv").write_bytes(SERIAL.read_bytes())
+    (tmp_path / "run-io.log").write_bytes(SERIAL.with_suffix(".log").read_bytes())
+    alone = run("io", tmp_path / "run-io.csv", "--format", "json").json
+    assert "cache" not in alone["meta"] and alone["run_cache"] is None
+    checked = run("io", tmp_path / "run-io.csv", "--cache", "--format", "json").json
+    assert checked["meta"]["cache"] == "0" and checked["run_cache"]["detected"] is False
+
+
 # The engine's split, one record: decode = compute + cache management + flash I/O
 CACHED = [TRACES / "l48-sweep" / f"qwen3moe-l48-e128-cache256-rep1-{part}"
           for part in ("ct.csv", "io.csv.gz")]  # its log: compute 9 + cache mgmt 18 + I/O 99

@@ -10900,11 +10900,11 @@ def analyze_summary(arguments, reading, sort, logs=True, group=True):
     table = run_table(rows, lambda row: RunEntry(
         row["run"], {name: row[name] for name in TELLING_FIGURES}, configuration(row["meta"]),
         (row["kind"], row["granularity"])), reading.warn, GROUP_REPEATS if group else None)
-    for row in rows:  # what the table grouped the rows by, not a column of theirs
-        del row["granularity"]
     fit = calibration([row.pop("sample") for repeats in table for row in repeats.runs])
     rows = flagged_loaded([{**merged(repeats.runs), "meta": repeats.config}
                            for repeats in table])
+    for row in rows:  # what the table grouped the rows by, not a column of theirs
+        del row["granularity"]
     # The preamble keys whose values differ between the runs (into each row's settings), and
     # {key: value} of those they share. A key some runs do not know is not shared: a column,
     # with '-' where it is unknown (a repeat's unknown key was filled by its group's runs).
@@ -10938,16 +10938,21 @@ def flagged_loaded(rows):
     """The rows, each whose compute is LEVEL_RATIO or more its configuration's quietest
     row's flagged `loaded`: rows of one configuration listed apart (not repeats) differ so
     when another core's load inflated compute (the 48-layer repeats: 8.5 ms quiet, 82-182
-    loaded), the reads barely moving."""
+    loaded), the reads barely moving. A node trace's barriers inflate its compute (a node
+    trace of the 48-layer run 1.6x its layer repeats' on a quiet machine): a node row is
+    weighed against node rows alone, any other against every row."""
     configurations = [(row["kind"], tuple(sorted(row["meta"].items()))) for row in rows]
-    quietest = {}
+    quietest = {}  # (configuration, whether node rows alone) -> the least compute
     for configuration, row in zip(configurations, rows):
-        if row["compute_ms_per_token"]:
-            quietest[configuration] = min(quietest.get(configuration, math.inf),
-                                          row["compute_ms_per_token"])
+        for nodes in {False, row["granularity"] == "node"}:
+            if row["compute_ms_per_token"]:
+                quietest[configuration, nodes] = min(quietest.get((configuration, nodes),
+                                                                  math.inf),
+                                                     row["compute_ms_per_token"])
     for configuration, row in zip(configurations, rows):
         compute = row["compute_ms_per_token"]
-        if compute and compute >= LEVEL_RATIO * quietest[configuration]:  # as repeats_of
+        least = quietest.get((configuration, row["granularity"] == "node"))
+        if compute and compute >= LEVEL_RATIO * least:  # as repeats_of
             row["flagged"] = ["loaded", *row["flagged"]]  # first: it colours the rest
     return rows
 

@@ -4,7 +4,9 @@ import json
 import re
 import shutil
 
+import pytest
 
+import decode_analyze
 from helpers import (REAL_TRACES, ROOT, TOOL, another_run, report, report_with_warnings, run,
                      run_measured, scaled_trace)
 
@@ -175,6 +177,22 @@ def test_a_run_whose_compute_a_load_inflated_is_flagged_loaded(tmp_path):
     assert len(rows) == 2 and len(loaded) == 1 and "busy" in loaded[0]
     assert rows[loaded[0]]["flagged"][0] == "loaded"
     assert "FLAGGED: loaded" in run("summary", *runs, "--no-engine-log").out
+
+
+@pytest.mark.parametrize("node_ms,layer_ms,loaded", [
+    (17.0, 10.7, []),  # the 48-layer sweep's node run beside its layer repeats: its barriers
+    (10.0, 16.0, ["layer"]),  # a layer run above a node run's compute is slower than the run
+    (10.0, 20.0, ["layer"]),
+])
+def test_a_node_trace_is_weighed_for_load_against_node_traces_alone(node_ms, layer_ms, loaded):
+    """Bug: the 48-layer sweep's node-granularity serial run was flagged `loaded` beside the
+    layer repeats of its configuration: its compute 17 ms against their 10.7, which a barrier
+    a node inflates on a quiet machine."""
+    rows = [{"kind": "report", "granularity": granularity, "meta": {"io_threads": "4"},
+             "compute_ms_per_token": ms, "flagged": []}
+            for granularity, ms in (("node", node_ms), ("layer", layer_ms))]
+    flagged = decode_analyze.flagged_loaded(rows)
+    assert [row["granularity"] for row in flagged if "loaded" in row["flagged"]] == loaded
 
 
 def test_a_cached_runs_compute_and_management_are_its_logs():

@@ -51,7 +51,8 @@ sections above it:
                 and the engine's split, decided once (engine_split): decode = compute + cache
                 management (the log's; no trace times it) + flash I/O (logged_flash_io: the
                 log's where it agrees with the trace, else the I/O estimate; the what-if takes
-                the same part), or + the stall when overlapped; the pair's verdicts weigh it
+                the same part), or + the stall when overlapped; the pair's verdicts weigh it;
+                its what-if made per decoded token from the io half's totals
   timeline      v2 traces on one clock: decode spans, unions of intervals
   engine        the engine's own end-of-run lines (NAME.log) beside the tool's figures
   settings      merged_settings: what a preamble lacks (--set, the log's, the trace's) joined
@@ -69,7 +70,8 @@ sections above it:
                 the rest folded); csv_chunks (tidy CSV); write_output: whole or not at all,
                 never over an input; a long read's progress on a terminal (trace_io.Progress)
   pictures      Perfetto (export_perfetto) and SVG (svg_of)
-  command line  COMMANDS (the registry), parser_of, analyze_* (read, sum up, judge), main
+  command line  COMMANDS (the registry), parser_of, analyze_* (read, sum up, judge), run_report
+                (one run of diff or summary, read the one way), main
 """
 import argparse
 import codecs

@@ -4161,6 +4161,14 @@ def footprint_share_mib(cache, share):
     return max(1, round(cache.distinct * cache.expert_bytes / MIB * share))
 
 
+def logged_tokens(generated, read_tokens):
+    """The tokens the engine's log says the run generated, where they count a trace's tokens
+    as the engine does: every decoded token, those served whole from a cache (which have no
+    io row) too, every position of a speculative decode; None when the log gives none, or
+    fewer than the trace read on (a log of another run)."""
+    return generated if generated and generated >= read_tokens else None
+
+
 def overlap_cap(meta, measured, tokens):
     """The most the reads can cost one of a report's `tokens`: all of them when serial; under
     overlap=1 the measured stall, else None (unknown). The stall is per token it was measured
@@ -4172,7 +4180,8 @@ def overlap_cap(meta, measured, tokens):
     stall = measured.get("stall_ms_per_token")
     if stall is None:
         return None
-    over = measured.get("stall_tokens") or measured.get("tokens") or tokens
+    over = measured.get("stall_tokens") or logged_tokens(measured.get("tokens"), tokens) or \
+        tokens
     return stall * (ratio(over, tokens) or 1.0)
 
 
@@ -4349,14 +4358,6 @@ def logged_flash_io(io, measured):
     layers = sum(1 for row in io["by_layer"] if row["reads_per_token"])
     estimate = io["io_wall_ms_per_token"]["estimate"]
     return flash if agrees_with_engine(flash, estimate, LAYER_WAIT_MS * layers) else None
-
-
-def logged_tokens(generated, read_tokens):
-    """The tokens the engine's log says the run generated, where they count a trace's tokens
-    as the engine does: every decoded token, those served whole from a cache (which have no
-    io row) too, every position of a speculative decode; None when the log gives none, or
-    fewer than the trace read on (a log of another run)."""
-    return generated if generated and generated >= read_tokens else None
 
 
 def another_model(fitted, report, cache):

@@ -448,3 +448,13 @@ def test_the_what_if_spreads_a_traces_waits_over_its_read_tokens_as_the_verdicts
     every_expert = next(setting for setting in r["what_if"]["settings"]
                         if setting["setting"] == "cache_mb" and setting["value"] == 4)
     assert every_expert["ms_per_token_saved"]["max"] == 5.0  # all 16 ms of reads, at most 5
+
+
+@pytest.mark.parametrize("logged,stall", [(128, 20.0), (32, 10.0), (None, 10.0)])
+def test_a_logs_stall_is_spread_by_its_tokens_only_where_they_are_this_runs(logged, stall):
+    """The log's stall is per token it generated: 10 ms over its 128 tokens is 20 ms over the
+    64 a report read on (a cached run's last tokens read nothing). A count below the tokens
+    the trace read on is another run's (logged_tokens, the rule every reader of the log's
+    count takes; this one took it as it was, 5 ms): the stall stands per token as it is."""
+    measured = {"stall_ms_per_token": 10.0, "tokens": logged}
+    assert decode_analyze.overlap_cap({"overlap": "1"}, measured, 64) == stall

@@ -130,6 +130,17 @@ def test_io_alone_drops_a_logs_cache_its_trace_refutes_as_report_does(tmp_path):
     assert alone.json["reuse"] is None  # the curve and its verdict are still --cache's
 
 
+def test_io_alone_gives_a_cached_runs_own_cache_as_io_cache_does():
+    """A log that says a cache ran has io look its experts up: the run's own cache (its hit
+    share, evictions, re-reads) is the one `io --cache` gives, and its header says so."""
+    io = TRACES / "sweep" / "qwen3moe-l4-greedy-cache4mb-io.csv"
+    alone = run("io", io, "--format", "json").json
+    asked = run("io", io, "--cache", "--format", "json").json
+    assert alone["run_cache"] == asked["run_cache"] and alone["run_cache"]["detected"]
+    assert (alone["meta"]["cache"], alone["reuse"]) == ("1", None)
+    assert "this run's cache (cache_mb=3.9): hit 44.7%" in run("io", io).out
+
+
 def test_io_alone_leaves_out_a_no_cache_it_cannot_check_and_checks_it_with_cache(tmp_path):
     """A log without a moe-cache line implies no cache. io alone folds no expert lookups for
     that word (they cost a third of a plain pass), so it does not say it: only the trace could

@@ -9211,11 +9211,8 @@ def summary_figures(name, run, report):
         engine_hit_share=engine["hit_pct"]["engine"] / 100 if engine.get("hit_pct") else None,
         engine_disagrees=[name for name, figure in engine.items() if figure["agrees"] is False],
         flagged=[v["id"] for v in verdicts if v["flagged"]])
-    # per generated position when its decodes cover several (as the engine counts a token):
-    # a total divided once more
-    positions = generated_positions(compute) if per_decode else None
-    return {**(rescaled(row, SUMMARY_ROW, positions, compute["tokens"] / positions)
-               if positions else row),
+    # per generated position when its decodes cover several (as the engine counts a token)
+    return {**(rescaled(row, SUMMARY_ROW, None, 1 / per_decode) if per_decode else row),
             "meta": {**(compute or {}).get("meta", {}), **(io or {}).get("meta", {})},
             "granularity": (compute or {}).get("granularity")}
 

@@ -217,3 +217,23 @@ def test_a_cached_runs_compute_and_management_are_its_logs():
         for tool, engine, rounding in ((row["compute_ms_per_token"], compute, 1.5),
                                        (row["cache_mgmt_ms_per_token"], managed, 0.5)):
             assert abs(tool - engine) <= max(0.10 * engine, rounding), (base.name, tool, engine)
+
+
+def test_a_speculative_runs_row_is_the_same_from_its_traces_and_its_saved_report(tmp_path):
+    """A speculative run's row is per generated position, 13 of 7 decodes here: made from its
+    traces and from its saved report, every figure the same to the last digit (a fresh run's
+    totals divided again and a saved one's figures multiplied differed in 293 of 1,000)."""
+    paths = []
+    for part in ("ct", "io"):
+        source = ROOT / "tests" / "data" / "synthetic" / f"speculative-{part}.csv"
+        path = tmp_path / f"run-{part}.csv"
+        path.write_text(source.read_text().replace("0,1,23,", "0,1,22,"))
+        paths.append(path)
+    saved = tmp_path / "saved.json"
+    assert run("report", *paths, "--format", "json", "-o", saved).code == 0
+    fresh, = report("summary", f"{paths[0]}+{paths[1]}")["runs"]
+    again, = report("summary", saved)["runs"]
+    assert fresh["positions_per_decode"] == 13 / 7
+    for name, value in fresh.items():
+        if name not in ("run", "paths"):
+            assert again[name] == value, name

@@ -272,11 +272,16 @@ TRACE_HEAD = (
 
 ENGINE_TOLERANCE = 0.10  # the engine's figure and the tool's agree within this share of it
 
-# What the engine prints but does not measure: the moe-stream line's compute is the decode less
-# the flash I/O and the cache management, so its rounding is theirs summed (0.000 stands for up
-# to 1.5 ms), and the compute trace's time holds the cache management it books apart. Shown
-# beside the tool's, never compared.
-REMAINDERS = {"compute_ms_per_token": "a remainder: decode - flash I/O - cache mgmt"}
+# The engine's figures shown beside the tool's and never compared, each with its word in the
+# table and why. The moe-stream line's compute is the decode less the flash I/O and the cache
+# management, so its rounding is theirs summed (0.000 stands for up to 1.5 ms), and the compute
+# trace's time holds the cache management it books apart. No trace times the management: the
+# tool's is the log's own (the engine split's part).
+Uncompared = namedtuple("Uncompared", "word why")
+UNCOMPARED = {"compute_ms_per_token": Uncompared(
+                  "remainder", "a remainder: decode - flash I/O - cache mgmt"),
+              "cache_mgmt_ms_per_token": Uncompared(
+                  "the log's", "no trace times it: the tool's is the log's own")}
 
 ENGINE_FIGURE = Record("engine figure", "`engine.figures.<figure>`", (
     ("engine", "the engine's own figure, from its end-of-run lines", Shown("engine", 3)),
@@ -286,8 +291,8 @@ ENGINE_FIGURE = Record("engine figure", "`engine.figures.<figure>`", (
      Shown("ratio", 3)),
     ("agrees", "whether they are within the tolerance (docs/figures.md) (null: not compared)",
      Shown("agrees")),
-    ("note", "why a figure both show is not compared (the engine's compute is a remainder; "
-             "sums the traces do not show), else null")))
+    ("note", "why a figure both show is not compared (the engine's compute is a remainder, "
+             "its cache management the tool's own; sums the traces do not show), else null")))
 ENGINE_TURN = Record("engine turn", "`engine.turns` (a session's `turn id=N:` lines)", (
     ("turn", "the turn's id, as the engine counts (from 1)"),
     ("trace_turn", "the same turn as the traces number it (from 0: --turn takes this), matched "
@@ -1509,8 +1514,8 @@ def engine_blocks(report, view):
     if not engine:
         return []
     rows = [{"figure": name, **figure,
-             "agrees": AGREEMENT[figure["agrees"]] if not figure["note"] else "remainder"
-             if name in REMAINDERS else "not alike"}
+             "agrees": AGREEMENT[figure["agrees"]] if not figure["note"] else
+             UNCOMPARED[name].word if name in UNCOMPARED else "not alike"}
             for name, figure in engine["figures"].items()]
     table = (text_column("figure", "figure"), *table_of(ENGINE_FIGURE))
     odd = [row for row in rows if row["agrees"] in ("NO", "not alike")]  # what to look at
@@ -1537,7 +1542,7 @@ def engine_blocks(report, view):
                 if turn["differs"] else "; agrees")
              for turn in engine["turns"]]
     notes = [f"  {name}: {figure['note']}" for name, figure in engine["figures"].items()
-             if figure["note"] and name not in REMAINDERS]
+             if figure["note"] and name not in UNCOMPARED]
     return [Block(f"the engine's own figures (ms, MiB, % as named; agrees: within "
                   f"{ENGINE_TOLERANCE:.0%} or the engine's rounding)",
                   parts + ([Prose(notes + turns, "    ")] if notes or turns else []))]
@@ -6893,6 +6898,8 @@ def tool_figures(report, generated=None):
         per_position = pair["tokens"] / positions
         figures["compute_ms_per_token"] = per(pair["compute_ms_per_token"], positions,
                                               per_position)
+        figures["cache_mgmt_ms_per_token"] = per(pair["cache_mgmt_ms_per_token"], positions,
+                                                 per_position)
         # where the split has a flash I/O part (serial: overlapped, the engine's is the
         # readers' summed time, lanes busy, above)
         if pair["compute_ms_per_token"] is not None and \
@@ -6942,8 +6949,8 @@ def engine_report(log, report):
     compared = {}
     for name, engine in log.figures.items():
         tool = ours.get(name)
-        note = (REMAINDERS.get(name) or unlike_sums(name, report, log.figures)) \
-            if tool is not None else None
+        note = None if tool is None else UNCOMPARED[name].why if name in UNCOMPARED else \
+            unlike_sums(name, report, log.figures)
         least = max(engine.rounding, LAYER_WAIT_MS * read_layers
                     if name == "flash_io_ms_per_token" else 0.0)
         agrees = None if tool is None or note else agrees_with_engine(

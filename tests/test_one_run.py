@@ -3,6 +3,8 @@ preamble, the io trace's, --set, the engine's log, what the trace shows), every 
 output of the pair (report's two halves and header, its headline, its what-if's base, summary's
 row and diff's sides) reads one value, and two sources that disagree are one warning naming the
 key. The runs are the real 4-layer serial and overlapped runs, their preambles edited here."""
+import re
+
 import pytest
 
 from helpers import REAL_TRACES, TRACES, another_run, run
@@ -180,6 +182,17 @@ def test_a_cached_runs_compute_does_not_hold_its_cache_management():
     assert (f"= compute {pair['compute_ms_per_token']:.2f} + cache mgmt 18.00 (the engine's "
             f"log) + flash I/O {flash:.2f} (the engine's log; the I/O estimate "
             f"{estimate:.2f})") in text
+
+
+def test_the_engine_table_gives_the_management_the_split_takes():
+    """Bug: the engine table said the tool's cache management was n/a while the screen above
+    said managing the cache cost 18 ms: the tool's is the log's own, shown, never compared."""
+    report = run("report", *CACHED, "--format", "json").json
+    logged = report["engine"]["figures"]["cache_mgmt_ms_per_token"]
+    assert logged["tool"] == report["pair"]["cache_mgmt_ms_per_token"] == 18.0
+    assert logged["agrees"] is None and "the log's own" in logged["note"]
+    table = run("report", *CACHED, "--full").out
+    assert re.search(r"cache_mgmt_ms_per_token +18\.000 +18\.000 +1\.000 +the log's", table)
 
 
 def test_without_a_log_a_cached_runs_compute_and_management_are_said_together():

@@ -4020,11 +4020,24 @@ def ran_cached(io):
         meta_number(io["meta"], "cache_mb") != 0
 
 
+CACHE_KEYS = ("cache", "cache_mb")  # the run's cache: one fact, two keys
+
+
 def declared_no_cache(settings):
-    """Whether --set says the run had no cache: cache=0, or cache_mb=0."""
-    declared = {key: setting["value"] for key, setting in settings.items()
-                if setting["source"] == "declared"}
+    """Whether --set says the run had no cache: cache=0, or cache_mb=0 (settings: a report's
+    {key: setting}, or Settings)."""
+    declared = {setting.key: setting.value for setting in settings
+                if setting.source == "declared"} if not isinstance(settings, dict) else {
+        key: setting["value"] for key, setting in settings.items()
+        if setting["source"] == "declared"}
     return declared.get("cache") == "0" or meta_number(declared, "cache_mb") == 0
+
+
+def no_cache_warning(name, others):
+    """The one word on a declared no cache that other sources contradict (`others`, each
+    `key=value (source)` or the trace's sign), or None when none does."""
+    return others and (f"{name}: no cache, as declared, though {'; '.join(others)}: the "
+                       f"declaration stands")
 
 
 def cache_shares(counts):
@@ -5037,19 +5050,22 @@ def settled_cache(report, reading):
                      f"word stands")
         dropped = {"log"}
     elif declared_no_cache(report["settings"]):
-        others = [f"{key}={setting['value']} ({setting['source']})" for key, setting in
-                  report["settings"].items() if key in ("cache", "cache_mb")
-                  and setting["source"] != "declared"]
-        if report["run_cache"] and report["run_cache"]["detected"]:
-            others.append("the trace's tokens read fewer experts than the router picks")
+        # every other source that says a cache ran, the log's too where the declaration
+        # overrode its key (merged_settings left that word to this one)
+        others = list(dict.fromkeys(
+            [f"{setting.key}={setting.value} (log)" for setting in reading.settings
+             if setting.source == "log" and setting.key in CACHE_KEYS] +
+            [f"{key}={setting['value']} ({setting['source']})" for key, setting in
+             report["settings"].items() if key in CACHE_KEYS and setting["source"] != "declared"]
+            + (["the trace's tokens read fewer experts than the router picks"]
+               if report["run_cache"] and report["run_cache"]["detected"] else [])))
         if others:
-            reading.warn(f"{report['path']}: no cache, as declared, though {'; '.join(others)}: "
-                         f"the declaration stands")
+            reading.warn(no_cache_warning(report["path"], others))
         dropped = {"log", "compute trace"}
     else:
         return False
     gone = {key for key, setting in report["settings"].items()
-            if key in ("cache", "cache_mb") and setting["source"] in dropped}
+            if key in CACHE_KEYS and setting["source"] in dropped}
     report["meta"] = {key: value for key, value in report["meta"].items() if key not in gone}
     for key in gone:
         del report["settings"][key]
@@ -7146,9 +7162,13 @@ def merged_settings(meta, given, warn, name):
     value wins over the preamble's (of two sources, SOURCE_RANK's first); a log's that
     contradicts the preamble is left out, with a warning."""
     meta, settings = dict(meta), {}
+    # a declared no cache against the log's cache is said once, with the trace's word, by
+    # settled_cache (or, for a compute trace alone, analyze_compute)
+    cache_settled = declared_no_cache(given)
     for key, value, source in sorted(given, key=lambda setting: SOURCE_RANK[setting.source]):
         if key in settings:
-            if source == "log" and settings[key]["value"] != value:
+            if source == "log" and settings[key]["value"] != value and not (
+                    cache_settled and key in CACHE_KEYS):
                 warn(f"{name}: the log says {key}={value}, declared {key}="
                      f"{settings[key]['value']}: the declared value stands")
             continue
@@ -10564,6 +10584,12 @@ def analyze_compute(path, reading, paired=False):
                             in_parts_if_it_may(reading))
     report = without_refuted_settings(compute_report(
         trace, fold, reading.selection, join_settings(trace, reading)), reading.warn)
+    if not paired and declared_no_cache(reading.settings):  # no trace of reads to say it
+        logged = [f"{setting.key}={setting.value} (log)" for setting in reading.settings
+                  if setting.source == "log" and setting.key in CACHE_KEYS
+                  and setting.value not in ("0", "0.0")]
+        if logged:
+            reading.warn(no_cache_warning(trace.name, logged))
     # paired: without the verdicts a pair judges with its reads (the router's wait, memory
     # pressure), so that each is judged once
     verdicts = []
@@ -10688,8 +10714,11 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     # half takes the run's value and does not hear the log's again
     stands = {**preamble, **{setting.key: setting.value for setting in reading.settings
                              if setting.source == "declared"}}
+    # (a log's cache against a declared no cache is the io half's to say, with the trace's)
+    settled = declared_no_cache(reading.settings)
     kept = tuple(setting for setting in reading.settings if not (
-        setting.source == "log" and stands.get(setting.key, setting.value) != setting.value))
+        setting.source == "log" and stands.get(setting.key, setting.value) != setting.value
+        and not (settled and setting.key in CACHE_KEYS)))
     reading = reading._replace(settings=kept + tuple(
         Setting(key, preamble[key], "compute trace") for key in RUN_SETTINGS if key in preamble))
     # the decode tokens of each turn, as the compute trace knows them: the run cache counts

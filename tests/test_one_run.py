@@ -407,3 +407,20 @@ def test_a_declared_setting_against_the_logs_is_the_declared_and_one_warning(tmp
     said = [line for line in warnings.splitlines() if "cache_mb" in line]
     assert len(said) == 1 and said[0].endswith(
         "the log says cache_mb=1.9, declared cache_mb=4: the declared value stands"), warnings
+
+
+@pytest.mark.parametrize("declared", ["cache=0", "cache_mb=0"])
+@pytest.mark.parametrize("command", ["report", "io", "compute"])
+def test_a_declared_no_cache_against_a_cached_runs_log_is_one_warning(declared, command):
+    """Bug: --set cache=0 on a run whose log and trace say a cache ran gave two warnings, the
+    compute half's for one key (`the log says cache=1`) and the io half's for the other and
+    the trace. One disagreement, one warning, naming every source that yields."""
+    run_traces = [TRACES / "sweep" / f"qwen3moe-l4-greedy-cache4mb-{part}.csv"
+                  for part in ("ct", "io")]
+    inputs = {"report": run_traces, "io": run_traces[1:], "compute": run_traces[:1]}[command]
+    result = run(command, *inputs, "--set", declared, "--format", "json")
+    assert result.code == 0
+    warnings = result.err.splitlines()
+    assert len(warnings) == 1, warnings
+    assert "no cache, as declared, though cache_mb=3.9 (log); cache=1 (log)" in warnings[0]
+    assert ("the trace's tokens read fewer experts" in warnings[0]) == (command != "compute")

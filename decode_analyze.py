@@ -4033,6 +4033,23 @@ def declared_no_cache(settings):
     return declared.get("cache") == "0" or meta_number(declared, "cache_mb") == 0
 
 
+def ran_a_cache(key, value):
+    """What a cache key's value says of the run: True a cache (cache=1, cache_mb above 0),
+    False none, None when it cannot be read."""
+    if key == "cache" or value is None:
+        return {"1": True, "0": False}.get(value)
+    number = meta_number({key: value}, key)
+    return None if number is None else number > 0
+
+
+def other_cache_key(key, value, meta):
+    """The other cache key of `meta` whose value says otherwise of the run's cache than
+    key=value does (cache_mb=64 against cache=0), or None: the run's cache is one fact."""
+    cached = ran_a_cache(key, value) if key in CACHE_KEYS else None
+    return next((other for other in CACHE_KEYS if cached is not None and other != key
+                 and ran_a_cache(other, meta.get(other)) not in (None, cached)), None)
+
+
 def no_cache_warning(name, others):
     """The one word on a declared no cache that other sources contradict (`others`, each
     `key=value (source)` or the trace's sign), or None when none does."""
@@ -7160,17 +7177,25 @@ def join_settings(trace, reading):
 def merged_settings(meta, given, warn, name):
     """The preamble with the given Settings joined, and the report's `settings`: a declared
     value wins over the preamble's (of two sources, SOURCE_RANK's first); a log's that
-    contradicts the preamble is left out, with a warning."""
+    contradicts the preamble is left out, with a warning. The run's cache is one fact with
+    two keys: a source's word on it that contradicts what a stronger one said under the other
+    key (cache_mb=64 declared, cache=0 the log's) yields too."""
     meta, settings = dict(meta), {}
     # a declared no cache against the log's cache is said once, with the trace's word, by
     # settled_cache (or, for a compute trace alone, analyze_compute)
     cache_settled = declared_no_cache(given)
     for key, value, source in sorted(given, key=lambda setting: SOURCE_RANK[setting.source]):
-        if key in settings:
-            if source == "log" and settings[key]["value"] != value and not (
+        other = other_cache_key(key, value, meta)
+        if key in settings or other:
+            stood, stands = (key, settings[key]) if key in settings else \
+                (other, settings.get(other) or SETTING(value=meta[other], source="preamble"))
+            if source == "log" and stands["value"] != value and not (
                     cache_settled and key in CACHE_KEYS):
-                warn(f"{name}: the log says {key}={value}, declared {key}="
-                     f"{settings[key]['value']}: the declared value stands")
+                warn(f"{name}: the log says {key}={value}, " + (
+                    f"declared {stood}={stands['value']}: the declared value stands"
+                    if stands["source"] == "declared" else
+                    f"the {stands['source']} {stood}={stands['value']}: the "
+                    f"{stands['source']}'s kept"))
             continue
         if source != "declared" and key in meta:
             # what a trace shows yields; the compute preamble's differing is the pair's warning
@@ -10717,7 +10742,8 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     # (a log's cache against a declared no cache is the io half's to say, with the trace's)
     settled = declared_no_cache(reading.settings)
     kept = tuple(setting for setting in reading.settings if not (
-        setting.source == "log" and stands.get(setting.key, setting.value) != setting.value
+        setting.source == "log" and (stands.get(setting.key, setting.value) != setting.value
+                                     or other_cache_key(setting.key, setting.value, stands))
         and not (settled and setting.key in CACHE_KEYS)))
     reading = reading._replace(settings=kept + tuple(
         Setting(key, preamble[key], "compute trace") for key in RUN_SETTINGS if key in preamble))

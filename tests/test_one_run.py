@@ -424,3 +424,14 @@ def test_a_declared_no_cache_against_a_cached_runs_log_is_one_warning(declared, 
     assert len(warnings) == 1, warnings
     assert "no cache, as declared, though cache_mb=3.9 (log); cache=1 (log)" in warnings[0]
     assert ("the trace's tokens read fewer experts" in warnings[0]) == (command != "compute")
+
+
+def test_a_declared_cache_and_a_logs_no_cache_are_one_fact_and_one_warning(tmp_path):
+    """Bug: --set cache_mb=64 beside a log without a moe-cache line gave `cache_mb=64
+    (declared) cache=0 (log)` in one header: two keys of one fact, each from a source, saying
+    opposite things, and nothing said. The log's word yields to the declaration, said once."""
+    (tmp_path / "run.log").write_bytes(SERIAL.with_suffix(".log").read_bytes())
+    found, warnings = outputs(tmp_path, LAYERS, SERIAL, "--set", "cache_mb=64", log=True)
+    assert warnings.count("the log says cache=0, declared cache_mb=64") == 1, warnings
+    for where in ("compute half", "io half", "summary"):
+        assert found[where].get("cache_mb") == "64" and "cache" not in found[where], found[where]

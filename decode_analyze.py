@@ -3798,7 +3798,8 @@ def own_cache(lookups, cache, own_mib):
     return RUN_CACHE(detected=short >= 2, top_k=top_k, layers=len(demand.layers),
                      verify_decodes=batches, **cache_totals(turns),
                      rereads=cache.lookups - cache.distinct,
-                     evictions=cache.lookups - cache.capacity(own_mib) if own_mib else None)
+                     evictions=max(0, cache.lookups - cache.capacity(own_mib)) if own_mib
+                     else None)
 
 
 def token_runs(lookups):
@@ -3989,10 +3990,11 @@ def recounted(run_cache, decoded):
     return {**run_cache, **cache_totals(turns)}
 
 
-def cache_contradiction(report, reading):
+def cache_contradiction(report, reading, cache):
     """What the log says of the run's cache that its trace (a run_cache seen) refutes, or
-    None: a cache that served lookups (1% or more) where no decode token is short of its
-    experts, or no cache (no moe-cache line) where tokens are."""
+    None: a cache that served lookups (1% or more), or one that holds every expert the trace
+    looks up (it would never read one again), where no decode token is short of its experts;
+    or no cache (no moe-cache line) where tokens are."""
     own, hit = report["run_cache"], (reading.measured or {}).get("hit_pct")
     stands = {setting.key: setting for setting in reversed(reading.settings)}  # first wins
     if not own or "cache" in stands and stands["cache"].source == "declared":
@@ -4000,10 +4002,23 @@ def cache_contradiction(report, reading):
     if not own["detected"] and hit and hit >= 1:
         return (f"the engine's log says a cache served {hit:g}% of the lookups, but every "
                 f"decode token of the trace reads all of its experts: no cache ran here")
+    held = holds_every_expert(own, cache, stands.get("cache_mb"))
+    if held and stands["cache_mb"].source == "log":
+        return f"the engine's log says {held}: no cache of that size ran here"
     if own["detected"] and "cache" in stands and stands["cache"].value == "0":
         return ("the engine's log shows no cache (no moe-cache line), but decode tokens of the "
                 "trace read fewer experts than the router picks: a cache ran here")
     return None
+
+
+def holds_every_expert(own, cache, size):
+    """Words for a cache of `size` (a Setting of cache_mb) that holds every expert the trace
+    looks up while the trace reads some again (such a cache never does), else None."""
+    mib = size and meta_number({"cache_mb": size.value}, "cache_mb")
+    if not mib or own["detected"] or not own["rereads"] or cache.capacity(mib) < cache.distinct:
+        return None
+    return (f"cache_mb={size.value}, which holds all {cache.distinct} experts the trace looks "
+            f"up, but the trace reads {own['rereads']} of them again")
 
 
 def had_cache(io):
@@ -5056,12 +5071,12 @@ def io_token_parts(tokens, latencies, per_lane):
                     LANE_COLUMN)), key=int)} if per_lane else None}
 
 
-def settled_cache(report, reading):
+def settled_cache(report, reading, cache):
     """One word on the run's cache: the trace's over the log's (cache_contradiction); a
     declared no cache (cache=0 or cache_mb=0) over both, since the trace's cache is inferred (a
     router may pick fewer experts than k by design). The settings that yield are dropped from
     the report's meta and settings, said once; whether any were."""
-    contradiction = cache_contradiction(report, reading)
+    contradiction = cache_contradiction(report, reading, cache)
     if contradiction:
         reading.warn(f"{report['path']}: {contradiction} (a log of another run?); the trace's "
                      f"word stands")
@@ -5080,6 +5095,11 @@ def settled_cache(report, reading):
             reading.warn(no_cache_warning(report["path"], others))
         dropped = {"log", "compute trace"}
     else:
+        declared = next((setting for setting in reading.settings if setting.key == "cache_mb"
+                         and setting.source == "declared"), None)
+        held = report["run_cache"] and holds_every_expert(report["run_cache"], cache, declared)
+        if held:  # the user's word, said against the trace's
+            reading.warn(f"{report['path']}: declared {held}: the declaration stands")
         return False
     gone = {key for key, setting in report["settings"].items()
             if key in CACHE_KEYS and setting["source"] in dropped}
@@ -5100,7 +5120,7 @@ def add_cache_what_ifs(report, fold, selected, asked, reading, curve=True):
     measured = reading.measured
     cache = ExpertCache(fold.lookups, phases)
     report["run_cache"] = own_cache(fold.lookups, cache, meta_number(report["meta"], "cache_mb"))
-    if settled_cache(report, reading):  # settings dropped: the run's cache counted again
+    if settled_cache(report, reading, cache):  # settings dropped: its cache counted again
         report["run_cache"] = own_cache(fold.lookups, cache, meta_number(report["meta"],
                                                                         "cache_mb"))
     # Each turn's decode tokens as the run's other records know them (a turn's last tokens

@@ -358,13 +358,18 @@ def test_a_v2_traces_waits_give_the_stall_without_a_log():
 def test_a_declared_setting_against_the_preambles_is_one_value(tmp_path, key, preamble,
                                                                declared, stands):
     """--set against both preambles naming the key (or neither): what --set declares stands
-    over the preambles, everywhere, but fewer lanes than the trace read on."""
+    over the preambles, everywhere, but fewer lanes than the trace read on. A cache_mb that
+    holds every expert of this serial run, which reads them again, is said against the trace
+    (no such cache ever reads one twice), and stands."""
     found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", key, preamble),
                               edited(SERIAL, tmp_path / "io.csv", key, preamble),
                               "--set", f"{key}={declared}")
     agree(found, key, stands)
     said = [line for line in warnings.splitlines() if key in line]
-    assert len(said) == (1 if stands != declared else 0), warnings
+    assert len(said) == (1 if stands != declared or key == "cache_mb" else 0), warnings
+    if key == "cache_mb":
+        assert "which holds all 32 experts the trace looks up, but the trace reads 1018 of " \
+            "them again: the declaration stands" in said[0]
 
 
 def test_a_logs_setting_against_both_preambles_is_the_preambles_and_one_warning(tmp_path):
@@ -435,3 +440,20 @@ def test_a_declared_cache_and_a_logs_no_cache_are_one_fact_and_one_warning(tmp_p
     assert warnings.count("the log says cache=0, declared cache_mb=64") == 1, warnings
     for where in ("compute half", "io half", "summary"):
         assert found[where].get("cache_mb") == "64" and "cache" not in found[where], found[where]
+
+
+def test_a_cache_holding_every_expert_of_a_trace_that_reads_them_again_is_refuted(tmp_path):
+    """Bug: a declared cache_mb=1000 on the 4-layer serial run gave "-4283 evictions" (its
+    lookups less the experts it holds). Such a cache never reads an expert twice: the trace's
+    1,018 re-reads refute it. A log's is dropped, said once; a declared one stands, said."""
+    (tmp_path / "run-io.csv").write_bytes(SERIAL.read_bytes())
+    log = SERIAL.with_suffix(".log").read_text() + "moe-cache: 0.0% hit, resident 999.0 MiB\n"
+    (tmp_path / "run-io.log").write_text(log)
+    logged = run("io", tmp_path / "run-io.csv", "--cache", "--format", "json")
+    assert logged.err.count("no cache of that size ran here") == 1, logged.err
+    assert logged.json["meta"]["cache"] == "0" and "cache_mb" not in logged.json["meta"]
+    declared = run("report", REAL_TRACES["qwen3moe-l4-ct-layers.csv"], SERIAL,
+                   "--set", "cache_mb=1000", "--no-engine-log", "--format", "json")
+    own = declared.json["io"]["run_cache"]
+    assert own["evictions"] == 0 and own["rereads"] == 1018
+    assert declared.err.count("cache_mb=1000, which holds all 32 experts") == 1

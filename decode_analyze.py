@@ -4004,7 +4004,8 @@ def cache_contradiction(report, reading, cache):
                 f"decode token of the trace reads all of its experts: no cache ran here")
     held = holds_every_expert(own, cache, stands.get("cache_mb"))
     if held and stands["cache_mb"].source == "log":
-        return f"the engine's log says {held}: no cache of that size ran here"
+        return (f"the engine's log says cache_mb={stands['cache_mb'].value}, which holds all "
+                f"{held}: no cache of that size ran here")
     if own["detected"] and "cache" in stands and stands["cache"].value == "0":
         return ("the engine's log shows no cache (no moe-cache line), but decode tokens of the "
                 "trace read fewer experts than the router picks: a cache ran here")
@@ -4017,8 +4018,8 @@ def holds_every_expert(own, cache, size):
     mib = size and meta_number({"cache_mb": size.value}, "cache_mb")
     if not mib or own["detected"] or not own["rereads"] or cache.capacity(mib) < cache.distinct:
         return None
-    return (f"cache_mb={size.value}, which holds all {cache.distinct} experts the trace looks "
-            f"up, but the trace reads {own['rereads']} of them again")
+    return (f"{cache.distinct} experts the trace looks up, but the trace reads "
+            f"{own['rereads']} of them again")
 
 
 def had_cache(io):
@@ -4065,11 +4066,22 @@ def other_cache_key(key, value, meta):
                  and ran_a_cache(other, meta.get(other)) not in (None, cached)), None)
 
 
-def no_cache_warning(name, others):
-    """The one word on a declared no cache that other sources contradict (`others`, each
-    `key=value (source)` or the trace's sign), or None when none does."""
-    return others and (f"{name}: no cache, as declared, though {'; '.join(others)}: the "
-                       f"declaration stands")
+def declared_cache_warning(name, settings, signs=()):
+    """The one word on the run's cache a declaration settles, or None when nothing says
+    otherwise: the declared cache keys (or `no cache`), then the log's cache keys that say
+    otherwise (of `settings`, Settings), and `signs` (the trace's, each in words)."""
+    declared = {setting.key: setting.value for setting in settings
+                if setting.source == "declared" and setting.key in CACHE_KEYS}
+    others = list(dict.fromkeys([f"{setting.key}={setting.value} (log)" for setting in settings
+                                 if setting.source == "log" and setting.key in CACHE_KEYS and (
+                                     declared.get(setting.key, setting.value) != setting.value
+                                     or other_cache_key(setting.key, setting.value, declared))]
+                                + list(signs)))
+    if not declared or not others:
+        return None
+    what = "no cache" if declared_no_cache(settings) else \
+        " ".join(f"{key}={value}" for key, value in declared.items())
+    return f"{name}: {what}, as declared, though {'; '.join(others)}: the declaration stands"
 
 
 def cache_shares(counts):
@@ -5081,26 +5093,25 @@ def settled_cache(report, reading, cache):
         reading.warn(f"{report['path']}: {contradiction} (a log of another run?); the trace's "
                      f"word stands")
         dropped = {"log"}
-    elif declared_no_cache(report["settings"]):
-        # every other source that says a cache ran, the log's too where the declaration
-        # overrode its key (merged_settings left that word to this one)
-        others = list(dict.fromkeys(
-            [f"{setting.key}={setting.value} (log)" for setting in reading.settings
-             if setting.source == "log" and setting.key in CACHE_KEYS] +
-            [f"{key}={setting['value']} ({setting['source']})" for key, setting in
-             report["settings"].items() if key in CACHE_KEYS and setting["source"] != "declared"]
-            + (["the trace's tokens read fewer experts than the router picks"]
-               if report["run_cache"] and report["run_cache"]["detected"] else [])))
-        if others:
-            reading.warn(no_cache_warning(report["path"], others))
-        dropped = {"log", "compute trace"}
     else:
-        declared = next((setting for setting in reading.settings if setting.key == "cache_mb"
-                         and setting.source == "declared"), None)
-        held = report["run_cache"] and holds_every_expert(report["run_cache"], cache, declared)
-        if held:  # the user's word, said against the trace's
-            reading.warn(f"{report['path']}: declared {held}: the declaration stands")
-        return False
+        # a declaration settles it, said once with every word that yields: the log's (which
+        # merged_settings left to this one), the compute preamble's, the trace's
+        own, none = report["run_cache"], declared_no_cache(report["settings"])
+        size = next((setting for setting in reading.settings if setting.key == "cache_mb"
+                     and setting.source == "declared"), None)
+        held = None if none or not own else holds_every_expert(own, cache, size)
+        signs = [f"{key}={setting['value']} ({setting['source']})" for key, setting in
+                 report["settings"].items() if key in CACHE_KEYS
+                 and setting["source"] not in ("declared", "log")]
+        signs += ["the trace's tokens read fewer experts than the router picks"] \
+            if none and own and own["detected"] else [f"a cache that size holds all {held}"] \
+            if held else []
+        words = declared_cache_warning(report["path"], reading.settings, signs)
+        if words:
+            reading.warn(words)
+        if not none:
+            return False
+        dropped = {"log", "compute trace"}
     gone = {key for key, setting in report["settings"].items()
             if key in CACHE_KEYS and setting["source"] in dropped}
     report["meta"] = {key: value for key, value in report["meta"].items() if key not in gone}
@@ -7201,9 +7212,10 @@ def merged_settings(meta, given, warn, name):
     two keys: a source's word on it that contradicts what a stronger one said under the other
     key (cache_mb=64 declared, cache=0 the log's) yields too."""
     meta, settings = dict(meta), {}
-    # a declared no cache against the log's cache is said once, with the trace's word, by
-    # settled_cache (or, for a compute trace alone, analyze_compute)
-    cache_settled = declared_no_cache(given)
+    # the log's word on a declared cache is said once, with the trace's, by settled_cache (or,
+    # for a compute trace alone, analyze_compute)
+    cache_settled = any(setting.source == "declared" and setting.key in CACHE_KEYS
+                        for setting in given)
     for key, value, source in sorted(given, key=lambda setting: SOURCE_RANK[setting.source]):
         other = other_cache_key(key, value, meta)
         if key in settings or other:
@@ -10629,12 +10641,9 @@ def analyze_compute(path, reading, paired=False):
                             in_parts_if_it_may(reading))
     report = without_refuted_settings(compute_report(
         trace, fold, reading.selection, join_settings(trace, reading)), reading.warn)
-    if not paired and declared_no_cache(reading.settings):  # no trace of reads to say it
-        logged = [f"{setting.key}={setting.value} (log)" for setting in reading.settings
-                  if setting.source == "log" and setting.key in CACHE_KEYS
-                  and setting.value not in ("0", "0.0")]
-        if logged:
-            reading.warn(no_cache_warning(trace.name, logged))
+    words = None if paired else declared_cache_warning(trace.name, reading.settings)
+    if words:  # no trace of reads to say it with
+        reading.warn(words)
     # paired: without the verdicts a pair judges with its reads (the router's wait, memory
     # pressure), so that each is judged once
     verdicts = []
@@ -10759,8 +10768,9 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     # half takes the run's value and does not hear the log's again
     stands = {**preamble, **{setting.key: setting.value for setting in reading.settings
                              if setting.source == "declared"}}
-    # (a log's cache against a declared no cache is the io half's to say, with the trace's)
-    settled = declared_no_cache(reading.settings)
+    # (the log's word on a declared cache is the io half's to say, with the trace's)
+    settled = any(setting.source == "declared" and setting.key in CACHE_KEYS
+                  for setting in reading.settings)
     kept = tuple(setting for setting in reading.settings if not (
         setting.source == "log" and (stands.get(setting.key, setting.value) != setting.value
                                      or other_cache_key(setting.key, setting.value, stands))

@@ -368,8 +368,8 @@ def test_a_declared_setting_against_the_preambles_is_one_value(tmp_path, key, pr
     said = [line for line in warnings.splitlines() if key in line]
     assert len(said) == (1 if stands != declared or key == "cache_mb" else 0), warnings
     if key == "cache_mb":
-        assert "which holds all 32 experts the trace looks up, but the trace reads 1018 of " \
-            "them again: the declaration stands" in said[0]
+        assert "a cache that size holds all 32 experts the trace looks up, but the trace " \
+            "reads 1018 of them again: the declaration stands" in said[0]
 
 
 def test_a_logs_setting_against_both_preambles_is_the_preambles_and_one_warning(tmp_path):
@@ -411,7 +411,7 @@ def test_a_declared_setting_against_the_logs_is_the_declared_and_one_warning(tmp
     agree(found, "cache_mb", "4")
     said = [line for line in warnings.splitlines() if "cache_mb" in line]
     assert len(said) == 1 and said[0].endswith(
-        "the log says cache_mb=1.9, declared cache_mb=4: the declared value stands"), warnings
+        "cache_mb=4, as declared, though cache_mb=1.9 (log): the declaration stands"), warnings
 
 
 @pytest.mark.parametrize("declared", ["cache=0", "cache_mb=0"])
@@ -437,7 +437,8 @@ def test_a_declared_cache_and_a_logs_no_cache_are_one_fact_and_one_warning(tmp_p
     opposite things, and nothing said. The log's word yields to the declaration, said once."""
     (tmp_path / "run.log").write_bytes(SERIAL.with_suffix(".log").read_bytes())
     found, warnings = outputs(tmp_path, LAYERS, SERIAL, "--set", "cache_mb=64", log=True)
-    assert warnings.count("the log says cache=0, declared cache_mb=64") == 1, warnings
+    assert warnings.count("cache_mb=64, as declared, though cache=0 (log)") == 1, warnings
+    assert len(warnings.splitlines()) == 1, warnings
     for where in ("compute half", "io half", "summary"):
         assert found[where].get("cache_mb") == "64" and "cache" not in found[where], found[where]
 
@@ -456,4 +457,5 @@ def test_a_cache_holding_every_expert_of_a_trace_that_reads_them_again_is_refute
                    "--set", "cache_mb=1000", "--no-engine-log", "--format", "json")
     own = declared.json["io"]["run_cache"]
     assert own["evictions"] == 0 and own["rereads"] == 1018
-    assert declared.err.count("cache_mb=1000, which holds all 32 experts") == 1
+    assert declared.err.count("cache_mb=1000, as declared, though a cache that size holds all "
+                              "32 experts the trace looks up") == 1

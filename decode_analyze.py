@@ -4039,13 +4039,15 @@ def ran_cached(io):
 CACHE_KEYS = ("cache", "cache_mb")  # the run's cache: one fact, two keys
 
 
+def declared_cache(settings):
+    """{key: value} of the cache keys --set declares, of the reading's Settings."""
+    return {setting.key: setting.value for setting in settings
+            if setting.source == "declared" and setting.key in CACHE_KEYS}
+
+
 def declared_no_cache(settings):
-    """Whether --set says the run had no cache: cache=0, or cache_mb=0 (settings: a report's
-    {key: setting}, or Settings)."""
-    declared = {setting.key: setting.value for setting in settings
-                if setting.source == "declared"} if not isinstance(settings, dict) else {
-        key: setting["value"] for key, setting in settings.items()
-        if setting["source"] == "declared"}
+    """Whether --set says the run had no cache: cache=0, or cache_mb=0."""
+    declared = declared_cache(settings)
     return declared.get("cache") == "0" or meta_number(declared, "cache_mb") == 0
 
 
@@ -4070,8 +4072,7 @@ def declared_cache_warning(name, settings, signs=()):
     """The one word on the run's cache a declaration settles, or None when nothing says
     otherwise: the declared cache keys (or `no cache`), then the log's cache keys that say
     otherwise (of `settings`, Settings), and `signs` (the trace's, each in words)."""
-    declared = {setting.key: setting.value for setting in settings
-                if setting.source == "declared" and setting.key in CACHE_KEYS}
+    declared = declared_cache(settings)
     others = list(dict.fromkeys([f"{setting.key}={setting.value} (log)" for setting in settings
                                  if setting.source == "log" and setting.key in CACHE_KEYS and (
                                      declared.get(setting.key, setting.value) != setting.value
@@ -5096,7 +5097,7 @@ def settled_cache(report, reading, cache):
     else:
         # a declaration settles it, said once with every word that yields: the log's (which
         # merged_settings left to this one), the compute preamble's, the trace's
-        own, none = report["run_cache"], declared_no_cache(report["settings"])
+        own, none = report["run_cache"], declared_no_cache(reading.settings)
         size = next((setting for setting in reading.settings if setting.key == "cache_mb"
                      and setting.source == "declared"), None)
         held = None if none or not own else holds_every_expert(own, cache, size)
@@ -7214,8 +7215,7 @@ def merged_settings(meta, given, warn, name):
     meta, settings = dict(meta), {}
     # the log's word on a declared cache is said once, with the trace's, by settled_cache (or,
     # for a compute trace alone, analyze_compute)
-    cache_settled = any(setting.source == "declared" and setting.key in CACHE_KEYS
-                        for setting in given)
+    cache_settled = bool(declared_cache(given))
     for key, value, source in sorted(given, key=lambda setting: SOURCE_RANK[setting.source]):
         other = other_cache_key(key, value, meta)
         if key in settings or other:
@@ -10741,7 +10741,7 @@ def weighed_io(path, reading, asked):
                      f"settings say prefetch={report['meta']['prefetch']}: the trace's stands")
         report["meta"] = {key: value for key, value in report["meta"].items()
                           if key != "prefetch"}
-    if report["run_cache"] is not None and not declared_no_cache(report["settings"]):
+    if report["run_cache"] is not None and not declared_no_cache(reading.settings):
         own.append(Setting("cache", "1" if report["run_cache"]["detected"] else "0", "trace"))
     report["meta"], shown = merged_settings(report["meta"], own, reading.warn, trace.name)
     report["settings"].update(shown)
@@ -10769,8 +10769,7 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     stands = {**preamble, **{setting.key: setting.value for setting in reading.settings
                              if setting.source == "declared"}}
     # (the log's word on a declared cache is the io half's to say, with the trace's)
-    settled = any(setting.source == "declared" and setting.key in CACHE_KEYS
-                  for setting in reading.settings)
+    settled = bool(declared_cache(reading.settings))
     kept = tuple(setting for setting in reading.settings if not (
         setting.source == "log" and (stands.get(setting.key, setting.value) != setting.value
                                      or other_cache_key(setting.key, setting.value, stands))
@@ -11036,11 +11035,10 @@ def flagged_loaded(rows):
     configurations = [(row["kind"], tuple(sorted(row["meta"].items()))) for row in rows]
     quietest = {}  # (configuration, whether node rows alone) -> the least compute
     for configuration, row in zip(configurations, rows):
-        for nodes in {False, row["granularity"] == "node"}:
-            if row["compute_ms_per_token"]:
-                quietest[configuration, nodes] = min(quietest.get((configuration, nodes),
-                                                                  math.inf),
-                                                     row["compute_ms_per_token"])
+        compute = row["compute_ms_per_token"]
+        for key in {(configuration, False), (configuration, row["granularity"] == "node")}:
+            if compute:
+                quietest[key] = min(quietest.get(key, math.inf), compute)
     for configuration, row in zip(configurations, rows):
         compute = row["compute_ms_per_token"]
         least = quietest.get((configuration, row["granularity"] == "node"))

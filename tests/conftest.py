@@ -1,4 +1,7 @@
 """pytest's fixtures; the helpers they use are in helpers.py."""
+import fcntl
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -88,3 +91,21 @@ def one_token(tmp_path_factory):
 def long_token(tmp_path_factory):
     """One token of about four pieces of trace_io.HOLD_ROWS, and the same rows as 400 tokens."""
     return one_token_traces(tmp_path_factory.mktemp("long-token"), 64_000)
+
+
+@pytest.fixture(scope="session")
+def once_a_run(tmp_path_factory):
+    """get(name, compute): what `compute` returns (JSON), computed once a test run for every
+    xdist worker, where a module's fixture was computed once a worker (each worker runs some of
+    its tests): the first to ask computes it, the others wait for it and read it back."""
+    base = tmp_path_factory.getbasetemp()
+    folder = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this run's
+
+    def get(name, compute):
+        path = folder / f"{name}.json"
+        with open(folder / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not path.exists():
+                path.write_text(json.dumps(compute()))
+        return json.loads(path.read_text())
+    return get

@@ -29,8 +29,8 @@ def flash_ms_per_mib(folder, name):
 
 
 @pytest.fixture(scope="module")
-def fit():
-    return report_with_warnings("summary", *RUNS)["calibration"]
+def fit(once_a_run):
+    return once_a_run("sweep-fit", lambda: report_with_warnings("summary", *RUNS)["calibration"])
 
 
 def test_the_sweeps_costs_are_its_logs(fit):

@@ -42,11 +42,11 @@ def measured():
 
 
 @pytest.fixture(scope="module")
-def predicted():
+def predicted(once_a_run):
     """{base: its report}, each asked for every cache size and lane count the sweep ran."""
-    return {base.name: report_with_warnings(
+    return once_a_run("sweep-predicted", lambda: {base.name: report_with_warnings(
         "report", base.with_name(base.name + "-ct.csv"), base.with_name(base.name + "-io.csv.gz"),
-        "--cache-mb", "64,256,512", "--io-threads", "1,2,8") for base in QUIET}
+        "--cache-mb", "64,256,512", "--io-threads", "1,2,8") for base in QUIET})
 
 
 def offered(report, change):

@@ -1,5 +1,6 @@
 """pytest's fixtures; the helpers they use are in helpers.py."""
 import fcntl
+import hashlib
 import json
 import os
 import sys
@@ -9,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers import (HALF_READ_CT, HALF_READ_IO, ROOT, SIX_READS, ct_text, io_text,  # noqa: E402
-                     run)
+                     report_with_warnings, run)
 
 
 def compiled_once():
@@ -109,3 +110,14 @@ def once_a_run(tmp_path_factory):
                 path.write_text(json.dumps(compute()))
         return json.loads(path.read_text())
     return get
+
+
+@pytest.fixture(scope="session")
+def report_once(once_a_run):
+    """report_once(*argv): the JSON report of a run that must succeed (its warnings in it), read
+    once a test run for every test that only reads it: the 48-layer runs several files read."""
+    def report_of(*argv):
+        argv = [str(arg) for arg in argv]
+        name = "report-" + hashlib.sha1("\0".join(argv).encode()).hexdigest()
+        return once_a_run(name, lambda: report_with_warnings(*argv))
+    return report_of

@@ -162,10 +162,10 @@ QUIET = [TRACES / "l48-repeats" / f"qwen3moe-l48-e128-serial-rep9-{part}"
          for part in ("ct.csv", "io.csv.gz")]  # its log: compute 7 + cache mgmt 0 + I/O 89
 
 
-@pytest.fixture(scope="module")
-def cached_report():
+@pytest.fixture
+def cached_report(report_once):
     """The 48-layer cached run's report, read once for the tests that only read it."""
-    return run("report", *CACHED, "--format", "json").json
+    return report_once("report", *CACHED)
 
 
 def test_a_cached_runs_compute_does_not_hold_its_cache_management(cached_report):
@@ -322,12 +322,12 @@ OVERLAPPED = [TRACES / "l48-sweep" / f"qwen3moe-l48-e128-node-overlap-{part}"
               for part in ("ct.csv.gz", "io.csv.gz")]
 
 
-def test_an_overlapped_runs_decode_is_split_with_its_stall():
+def test_an_overlapped_runs_decode_is_split_with_its_stall(report_once):
     """Bug: an overlapped run's compute was null, and a log's 3 ms of management without a cache
     was read as 0: the engine splits its decode as compute + cache mgmt + stall (237 = 112 + 3 +
     123 ms; its flash I/O, 425 ms, is the readers' summed time, no wait). The verdicts weigh the
     reads against the same stall."""
-    result = run("report", *OVERLAPPED, "--format", "json").json
+    result = report_once("report", *OVERLAPPED)
     pair = result["pair"]
     assert (pair["stall_ms_per_token"], pair["stall_source"]) == (123.0, "log")
     assert pair["cache_mgmt_ms_per_token"] == 3.0

@@ -717,13 +717,12 @@ def test_a_cache_past_the_footprint_holds_the_experts_there_are():
     assert "(every expert in RAM, cache_mb=6)" in out and "cache_mb=64" not in out
 
 
-def test_a_cached_runs_own_size_is_not_offered_as_a_change():
+def test_a_cached_runs_own_size_is_not_offered_as_a_change(report_once):
     """Bug: the 256 MiB run's what-if offered 'cache_mb=255.9 saves 0.00 ms (-0.50 to +0.50)':
     its own size. The list leaves it out; the JSON keeps it (the model's check on the run)."""
     from helpers import TRACES
     base = TRACES / "l48-sweep" / "qwen3moe-l48-e128-cache256-rep1"
-    ct, io = f"{base}-ct.csv", f"{base}-io.csv.gz"
-    report = report_with_warnings("report", ct, io)
+    report = report_once("report", f"{base}-ct.csv", f"{base}-io.csv.gz")
     sizes = [s["value"] for s in report["what_if"]["settings"] if s["setting"] == "cache_mb"]
     assert 255.9 in sizes
     text = decode_analyze.text_of(report, decode_analyze.View())  # drawn from that report
@@ -751,15 +750,15 @@ def test_a_saving_within_the_machines_noise_is_said_so_and_not_a_best_change():
     assert fitted["what_if"]["baseline"]["noise_ms_per_token"] == pytest.approx(spread / 2)
 
 
-def test_overlap_0_on_an_overlapped_run_has_a_point_and_holds_its_twin():
+def test_overlap_0_on_an_overlapped_run_has_a_point_and_holds_its_twin(report_once):
     """Issue 65: an overlapped run twice as slow as its serial twin got "overlap=0: saves at
     least 8.18 ms (no upper bound)"; it saved about 119 ms (237 against the twin's 118). Now a
     point: the log's stall (123 ms) and cache management (3) less the serial I/O part (the I/O
     estimate: the same lanes, the same MiB), compute held; and an upper end: compute falls to
     nothing, the decode less that part. The twin's saving lies inside, widened by the spread."""
     folder = TRACES / "l48-sweep"
-    r = report_with_warnings("report", folder / "qwen3moe-l48-e128-node-overlap-ct.csv.gz",
-                             folder / "qwen3moe-l48-e128-node-overlap-io.csv.gz")
+    r = report_once("report", folder / "qwen3moe-l48-e128-node-overlap-ct.csv.gz",
+                    folder / "qwen3moe-l48-e128-node-overlap-io.csv.gz")
     serial, = (s for s in r["what_if"]["settings"] if s["setting"] == "overlap")
     assert serial["value"] == 0
     part = r["io"]["io_wall_ms_per_token"]["estimate"] * r["io"]["tokens"] / r["pair"]["tokens"]

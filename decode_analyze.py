@@ -164,12 +164,12 @@ def num(value, spec, missing="n/a"):
 
 
 # ── records: every JSON object a report holds, declared once ─────────────────────────────────────
-# Each object a report holds is a Record: its fields in order, each with what it holds. The
-# report functions build every object through its Record, which refuses a field that is
-# missing or not declared; `--format json` writes them as they are (json_chunks); the
-# JSON reference (docs/json.md) is drawn from these declarations, and a test walks real
-# reports against them. A field's shape, when it holds more than a value, is another Record,
-# ListOf(Record) or MapOf(Record): an object whose keys are data (ops, lanes, figures).
+# Each object a report holds is a Record: its fields in order. The report functions build
+# every object through its Record, which refuses a field that is missing or not declared;
+# `--format json` writes them as they are (json_chunks). What each field holds is said once,
+# in docs/json.md, a section a Record; a test keeps its sections and fields the declared ones
+# and walks real reports against them. A field's shape, when it holds more than a value, is
+# another Record, ListOf(Record) or MapOf(Record): an object whose keys are data (ops, lanes).
 ListOf = namedtuple("ListOf", "record")
 MapOf = namedtuple("MapOf", "record")
 # A figure, declared once where its Record declares its field: Shown says how it shows in a
@@ -181,7 +181,7 @@ MapOf = namedtuple("MapOf", "record")
 # rescales it to per decoded token). Its unit is the one its name states (unit_named).
 Shown = namedtuple("Shown", "header format diff samples", defaults=(None, None, None, None))
 PER_TOKEN, TOTAL = "token", "total"
-Field = namedtuple("Field", "name doc shape shown per")
+Field = namedtuple("Field", "name shape shown per")
 COMPARED = "compared"  # of a list field: diff compares its rows by their key (Record.key)
 
 
@@ -193,17 +193,18 @@ class Record:
     diff's titles ("by op"). per_token: the names of the fields that are per token of their
     trace (what a pair rescales)."""
 
-    def __init__(self, name, where, fields, later=(), key=None, by=None):
-        self.name, self.where, self.later, self.key, self.by = name, where, later, key, by
-        # A field is declared (name, doc) then, in any order, its shape (a Record, ListOf or
-        # MapOf), how it is Shown, and its denominator or COMPARED: told apart by their types.
+    def __init__(self, name, fields, later=(), key=None, by=None):
+        self.name, self.key, self.by = name, key, by
+        # A field is its name, or (name, ...) with, in any order, its shape (a Record, ListOf
+        # or MapOf), how it is Shown, and its denominator or COMPARED: told apart by their types.
         self.fields = []
-        for name, doc, *parts in fields:
+        for name, *parts in ((entry,) if isinstance(entry, str) else entry for entry in fields):
             typed = {type(part): part for part in parts}
             shape = typed.get(Record) or typed.get(ListOf) or typed.get(MapOf)
-            self.fields.append(Field(name, doc, shape, typed.get(Shown), typed.get(str)))
+            self.fields.append(Field(name, shape, typed.get(Shown), typed.get(str)))
         self.names = [field.name for field in self.fields]
-        self._built = [name for name in self.names if name not in later]
+        self.later = self.names if later is all else later
+        self._built = [name for name in self.names if name not in self.later]
         self.per_token = {field.name for field in self.fields if field.per == PER_TOKEN}
 
     def __call__(self, **values):
@@ -233,42 +234,19 @@ KINDS = {}
 
 
 VALUE = None  # a field that holds a number, a string, a list of them, or null
-SELECTION = Record("selection", "which tokens a report covers", (
-    ("phase", "`decode`, `prefill`, `all`, or `default` (decode, or all when there is none)"),
-    ("turns", "the turns chosen by --turn (empty: every turn)"),
-    ("steps", "[A, B] of --steps, null for an open side"),
-    ("skip", "tokens dropped at the start of each turn (--skip)")))
-VERDICT = Record("verdict", "one line of the verdicts", (
-    ("id", "which verdict (docs/verdicts.md)"),
-    ("flagged", "true (said in capitals), false, or null: undetermined"),
-    ("text", "the line, with the figures it rests on")))
-TOKEN_SPREAD = Record("token spread", "percentiles of a per-token figure", (
-    ("p50", "median"), ("p90", "90th percentile"), ("p99", "99th percentile"),
-    ("max", "largest")))
+SELECTION = Record("selection", ("phase", "turns", "steps", "skip"))
+VERDICT = Record("verdict", ("id", "flagged", "text"))
+TOKEN_SPREAD = Record("token spread", ("p50", "p90", "p99", "max"))
 
 # A report's verdicts are judged from it once it is built; a command's report ends with the
 # warnings the run said on stderr (a pair's halves have none of their own).
-WARNINGS = ("warnings", "every warning the run said on stderr (a command's report only)")
+WARNINGS = "warnings"
 # The engine's log is the run's, so a command's report holds it, never a pair's halves.
 LATER = ("engine", "verdicts", "warnings")
-REPORT_HEAD = (
-    ("schema", f"the JSON schema, {SCHEMA} (diff and summary read this one and the last)"),
-    ("tool_version", "the decode-analyze that wrote it"),
-    ("kind", "`compute`, `io`, `report`, `timeline`, `diff` or `summary`"))
-SETTING = Record("setting", "`settings.<key>`: a setting the preamble lacks (docs/usage.md)", (
-    ("value", "its value, as `meta` holds it"),
-    ("source", "`declared` (--set), `log` (the engine's lines imply it), `trace` (what the "
-               "trace shows), or in a pair, `compute trace` or `io trace` (the other trace's "
-               "preamble names it)")))
-TRACE_HEAD = (
-    ("path", "the trace as given (`<stdin>` for `-`)"),
-    ("meta", "every preamble key=value of the trace, and the settings joined to it",
-     MapOf(VALUE)),
-    ("settings", "{key: setting}: the settings of `meta` the preamble did not give",
-     MapOf(SETTING)),
-    ("version", "the trace's format version (`v1`, `v2`)"),
-    ("phase", "the rows used: `decode`, `prefill` or `all`"),
-    ("selection", "what was asked for", SELECTION))
+REPORT_HEAD = ("schema", "tool_version", "kind")
+SETTING = Record("setting", ("value", "source"))
+TRACE_HEAD = ("path", ("meta", MapOf(VALUE)), ("settings", MapOf(SETTING)), "version", "phase",
+    ("selection", SELECTION))
 
 ENGINE_TOLERANCE = 0.10  # the engine's figure and the tool's agree within this share of it
 
@@ -283,50 +261,17 @@ UNCOMPARED = {"compute_ms_per_token": Uncompared(
               "cache_mgmt_ms_per_token": Uncompared(
                   "the log's", "no trace times it: the tool's is the log's own")}
 
-ENGINE_FIGURE = Record("engine figure", "`engine.figures.<figure>`", (
-    ("engine", "the engine's own figure, from its end-of-run lines", Shown("engine", 3)),
-    ("tool", "the tool's figure for the same thing (null: the traces do not show it)",
-     Shown("tool", 3)),
-    ("ratio", "tool / engine (null when either is missing or the engine's is 0)",
-     Shown("ratio", 3)),
-    ("agrees", "whether they are within the tolerance (docs/figures.md) (null: not compared)",
-     Shown("agrees")),
-    ("note", "why a figure both show is not compared (the engine's compute is a remainder, "
-             "its cache management the tool's own; sums the traces do not show), else null")))
-ENGINE_TURN = Record("engine turn", "`engine.turns` (a session's `turn id=N:` lines)", (
-    ("turn", "the turn's id, as the engine counts (from 1)"),
-    ("trace_turn", "the same turn as the traces number it (from 0: --turn takes this), matched "
-                   "in order; null when the traces' turns are not the log's"),
-    ("generated", "tokens it generated"),
-    ("tool_generated", "the decode tokens the compute trace holds of that turn (null: no "
-                       "compute trace, or speculative decodes, which cover several positions)"),
-    ("cache_hit_pct", "the engine's cache hit %"), ("read_mib", "MiB it read"),
-    ("tool_read_mib", "MiB the io trace's decode reads of that turn hold (null: no io trace)"),
-    ("tool_cache_hit_pct", "the hit % the io trace shows for that turn (`run_cache.turns`; "
-                           "null: no cache seen)"),
-    ("ms_per_token", "the engine's decode ms per token of that turn (1000 / its tok_s; null "
-                     "where the line has none)"),
-    ("tool_ms_per_token", "the compute trace's decode ms per token of that turn (null: no "
-                          "compute trace)"),
-    ("differs", "the figures of the turn beyond the tolerance (`generated`, exactly; "
-                "`read_mib`, `cache_hit_pct`, `ms_per_token`); null when the traces hold no "
-                "such turn (trace_turn null) or nothing of it to compare")))
-ENGINE_UNREAD = Record("engine line unread", "`engine.unread`", (
-    ("line", "its line number in the log"), ("lead", "the kind of line (`moe-stream:`)"),
-    ("figures", "the figures it holds, unread (its numbers are not as the engine prints them)",
-     VALUE)))
-ENGINE = Record("engine", "a run's `engine` (null without the engine's log)", (
-    ("log", "the log read (NAME.log beside a trace, or --engine-log)"),
-    ("figures", "{figure: engine figure}, every figure the log states", MapOf(ENGINE_FIGURE)),
-    ("turns", "the session's turns, in order", ListOf(ENGINE_TURN)),
-    ("unread", "the engine lines of the log not understood", ListOf(ENGINE_UNREAD))))
-ENGINE_FIELD = ("engine", "the engine's own figures beside the tool's (null without its log)",
-                ENGINE)
+ENGINE_FIGURE = Record("engine figure", (("engine", Shown("engine", 3)),
+    ("tool", Shown("tool", 3)), ("ratio", Shown("ratio", 3)), ("agrees", Shown("agrees")), "note"))
+ENGINE_TURN = Record("engine turn", ("turn", "trace_turn", "generated", "tool_generated",
+    "cache_hit_pct", "read_mib", "tool_read_mib", "tool_cache_hit_pct", "ms_per_token",
+    "tool_ms_per_token", "differs"))
+ENGINE_UNREAD = Record("engine line unread", ("line", "lead", ("figures", VALUE)))
+ENGINE = Record("engine", ("log", ("figures", MapOf(ENGINE_FIGURE)),
+    ("turns", ListOf(ENGINE_TURN)), ("unread", ListOf(ENGINE_UNREAD))))
+ENGINE_FIELD = ("engine", ENGINE)
 
-FIGURE = Record("what-if figure", "`what_if.settings[].figures.*`, `ms_per_token_saved`", (
-    ("point", "the figure (null where only a bound is honest)", PER_TOKEN),
-    ("min", "its lower bound", PER_TOKEN), ("max", "its upper bound (null: none known)",
-                                            PER_TOKEN)))
+FIGURE = Record("what-if figure", (("point", PER_TOKEN), ("min", PER_TOKEN), ("max", PER_TOKEN)))
 
 
 def inner_record(field):
@@ -1665,123 +1610,54 @@ def calm_blocks(report, view):
 
 
 # ── compute: its records ─────────────────────────────────────────────────────────────────────────
-MS_PER_TOKEN = ("ms_per_token", "its wall_ns / tokens / 10^6",
-                Shown("ms/token", 2, "ms per token"), PER_TOKEN)
-SHARE = ("share", "its share of all wall_ns", Shown("share", "%"))
-MAJFLT_PER_TOKEN = ("majflt_per_token", "its major faults / tokens",
-                    Shown("majflt/tok", 1), PER_TOKEN)
-NODES_PER_TOKEN = ("nodes_per_token", "its nodes / tokens", Shown("nodes/tok", 1), PER_TOKEN)
+MS_PER_TOKEN = ("ms_per_token", Shown("ms/token", 2, "ms per token"), PER_TOKEN)
+SHARE = ("share", Shown("share", "%"))
+MAJFLT_PER_TOKEN = ("majflt_per_token", Shown("majflt/tok", 1), PER_TOKEN)
+NODES_PER_TOKEN = ("nodes_per_token", Shown("nodes/tok", 1), PER_TOKEN)
 
-OP_ROW = Record("op row", "compute `by_op`", (
-    ("op", "the ggml op", Shown("op", "text")), ("count", "its nodes in the selection", TOTAL),
-    ("ms_per_token", "its wall_ns / tokens / 10^6",
-     Shown("ms/token", 2, "ms per token", samples="op"), PER_TOKEN), SHARE,
-    MAJFLT_PER_TOKEN[:2] + (Shown("majflt/tok", 1, "major faults per token"), PER_TOKEN),
-    NODES_PER_TOKEN, ("avg_us", "one node's mean wall time", Shown("avg us", 1)),
-    ("p50_us", "one node's median wall time", Shown("p50 us", 1)),
-    ("p99_us", "one node's p99 wall time", Shown("p99 us", 1)),
-    ("max_us", "one node's longest wall time", Shown("max us", 1))), key="op", by="by op")
-FAULT_ROW = Record("fault row", "compute `faults.by_op`", (
-    ("op", "the ggml op", Shown("op", "text")),
-    ("majflt_per_token", "faults of its faulting nodes / tokens", Shown("majflt/tok", 1),
-     PER_TOKEN),
-    ("ms_per_token", "wall_ns of its faulting nodes / tokens / 10^6", Shown("ms/tok", 2),
-     PER_TOKEN),
-    ("share", "that wall time's share of all wall_ns", Shown("of compute", "%"))))
-FAULTS = Record("faults", "compute `faults`", (
-    ("majflt_per_token", "major faults / tokens", PER_TOKEN),
-    ("ms_per_token", "wall_ns of every node that faulted / tokens / 10^6",
-     Shown(diff="faulting nodes' ms per token"), PER_TOKEN),
-    ("share", "that wall time's share of all wall_ns"),
-    ("by_op", "per op, most faults first", ListOf(FAULT_ROW))))
+OP_ROW = Record("op row", (("op", Shown("op", "text")), ("count", TOTAL),
+    ("ms_per_token", Shown("ms/token", 2, "ms per token", samples="op"), PER_TOKEN), SHARE,
+    ("majflt_per_token", Shown("majflt/tok", 1, "major faults per token"), PER_TOKEN),
+    NODES_PER_TOKEN, ("avg_us", Shown("avg us", 1)), ("p50_us", Shown("p50 us", 1)),
+    ("p99_us", Shown("p99 us", 1)), ("max_us", Shown("max us", 1))), key="op", by="by op")
+FAULT_ROW = Record("fault row", (("op", Shown("op", "text")),
+    ("majflt_per_token", Shown("majflt/tok", 1), PER_TOKEN),
+    ("ms_per_token", Shown("ms/tok", 2), PER_TOKEN), ("share", Shown("of compute", "%"))))
+FAULTS = Record("faults", (("majflt_per_token", PER_TOKEN),
+    ("ms_per_token", Shown(diff="faulting nodes' ms per token"), PER_TOKEN), "share",
+    ("by_op", ListOf(FAULT_ROW))))
 GROUP_FIGURES = (MS_PER_TOKEN, SHARE, MAJFLT_PER_TOKEN)
-LAYER_ROW = Record("layer row", "compute `by_layer` (inferred layers), `by_layer_column` (as "
-                                "written)",
-                   (("layer", "the layer (-1: outside every layer)", Shown("layer")),
-                    *GROUP_FIGURES), key="layer", by="by layer")
-SEGMENT_ROW = Record("segment row", "compute `segments` (layer granularity; `[]` for a node "
-                                    "trace)",
-                     (("name", "`pre`, `blk.N` or `post`", Shown("segment", "text")),
-                      *GROUP_FIGURES), key="name", by="by segment")
-CATEGORY_ROW = Record("category row", "compute `by_category` (`[]` for a layer trace)", (
-    ("category", "the node category (docs/figures.md: categories)", Shown("category", "text")),
-    MS_PER_TOKEN, SHARE, MAJFLT_PER_TOKEN, NODES_PER_TOKEN), key="category",
-    by="by node category")
-UNCLASSIFIED_ROW = Record("unclassified row", "compute `unclassified`", (
-    ("name", "a base name that landed in `other`"), ("ms_per_token", "its wall_ns / tokens")))
-COMPUTE_TOKEN = Record("compute token", "compute `slowest`, `per_token`", (
-    ("turn", "session turn"), ("phase", "1 decode, 0 prefill"), ("step", "the token's step"),
-    ("ms", "its summed wall_ns / 10^6"), ("majflt", "its major faults"),
-    ("faulting_ms", "the wall time of its nodes that took major faults")))
-DECODES = Record("decodes", "compute `decodes`", (
-    ("decodes", "decode tokens selected"),
-    ("positions", "generated positions they cover (next step - step; a turn's last: 1)"),
-    ("speculative", "whether any decode covers more than one position"),
-    ("ms_per_decode", "decode wall time / decodes"),
-    ("ms_per_position", "decode wall time / positions",
-     Shown(diff="ms per generated position"))))
-PREFILL_BATCHES = Record("prefill", "compute `prefill`", (
-    ("batches", "prefill batches selected"), ("prompt_tokens", "step + 1 summed over them"),
-    ("ms_per_batch", "their wall time / batches"),
-    ("ms_per_prompt_token", "their wall time / prompt tokens")))
-WARMUP = Record("warmup", "compute `warmup`", (
-    ("tokens", "how many first decode tokens of a turn count as warm-up"),
-    ("first_mean", "their mean ms"), ("rest_mean", "the other decode tokens' mean ms"),
-    ("ratio", "first_mean / rest_mean"),
-    ("from_turn_start", "whether each turn's selected decode tokens start at its first decode "
-                        "(not so with --skip, or --steps past it): else the first tokens "
-                        "selected are not a warm-up")))
-TAIL_IN_POST = Record("tail in post", "compute `tail_in_post` (null unless a layer trace shows "
-                                      "it)", (
-    ("layer", "the last layer, whose MoE tail the engine wrote into `post` (layer -1)"),
-    ("segments_per_token", "its blk.N segments per token"),
-    ("others_per_token", "the other layers' (their median)")))
-STRETCH_GROUP = Record("stretch group", "compute `slow_stretch.slowed`", (
-    ("name", "a node category, or a layer trace's segment (`pre`, `blk.N`, `post`)"),
-    ("ms_per_token", "its ms per token in the stretch"),
-    ("others_ms_per_token", "outside it"), ("ratio", "in / outside")))
-COMPUTE_STRETCH = Record("compute slow stretch", "compute `slow_stretch` (null without one)", (
-    ("turn", "its turn"), ("first_step", "its first token's step"),
-    ("last_step", "its last token's step"), ("tokens", "its tokens"),
-    ("ms_per_token", "their mean ms"), ("others_ms_per_token", "the other tokens' mean ms"),
-    ("share", "its share of the selection's time"),
-    ("slowed", "the groups that slowed with it (docs/verdicts.md), the most added ms first; "
-               "null when a layer trace did not keep every stretch token's segments",
-     ListOf(STRETCH_GROUP))))
-COMPUTE_REPORT = Record("compute report", "`compute`; a pair's `compute`", (
-    *REPORT_HEAD, *TRACE_HEAD,
-    ("tokens", "distinct (turn, phase, step) selected"),
-    ("granularity", "`layer` when every selected row is a LAYER row, else `node`"),
-    ("rows", "selected rows", TOTAL),
-    ("nodes_per_token", "rows / tokens", Shown(diff="nodes per token"), PER_TOKEN),
-    ("ms_per_token", "sum of wall_ns / tokens / 10^6: the decode's wall time, waits included",
-     Shown(diff="ms per token", samples="ms"), PER_TOKEN),
-    ("majflt_per_token", "sum of majflt / tokens",
-     Shown(diff="major faults per token", samples="majflt"), PER_TOKEN),
-    ("by_op", "every op, slowest first", ListOf(OP_ROW), COMPARED),
-    ("faults", "the nodes that took major faults", FAULTS),
-    ("by_layer", "per inferred layer", ListOf(LAYER_ROW), COMPARED),
-    ("by_layer_column", "per layer as the trace wrote it", ListOf(LAYER_ROW)),
-    ("reattributed_ms_per_token", "wall_ns of layer -1 nodes counted in a layer / tokens"),
-    ("segments", "per segment, in layer order", ListOf(SEGMENT_ROW), COMPARED),
-    ("tail_in_post", "the last layer's MoE tail written into post", TAIL_IN_POST),
-    ("by_category", "per node category, slowest first", ListOf(CATEGORY_ROW), COMPARED),
-    ("unclassified", "base names in `other`, slowest first", ListOf(UNCLASSIFIED_ROW)),
-    ("token_ms", "each token's ms", TOKEN_SPREAD,
-     Shown(diff={"p50": "token ms p50", "p99": "token ms p99"})),
-    ("slowest", "the five slowest tokens", ListOf(COMPUTE_TOKEN)),
-    ("per_token", "every token, in trace order", ListOf(COMPUTE_TOKEN)),
-    ("decodes", "decodes and the positions they generate", DECODES),
-    ("prefill", "prefill batches and their prompt tokens", PREFILL_BATCHES),
-    ("warmup", "the first decode tokens of each turn against the rest", WARMUP),
-    ("slow_stretch", "the longest run of consecutive slow tokens (docs/verdicts.md)",
-     COMPUTE_STRETCH),
-    ("op_us_by_token", "{op: each token's wall time in it, whole µs, in per_token's order}: "
-                       "the samples diff tests an op with", MapOf(VALUE)),
-    ("category_us_by_token", "the same per node category (`{}` for a layer trace): what the "
-                             "SVG stacks", MapOf(VALUE)),
-    ENGINE_FIELD, ("verdicts", "the compute verdicts", ListOf(VERDICT)), WARNINGS),
-    later=LATER)
+LAYER_ROW = Record("layer row", (("layer", Shown("layer")), *GROUP_FIGURES), key="layer",
+    by="by layer")
+SEGMENT_ROW = Record("segment row", (("name", Shown("segment", "text")), *GROUP_FIGURES),
+    key="name", by="by segment")
+CATEGORY_ROW = Record("category row", (("category", Shown("category", "text")), MS_PER_TOKEN,
+    SHARE, MAJFLT_PER_TOKEN, NODES_PER_TOKEN), key="category", by="by node category")
+UNCLASSIFIED_ROW = Record("unclassified row", ("name", "ms_per_token"))
+COMPUTE_TOKEN = Record("compute token", ("turn", "phase", "step", "ms", "majflt", "faulting_ms"))
+DECODES = Record("decodes", ("decodes", "positions", "speculative", "ms_per_decode",
+    ("ms_per_position", Shown(diff="ms per generated position"))))
+PREFILL_BATCHES = Record("prefill", ("batches", "prompt_tokens", "ms_per_batch",
+    "ms_per_prompt_token"))
+WARMUP = Record("warmup", ("tokens", "first_mean", "rest_mean", "ratio", "from_turn_start"))
+TAIL_IN_POST = Record("tail in post", ("layer", "segments_per_token", "others_per_token"))
+STRETCH_GROUP = Record("stretch group", ("name", "ms_per_token", "others_ms_per_token", "ratio"))
+COMPUTE_STRETCH = Record("compute slow stretch", ("turn", "first_step", "last_step", "tokens",
+    "ms_per_token", "others_ms_per_token", "share", ("slowed", ListOf(STRETCH_GROUP))))
+COMPUTE_REPORT = Record("compute report", (*REPORT_HEAD, *TRACE_HEAD, "tokens", "granularity",
+    ("rows", TOTAL), ("nodes_per_token", Shown(diff="nodes per token"), PER_TOKEN),
+    ("ms_per_token", Shown(diff="ms per token", samples="ms"), PER_TOKEN),
+    ("majflt_per_token", Shown(diff="major faults per token", samples="majflt"), PER_TOKEN),
+    ("by_op", ListOf(OP_ROW), COMPARED), ("faults", FAULTS),
+    ("by_layer", ListOf(LAYER_ROW), COMPARED), ("by_layer_column", ListOf(LAYER_ROW)),
+    "reattributed_ms_per_token", ("segments", ListOf(SEGMENT_ROW), COMPARED),
+    ("tail_in_post", TAIL_IN_POST), ("by_category", ListOf(CATEGORY_ROW), COMPARED),
+    ("unclassified", ListOf(UNCLASSIFIED_ROW)),
+    ("token_ms", TOKEN_SPREAD, Shown(diff={"p50": "token ms p50", "p99": "token ms p99"})),
+    ("slowest", ListOf(COMPUTE_TOKEN)), ("per_token", ListOf(COMPUTE_TOKEN)), ("decodes", DECODES),
+    ("prefill", PREFILL_BATCHES), ("warmup", WARMUP), ("slow_stretch", COMPUTE_STRETCH),
+    ("op_us_by_token", MapOf(VALUE)), ("category_us_by_token", MapOf(VALUE)), ENGINE_FIELD,
+    ("verdicts", ListOf(VERDICT)), WARNINGS), later=LATER)
 
 
 # ── compute: node classification (../shared/spec/node-names.md) ──────────────────────────────────
@@ -2898,265 +2774,97 @@ KINDS["compute"] = Kind(COMPUTE_REPORT, layout(
 
 
 # ── io: its records ──────────────────────────────────────────────────────────────────────────────
-RANGE = Record("range", "a figure a v1 trace bounds but cannot measure", (
-    ("min", "the lower bound"), ("max", "the upper bound"),
-    ("estimate", "the busiest-lane estimate (docs/figures.md: the I/O estimate)")))
+RANGE = Record("range", ("min", "max", "estimate"))
 
-LATENCY = Record("latency", "io `latency_us`", (
-    ("min", "shortest read (µs)", Shown("min", 1)),
-    ("mean", "mean read", Shown("mean", 1, "read latency us, mean", "latency_mean_us")),
-    ("p50", "median read", Shown("p50", 1, "read latency us, p50")),
-    ("p90", "90th percentile", Shown("p90", 1)),
-    ("p99", "99th percentile", Shown("p99", 1, "read latency us, p99", "latency_p99_us")),
-    ("p999", "99.9th percentile", Shown("p99.9", 1)), ("max", "longest read", Shown("max", 1))))
-HISTOGRAM_ROW = Record("histogram row", "io `latency_hist` (non-empty buckets, in order)", (
-    ("lo_us", "the bucket's lower bound, µs"), ("hi_us", "its upper bound (excluded)"),
-    ("count", "reads in it")))
-SIZE_ROW = Record("size row", "io `by_size`", (
-    ("kib", "the bucket: the largest power of two <= KiB read (0 under 1 KiB)"),
-    ("label", "its range, e.g. `64-127 KiB`", Shown("size", "text")),
-    ("reads", "reads in it", Shown("reads", None, "reads per token"), TOTAL),
-    ("mib", "MiB they read", Shown("MiB", 1, "MiB per token"), TOTAL),
-    ("mib_per_s", "those MiB over their summed latency", Shown("MiB/s", 0)),
-    ("us_per_read", "their mean latency, µs", Shown("us/read", 1, "us per read"))),
-    key="label", by="by read size")
-MIB_PER_TOKEN = ("mib_per_token", "its MiB / tokens", Shown("MiB/tok", 2, "MiB per token"),
+LATENCY = Record("latency", (("min", Shown("min", 1)),
+    ("mean", Shown("mean", 1, "read latency us, mean", "latency_mean_us")),
+    ("p50", Shown("p50", 1, "read latency us, p50")), ("p90", Shown("p90", 1)),
+    ("p99", Shown("p99", 1, "read latency us, p99", "latency_p99_us")),
+    ("p999", Shown("p99.9", 1)), ("max", Shown("max", 1))))
+HISTOGRAM_ROW = Record("histogram row", ("lo_us", "hi_us", "count"))
+SIZE_ROW = Record("size row", ("kib", ("label", Shown("size", "text")),
+    ("reads", Shown("reads", None, "reads per token"), TOTAL),
+    ("mib", Shown("MiB", 1, "MiB per token"), TOTAL), ("mib_per_s", Shown("MiB/s", 0)),
+    ("us_per_read", Shown("us/read", 1, "us per read"))), key="label", by="by read size")
+MIB_PER_TOKEN = ("mib_per_token", Shown("MiB/tok", 2, "MiB per token"),
                  PER_TOKEN)
-LANE_ROW = Record("lane row", "io `by_lane`; a pair's `by_lane` (per decoded token)", (
-    ("lane", "the read lane", Shown("lane")),
-    ("reads_per_token", "its reads / tokens", Shown("reads/tok", 1), PER_TOKEN), MIB_PER_TOKEN,
-    ("busy_ms_per_token", "its summed latency / tokens",
-     Shown("busy ms/tok", 2, "lane-busy ms per token"), PER_TOKEN),
-    ("mib_per_s", "its MiB over its summed latency", Shown("MiB/s", 0))), key="lane",
-    by="by lane")
-SPEC = Record("spec", "io `spec`", (
-    ("reads", "speculative reads (spec = 1)", TOTAL),
-    ("mib_per_token", "their MiB / tokens", Shown(diff="speculative MiB per token"), PER_TOKEN),
-    ("share_of_bytes", "their share of all bytes read")))
-KIND_ROW = Record("read kind row", "io `demand_vs_spec`; a pair's (per decoded token)", (
-    ("kind", "`demand` or `speculative`", Shown("", "text")),
-    ("reads", "its reads", Shown("reads"), TOTAL), MIB_PER_TOKEN,
-    ("share_of_bytes", "its share of bytes read", Shown("share", "%")),
-    ("p50_us", "its median latency", Shown("p50 us", 1)),
-    ("p99_us", "its p99 latency", Shown("p99 us", 1))), key="kind",
-    by=", demand and speculative")
-IO_LAYER_ROW = Record("io layer row", "io `by_layer`", (
-    ("layer", "the layer", Shown("layer")),
-    ("reads_per_token", "its reads / tokens", Shown("reads/tok", 1, "reads per token"),
-     PER_TOKEN), MIB_PER_TOKEN,
-    ("mean_latency_us", "its mean read latency", Shown("mean us", 1)),
-    ("busy_ms_per_token", "its summed latency / tokens",
-     Shown("busy ms/tok", 2, "lane-busy ms per token"), PER_TOKEN)), key="layer", by="by layer")
-EXPERT_ROW = Record("expert row", "io `hot_experts` (the ten with the most bytes)", (
-    ("layer", "the layer"), ("expert", "the expert"), ("reads", "its reads"),
-    ("mib", "the MiB read of it")))
-ADJACENCY = Record("adjacency", "io `adjacency`; a pair's (per decoded token)", (
-    ("reads_per_token", "reads / tokens", PER_TOKEN),
-    ("runs_per_token", "contiguous runs of requested extents / tokens (null without "
-                       "--adjacent)", PER_TOKEN),
-    ("coalesce_factor", "reads / runs: how many times fewer requests perfect merging would "
-                        "issue (null without --adjacent)", Shown(diff="reads per contiguous run"))))
-LRU_POINT = Record("LRU point", "io `reuse.lru`", (
-    ("fraction", "the cache's size as a fraction of the distinct experts"),
-    ("experts", "the whole experts it holds (at least 1)", Shown("experts")),
-    ("cache_mib", "its size: experts x expert bytes, MiB", Shown("MiB", 1)),
-    ("hit_share", "the share of expert lookups it would have served",
-     Shown("would have served", "%"))))
-RUN_CACHE_TURN = Record("run cache turn", "io `run_cache.turns`", (
-    ("turn", "the turn as the trace numbers it"),
-    ("decode_tokens", "its decode tokens: from its steps, or more where the compute trace or "
-                      "the log's generation: line knows of tokens served whole from cache "
-                      "after its last read"),
-    ("decode_misses", "its demanded decode experts traced (misses)"),
-    ("prefill_lookups", "its prefill's demanded experts"),
-    ("decode_hit_share", "its decode lookups served (not traced) / its decode lookups"),
-    ("hit_share", "the same with its prefill lookups counted, as the engine counts"),
-    ("hit_share_most", "the most hit_share can be: = hit_share but where verify decodes hit "
-                       "what their trace cannot show (`run_cache.verify_decodes`)")))
-RUN_CACHE = Record("run cache", "io `run_cache`: the run's own cache, as its trace shows it", (
-    ("detected", "whether the run had a cache: decode tokens (two at least) show fewer "
-                 "experts in a layer than top_k"),
-    ("top_k", "k: the most experts a decode (token, layer) demands"),
-    ("layers", "the layers whose experts decode reads demand"),
-    ("decode_lookups", "decode tokens (counted from each turn's steps: a token served "
-                       "entirely from cache has no rows) x layers x top_k; with verify "
-                       "decodes, each layer's misses and at least k"),
-    ("lookups", "decode_lookups + the prefill's demanded experts (a cold cache misses them)"),
-    ("decode_hit_share", "(decode_lookups - the demanded experts traced) / decode_lookups"),
-    ("hit_share", "the same hits / lookups: the engine's hit % (with verify decodes: the "
-                  "least it can be)"),
-    ("hit_share_most", "the most it can be: a verify decode may hit more of its layer's "
-                       "experts than it read, up to k x positions (no more than the layer's "
-                       "experts), and no more than an LRU of the run's size held of them"),
-    ("verify_decodes", "decodes that verified several positions (speculative decoding): the "
-                       "engine looks up an expert once a batch, so a layer's lookups are its "
-                       "misses and the hits it cannot show; 0 otherwise"),
-    ("rereads", "lookups traced of an expert traced before: on a cached run, the engine's "
-                "re-reads"),
-    ("evictions", "lookups traced less the whole experts its cache_mb holds: on a cached run, "
-                  "the engine's evictions (null: its size unknown)"),
-    ("turns", "per turn of a session (one row for a single run)", ListOf(RUN_CACHE_TURN))))
+LANE_ROW = Record("lane row", (("lane", Shown("lane")),
+    ("reads_per_token", Shown("reads/tok", 1), PER_TOKEN), MIB_PER_TOKEN,
+    ("busy_ms_per_token", Shown("busy ms/tok", 2, "lane-busy ms per token"), PER_TOKEN),
+    ("mib_per_s", Shown("MiB/s", 0))), key="lane", by="by lane")
+SPEC = Record("spec", (("reads", TOTAL),
+    ("mib_per_token", Shown(diff="speculative MiB per token"), PER_TOKEN), "share_of_bytes"))
+KIND_ROW = Record("read kind row", (("kind", Shown("", "text")), ("reads", Shown("reads"), TOTAL),
+    MIB_PER_TOKEN, ("share_of_bytes", Shown("share", "%")), ("p50_us", Shown("p50 us", 1)),
+    ("p99_us", Shown("p99 us", 1))), key="kind", by=", demand and speculative")
+IO_LAYER_ROW = Record("io layer row", (("layer", Shown("layer")),
+    ("reads_per_token", Shown("reads/tok", 1, "reads per token"), PER_TOKEN), MIB_PER_TOKEN,
+    ("mean_latency_us", Shown("mean us", 1)),
+    ("busy_ms_per_token", Shown("busy ms/tok", 2, "lane-busy ms per token"), PER_TOKEN)),
+    key="layer", by="by layer")
+EXPERT_ROW = Record("expert row", ("layer", "expert", "reads", "mib"))
+ADJACENCY = Record("adjacency", (("reads_per_token", PER_TOKEN), ("runs_per_token", PER_TOKEN),
+    ("coalesce_factor", Shown(diff="reads per contiguous run"))))
+LRU_POINT = Record("LRU point", ("fraction", ("experts", Shown("experts")),
+    ("cache_mib", Shown("MiB", 1)), ("hit_share", Shown("would have served", "%"))))
+RUN_CACHE_TURN = Record("run cache turn", ("turn", "decode_tokens", "decode_misses",
+    "prefill_lookups", "decode_hit_share", "hit_share", "hit_share_most"))
+RUN_CACHE = Record("run cache", ("detected", "top_k", "layers", "decode_lookups", "lookups",
+    "decode_hit_share", "hit_share", "hit_share_most", "verify_decodes", "rereads", "evictions",
+    ("turns", ListOf(RUN_CACHE_TURN))))
 
 # What a what-if setting changes: each setting holds the figures it changes (so every field may
 # be absent); a figure's head is the words around its value in the text ("hit {}").
-WHAT_IF_FIGURE_FIELDS = (
-    ("experts", "whole experts the cache holds: its room, at most the distinct experts the "
-                "trace reads", FIGURE),
-    ("experts_share", "of the experts the trace shows (the model's, over a long run), the "
-                      "share it holds (a plain number)", Shown("{} of the experts", "%")),
-    ("hit_share", "the share of expert lookups it serves", FIGURE, Shown("hit {}", "%")),
-    ("reads_per_token", "reads per token", FIGURE, Shown("{} reads/tok", 1), PER_TOKEN),
-    ("mib_per_token", "MiB read per token", FIGURE, Shown("{} MiB/tok", 2), PER_TOKEN),
-    ("evictions", "experts the cache evicts", FIGURE, Shown("{} evictions", "d")),
-    ("rereads", "lookups that read an expert again", FIGURE, Shown("{} re-reads", "d")),
-    ("resident_mib", "MiB the cache holds at the end (a plain number)",
-     Shown("resident {} MiB", 1)),
-    ("io_wall_ms_per_token", "the I/O estimate per token", FIGURE, Shown("I/O {} ms", 2),
-     PER_TOKEN),
-    ("flash_io_ms_per_token", "the engine's flash I/O per token at the setting: its MiB at the "
-                              "token model's ms per MiB there (serial runs; absent overlapped)",
-     FIGURE, Shown("{} ms", 2), PER_TOKEN),
-    ("cache_mgmt_ms_per_token", "the engine's cache management per token at the setting: its "
-                                "misses at the fit's or the run's own management a miss, "
-                                "else the MiB it misses at the default a MiB (0 without a "
-                                "cache)",
-     FIGURE, Shown("{} ms", 2), PER_TOKEN),
-    ("speculative_mib_per_token", "MiB read speculatively per token", FIGURE,
+WHAT_IF_FIGURE_FIELDS = (("experts", FIGURE), ("experts_share", Shown("{} of the experts", "%")),
+    ("hit_share", FIGURE, Shown("hit {}", "%")),
+    ("reads_per_token", FIGURE, Shown("{} reads/tok", 1), PER_TOKEN),
+    ("mib_per_token", FIGURE, Shown("{} MiB/tok", 2), PER_TOKEN),
+    ("evictions", FIGURE, Shown("{} evictions", "d")),
+    ("rereads", FIGURE, Shown("{} re-reads", "d")), ("resident_mib", Shown("resident {} MiB", 1)),
+    ("io_wall_ms_per_token", FIGURE, Shown("I/O {} ms", 2), PER_TOKEN),
+    ("flash_io_ms_per_token", FIGURE, Shown("{} ms", 2), PER_TOKEN),
+    ("cache_mgmt_ms_per_token", FIGURE, Shown("{} ms", 2), PER_TOKEN),
+    ("speculative_mib_per_token", FIGURE,
      Shown("{} MiB/tok speculative", 2), PER_TOKEN),
-    ("useful_share", "the share of speculatively read experts routed at that token or the "
-                     "next", FIGURE, Shown("{} routed then or next", "%")))
-WHAT_IF_FIGURES = Record("what-if figures", "`what_if.settings[].figures`",
-                         WHAT_IF_FIGURE_FIELDS,
-                         later=tuple(name for name, *_ in WHAT_IF_FIGURE_FIELDS))
-WHAT_IF_BASELINE = Record("what-if baseline", "`what_if.baseline`: the run as traced", (
-    ("tokens", "the tokens figures are per (a pair's: decoded)"),
-    ("mib_per_token", "MiB read per token", PER_TOKEN),
-    ("io_threads", "its lanes (null: not named)"),
-    ("o_direct", "0/1 (null: not named)"), ("overlap", "0/1 (null: not named)"),
-    ("expert_bytes", "an expert's bytes, as the cache counts them"),
-    ("io_wall_ms_per_token", "the I/O estimate per token", PER_TOKEN),
-    ("io_part_ms_per_token", "the I/O part every saving is taken from: the log's flash I/O "
-                             "where the run read in series and has a log, else the I/O "
-                             "estimate; with the log's cache management (null: not known)",
-     PER_TOKEN),
-    ("flash_io_ms_per_token", "of the I/O part, the flash I/O (null overlapped: the stall is "
-                              "the part)", PER_TOKEN),
-    ("cache_mgmt_ms_per_token", "of the I/O part, the cache management (null overlapped)",
-     PER_TOKEN),
-    ("noise_ms_per_token", "the machine's run-to-run spread of the I/O part, half its range: "
-                           "the calibration's quiet repeats' where it has them, else 18% of "
-                           "the I/O part (real quiet repeats: flash I/O 89-126 ms a token); a "
-                           "saving no larger is said to be within it (null: not known)",
-     PER_TOKEN)))
-BAND = Record("calibrated band", "`what_if.settings[].band`", (
-    ("half_ms", "half its width about a point, ms per token: the largest error the "
-                "calibration's leave-one-out saw for this kind of change (a kind never held "
-                "out: the largest of any), at least the quiet repeats' spread (a cache's MiB "
-                "band widens its ends further)"),
-    ("decode_share", "its width over the run's decode (the log's, else the calibration's "
-                     "base)"),
-    ("known", "whether it is 40% of the decode or narrower: a wider one is no saving (its "
-              "ms_per_token_saved null), said 'not known from these runs'"),
-    ("errors_of", "the kinds of change whose errors it rests on (`cache_mb`, `io_threads`, "
-                  "`overlap`, `+` between a pair's)"),
-    ("validated", "whether the calibration held out a configuration of each of those kinds")))
-WHAT_IF_SETTING = Record("what-if setting", "`what_if.settings[]`, surest saving first", (
-    ("setting", "the engine setting: cache_mb, o_direct, io_threads, overlap, coalesce, "
-                "prefetch"),
-    ("value", "its value in the engine's own unit"),
-    ("figures", "the figures it changes, and only those", WHAT_IF_FIGURES),
-    ("ms_per_token_saved", "the decode time it would save per token: uncalibrated, its band "
-                           "is the model's (model_ms_per_token_saved) widened by this "
-                           "machine's run-to-run spread (the baseline's noise_ms_per_token), "
-                           "each side of the point the larger of the two", FIGURE),
-    ("model_ms_per_token_saved", "the same from the model's error alone: the range the "
-                                 "default costs allow (null: calibrated, or not modelled)",
-     FIGURE),
-    ("method", "how the figures were got, and what they assume"),
-    ("fits", "false when its MiB exceed a declared mem_limit_mb, else null (no limit known, "
-             "or not a size)"),
-    ("band", "how a calibrated saving's band was made (null uncalibrated: the band is the "
-             "range the default costs allow)", BAND),
-    ("narrow_with", "for a band too wide to be known, the run that would narrow it; else "
-                    "null")))
-REUSE = Record("reuse", "io `reuse` (null without --cache or --what-if)", (
-    ("lookups", "expert lookups: (token, layer, expert) demanded, prefill included"),
-    ("experts", "distinct (layer, expert) looked up"),
-    ("expert_mib", "an expert's size: its projections' req_bytes (the most common sum)"),
-    ("unique_mib", "MiB read by each expert's first lookup: the footprint"),
-    ("reread_mib", "MiB read by the other lookups"),
-    ("lru", "the engine's cache (docs/what-if.md)", ListOf(LRU_POINT)),
-    ("judged", "the cache the cache verdict judges: the what-if of --cache-mb half the "
-               "experts' footprint (whole MiB), its stake that setting's ms_per_token_saved "
-               "max (null for a run that had a cache)", WHAT_IF_SETTING)))
-CALIBRATED = Record("calibrated what-if", "`what_if.calibrated` (null without --calibration)", (
-    ("runs", "the runs the calibration was fitted on"), ("model", "their model"),
-    ("inside", "of its held-out configurations, those inside their band"),
-    ("checked", "those whose band was a check: 40% of the decode or narrower"),
-    ("median_band_share", "the median width of those bands, over the base decode"),
-    ("used", "whether the what-if uses it: not when it validated no band (nothing held out, "
-             "or no held-out band 40% of the decode or narrower), nor when it predicted its own "
-             "held-out runs worse than the defaults (then the defaults stand)"),
-    ("not_used_because", "why not (null: used)")))
-WHAT_IF = Record("what if", "`what_if` (io: with --what-if; report: always)", (
-    ("schema", "the JSON schema"), ("baseline", "the run as traced", WHAT_IF_BASELINE),
-    ("calibrated", "what the calibration it uses showed of itself", CALIBRATED),
-    ("settings", "one per setting, largest ms_per_token_saved first (docs/what-if.md: rank)",
-     ListOf(WHAT_IF_SETTING))))
-IO_TOKEN = Record("io token", "io `heaviest`, `per_token`", (
-    ("turn", "session turn"), ("phase", "1 decode, 0 prefill"), ("step", "the token's step"),
-    ("mib", "MiB it read"), ("reads", "its reads"),
-    ("io_ms", "its I/O estimate: per layer its busiest lane's summed latency, summed"),
-    ("busy_ms", "its reads' summed latency (lanes busy, summed over lanes)"),
-    ("latency_mean_us", "its reads' mean latency (diff's sample for the mean)"),
-    ("latency_p99_us", "its reads' p99 latency (diff's sample for the p99)")))
-IO_REPORT = Record("io report", "`io`; a pair's `io` (its own per-read-token figures)", (
-    *REPORT_HEAD, *TRACE_HEAD,
-    ("tokens", "read-tokens: distinct (turn, phase, step) among the selected reads"),
-    ("reads", "selected reads"), ("read_bytes", "bytes they read"),
-    ("req_bytes", "bytes they asked for"),
-    ("reads_per_token", "reads / tokens", Shown(diff="reads per token", samples="reads"),
-     PER_TOKEN),
-    ("mib_per_token", "MiB / tokens", Shown(diff="MiB per token", samples="mib"), PER_TOKEN),
-    ("lanes", "`io_threads` of the preamble, or the lanes seen"),
-    ("io_wall_ms_per_token", "a token's I/O wall time: the estimate, within [lane-busy / "
-                             "lanes, lane-busy]", RANGE, Shown(diff={
-                                 "estimate": ("I/O wall ms per token, estimated", "io_ms"),
-                                 "min": "I/O wall ms per token, all lanes at once",
-                                 "max": "I/O wall ms per token, one read at a time"}), PER_TOKEN),
-    ("throughput_mib_per_s", "MiB per token over each of them", RANGE),
-    ("slowest_reads_ms_per_token", "each layer's slowest read, summed over its layers: a layer "
-                                   "waits for its slowest read, so no lane count brings a "
-                                   "token's I/O below it", PER_TOKEN),
-    ("busy_ms_per_token", "summed latency / tokens: lanes busy, summed over lanes",
-     Shown(diff="lanes busy ms per token (summed over lanes)", samples="busy_ms"), PER_TOKEN),
-    ("busy_mib_per_s", "MiB over summed latency: one lane's rate",
-     Shown(diff="lane-busy MiB/s")),
-    ("waste_pct", "(read_bytes - req_bytes) / read_bytes x 100"),
-    ("waste_mib_per_token", "(read_bytes - req_bytes) / 2^20 / tokens",
-     Shown(diff="alignment waste MiB per token"), PER_TOKEN),
-    ("median_read_bytes", "the median read's read_bytes"),
-    ("latency_us", "per-read latency", LATENCY),
-    ("latency_hist", "reads per log2 bucket of µs", ListOf(HISTOGRAM_ROW)),
-    ("by_size", "per read-size bucket", ListOf(SIZE_ROW), COMPARED),
-    ("by_lane", "per lane (every lane of io_threads)", ListOf(LANE_ROW), COMPARED),
-    ("spec", "the speculative reads", SPEC),
-    ("demand_vs_spec", "demand and speculative reads", ListOf(KIND_ROW), COMPARED),
-    ("by_layer", "per layer", ListOf(IO_LAYER_ROW), COMPARED),
-    ("hot_experts", "the (layer, expert) pairs read most", ListOf(EXPERT_ROW)),
-    ("adjacency", "the coalescing ceiling", ADJACENCY),
-    ("run_cache", "what the trace shows of the run's own cache (null without --cache or "
-                  "--what-if)", RUN_CACHE),
-    ("reuse", "re-reads and the cache curve", REUSE),
-    ("what_if", "what each engine setting would buy (null without --what-if)", WHAT_IF),
-    ("token_mib", "each token's MiB", TOKEN_SPREAD),
-    ("token_reads", "each token's reads", TOKEN_SPREAD),
-    ("heaviest", "the five tokens that read most", ListOf(IO_TOKEN)),
-    ("per_token", "every read-token, in trace order", ListOf(IO_TOKEN)),
-    ("lane_bytes_by_token", "{lane: bytes each token read on it, in per_token's order} (with "
-                            "--svg, which draws it; null otherwise)", MapOf(VALUE)),
-    ENGINE_FIELD, ("verdicts", "the io verdicts (a pair's: those it does not judge in the decode)",
-                   ListOf(VERDICT)), WARNINGS), later=LATER)
+    ("useful_share", FIGURE, Shown("{} routed then or next", "%")))
+WHAT_IF_FIGURES = Record("what-if figures", WHAT_IF_FIGURE_FIELDS,
+                         later=all)
+WHAT_IF_BASELINE = Record("what-if baseline", ("tokens", ("mib_per_token", PER_TOKEN),
+    "io_threads", "o_direct", "overlap", "expert_bytes", ("io_wall_ms_per_token", PER_TOKEN),
+    ("io_part_ms_per_token", PER_TOKEN), ("flash_io_ms_per_token", PER_TOKEN),
+    ("cache_mgmt_ms_per_token", PER_TOKEN), ("noise_ms_per_token", PER_TOKEN)))
+BAND = Record("calibrated band", ("half_ms", "decode_share", "known", "errors_of", "validated"))
+WHAT_IF_SETTING = Record("what-if setting", ("setting", "value", ("figures", WHAT_IF_FIGURES),
+    ("ms_per_token_saved", FIGURE), ("model_ms_per_token_saved", FIGURE), "method", "fits",
+    ("band", BAND), "narrow_with"))
+REUSE = Record("reuse", ("lookups", "experts", "expert_mib", "unique_mib", "reread_mib",
+    ("lru", ListOf(LRU_POINT)), ("judged", WHAT_IF_SETTING)))
+CALIBRATED = Record("calibrated what-if", ("runs", "model", "inside", "checked",
+    "median_band_share", "used", "not_used_because"))
+WHAT_IF = Record("what if", ("schema", ("baseline", WHAT_IF_BASELINE), ("calibrated", CALIBRATED),
+    ("settings", ListOf(WHAT_IF_SETTING))))
+IO_TOKEN = Record("io token", ("turn", "phase", "step", "mib", "reads", "io_ms", "busy_ms",
+    "latency_mean_us", "latency_p99_us"))
+IO_REPORT = Record("io report", (*REPORT_HEAD, *TRACE_HEAD, "tokens", "reads", "read_bytes",
+    "req_bytes", ("reads_per_token", Shown(diff="reads per token", samples="reads"), PER_TOKEN),
+    ("mib_per_token", Shown(diff="MiB per token", samples="mib"), PER_TOKEN), "lanes",
+    ("io_wall_ms_per_token", RANGE, PER_TOKEN, Shown(diff={
+        "estimate": ("I/O wall ms per token, estimated", "io_ms"),
+        "min": "I/O wall ms per token, all lanes at once",
+        "max": "I/O wall ms per token, one read at a time"})),
+    ("throughput_mib_per_s", RANGE), ("slowest_reads_ms_per_token", PER_TOKEN),
+    ("busy_ms_per_token", Shown(diff="lanes busy ms per token (summed over lanes)",
+                                samples="busy_ms"), PER_TOKEN),
+    ("busy_mib_per_s", Shown(diff="lane-busy MiB/s")), "waste_pct",
+    ("waste_mib_per_token", Shown(diff="alignment waste MiB per token"), PER_TOKEN),
+    "median_read_bytes", ("latency_us", LATENCY), ("latency_hist", ListOf(HISTOGRAM_ROW)),
+    ("by_size", ListOf(SIZE_ROW), COMPARED), ("by_lane", ListOf(LANE_ROW), COMPARED),
+    ("spec", SPEC), ("demand_vs_spec", ListOf(KIND_ROW), COMPARED),
+    ("by_layer", ListOf(IO_LAYER_ROW), COMPARED), ("hot_experts", ListOf(EXPERT_ROW)),
+    ("adjacency", ADJACENCY), ("run_cache", RUN_CACHE), ("reuse", REUSE), ("what_if", WHAT_IF),
+    ("token_mib", TOKEN_SPREAD), ("token_reads", TOKEN_SPREAD), ("heaviest", ListOf(IO_TOKEN)),
+    ("per_token", ListOf(IO_TOKEN)), ("lane_bytes_by_token", MapOf(VALUE)), ENGINE_FIELD,
+    ("verdicts", ListOf(VERDICT)), WARNINGS), later=LATER)
 
 
 # ── io: the fold ─────────────────────────────────────────────────────────────────────────────────
@@ -4103,11 +3811,7 @@ def cache_shares(counts):
 # inflates tenfold, is set aside. Each coefficient is fitted on the user's runs (summary
 # --calibration-out), or else is one of DEFAULT_COSTS, what real runs of the engine showed.
 ENGINE_MS_ROUNDING = 0.5  # the engine prints s/token to 3 decimals
-COST = Record("calibration cost", "`calibration` costs", (
-    ("value", "the median of the runs' values: what the model uses"),
-    ("min", "the least a run's value allows"), ("max", "the most"),
-    ("n", "the runs it is fitted on"),
-    ("residual", "the largest difference of a run's value from `value`, in its unit")))
+COST = Record("calibration cost", ("value", "min", "max", "n", "residual"))
 
 
 def cost_of(values, lows=None, highs=None):
@@ -5808,86 +5512,34 @@ KINDS["io"] = Kind(IO_REPORT, layout(
 
 
 # ── pair: its records ────────────────────────────────────────────────────────────────────────────
-READ_GROUP = Record("read group", "a pair's `read_split.read`, `read_split.no_read`", (
-    ("tokens", "decoded tokens that read (that read nothing)"),
-    ("ms_per_token", "their mean compute ms")))
-SLOW_STRETCH = Record("slow stretch", "a pair's `read_split.slow_stretch`", (
-    ("turn", "its turn"), ("first_step", "its first step"), ("last_step", "its last step"),
-    ("tokens", "its decoded tokens, all slow (> 2x the median of those that read nothing)"),
-    ("without_reads", "how many of them read nothing"), ("ms_per_token", "their mean ms")))
-READ_SPLIT = Record("read split", "a pair's `read_split`", (
-    ("read", "the tokens that read", READ_GROUP),
-    ("no_read", "the tokens that read nothing", READ_GROUP),
-    ("io_ms_per_token", "the reading tokens' mean I/O estimate (their own reads' ms)"),
-    ("slow_stretch", "the longest run of consecutive slow tokens, when it holds at least half "
-                     "of them (else null)", SLOW_STRETCH)))
-PAIR_LAYER_ROW = Record("pair layer row", "a pair's `by_layer`", (
-    ("layer", "the layer (compute: inferred)", Shown("layer")),
-    ("compute_ms_per_token", "its compute ms", Shown("compute ms", 2)),
-    ("majflt_per_token", "its major faults", Shown("majflt", 1)),
-    ("reads_per_token", "its reads per decoded token", Shown("reads", 1)),
-    ("mib_per_token", "its MiB per decoded token", Shown("MiB", 2))), key="layer")
-PER_POSITION = Record("per position", "report `pair.per_position` (null unless a decode covers "
-                                      "several positions: speculative decoding)", (
-    ("positions", "generated positions the decodes cover (compute `decodes.positions`)"),
-    ("decode_ms", "the decodes' wall time / positions",
-     Shown(diff="decode ms per generated position")),
-    ("compute_ms", "the pair's `compute_ms_per_token` / positions (null with it, and with "
-                   "overlap=1)",
-     Shown(diff="compute ms per generated position")),
-    ("io_ms", "the I/O estimate / positions"),
-    ("mib", "MiB read / positions", Shown(diff="MiB per generated position"))))
-PAIR = Record("pair", "report `pair`: per decoded token", (
-    ("tokens", "decoded tokens (the compute trace's)"),
-    ("tokens_without_reads", "of them, those with no read"),
-    ("per_position", "the headline per generated position", PER_POSITION),
-    ("decode_ms_per_token", "the compute trace's ms per token: the decode's wall time, every "
-                            "node's time, waits for reads included",
-     Shown(diff="decode ms per decoded token", samples="ms")),
-    ("compute_ms_per_token", "decode - flash I/O - cache management, as the engine splits "
-                             "it; with overlap=1, decode - stall - cache management (null "
-                             "overlapped with no stall known, and on a cached run whose "
-                             "management no log gives)",
-     Shown(diff="compute ms (decode - flash I/O - cache mgmt)")),
-    ("cache_mgmt_ms_per_token", "the engine's cache management: 0 without a cache; with one, "
-                                "its log's (null when no log gives it)",
-     Shown(diff="cache management ms per decoded token")),
-    ("flash_io_ms_per_token", "the engine's flash I/O as the split takes it: the log's where "
-                              "the run read in series, the report covers its whole decode and "
-                              "the log agrees with the I/O estimate; else the I/O estimate "
-                              "(null with overlap=1: reads ran beside compute)"),
-    ("flash_io_source", "where flash_io_ms_per_token comes from: `log` or `I/O estimate`"),
-    ("stall_ms_per_token", "overlap=1: what the decode waited for its reads, the stall (the "
-                           "log's moe-overlap line, or a v2 io trace's wait rows); null when "
-                           "serial or not known"),
-    ("stall_source", "where stall_ms_per_token comes from: `log` or `io trace`"),
-    ("faulting_ms_per_token", "of the decode, the faulting nodes'",
-     Shown(diff="faulting nodes' ms per decoded token")),
-    ("experts_ms_per_token", "of the decode, the `experts` category's (null for a layer "
-                             "trace)"),
-    ("router_ms_per_token", "of the decode, the `router` category's (null for a layer trace)"),
-    ("io_reads_per_token", "reads / decoded tokens"),
-    ("io_mib_per_token", "MiB / decoded tokens", Shown(diff="MiB per decoded token")),
-    ("io_wall_ms_per_token", "the I/O wall time per decoded token: the estimate, within "
-                             "[lane-busy / lanes, lane-busy], the upper bound no more than each "
-                             "token's decode wall", RANGE,
+READ_GROUP = Record("read group", ("tokens", "ms_per_token"))
+SLOW_STRETCH = Record("slow stretch", ("turn", "first_step", "last_step", "tokens",
+    "without_reads", "ms_per_token"))
+READ_SPLIT = Record("read split", (("read", READ_GROUP), ("no_read", READ_GROUP),
+    "io_ms_per_token", ("slow_stretch", SLOW_STRETCH)))
+PAIR_LAYER_ROW = Record("pair layer row", (("layer", Shown("layer")),
+    ("compute_ms_per_token", Shown("compute ms", 2)), ("majflt_per_token", Shown("majflt", 1)),
+    ("reads_per_token", Shown("reads", 1)), ("mib_per_token", Shown("MiB", 2))), key="layer")
+PER_POSITION = Record("per position", ("positions",
+    ("decode_ms", Shown(diff="decode ms per generated position")),
+    ("compute_ms", Shown(diff="compute ms per generated position")), "io_ms",
+    ("mib", Shown(diff="MiB per generated position"))))
+PAIR = Record("pair", ("tokens", "tokens_without_reads", ("per_position", PER_POSITION),
+    ("decode_ms_per_token", Shown(diff="decode ms per decoded token", samples="ms")),
+    ("compute_ms_per_token", Shown(diff="compute ms (decode - flash I/O - cache mgmt)")),
+    ("cache_mgmt_ms_per_token", Shown(diff="cache management ms per decoded token")),
+    "flash_io_ms_per_token", "flash_io_source", "stall_ms_per_token", "stall_source",
+    ("faulting_ms_per_token", Shown(diff="faulting nodes' ms per decoded token")),
+    "experts_ms_per_token", "router_ms_per_token", "io_reads_per_token",
+    ("io_mib_per_token", Shown(diff="MiB per decoded token")),
+    ("io_wall_ms_per_token", RANGE,
      Shown(diff={"estimate": "I/O estimate ms per decoded token"})),
-    ("throughput_mib_per_s", "MiB per decoded token over each of them", RANGE),
-    ("io_busy_ms_per_token", "summed latency / decoded tokens"),
-    ("waste_mib_per_token", "alignment waste / decoded tokens"),
-    ("by_lane", "per lane, per decoded token", ListOf(LANE_ROW)),
-    ("demand_vs_spec", "per read kind, per decoded token", ListOf(KIND_ROW)),
-    ("adjacency", "per decoded token", ADJACENCY),
-    ("read_split", "compute of the tokens that read and of those that did not", READ_SPLIT),
-    ("by_layer", "compute and reads side by side", ListOf(PAIR_LAYER_ROW)),
-    ("warnings", "what makes the two files a doubtful pair"),
-    ("verdicts", "the pair's own verdicts, and the io verdicts weighed in the decode",
-     ListOf(VERDICT))), later=("verdicts",))
-PAIR_REPORT = Record("pair report", "`report`", (
-    *REPORT_HEAD, ("compute", "the compute report", COMPUTE_REPORT),
-    ("io", "the io report", IO_REPORT), ("pair", "what only the pair can tell", PAIR),
-    ("what_if", "what each engine setting would buy, per decoded token", WHAT_IF),
-    ENGINE_FIELD, WARNINGS), later=LATER)
+    ("throughput_mib_per_s", RANGE), "io_busy_ms_per_token", "waste_mib_per_token",
+    ("by_lane", ListOf(LANE_ROW)), ("demand_vs_spec", ListOf(KIND_ROW)), ("adjacency", ADJACENCY),
+    ("read_split", READ_SPLIT), ("by_layer", ListOf(PAIR_LAYER_ROW)), "warnings",
+    ("verdicts", ListOf(VERDICT))), later=("verdicts",))
+PAIR_REPORT = Record("pair report", (*REPORT_HEAD, ("compute", COMPUTE_REPORT), ("io", IO_REPORT),
+    ("pair", PAIR), ("what_if", WHAT_IF), ENGINE_FIELD, WARNINGS), later=LATER)
 
 
 # ── pair: the two traces of one run ──────────────────────────────────────────────────────────────
@@ -6422,32 +6074,17 @@ KINDS["report"] = Kind(PAIR_REPORT, layout(
 
 
 # ── timeline: its records ────────────────────────────────────────────────────────────────────────
-TIMELINE_STATS = Record("timeline figure", "timeline `summary.<figure>` (null when no decode "
-                                           "has it)", (
-    ("p50", "median over the decodes", Shown("p50")), ("p99", "99th percentile", Shown("p99")),
-    ("total", "sum over the decodes (read_share: all read busy / all decode time)",
-     Shown("total"))))
-OUTSIDE = Record("outside decodes", "timeline `outside_decodes` (null without an io trace)", (
-    ("read_busy_ms", "read busy time outside every selected decode's span"),))
-TIMELINE_DECODE = Record("timeline decode", "timeline `decodes`", (
-    ("turn", "session turn", Shown("turn")), ("phase", "1 decode, 0 prefill"),
-    ("step", "the decode's step", Shown("step")),
-    ("span_from", "`BMOE_DECODE`, `graph` or `callbacks`: what its span is"),
-    ("decode_ms", "its span", Shown("decode ms", 3)),
-    ("graph_ms", "its graph nodes' span", Shown("graph ms", 3)),
-    ("read_busy_ms", "the union of reads inside its span (null without io)",
-     Shown("read busy", 3)), ("read_share", "read_busy_ms / decode_ms", Shown("share", "%")),
-    ("wait_ms", "the union of waits inside it", Shown("wait ms", 3)),
-    ("overlap_ms", "read time inside it while compute was not waiting", Shown("overlap ms", 3)),
-    ("callback_ms", "the union of its callbacks", Shown("callback ms", 3))))
-TIMELINE_REPORT = Record("timeline report", "`timeline`", (
-    *REPORT_HEAD, ("paths", "the compute trace, and the io trace when given"),
-    ("meta", "both preambles (the compute trace's keys win)", MapOf(VALUE)),
-    ("phase", "the rows used"), ("selection", "what was asked for", SELECTION),
-    ("decodes_count", "decodes selected"),
-    ("summary", "{figure: p50, p99, total}", MapOf(TIMELINE_STATS)),
-    ("outside_decodes", "read time between decodes", OUTSIDE),
-    ("decodes", "every decode", ListOf(TIMELINE_DECODE)), WARNINGS), later=LATER)
+TIMELINE_STATS = Record("timeline figure", (("p50", Shown("p50")), ("p99", Shown("p99")),
+    ("total", Shown("total"))))
+OUTSIDE = Record("outside decodes", ("read_busy_ms",))
+TIMELINE_DECODE = Record("timeline decode", (("turn", Shown("turn")), "phase",
+    ("step", Shown("step")), "span_from", ("decode_ms", Shown("decode ms", 3)),
+    ("graph_ms", Shown("graph ms", 3)), ("read_busy_ms", Shown("read busy", 3)),
+    ("read_share", Shown("share", "%")), ("wait_ms", Shown("wait ms", 3)),
+    ("overlap_ms", Shown("overlap ms", 3)), ("callback_ms", Shown("callback ms", 3))))
+TIMELINE_REPORT = Record("timeline report", (*REPORT_HEAD, "paths", ("meta", MapOf(VALUE)),
+    "phase", ("selection", SELECTION), "decodes_count", ("summary", MapOf(TIMELINE_STATS)),
+    ("outside_decodes", OUTSIDE), ("decodes", ListOf(TIMELINE_DECODE)), WARNINGS), later=LATER)
 
 
 # ── timeline: v2 traces, measured on one clock ───────────────────────────────────────────────────
@@ -7242,84 +6879,20 @@ def merged_settings(meta, given, warn, name):
 
 # ── runs: its records ────────────────────────────────────────────────────────────────────────────
 CALIBRATION_SCHEMA = 2  # of the file --calibration-out writes: 2 the fitted token model
-MODEL_ID = Record("calibrated model", "`calibration.model`", (
-    ("model", "the model file its runs ran"), ("n_layer", "its layers"),
-    ("experts", "the distinct (layer, expert) its runs read, the most of any run"),
-    ("top_k", "experts a token picks in a layer"),
-    ("expert_mib", "an expert's MiB, as the cache counts it")))
-CONFIGURATION = Record("configuration", "`calibration.configurations[]`", (
-    ("label", "what it changes from the base (`base`; `cache_mb=64`; `io_threads=2`)"),
-    ("change", "the kind of change (`cache_mb`, `io_threads`, `overlap`, `+` between several; "
-             "empty for the base)"),
-    ("runs", "its runs, by name"),
-    ("decode_ms_per_token", "the median decode of its quiet runs"),
-    ("mad_ms", "the median absolute deviation of its runs' decode from their median"),
-    ("quiet", "the runs of its fastest level, those the fit trusts for compute"),
-    ("loaded", "the runs of a slower level (their decode a step of 1.5x or more above the "
-               "quiet ones): probably loaded, a busy machine; their reads still count"),
-    ("outliers", "the runs far outside the others (5 scaled MADs and 2x from the median): "
-                 "left out of the fit")), key="label")
-HELD_OUT = Record("held-out configuration", "`calibration.leave_one_out[]`", (
-    ("label", "the configuration predicted from the fit of the others"),
-    ("change", "its kind of change"),
-    ("decode_ms_per_token", "what it measured: its quiet runs' median (a loaded one's compute "
-                            "set aside: the base's compute and its own I/O part)"),
-    ("predicted_ms", "the base's compute plus its I/O part at the others' fitted costs (null: "
-                     "the others hold no rate for it)"),
-    ("error_ms", "measured less predicted"),
-    ("defaults_predicted_ms", "the same at the default costs from the base's own ms per MiB, "
-                              "as an uncalibrated what-if of the base predicts it: what the "
-                              "fit is compared with (null: the defaults give none)"),
-    ("band_ms", "half the band the others give it: the largest error of the other held-out "
-                "configurations of its kind (none: of any kind), at least the quiet spread; "
-                "null: nothing else held out"),
-    ("band_share", "the band's width over the base decode"),
-    ("inside", "whether |error| <= band_ms"),
-    ("checked", "whether the band counts as a check: 40% of the base decode or narrower"),
-    ("note", "what set its compute aside, or why nothing was predicted (else null)")), key="label")
-VALIDATION = Record("validation", "`calibration.validation`", (
-    ("held_out", "configurations held out"),
-    ("checked", "of them, those whose band was 40% of the base decode or narrower"),
-    ("inside", "of the checked, those inside their band"),
-    ("median_band_share", "the median width of the checked bands over the base decode"),
-    ("median_error_ms", "the median |error| of the held-out configurations the defaults "
-                        "predict too (null: none)"),
-    ("defaults_median_error_ms", "the defaults' median |error| on the same configurations"),
-    ("no_worse_than_defaults", "whether the fit's median |error| is no larger than the "
-                               "defaults' by more than the machine's noise, half the quiet "
-                               "spread (null: nothing to compare): a fit that predicts worse is "
-                               "not used")))
-CALIBRATION = Record("calibration", "summary and diff `calibration`; the file --calibration-out "
-                     "writes", (
-    ("calibration_schema", f"the file's schema ({CALIBRATION_SCHEMA}); another is refused"),
-    ("model", "the model the runs ran: --calibration refuses another's", MODEL_ID),
-    ("runs", "the runs with an io trace it is fitted on"),
-    ("other_model_runs", "runs of another model than the base's, left out: a fit is of one "
-                         "model"),
-    ("base", "the label of the base configuration (serial, no cache, the most runs)"),
-    ("base_decode_ms", "the base's quiet runs' median decode, ms per token"),
-    ("base_compute_ms", "their median compute (decode less flash I/O and cache management)"),
-    ("quiet_spread_ms", "the largest range (max - min) of a configuration's quiet runs' "
-                        "decode: no band is narrower (0: no quiet repeats)"),
-    ("configurations", "the runs grouped by configuration, with their repeats' levels",
-     ListOf(CONFIGURATION)),
-    ("ms_per_mib", "{lanes: flash I/O ms per MiB of the serial runs without a cache} (their "
-                   "log's flash I/O, else the I/O estimate, over their MiB)", MapOf(COST)),
-    ("lane_exponent", "I/O as lanes ** -exponent, fitted by least squares on the log of each "
-                      "lane count's ms per MiB (null: one lane count)", COST),
-    ("cached_rate_factor", "a cached serial run's ms per MiB over the uncached rate at its "
-                           "lanes", COST),
-    ("management_ms_per_miss", "the cached runs' cache management ms (their log's, +- half "
-                               "its printed unit) over their misses (MiB read over an "
-                               "expert's)", COST),
-    ("overlap_factor", "an overlapped run's decode less the base compute, over its I/O part "
-                       "run serially (below 1: hidden; above: the readers slowed compute)",
-     COST),
-    ("leave_one_out", "each configuration but the base predicted from the fit of the others",
-     ListOf(HELD_OUT)),
-    ("errors_ms", "{kind: the largest |error| its held-out configurations showed}: the bands "
-                  "report --calibration draws"),
-    ("validation", "the leave-one-out in one line", VALIDATION)))
+MODEL_ID = Record("calibrated model", ("model", "n_layer", "experts", "top_k", "expert_mib"))
+CONFIGURATION = Record("configuration", ("label", "change", "runs", "decode_ms_per_token",
+    "mad_ms", "quiet", "loaded", "outliers"), key="label")
+HELD_OUT = Record("held-out configuration", ("label", "change", "decode_ms_per_token",
+    "predicted_ms", "error_ms", "defaults_predicted_ms", "band_ms", "band_share", "inside",
+    "checked", "note"), key="label")
+VALIDATION = Record("validation", ("held_out", "checked", "inside", "median_band_share",
+    "median_error_ms", "defaults_median_error_ms", "no_worse_than_defaults"))
+CALIBRATION = Record("calibration", ("calibration_schema", ("model", MODEL_ID), "runs",
+    "other_model_runs", "base", "base_decode_ms", "base_compute_ms", "quiet_spread_ms",
+    ("configurations", ListOf(CONFIGURATION)), ("ms_per_mib", MapOf(COST)),
+    ("lane_exponent", COST), ("cached_rate_factor", COST), ("management_ms_per_miss", COST),
+    ("overlap_factor", COST), ("leave_one_out", ListOf(HELD_OUT)), "errors_ms",
+    ("validation", VALIDATION)))
 
 
 # ── runs: which are repeats of one configuration (diff and summary group by it) ──────────────────
@@ -7889,99 +7462,29 @@ def leave_one_out_blocks(fit):
 
 # ── diff: its records ────────────────────────────────────────────────────────────────────────────
 GROUP_NAME_WIDTH = 16  # an input's name heads its columns when no longer (else base, new #i)
-DIFF_INPUT = Record("diff input", "diff `inputs` (one per run)", (
-    ("path", "the input as given"),
-    ("name", "the shortest end of its path that tells it from the other inputs"),
-    ("side", "the side it is a run of: 0 BASE, i the i-th NEW (`sides[i]`)"),
-    ("source", "`trace` or `saved report`"),
-    ("kind", "`compute`, `io` or `report`"),
-    ("tokens", "{part: its tokens}", MapOf(VALUE))))
-DIFF_SIDE = Record("diff side", "diff `sides`: BASE, then each NEW", (
-    ("name", f"its run's name when it has one run, else `base`, `new` or `new #i`: its "
-             f"columns' head (when at most {GROUP_NAME_WIDTH} characters)"),
-    ("runs", "how many runs it holds (its `n`)"),
-    ("engine", "the engine's own split of its decode, per decoded token, the mean of its runs' "
-               "logs: decode, compute, cache_mgmt, flash_io and, under overlap, stall "
-               "`_ms_per_token` (null: a run without its log's moe-stream line)",
-     MapOf(VALUE))))
-PREAMBLE_CHANGE = Record("preamble change", "diff `preamble_changes` (a list per NEW side)", (
-    ("key", "the preamble key or setting"),
-    ("base", "its value in BASE's runs (null: absent; `a|b` when they differ)"),
-    ("new", "its value in the NEW's runs (likewise)")))
-SIDE_FIGURE = Record("side figure", "diff `rows[].base_side`, `changes[].new_side`", (
-    ("per_run", "each run's figure, as given (a run without it left out)"),
-    ("spread_share", "the runs' standard deviation over their mean (null with one run)"),
-    ("within_run_share", "with one run, its tokens' standard deviation over their mean (figures "
-                   "sampled per token; null otherwise)")))
-CHANGE = Record("change", "diff `sections[].rows[].changes` (one per NEW side)", (
-    ("new", "the NEW's figure: the mean of its runs'"), ("new_side", "its runs", SIDE_FIGURE),
-    ("delta", "new - base"), ("ratio", "new / base"),
-    ("p", "two-sided Mann-Whitney U p-value over `test_unit` (null: not tested)"),
-    ("significant", "p < alpha (null without a test, as with one run a side)"),
-    ("n", "[BASE's, NEW's] samples of the test: runs (or tokens); null without a test"),
-    ("test_unit", "`runs` or `tokens` (--test tokens); null when not tested"),
-    ("status", "`both`, `added`, `removed` or `n/a`")))
-DIFF_ROW = Record("diff row", "diff `sections[].rows`", (
-    ("name", "the figure, or the table's row name"),
-    ("unit", "what the figure is counted in, as its name or its table's title states it "
-             "(`ms`, `MiB`, `reads`, ...)"),
-    ("base", "BASE's figure: the mean of its runs'"), ("base_side", "its runs", SIDE_FIGURE),
-    ("changes", "against each NEW", ListOf(CHANGE))))
-DIFF_SECTION = Record("diff section", "diff `sections`", (
-    ("part", "`compute`, `io` or `pair`"), ("title", "the headline, or a table's figure"),
-    ("key", "what a row names"), ("rows", "largest change first", ListOf(DIFF_ROW))))
-DRIFT = Record("drift", "diff `drift[]`: each run's first half of tokens against its second", (
-    ("input", "the run (as `inputs[].name`)"), ("part", "`compute` or `io`"),
-    ("figure", "the figure its tokens sample (ms per token, the I/O estimate)"),
-    ("first_half_ms", "the mean of its first half of tokens"),
-    ("second_half_ms", "of its second half"), ("ratio", "second / first"),
-    ("p", "Mann-Whitney U p-value of the halves' tokens"),
-    ("unstable", "p < alpha and the halves differ by the drift share or more "
-                 "(docs/statistics.md)")))
-GATE = Record("gate", "diff `gate[]` (--fail-if-worse): each figure asked, against each NEW", (
-    ("new", "the NEW side's name"), ("figure", "the figure as asked (`ms_per_token`)"),
-    ("limit_share", "the share it may worsen by"),
-    ("worse_share", "how much worse NEW is, as a share of BASE (negative: better)"),
-    ("p", "the test over runs"), ("n", "[BASE's, NEW's] runs"),
-    ("failed", "worse by more than the limit and significant over runs: exit status 1"),
-    ("decided", "whether the runs can decide it (false: too few runs, or not tested)")))
-PREDICTION = Record("prediction", "diff `prediction_check[]`", (
-    ("new", "the NEW side's name (as `sides[].name`)"),
-    ("setting", "the what-if setting NEW changed from BASE (its settings: the preamble, "
-                "declared, the log's, the trace's)", Shown("setting", "text")),
-    ("value", "NEW's value of it", Shown("value")),
-    ("figure", "hit_share, mib_per_token or io_wall_ms_per_token (the I/O part as the "
-               "what-if takes it: the log's flash I/O where the run read in series, else the "
-               "I/O estimate, with the log's cache management; BASE's less the ms the what-if "
-               "saves, where the what-if gives no I/O of its own)", Shown("figure", "text")),
-    ("predicted", "the what-if of BASE's first run for that value", FIGURE),
-    ("measured", "NEW's own figure (per decoded token as the prediction, per read-token when a "
-                 "run's decode is unknown; the mean of its runs')",
-     Shown("measured", 3)),
-    ("within", "whether measured lies in the predicted band, widened by the "
-               "tolerance (null: no band)", Shown("within")),
-    ("unit", "the figure's unit (`fraction`, `MiB`, `ms`)")))
+DIFF_INPUT = Record("diff input", ("path", "name", "side", "source", "kind",
+    ("tokens", MapOf(VALUE))))
+DIFF_SIDE = Record("diff side", ("name", "runs", ("engine", MapOf(VALUE))))
+PREAMBLE_CHANGE = Record("preamble change", ("key", "base", "new"))
+SIDE_FIGURE = Record("side figure", ("per_run", "spread_share", "within_run_share"))
+CHANGE = Record("change", ("new", ("new_side", SIDE_FIGURE), "delta", "ratio", "p", "significant",
+    "n", "test_unit", "status"))
+DIFF_ROW = Record("diff row", ("name", "unit", "base", ("base_side", SIDE_FIGURE),
+    ("changes", ListOf(CHANGE))))
+DIFF_SECTION = Record("diff section", ("part", "title", "key", ("rows", ListOf(DIFF_ROW))))
+DRIFT = Record("drift", ("input", "part", "figure", "first_half_ms", "second_half_ms", "ratio",
+    "p", "unstable"))
+GATE = Record("gate", ("new", "figure", "limit_share", "worse_share", "p", "n", "failed",
+    "decided"))
+PREDICTION = Record("prediction", ("new", ("setting", Shown("setting", "text")),
+    ("value", Shown("value")), ("figure", Shown("figure", "text")), ("predicted", FIGURE),
+    ("measured", Shown("measured", 3)), ("within", Shown("within")), "unit"))
 
-DIFF_REPORT = Record("diff report", "`diff`", (
-    *REPORT_HEAD, ("compares", "`compute`, `io` or `report`"),
-    ("alpha", "the significance level"),
-    ("test", "what p is over: `runs` (the default) or `tokens` (--test tokens, one run a side)"),
-    ("runs_to_decide", "the fewest runs a side for which the test over runs can reach p < "
-                       "alpha"),
-    ("sides", "BASE, then each NEW", ListOf(DIFF_SIDE)),
-    ("inputs", "every run, side by side", ListOf(DIFF_INPUT)),
-    ("preamble_changes", "the keys that differ, one list per NEW", ListOf(PREAMBLE_CHANGE)),
-    ("latency_hist", "io: each side's read latency histogram (its runs' reads together), a "
-                     "list of {lo_us, hi_us, count} per side; `[]` without io", VALUE),
-    ("sections", "the headline and every table", ListOf(DIFF_SECTION)),
-    ("drift", "each run's within-run drift check", ListOf(DRIFT)),
-    ("gate", "the regression gate's figures (`[]` without --fail-if-worse)", ListOf(GATE)),
-    ("prediction_check", "for each NEW that changed a setting BASE's what-if covers, its "
-                         "prediction beside what NEW measured", ListOf(PREDICTION)),
-    ("notes", "what only the comparison tells: the router's read wait under overlap against "
-              "the same model's serial run (docs/verdicts.md)"),
-    ("calibration", "the costs the what-if uses, fitted on every run of every side that is a "
-                    "pair (null: fewer than two)", CALIBRATION), WARNINGS))
+DIFF_REPORT = Record("diff report", (*REPORT_HEAD, "compares", "alpha", "test", "runs_to_decide",
+    ("sides", ListOf(DIFF_SIDE)), ("inputs", ListOf(DIFF_INPUT)),
+    ("preamble_changes", ListOf(PREAMBLE_CHANGE)), ("latency_hist", VALUE),
+    ("sections", ListOf(DIFF_SECTION)), ("drift", ListOf(DRIFT)), ("gate", ListOf(GATE)),
+    ("prediction_check", ListOf(PREDICTION)), "notes", ("calibration", CALIBRATION), WARNINGS))
 
 
 # ── diff: runs compared ──────────────────────────────────────────────────────────────────────────
@@ -9101,59 +8604,19 @@ def calibration_line_blocks(report):
 
 
 # ── summary: its records ─────────────────────────────────────────────────────────────────────────
-SUMMARY_ROW = Record("summary row", "summary `runs` (one per configuration, or run: --no-group)", (
-    ("run", "the run's name: the shortest end of its path(s) that tells it from the others; "
-            "of repeats, their names joined by `, `"),
-    ("paths", "its inputs as given (every repeat's)"),
-    ("kind", "what it was read as: `compute`, `io` or `report` (a pair)"),
-    ("n", "its runs: repeats of one configuration (kind, granularity and every setting equal) "
-          "are one row, each figure the mean of theirs", Shown("n")),
-    ("spread", "{figure: the standard deviation of its runs' values} (null with one run), in "
-               "the figure's unit", MapOf(VALUE)),
-    ("figure_runs", "{figure: how many of its runs have it}, for the figures fewer than n of "
-                    "them have (the engine's, from the runs with a log): their mean is of "
-                    "those; text shows (k/n)", MapOf(VALUE)),
-    ("settings", "{key: value} of the preamble keys that differ between the runs",
-     MapOf(VALUE)),
-    ("tokens", "its tokens (a pair's and a compute trace's: decoded; io: read-tokens; of "
-               "repeats, all of theirs)", Shown("tokens"), TOTAL),
-    ("decode_ms_per_token", "the decode wall per token (compute `ms_per_token`)",
-     Shown("decode ms", 2), PER_TOKEN),
-    ("decode_ms_p50", "the median token's ms", Shown("p50", 2)),
-    ("decode_ms_p99", "the 99th percentile's", Shown("p99", 2)),
-    ("compute_ms_per_token", "the engine's split: decode - flash I/O - cache management (a "
-                             "pair; a cached one with its log; an overlapped one with its "
-                             "stall)",
-     Shown("compute", 2), PER_TOKEN),
-    ("cache_mgmt_ms_per_token", "the engine's split: its cache management per token, the log's "
-                                "(a pair; 0 without a cache; null where no log gives a cached "
-                                "run's; a column only where a run has some)",
-     Shown("mgmt", 2, "cache management ms per token"), PER_TOKEN),
-    ("io_ms_per_token", "the I/O estimate per token (io: per read-token)",
-     Shown("I/O est", 2), PER_TOKEN),
-    ("mib_per_token", "MiB read per token", Shown("MiB", 2), PER_TOKEN),
-    ("hit_share", "the expert cache's hit share at the run's own cache_mb (when its preamble "
-                  "names one)", Shown("hit", "%")),
-    ("majflt_per_token", "major faults per token", Shown("majflt", 1), PER_TOKEN),
-    ("positions_per_decode", "generated positions per decode, when a decode covers several "
-                             "(speculative decoding): the per-token figures are then per "
-                             "generated position", Shown("pos/dec", 2)),
-    ("engine_ms_per_token", "the engine's own decode ms per token (its log beside the run; "
-                            "null without one; per generated token, as the engine counts)",
-     Shown("eng ms", 2)),
-    ("engine_hit_share", "the engine's own cache hit share (its log's moe-cache line)",
-     Shown("eng hit", "%")),
-    ("engine_disagrees", "the engine figures the tool's disagree with beyond the tolerance "
-                         "(in any of its runs)"),
-    ("flagged", "the ids of its flagged verdicts (in any of its runs), and `loaded` when its "
-                "compute is 1.5x or more the quietest row's of its configuration (a busy "
-                "machine inflates compute, not the reads)")))
-SUMMARY_REPORT = Record("summary report", "`summary`", (
-    *REPORT_HEAD, ("keys", "the preamble keys that differ between the runs, in order"),
-    ("common", "{key: value} the runs share", MapOf(VALUE)),
-    ("sort", "the column the rows are sorted by (null: as given)"),
-    ("runs", "one row per run", ListOf(SUMMARY_ROW)),
-    ("calibration", "the costs the what-if uses, fitted on these runs", CALIBRATION), WARNINGS),
+SUMMARY_ROW = Record("summary row", ("run", "paths", "kind", ("n", Shown("n")),
+    ("spread", MapOf(VALUE)), ("figure_runs", MapOf(VALUE)), ("settings", MapOf(VALUE)),
+    ("tokens", Shown("tokens"), TOTAL), ("decode_ms_per_token", Shown("decode ms", 2), PER_TOKEN),
+    ("decode_ms_p50", Shown("p50", 2)), ("decode_ms_p99", Shown("p99", 2)),
+    ("compute_ms_per_token", Shown("compute", 2), PER_TOKEN),
+    ("cache_mgmt_ms_per_token", Shown("mgmt", 2, "cache management ms per token"), PER_TOKEN),
+    ("io_ms_per_token", Shown("I/O est", 2), PER_TOKEN),
+    ("mib_per_token", Shown("MiB", 2), PER_TOKEN), ("hit_share", Shown("hit", "%")),
+    ("majflt_per_token", Shown("majflt", 1), PER_TOKEN),
+    ("positions_per_decode", Shown("pos/dec", 2)), ("engine_ms_per_token", Shown("eng ms", 2)),
+    ("engine_hit_share", Shown("eng hit", "%")), "engine_disagrees", "flagged"))
+SUMMARY_REPORT = Record("summary report", (*REPORT_HEAD, "keys", ("common", MapOf(VALUE)), "sort",
+    ("runs", ListOf(SUMMARY_ROW)), ("calibration", CALIBRATION), WARNINGS),
     later=("calibration", "warnings"))
 
 

@@ -1,6 +1,6 @@
 """Formats, JSON: every report is built from Records declared once (decode_analyze.KINDS),
-real reports hold exactly the declared fields, and the JSON reference (`schema`) is the one
-drawn from the declarations: every record and field, in order."""
+real reports hold exactly the declared fields, and the JSON reference (docs/json.md) describes
+every record and field as declared, in order."""
 import json
 import sys
 from pathlib import Path
@@ -9,7 +9,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from helpers import ROOT, run  # noqa: E402  (puts the repository on the path)
+from helpers import ROOT  # noqa: E402  (puts the repository on the path)
 import decode_analyze as da  # noqa: E402
 
 GOLDEN_JSON = sorted((HERE / "golden").glob("*.json"))
@@ -94,36 +94,75 @@ def declared_records():
     return declared
 
 
-def json_reference():
-    """docs/json.md as the declarations make it: a section a kind of object, a line a field,
-    with the kind of object it holds: `[record]` a list of them, `{key: record}` a map of them,
-    `(record)` one."""
-    lines = ["# The JSON reports: every field", "",
-             "What `--format json` writes, every kind of object the reports hold (the reports "
-             "first), each", "field with what it holds, in the order a report writes them. It "
-             "is made from the same", "declarations that build the reports (`Record`s in "
-             "`decode_analyze.py`), and a test keeps it so:", "`python3 tests/test_json.py "
-             "--update` writes it again.", ""]
+UNDESCRIBED = "(to describe)"
+
+
+def shape_words(field):
+    """How docs/json.md ends a field's line: `[record]` a list of them, `{key: record}` a map
+    of them, `(record)` one; nothing for a value."""
+    if field.shape is None:
+        return ""
+    inner = getattr(da.inner_record(field), "name", "value")
+    return " " + {da.ListOf: "[{}]", da.MapOf: "{{key: {}}}"}.get(
+        type(field.shape), "({})").format(inner)
+
+
+def documented(text):
+    """docs/json.md read back: its head, and {section: (its Where line, [(field, line)])}."""
+    head, _, body = text.partition("\n## ")
+    sections = {}
+    for section in ("## " + body).split("\n## ") if body else ():
+        title, *lines = section.removeprefix("## ").splitlines()
+        where = next((line for line in lines if line.startswith("Where: ")), "Where: ")
+        fields = [(line[3:].split("`", 1)[0], line) for line in lines if line.startswith("- `")]
+        sections[title] = (where, fields)
+    return head, sections
+
+
+def json_reference(text):
+    """docs/json.md as the declarations order it: a section a kind of object, in the order
+    the reports name them, a line a field with its shape; each description kept from `text`,
+    a new one UNDESCRIBED."""
+    head, sections = documented(text)
+    lines = [head.rstrip("\n"), ""]
     for record in declared_records():
-        lines += [f"## {record.name}", "", f"Where: {record.where}.", ""]
+        where, fields = sections.get(record.name, ("Where: " + UNDESCRIBED, []))
+        said = dict(fields)
+        lines += [f"## {record.name}", "", where, ""]
         for field in record.fields:
-            inner = da.inner_record(field)
-            shape = "" if field.shape is None else " " + {
-                da.ListOf: "[{}]", da.MapOf: "{{key: {}}}"}.get(type(field.shape), "({})").format(
-                    getattr(inner, "name", "value"))
-            lines.append(f"- `{field.name}`: {field.doc}{shape}")
+            line = said.get(field.name)
+            suffix = shape_words(field)
+            text = line.split(": ", 1)[1] if line and ": " in line else UNDESCRIBED
+            text = text.removesuffix(suffix) if suffix else text
+            lines.append(f"- `{field.name}`: {text}{suffix}")
         lines.append("")
     return "\n".join(lines)
 
 
-def test_the_json_reference_is_every_record_and_field_as_declared():
-    """docs/json.md (which replaced the schema command) is what the declarations say now."""
-    assert JSON_REFERENCE.read_text(encoding="utf-8") == json_reference(), \
-        "docs/json.md is stale: python3 tests/test_json.py --update"
+def test_the_json_reference_describes_every_record_and_field_as_declared():
+    """docs/json.md (which replaced the schema command) says what every field holds: a
+    section each Record, its fields the declared ones in their order, each described."""
     text = JSON_REFERENCE.read_text(encoding="utf-8")
-    for record in declared_records():
-        assert f"\n## {record.name}\n" in text
+    assert text == json_reference(text), \
+        "docs/json.md is not the declared records: python3 tests/test_json.py --update"
+    assert UNDESCRIBED not in text, "docs/json.md: describe each new field"
+    _, sections = documented(text)
+    assert list(sections) == [record.name for record in declared_records()]
+    assert f"- `schema`: the JSON schema, {da.SCHEMA} " in text
     assert "<!-- json reference" not in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_json_reference_check_catches_a_field_missing_or_undescribed():
+    """The check above fails on a reference that lost a field or a section, or got a field
+    the records do not declare."""
+    text = JSON_REFERENCE.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    dropped = "".join(line for line in lines if not line.startswith("- `tool_version`"))
+    assert json_reference(dropped) != dropped and UNDESCRIBED in json_reference(dropped)
+    added = text.replace("- `kind`:", "- `kinds`: not a field\n- `kind`:", 1)
+    assert json_reference(added) == text
+    unknown = text.replace("## verdict\n", "## verdicts\n", 1)
+    assert json_reference(unknown) != unknown
 
 
 def test_a_per_token_series_is_written_as_json_dumps_writes_it_a_slice_at_a_time():
@@ -146,4 +185,5 @@ if __name__ == "__main__":
     import sys
     if sys.argv[1:] != ["--update"]:
         sys.exit("usage: python3 tests/test_json.py --update")
-    JSON_REFERENCE.write_text(json_reference(), encoding="utf-8")
+    JSON_REFERENCE.write_text(json_reference(JSON_REFERENCE.read_text(encoding="utf-8")),
+                              encoding="utf-8")

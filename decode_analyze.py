@@ -3714,7 +3714,8 @@ def cache_contradiction(report, reading, cache):
     if held and stands["cache_mb"].source == "log":
         return (f"the engine's log says cache_mb={stands['cache_mb'].value}, which holds all "
                 f"{held}: no cache of that size ran here")
-    if own["detected"] and "cache" in stands and stands["cache"].value == "0":
+    if own["detected"] and "cache" in stands and stands["cache"].value == "0" and \
+            stands["cache"].source == "log":  # a preamble's no cache settles it, as ran_cached
         return ("the engine's log shows no cache (no moe-cache line), but decode tokens of the "
                 "trace read fewer experts than the router picks: a cache ran here")
     return None
@@ -6853,6 +6854,7 @@ def merged_settings(meta, given, warn, name):
     # the log's word on a declared cache is said once, with the trace's, by settled_cache (or,
     # for a compute trace alone, analyze_compute)
     cache_settled = bool(declared_cache(given))
+    yielded = {}  # (the source that yields, the one kept, one fact) -> ([its words], [kept's])
     for key, value, source in sorted(given, key=lambda setting: SOURCE_RANK[setting.source]):
         other = other_cache_key(key, value, meta)
         if key in settings or other:
@@ -6860,20 +6862,27 @@ def merged_settings(meta, given, warn, name):
                 (other, settings.get(other) or SETTING(value=meta[other], source="preamble"))
             if source == "log" and stands["value"] != value and not (
                     cache_settled and key in CACHE_KEYS):
-                warn(f"{name}: the log says {key}={value}, " + (
-                    f"declared {stood}={stands['value']}: the declared value stands"
-                    if stands["source"] == "declared" else
-                    f"the {stands['source']} {stood}={stands['value']}: the "
-                    f"{stands['source']}'s kept"))
+                fact = "cache" if key in CACHE_KEYS else key
+                words, kept = yielded.setdefault(("log", stands["source"], fact), ([], []))
+                words.append(f"{key}={value}")
+                kept.append(f"{stood}={stands['value']}")
             continue
         if source != "declared" and key in meta:
             # what a trace shows yields; the compute preamble's differing is the pair's warning
             if meta[key] != value and source not in ("trace", "compute trace"):
-                warn(f"{name}: the {source} says {key}={value}, the preamble {key}={meta[key]}: "
-                     f"the preamble's kept")
+                fact = "cache" if key in CACHE_KEYS else key
+                words, kept = yielded.setdefault((source, "preamble", fact), ([], []))
+                words.append(f"{key}={value}")
+                kept.append(f"{key}={meta[key]}")
             continue
         meta[key] = value
         settings[key] = SETTING(value=value, source=source)
+    # the run's cache is one fact: the words of both its keys that yield, in one warning
+    for (source, kept_source, _), (words, kept) in yielded.items():
+        kept = " ".join(dict.fromkeys(kept))
+        warn(f"{name}: the {source} says {' '.join(words)}, " + (
+            f"declared {kept}: the declared value stands" if kept_source == "declared" else
+            f"the {kept_source} {kept}: the {kept_source}'s kept"))
     return meta, settings
 
 
@@ -10183,6 +10192,19 @@ def weighed_io(path, reading, asked):
     trace, fold = fold_file(path, IO_READ_EXTENTS if asked.adjacent else IO_READ,
                             lambda: IoFold(reading.selection, asked.adjacent, lookups,
                                            reading.per_lane), in_parts_if_it_may(reading))
+    # Speculative reads are prefetching, whatever was written, declared or logged of it: the
+    # trace's word stands, and every other that differs is said with it, judged nowhere else
+    phases, _ = chosen_phases(reading.selection, fold.phases.keys())
+    prefetched = any(len(fold.phases[phase].latency["1"]) for phase in phases
+                     if phase in fold.phases)
+    overridden = sorted(({setting.value for setting in reading.settings
+                          if setting.key == "prefetch"} | {trace.meta.get("prefetch", "1")})
+                        - {"1"}) if prefetched else []
+    if overridden:
+        reading = reading._replace(settings=tuple(
+            setting for setting in reading.settings
+            if setting.key != "prefetch" or setting.value == "1"))
+        trace.meta = {key: value for key, value in trace.meta.items() if key != "prefetch"}
     report, what_if_at = io_report(trace, fold, reading, join_settings(trace, reading),
                                    asked.what_if, asked.cache)
     if trace_io.read_once(path) and "kind" in trace.columns and \
@@ -10198,12 +10220,10 @@ def weighed_io(path, reading, asked):
     # The settings the trace shows: whether the run had a cache (with --cache or --what-if),
     # and prefetch, when it read speculatively: that is prefetching, whatever was written or
     # declared of it, so it takes the place of any other word
-    own = [Setting("prefetch", "1", "trace")] if report["spec"]["reads"] else []
-    if own and report["meta"].get("prefetch", "1") != "1":
+    own = [Setting("prefetch", "1", "trace")] if prefetched else []
+    if overridden:
         reading.warn(f"{trace.name}: the trace reads speculatively, so prefetch=1, where the "
-                     f"settings say prefetch={report['meta']['prefetch']}: the trace's stands")
-        report["meta"] = {key: value for key, value in report["meta"].items()
-                          if key != "prefetch"}
+                     f"settings say prefetch={' or '.join(overridden)}: the trace's stands")
     if report["run_cache"] is not None and not declared_no_cache(reading.settings):
         own.append(Setting("cache", "1" if report["run_cache"]["detected"] else "0", "trace"))
     report["meta"], shown = merged_settings(report["meta"], own, reading.warn, trace.name)
@@ -10222,7 +10242,10 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     compute trace was long done (48 layers, 1,430 tokens and 500k reads: 1.41x the two
     commands in turn)."""
     analyze_reads = partial(weighed_io, asked=IoOptions(True, True, asked))
-    compute = analyze_compute(compute_path, reading, paired=True)
+    # prefetch is the io half's to settle, what its trace shows over every word: the compute
+    # half, which cannot see it, judges no word of it (it takes the run's, pair_report)
+    compute = analyze_compute(compute_path, reading._replace(settings=tuple(
+        setting for setting in reading.settings if setting.key != "prefetch")), paired=True)
     # One run, one set of settings: the io half joins the compute preamble's settings its own
     # preamble lacks (after --set, before the log), and pair_report gives them back to the
     # compute half, so that every part of the pair reads one value
@@ -10236,7 +10259,7 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     kept = tuple(setting for setting in reading.settings if not (
         setting.source == "log" and (stands.get(setting.key, setting.value) != setting.value
                                      or other_cache_key(setting.key, setting.value, stands))
-        and not (settled and setting.key in CACHE_KEYS)))
+        and not (settled and setting.key in CACHE_KEYS) and setting.key != "prefetch"))
     reading = reading._replace(settings=kept + tuple(
         Setting(key, preamble[key], "compute trace") for key in RUN_SETTINGS if key in preamble))
     # the decode tokens of each turn, as the compute trace knows them: the run cache counts

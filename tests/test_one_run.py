@@ -96,6 +96,13 @@ def test_overlap_declared_stands_over_both_preambles(tmp_path):
     ("o_direct", "0", None, "0"),
     ("o_direct", "1", "0", "0"),
     ("cache_mb", "64", None, "64"),
+    ("cache_mb", "64", "32", "32"),
+    ("overlap", "1", "0", "0"),
+    ("cache", "1", "0", "0"),
+    ("cache", None, "1", "1"),  # a cache that never hit: the trace cannot refute it
+    ("prefetch", "1", "0", "0"),
+    ("prefetch", "1", None, "1"),  # a prefetch that fetched nothing: the preamble's stands
+    ("ngram", "2", "3", "3"),
 ])
 def test_a_setting_named_by_one_preamble_or_two_is_one_value(tmp_path, key, compute, io, stands):
     found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", key, compute),
@@ -465,3 +472,47 @@ def test_a_cache_holding_every_expert_of_a_trace_that_reads_them_again_is_refute
     assert own["evictions"] == 0 and own["rereads"] == 1018
     assert declared.err.count("cache_mb=1000, as declared, though a cache that size holds all "
                               "32 experts the trace looks up") == 1
+
+
+@pytest.mark.parametrize("preamble", ["ct", "io"])
+def test_either_preambles_no_cache_settles_a_cached_trace_and_says_nothing_of_a_log(tmp_path,
+                                                                                    preamble):
+    """Bug: cache=0 in the compute trace's preamble beside a cached run's io trace, with no log
+    at all, warned that "the engine's log shows no cache" and that the trace's word stood,
+    while cache=0 stood everywhere; in the io trace's preamble, it was silent. The engine's
+    preamble settles its cache, in either trace (its router picks fewer experts by design)."""
+    run_traces = {part: TRACES / "sweep" / f"qwen3moe-l4-greedy-cache4mb-{part}.csv"
+                  for part in ("ct", "io")}
+    run_traces[preamble] = edited(run_traces[preamble], tmp_path / f"{preamble}.csv", "cache",
+                                  "0")
+    found, warnings = outputs(tmp_path, run_traces["ct"], run_traces["io"])
+    agree(found, "cache", "0")
+    assert warnings == ""
+
+
+def test_a_logs_cache_against_the_preambles_no_cache_is_one_warning(tmp_path):
+    """Bug: a log of a 1.9 MiB cache beside preambles saying cache=0 gave a warning for each of
+    the log's two keys of the one fact, and a third that blamed the log for the preamble's no
+    cache. One warning, with both of the log's keys; the preambles' cache=0 stands."""
+    (tmp_path / "run.log").write_bytes(PREFETCH_LOG.read_bytes())
+    io = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]
+    found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", "cache", "0"),
+                              edited(io, tmp_path / "io.csv", "cache", "0"), log=True)
+    agree(found, "cache", "0")
+    said = [line for line in warnings.splitlines() if "cache" in line.rsplit("/", 1)[-1]]
+    assert len(said) == 1 and said[0].endswith(
+        "the log says cache_mb=1.9 cache=1, the preamble cache=0: the preamble's kept"), warnings
+
+
+def test_a_declared_prefetch_the_trace_refutes_beside_its_log_is_one_warning(tmp_path):
+    """Bug: --set prefetch=0 on the prefetch run, with its log: the compute half warned "the
+    declared value stands", the io half "the trace's stands", and prefetch=1 stood. The io
+    half settles prefetch, which its trace shows: one warning, the trace's."""
+    (tmp_path / "run.log").write_bytes(PREFETCH_LOG.read_bytes())
+    found, warnings = outputs(tmp_path, LAYERS, REAL_TRACES["qwen3moe-l4-io-prefetch.csv"],
+                              "--set", "prefetch=0", log=True)
+    agree(found, "prefetch", "1")
+    said = [line for line in warnings.splitlines() if "prefetch" in line.rsplit("/", 1)[-1]]
+    assert len(said) == 1 and said[0].endswith(
+        "the trace reads speculatively, so prefetch=1, where the settings say prefetch=0: the "
+        "trace's stands"), warnings

@@ -5790,10 +5790,12 @@ def with_run_settings(compute, io):
                       if key in RUN_SETTINGS and compute["meta"].get(key) != value},
                    **io["settings"]}
 
-    def joined(mine, theirs):  # the compute half's order kept, its settings the io half's
-        held = {key: theirs.get(key) if key in RUN_SETTINGS else value
-                for key, value in mine.items()}
-        held.update((key, value) for key, value in theirs.items() if key in RUN_SETTINGS)
+    def joined(mine, theirs):  # the compute preamble's keys first, then the joined ones in
+        # the order the io half joined them; the run's settings the io half's
+        order = [key for key in mine if key not in compute["settings"]] + [
+            key for key in theirs if key in RUN_SETTINGS or key in mine] + list(mine)
+        held = {key: theirs.get(key) if key in RUN_SETTINGS else mine[key]
+                for key in dict.fromkeys(order)}
         return {key: value for key, value in held.items() if value is not None}
     return {**compute, "meta": joined(compute["meta"], io["meta"]),
             "settings": joined(compute["settings"], io_settings)}
@@ -10242,24 +10244,22 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     compute trace was long done (48 layers, 1,430 tokens and 500k reads: 1.41x the two
     commands in turn)."""
     analyze_reads = partial(weighed_io, asked=IoOptions(True, True, asked))
-    # prefetch is the io half's to settle, what its trace shows over every word: the compute
-    # half, which cannot see it, judges no word of it (it takes the run's, pair_report)
+    # One run, one set of settings, each settled once. The io half settles the run's settings
+    # (pair_report gives them to the compute half): it knows both preambles (the compute one's
+    # as `compute trace`, after --set, before the log) and what its trace shows (prefetch, a
+    # cache), so it alone weighs the log's word on them. The compute half weighs the log's word
+    # on what only its trace shows (ngram) and on the rest; the io half hears those as the
+    # compute half left them (a word it refuted, not at all).
+    io_settles = set(RUN_SETTINGS) - {key for key, (kind, *_) in SHOWN_BY_TRACE.items()
+                                      if kind == "compute"}
     compute = analyze_compute(compute_path, reading._replace(settings=tuple(
-        setting for setting in reading.settings if setting.key != "prefetch")), paired=True)
-    # One run, one set of settings: the io half joins the compute preamble's settings its own
-    # preamble lacks (after --set, before the log), and pair_report gives them back to the
-    # compute half, so that every part of the pair reads one value
+        setting for setting in reading.settings
+        if setting.source != "log" or setting.key not in io_settles)), paired=True)
     preamble = preamble_of(compute)
-    # a log's value the compute preamble refuted is said once, by the compute half: the io
-    # half takes the run's value and does not hear the log's again
-    stands = {**preamble, **{setting.key: setting.value for setting in reading.settings
-                             if setting.source == "declared"}}
-    # (the log's word on a declared cache is the io half's to say, with the trace's)
-    settled = bool(declared_cache(reading.settings))
-    kept = tuple(setting for setting in reading.settings if not (
-        setting.source == "log" and (stands.get(setting.key, setting.value) != setting.value
-                                     or other_cache_key(setting.key, setting.value, stands))
-        and not (settled and setting.key in CACHE_KEYS) and setting.key != "prefetch"))
+    kept = tuple(setting for setting in reading.settings
+                 if setting.source != "log" or setting.key in io_settles
+                 or compute["settings"].get(setting.key) == SETTING(value=setting.value,
+                                                                    source="log"))
     reading = reading._replace(settings=kept + tuple(
         Setting(key, preamble[key], "compute trace") for key in RUN_SETTINGS if key in preamble))
     # the decode tokens of each turn, as the compute trace knows them: the run cache counts

@@ -49,7 +49,7 @@ def outputs(tmp_path, ct, io, *options, log=False):
     return {
         "compute half": report["compute"]["meta"], "io half": report["io"]["meta"],
         "what-if base": report["what_if"]["baseline"],
-        "headline": "overlap=1" if "reads beside it" in text else "overlap=0",
+        "headline": "overlap=1" if "reads beside" in text else "overlap=0",
         "summary": {**summary["common"], **{k: v for k, v in row["settings"].items() if v}},
         "diff": diff["preamble_changes"][0],
     }, result.err
@@ -516,3 +516,33 @@ def test_a_declared_prefetch_the_trace_refutes_beside_its_log_is_one_warning(tmp
     assert len(said) == 1 and said[0].endswith(
         "the trace reads speculatively, so prefetch=1, where the settings say prefetch=0: the "
         "trace's stands"), warnings
+
+
+def test_a_logs_overlap_beside_preambles_that_disagree_is_one_warning(tmp_path):
+    """Bug: the compute preamble's overlap=0 against the io preamble's and the log's overlap=1:
+    the compute half warned that the log's overlap=1 yielded to its preamble ("the preamble's
+    kept"), then the pair that the io trace's overlap=1 stood, as it did. The io half, which
+    knows both preambles, weighs the log's word: one warning, the one that holds."""
+    (tmp_path / "run.log").write_bytes(OVERLAP.with_suffix(".log").read_bytes())
+    found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", "overlap", "0"),
+                              OVERLAP, log=True)
+    agree(found, "overlap", "1")
+    said = [line for line in warnings.splitlines() if "overlap" in line.rsplit("/", 1)[-1]]
+    assert said == ["decode-analyze: warning: overlap differs: '0' in the compute trace, '1' in "
+                    "the io trace: the io trace's stands"], warnings
+
+
+def test_a_logs_ngram_the_compute_trace_refutes_is_dropped_from_the_pair(tmp_path):
+    """Bug: a log's ngram line beside a pair whose compute trace has no decode covering two
+    positions: the compute half said the trace's word stood, and the pair then said ngram=1
+    (log) in both halves, the io half having joined the log's word unweighed. The io half now
+    hears the log's ngram as the compute half left it."""
+    log = SERIAL.with_suffix(".log").read_text() + (
+        "ngram: 114/114 drafts accepted (100.0%), 3.48 tokens per verify decode (46 decodes "
+        "for 160 tokens)\n")
+    (tmp_path / "run.log").write_text(log)
+    found, warnings = outputs(tmp_path, LAYERS, SERIAL, log=True)
+    for where in ("compute half", "io half", "summary"):
+        assert "ngram" not in found[where], found[where]
+    said = [line for line in warnings.splitlines() if "ngram" in line.rsplit("/", 1)[-1]]
+    assert len(said) == 1 and said[0].endswith("the trace's word stands"), warnings

@@ -3705,7 +3705,11 @@ def cache_contradiction(report, reading, cache):
     or no cache (no moe-cache line) where tokens are."""
     own, hit = report["run_cache"], (reading.measured or {}).get("hit_pct")
     stands = {setting.key: setting for setting in reversed(reading.settings)}  # first wins
-    if not own or "cache" in stands and stands["cache"].source == "declared":
+    logged = any(setting["source"] == "log" for key, setting in report["settings"].items()
+                 if key in CACHE_KEYS)
+    # a declared cache is the user's word; a log's that yielded to a stronger one is said
+    # with it
+    if not own or not logged or "cache" in stands and stands["cache"].source == "declared":
         return None
     if not own["detected"] and hit and hit >= 1:
         return (f"the engine's log says a cache served {hit:g}% of the lookups, but every "

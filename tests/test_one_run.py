@@ -546,3 +546,18 @@ def test_a_logs_ngram_the_compute_trace_refutes_is_dropped_from_the_pair(tmp_pat
         assert "ngram" not in found[where], found[where]
     said = [line for line in warnings.splitlines() if "ngram" in line.rsplit("/", 1)[-1]]
     assert len(said) == 1 and said[0].endswith("the trace's word stands"), warnings
+
+
+def test_a_logs_no_cache_the_preambles_overrule_is_not_weighed_again_against_the_trace(tmp_path):
+    """Bug: preambles saying cache=1 beside a log without a moe-cache line (no cache) and a
+    cached run's trace: the log's no cache was said to yield to the preambles, then weighed
+    against the trace and said refuted again. A word that yielded is said once, where it
+    yields."""
+    (tmp_path / "run.log").write_bytes(SERIAL.with_suffix(".log").read_bytes())
+    io = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]
+    found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", "cache", "1"),
+                              edited(io, tmp_path / "io.csv", "cache", "1"), log=True)
+    agree(found, "cache", "1")
+    said = [line for line in warnings.splitlines() if "cache" in line.rsplit("/", 1)[-1]]
+    assert len(said) == 1 and said[0].endswith(
+        "the log says cache=0, the preamble cache=1: the preamble's kept"), warnings

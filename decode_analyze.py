@@ -4738,8 +4738,9 @@ def io_report(trace, fold, reading, settings, asked=None, curve=True):
     # The lanes the trace read on, where they are more than the preamble names (the trace's
     # stand); a row for every named lane, since a lane that never read is the most idle of all.
     named = meta_int(trace.meta, "io_threads")
-    meta = {**trace.meta, "io_threads": str(len(by_lane))} if named and len(by_lane) > named \
-        else trace.meta
+    meta, settings = ({**trace.meta, "io_threads": str(len(by_lane))}, {
+        **settings, "io_threads": SETTING(value=str(len(by_lane)), source="trace")}) \
+        if named and len(by_lane) > named else (trace.meta, settings)
     for lane in range(named):
         by_lane.setdefault(lane, ReadSums())
     lanes = meta_int(meta, "io_threads") or len(by_lane)
@@ -10219,9 +10220,14 @@ def weighed_io(path, reading, asked):
         reading.warn(f"{trace.name}: the stall this v2 trace's wait rows measure takes a second "
                      f"pass over it: give a file, not a pipe or stdin, for the stall")
     named = trace.meta.get("io_threads")
-    if named != report["meta"].get("io_threads"):
-        words = "declared" if "io_threads" in report["settings"] else "in the preamble"
-        reading.warn(f"{trace.name}: io_threads={named} {words}, but the trace read on "
+    if named != report["meta"].get("io_threads"):  # the trace's lanes stand over every word
+        words = [f"io_threads={named} " + ("declared" if any(
+            setting.key == "io_threads" and setting.source == "declared"
+            for setting in reading.settings) else "in the preamble")] + [
+            f"{setting.value} in the compute trace" for setting in reading.settings
+            if setting.key == "io_threads" and setting.source == "compute trace"
+            and setting.value != named]
+        reading.warn(f"{trace.name}: {', '.join(words)}, but the trace read on "
                      f"{counted(report['lanes'], 'lane')}: the trace's lanes stand")
     # The settings the trace shows: whether the run had a cache (with --cache or --what-if),
     # and prefetch, when it read speculatively: that is prefetching, whatever was written or

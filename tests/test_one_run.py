@@ -561,3 +561,17 @@ def test_a_logs_no_cache_the_preambles_overrule_is_not_weighed_again_against_the
     said = [line for line in warnings.splitlines() if "cache" in line.rsplit("/", 1)[-1]]
     assert len(said) == 1 and said[0].endswith(
         "the log says cache=0, the preamble cache=1: the preamble's kept"), warnings
+
+
+def test_lanes_the_trace_read_on_stand_over_both_preambles_in_one_warning(tmp_path):
+    """Bug: io_threads=8 in the compute preamble, 2 in the io preamble, and a trace that read on
+    4 lanes: two warnings, the second quoting the io trace as saying 4 (its lanes, not its
+    preamble). The trace's lanes are the run's, its source `trace`, and every word they
+    overrule is in the one warning."""
+    found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", "io_threads", "8"),
+                              edited(SERIAL, tmp_path / "io.csv", "io_threads", "2"))
+    agree(found, "io_threads", "4")
+    said = [line for line in warnings.splitlines() if "io_threads" in line.rsplit("/", 1)[-1]]
+    assert len(said) == 1 and said[0].endswith(
+        "io_threads=2 in the preamble, 8 in the compute trace, but the trace read on 4 lanes: "
+        "the trace's lanes stand"), warnings

@@ -3711,7 +3711,10 @@ def cache_contradiction(report, reading, cache):
     # with it
     if not own or not logged or "cache" in stands and stands["cache"].source == "declared":
         return None
-    if not own["detected"] and hit and hit >= 1:
+    # a preamble's cache=1 may have served none: the trace cannot refute it
+    preamble_cache = report["meta"].get("cache") == "1" and \
+        (report["settings"].get("cache") or {}).get("source") != "log"
+    if not own["detected"] and hit and hit >= 1 and not preamble_cache:
         return (f"the engine's log says a cache served {hit:g}% of the lookups, but every "
                 f"decode token of the trace reads all of its experts: no cache ran here")
     held = holds_every_expert(own, cache, stands.get("cache_mb"))
@@ -3750,6 +3753,11 @@ def ran_cached(io):
 
 
 CACHE_KEYS = ("cache", "cache_mb")  # the run's cache: one fact, two keys
+
+
+def fact_keys(key):
+    """The keys of the fact a setting is of: both cache keys for either, else the key."""
+    return CACHE_KEYS if key in CACHE_KEYS else (key,)
 
 
 def declared_cache(settings):
@@ -5549,14 +5557,15 @@ PAIR_REPORT = Record("pair report", (*REPORT_HEAD, ("compute", COMPUTE_REPORT), 
 
 
 # ── pair: the two traces of one run ──────────────────────────────────────────────────────────────
-def pair_report(compute, io, measured, pressure, what_if_at=None):
+def pair_report(compute, io, measured, pressure, what_if_at=None, logged=()):
     """Both reports of one traced run, and what only the pair can tell: I/O per decoded
     token (the compute trace knows every token, including those that read nothing), side by
     side with compute per layer, and the engine's split (measured: its log's figures, for
     the cache management no trace times; pressure: the run's memory Pressure), and its
-    what-if, made per decoded token by what_if_at (io_report). Without its verdicts."""
+    what-if, made per decoded token by what_if_at (io_report); logged: the log's Settings,
+    which a difference of the preambles names. Without its verdicts."""
     tokens, readers = TokenIndex(compute["per_token"]), TokenIndex(io["per_token"])
-    warnings = pair_warnings(compute, io, tokens)
+    warnings = pair_warnings(compute, io, tokens, logged)
     compute = with_run_settings(compute, io)
     n = len(compute["per_token"])
     per_decoded = io["tokens"] / n  # io figures are per read-token; the pair's per decoded token
@@ -5811,17 +5820,23 @@ def preamble_of(report):
     return {key: value for key, value in report["meta"].items() if key not in report["settings"]}
 
 
-def pair_warnings(compute, io, tokens):
+def pair_warnings(compute, io, tokens, logged=()):
     """What makes the two reports a doubtful pair: preambles that differ on a key both name
-    (one process writes both traces of a run, with one set of settings), tokens that do not
-    match (tokens: the compute tokens' TokenIndex)."""
+    (one process writes both traces of a run, with one set of settings; the log's word on it
+    too, where it differs: the io half left it to this one), tokens that do not match
+    (tokens: the compute tokens' TokenIndex)."""
     warnings = []
     io_preamble = preamble_of(io)
     for key, left in preamble_of(compute).items():
         right = io_preamble.get(key)  # trace_id: said below, with the files' names
         if right is not None and left != right and key != "trace_id":
+            words = [f"{setting.key}={setting.value}" for setting in logged
+                     if setting.key == key and setting.value != right
+                     or setting.key != key and setting.key in fact_keys(key)
+                     and ran_a_cache(setting.key, setting.value) != ran_a_cache(key, right)]
             warnings.append(f"{key} differs: {left!r} in the compute trace, {right!r} in the io "
-                            f"trace" + (": the io trace's stands" if key in RUN_SETTINGS else ""))
+                            f"trace" + (f", the log says {' '.join(words)}" if words else "")
+                            + (": the io trace's stands" if key in RUN_SETTINGS else ""))
     differs = trace_id_warning((compute["path"], compute["meta"]), (io["path"], io["meta"]))
     if differs:
         warnings.append(differs)
@@ -6862,6 +6877,10 @@ def merged_settings(meta, given, warn, name):
     # for a compute trace alone, analyze_compute)
     cache_settled = bool(declared_cache(given))
     yielded = {}  # (the source that yields, the one kept, one fact) -> ([its words], [kept's])
+    # a fact the compute preamble names otherwise than this one: the pair says the log's word
+    # on it with that difference (pair_warnings)
+    pair_says = {fact_keys(setting.key) for setting in given if setting.source == "compute trace"
+                 and setting.key in meta and meta[setting.key] != setting.value}
     for key, value, source in sorted(given, key=lambda setting: SOURCE_RANK[setting.source]):
         other = other_cache_key(key, value, meta)
         if key in settings or other:
@@ -6869,23 +6888,24 @@ def merged_settings(meta, given, warn, name):
                 (other, settings.get(other) or SETTING(value=meta[other], source="preamble"))
             if source == "log" and stands["value"] != value and not (
                     cache_settled and key in CACHE_KEYS):
-                fact = "cache" if key in CACHE_KEYS else key
-                words, kept = yielded.setdefault(("log", stands["source"], fact), ([], []))
+                words, kept = yielded.setdefault(("log", stands["source"], fact_keys(key)),
+                                                 ([], []))
                 words.append(f"{key}={value}")
                 kept.append(f"{stood}={stands['value']}")
             continue
         if source != "declared" and key in meta:
             # what a trace shows yields; the compute preamble's differing is the pair's warning
             if meta[key] != value and source not in ("trace", "compute trace"):
-                fact = "cache" if key in CACHE_KEYS else key
-                words, kept = yielded.setdefault((source, "preamble", fact), ([], []))
+                words, kept = yielded.setdefault((source, "preamble", fact_keys(key)), ([], []))
                 words.append(f"{key}={value}")
                 kept.append(f"{key}={meta[key]}")
             continue
         meta[key] = value
         settings[key] = SETTING(value=value, source=source)
     # the run's cache is one fact: the words of both its keys that yield, in one warning
-    for (source, kept_source, _), (words, kept) in yielded.items():
+    for (source, kept_source, fact), (words, kept) in yielded.items():
+        if source == "log" and kept_source == "preamble" and fact in pair_says:
+            continue
         kept = " ".join(dict.fromkeys(kept))
         warn(f"{name}: the {source} says {' '.join(words)}, " + (
             f"declared {kept}: the declared value stands" if kept_source == "declared" else
@@ -10283,7 +10303,8 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     if compute["phase"] != io["phase"]:  # a compute trace without decode rows: all, both
         io, measured, what_if_at = analyze_reads(io_path, reading)
     pressure = memory_pressure(compute)  # decided once: the what-if and the verdicts read it
-    report = pair_report(compute, io, measured, pressure, what_if_at)
+    report = pair_report(compute, io, measured, pressure, what_if_at, tuple(
+        setting for setting in reading.settings if setting.source == "log"))
     report["pair"]["verdicts"], report["io"]["verdicts"] = pair_verdicts(
         report["compute"], report["io"], report["pair"], measured, pressure)  # run's settings
     for message in report["pair"]["warnings"]:

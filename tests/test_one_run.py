@@ -575,3 +575,33 @@ def test_lanes_the_trace_read_on_stand_over_both_preambles_in_one_warning(tmp_pa
     assert len(said) == 1 and said[0].endswith(
         "io_threads=2 in the preamble, 8 in the compute trace, but the trace read on 4 lanes: "
         "the trace's lanes stand"), warnings
+
+
+def test_preambles_that_differ_and_a_log_on_the_same_setting_are_one_warning(tmp_path):
+    """Bug: overlap=1 in the compute preamble, overlap=0 in the io one, and an overlapped run's
+    log: the io half warned that the log's overlap=1 yielded to its preamble, and the pair that
+    the preambles differed. One disagreement over one setting: the pair's warning, the log's
+    word in it."""
+    (tmp_path / "run.log").write_bytes(OVERLAP.with_suffix(".log").read_bytes())
+    found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", "overlap", "1"),
+                              SERIAL, log=True)
+    agree(found, "overlap", "0")
+    said = [line for line in warnings.splitlines() if "overlap" in line.rsplit("/", 1)[-1]]
+    assert said == ["decode-analyze: warning: overlap differs: '1' in the compute trace, '0' in "
+                    "the io trace, the log says overlap=1: the io trace's stands"], warnings
+
+
+def test_a_preambles_cache_that_served_nothing_is_not_refuted_by_a_trace_of_every_lookup(
+        tmp_path):
+    """Bug: cache=1 in the io preamble, a log of a cache with 13% hit and a trace in which
+    every token reads all of its experts: 'no cache ran here; the trace's word stands', while
+    cache=1 stood everywhere. A cache that served nothing traces every lookup: only the log's
+    word can be refuted by it, and the preamble's stands, said once (the compute preamble's
+    cache=0 differs from it)."""
+    (tmp_path / "run.log").write_bytes(PREFETCH_LOG.read_bytes())
+    found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", "cache", "0"),
+                              edited(SERIAL, tmp_path / "io.csv", "cache", "1"), log=True)
+    agree(found, "cache", "1")
+    said = [line for line in warnings.splitlines() if "cache" in line.rsplit("/", 1)[-1]]
+    assert said == ["decode-analyze: warning: cache differs: '0' in the compute trace, '1' in "
+                    "the io trace: the io trace's stands"], warnings

@@ -3711,9 +3711,10 @@ def cache_contradiction(report, reading, cache):
     # with it
     if not own or not logged or "cache" in stands and stands["cache"].source == "declared":
         return None
-    # a preamble's cache=1 may have served none: the trace cannot refute it
-    preamble_cache = report["meta"].get("cache") == "1" and \
-        (report["settings"].get("cache") or {}).get("source") != "log"
+    # a preamble's cache (cache=1, cache_mb above 0) may have served none: a trace of every
+    # lookup cannot refute it
+    preamble_cache = any(ran_a_cache(key, report["meta"].get(key)) and (
+        report["settings"].get(key) or {}).get("source") != "log" for key in CACHE_KEYS)
     if not own["detected"] and hit and hit >= 1 and not preamble_cache:
         return (f"the engine's log says a cache served {hit:g}% of the lookups, but every "
                 f"decode token of the trace reads all of its experts: no cache ran here")

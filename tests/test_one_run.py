@@ -3,6 +3,7 @@ preamble, the io trace's, --set, the engine's log, what the trace shows), every 
 output of the pair (report's two halves and header, its headline, its what-if's base, summary's
 row and diff's sides) reads one value, and two sources that disagree are one warning naming the
 key. The runs are the real 4-layer serial and overlapped runs, their preambles edited here."""
+import random
 import re
 
 import pytest
@@ -61,9 +62,9 @@ def agree(found, key, value):
     assert found["io half"].get(key) == value, found["io half"]
     assert found["summary"].get(key) == value, found["summary"]
     assert not [change for change in found["diff"] if change["key"] == key]
-    if key in ("overlap", "io_threads", "o_direct"):
+    if key in ("overlap", "io_threads", "o_direct") and value is not None:
         assert found["what-if base"][key] == int(value)
-    if key == "overlap":
+    if key == "overlap" and value is not None:
         assert found["headline"] == f"overlap={value}"
 
 
@@ -605,3 +606,36 @@ def test_a_preambles_cache_that_served_nothing_is_not_refuted_by_a_trace_of_ever
     said = [line for line in warnings.splitlines() if "cache" in line.rsplit("/", 1)[-1]]
     assert said == ["decode-analyze: warning: cache differs: '0' in the compute trace, '1' in "
                     "the io trace: the io trace's stands"], warnings
+
+
+SETTING_VALUES = {"io_threads": [None, "2", "4", "8"], "o_direct": [None, "0", "1"],
+                  "overlap": [None, "0", "1"], "cache": [None, "0", "1"],
+                  "cache_mb": [None, "0", "1.9", "64"], "prefetch": [None, "0", "1"],
+                  "ngram": [None, "0", "1"]}
+
+
+# each of the first ten found a contradiction the settings had once (two warnings, or one
+# that named a value that did not stand); the rest are the first seeds
+@pytest.mark.parametrize("seed", [43, 66, 146, 245, 265, 281, 284, 319, 326, 366, *range(14)])
+def test_any_sources_of_a_setting_give_one_value_and_at_most_one_warning(tmp_path, seed):
+    """A setting named by any of the compute preamble, the io preamble, --set and a log (of
+    this run's kind or another's), beside a serial, an overlapped or a prefetching cached io
+    trace, chosen at random: every output gives one value, and the run's sources disagree in
+    at most one warning on the fact (cache and cache_mb one)."""
+    rng = random.Random(seed)
+    key = rng.choice(sorted(SETTING_VALUES))
+    compute, io, declared = (rng.choice(SETTING_VALUES[key]) for _ in range(3))
+    log = rng.choice([None, SERIAL.with_suffix(".log"), OVERLAP.with_suffix(".log"),
+                      PREFETCH_LOG])
+    trace = rng.choice([SERIAL, OVERLAP, REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]])
+    if log:
+        (tmp_path / "run.log").write_bytes(log.read_bytes())
+    found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", key, compute),
+                              edited(trace, tmp_path / "io.csv", key, io),
+                              *(["--set", f"{key}={declared}"] if declared else []),
+                              log=bool(log))
+    agree(found, key, found["io half"].get(key))
+    keys = ("cache", "cache_mb") if key in ("cache", "cache_mb") else (key,)
+    said = [line for line in warnings.splitlines()
+            if any(re.search(rf"\b{name}\b", line.split(": ", 3)[-1]) for name in keys)]
+    assert len(said) <= 1, (key, compute, io, declared, log, trace, warnings)

@@ -1444,8 +1444,13 @@ def header_section(header_of):
                             if setting["source"] != "io trace")
         shown = {key: f"{setting['value']} ({setting['source']})"
                  for key, setting in settings.items()}
-        header = header._replace(meta={**header.meta, **shown}, keys=header.keys + tuple(
-            key for key in shown if key not in header.keys))
+        # a cache, prefetch or n-gram setting the preamble names shows with the rest: each
+        # changes what the figures mean (the engine's own preambles name none of them)
+        keys = header.keys + tuple(key for key in ("cache", "cache_mb", "prefetch", "ngram")
+                                   if key in header.meta and key not in shown
+                                   and key not in header.keys)
+        header = header._replace(meta={**header.meta, **shown}, keys=keys + tuple(
+            key for key in shown if key not in keys))
         return [Block(None, [header], gap=False)]
     return header_blocks
 

@@ -639,3 +639,15 @@ def test_any_sources_of_a_setting_give_one_value_and_at_most_one_warning(tmp_pat
     said = [line for line in warnings.splitlines()
             if any(re.search(rf"\b{name}\b", line.split(": ", 3)[-1]) for name in keys)]
     assert len(said) <= 1, (key, compute, io, declared, log, trace, warnings)
+
+
+@pytest.mark.parametrize("key,value", [("cache", "1"), ("cache_mb", "64"), ("prefetch", "0"),
+                                       ("ngram", "2")])
+def test_a_run_setting_the_preamble_names_is_in_the_header(tmp_path, key, value):
+    """Bug: cache=1 in an io trace's preamble set the what-if's base (a cached run) but showed
+    nowhere in the header, which named io_threads, o_direct and overlap alone; a joined one
+    showed, with its source. Every run setting the preamble names shows."""
+    result = run("io", edited(SERIAL, tmp_path / "io.csv", key, value), "--no-engine-log")
+    assert result.code == 0
+    header = result.out.split("\nread-tokens=", 1)[0]
+    assert f" {key}={value}" in header, header

@@ -127,10 +127,10 @@ def json_reference(text):
     lines = [head.rstrip("\n"), ""]
     for record in declared_records():
         where, fields = sections.get(record.name, ("Where: " + UNDESCRIBED, []))
-        said = dict(fields)
+        described = dict(fields)
         lines += [f"## {record.name}", "", where, ""]
         for field in record.fields:
-            line = said.get(field.name)
+            line = described.get(field.name)
             suffix = shape_words(field)
             text = line.split(": ", 1)[1] if line and ": " in line else UNDESCRIBED
             text = text.removesuffix(suffix) if suffix else text

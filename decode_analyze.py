@@ -6875,14 +6875,20 @@ def join_settings(trace, reading):
 def merged_settings(meta, given, warn, name):
     """The preamble with the given Settings joined, and the report's `settings`: a declared
     value wins over the preamble's (of two sources, SOURCE_RANK's first); a log's that
-    contradicts the preamble is left out, with a warning. The run's cache is one fact with
-    two keys: a source's word on it that contradicts what a stronger one said under the other
-    key (cache_mb=64 declared, cache=0 the log's) yields too."""
+    contradicts the preamble is left out. The run's cache is one fact with two keys: a
+    source's word on it that contradicts what a stronger one said under the other key
+    (cache_mb=64 declared, cache=0 the log's) yields too. Every word that yields on one fact
+    is one warning, with the value that stands."""
     meta, settings = dict(meta), {}
     # the log's word on a declared cache is said once, with the trace's, by settled_cache (or,
     # for a compute trace alone, analyze_compute)
     cache_settled = bool(declared_cache(given))
-    yielded = {}  # (the source that yields, the one kept, one fact) -> ([its words], [kept's])
+    yielded = {}  # (the source kept, its fact) -> ({yielding source: [its words]}, [kept's])
+
+    def yields(source, key, value, kept_source, kept):
+        words, kept_words = yielded.setdefault((kept_source, fact_keys(key)), ({}, []))
+        words.setdefault(source, []).append(f"{key}={value}")
+        kept_words.append(kept)
     # a fact the compute preamble names otherwise than this one: the pair says the log's word
     # on it with that difference (pair_warnings)
     pair_says = {fact_keys(setting.key) for setting in given if setting.source == "compute trace"
@@ -6892,28 +6898,35 @@ def merged_settings(meta, given, warn, name):
         if key in settings or other:
             stood, stands = (key, settings[key]) if key in settings else \
                 (other, settings.get(other) or SETTING(value=meta[other], source="preamble"))
-            if source == "log" and stands["value"] != value and not (
-                    cache_settled and key in CACHE_KEYS):
-                words, kept = yielded.setdefault(("log", stands["source"], fact_keys(key)),
-                                                 ([], []))
-                words.append(f"{key}={value}")
-                kept.append(f"{stood}={stands['value']}")
+            differs = stands["value"] != value
+            if source == "log" and differs and not (cache_settled and key in CACHE_KEYS) or \
+                    source == "compute trace" and differs and stands["source"] == "declared" \
+                    and key not in (*CACHE_KEYS, "io_threads"):
+                yields(source, key, value, stands["source"], f"{stood}={stands['value']}")
             continue
         if source != "declared" and key in meta:
             # what a trace shows yields; the compute preamble's differing is the pair's warning
             if meta[key] != value and source not in ("trace", "compute trace"):
-                words, kept = yielded.setdefault((source, "preamble", fact_keys(key)), ([], []))
-                words.append(f"{key}={value}")
-                kept.append(f"{key}={meta[key]}")
+                yields(source, key, value, "preamble", f"{key}={meta[key]}")
             continue
+        # declared over the preamble's word: said, but for the cache (said with what its
+        # trace shows, settled_cache) and the lanes (said where the trace's overrule it)
+        if key in meta and meta[key] != value and key not in (*CACHE_KEYS, "io_threads"):
+            yields("preamble", key, meta[key], "declared", f"{key}={value}")
         meta[key] = value
         settings[key] = SETTING(value=value, source=source)
-    # the run's cache is one fact: the words of both its keys that yield, in one warning
-    for (source, kept_source, fact), (words, kept) in yielded.items():
-        if source == "log" and kept_source == "preamble" and fact in pair_says:
+    for (kept_source, fact), (words, kept) in yielded.items():
+        if kept_source == "preamble" and fact in pair_says:
+            words.pop("log", None)
+        if not words:
             continue
         kept = " ".join(dict.fromkeys(kept))
-        warn(f"{name}: the {source} says {' '.join(words)}, " + (
+        if "preamble" in words and words["preamble"] == words.get("compute trace"):  # both
+            words = {"preambles": words.pop("preamble"), **words}
+            del words["compute trace"]
+        yielding = ", ".join(f"the {source} {'say' if source == 'preambles' else 'says'} "
+                             f"{' '.join(each)}" for source, each in words.items())
+        warn(f"{name}: {yielding}, " + (
             f"declared {kept}: the declared value stands" if kept_source == "declared" else
             f"the {kept_source} {kept}: the {kept_source}'s kept"))
     return meta, settings
@@ -10205,6 +10218,25 @@ def analyze_io(path, reading, asked=IoOptions(True, True, None)):
     return report
 
 
+def shown_by_reads(trace, fold, reading):
+    """What the io trace's reads show of prefetch, taken before the settings are joined, so
+    that every word it overrules is said once, in its warning: speculative reads are
+    prefetching. The reading without those words; whether it prefetched; the values
+    overruled."""
+    phases, _ = chosen_phases(reading.selection, fold.phases.keys())
+    chosen = [fold.phases[phase] for phase in phases if phase in fold.phases]
+    prefetched = any(len(reads.latency["1"]) for reads in chosen)
+    overridden = sorted(({setting.value for setting in reading.settings
+                          if setting.key == "prefetch"} | {trace.meta.get("prefetch", "1")})
+                        - {"1"}) if prefetched else []
+    if overridden:
+        trace.meta = {key: value for key, value in trace.meta.items() if key != "prefetch"}
+    reading = reading._replace(settings=tuple(
+        setting for setting in reading.settings
+        if not (overridden and setting.key == "prefetch" and setting.value != "1")))
+    return reading, prefetched, overridden
+
+
 def weighed_io(path, reading, asked):
     """analyze_io's report without its verdicts, which its caller judges (io alone, or the
     pair in the decode), what its reads were weighed against (the log's figures, or the
@@ -10225,19 +10257,7 @@ def weighed_io(path, reading, asked):
     trace, fold = fold_file(path, IO_READ_EXTENTS if asked.adjacent else IO_READ,
                             lambda: IoFold(reading.selection, asked.adjacent, lookups,
                                            reading.per_lane), in_parts_if_it_may(reading))
-    # Speculative reads are prefetching, whatever was written, declared or logged of it: the
-    # trace's word stands, and every other that differs is said with it, judged nowhere else
-    phases, _ = chosen_phases(reading.selection, fold.phases.keys())
-    prefetched = any(len(fold.phases[phase].latency["1"]) for phase in phases
-                     if phase in fold.phases)
-    overridden = sorted(({setting.value for setting in reading.settings
-                          if setting.key == "prefetch"} | {trace.meta.get("prefetch", "1")})
-                        - {"1"}) if prefetched else []
-    if overridden:
-        reading = reading._replace(settings=tuple(
-            setting for setting in reading.settings
-            if setting.key != "prefetch" or setting.value == "1"))
-        trace.meta = {key: value for key, value in trace.meta.items() if key != "prefetch"}
+    reading, prefetched, overridden = shown_by_reads(trace, fold, reading)
     report, what_if_at = io_report(trace, fold, reading, join_settings(trace, reading),
                                    asked.what_if, asked.cache)
     if trace_io.read_once(path) and "kind" in trace.columns and \
@@ -10252,7 +10272,7 @@ def weighed_io(path, reading, asked):
             for setting in reading.settings) else "in the preamble")] + [
             f"{setting.value} in the compute trace" for setting in reading.settings
             if setting.key == "io_threads" and setting.source == "compute trace"
-            and setting.value != named]
+            and setting.value != report["meta"].get("io_threads")]
         reading.warn(f"{trace.name}: {', '.join(words)}, but the trace read on "
                      f"{counted(report['lanes'], 'lane')}: the trace's lanes stand")
     # The settings the trace shows: whether the run had a cache (with --cache or --what-if),
@@ -10283,14 +10303,16 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     # One run, one set of settings, each settled once. The io half settles the run's settings
     # (pair_report gives them to the compute half): it knows both preambles (the compute one's
     # as `compute trace`, after --set, before the log) and what its trace shows (prefetch, a
-    # cache), so it alone weighs the log's word on them. The compute half weighs the log's word
-    # on what only its trace shows (ngram) and on the rest; the io half hears those as the
-    # compute half left them (a word it refuted, not at all).
+    # cache), so it alone weighs --set's word on them, and the log's. The compute half weighs
+    # the log's word on what only its trace shows (ngram) and on the rest; the io half hears
+    # those as the compute half left them (a word it refuted, not at all).
     io_settles = set(RUN_SETTINGS) - {key for key, (kind, *_) in SHOWN_BY_TRACE.items()
                                       if kind == "compute"}
     compute = analyze_compute(compute_path, reading._replace(settings=tuple(
         setting for setting in reading.settings
-        if setting.source != "log" or setting.key not in io_settles)), paired=True)
+        if not (setting.source == "log" and setting.key in io_settles
+                or setting.source == "declared" and setting.key in RUN_SETTINGS))),
+        paired=True)
     preamble = preamble_of(compute)
     kept = tuple(setting for setting in reading.settings
                  if setting.source != "log" or setting.key in io_settles

@@ -3,6 +3,7 @@ preamble, the io trace's, --set, the engine's log, what the trace shows), every 
 output of the pair (report's two halves and header, its headline, its what-if's base, summary's
 row and diff's sides) reads one value, and two sources that disagree are one warning naming the
 key. The runs are the real 4-layer serial and overlapped runs, their preambles edited here."""
+import math
 import random
 import re
 
@@ -681,3 +682,33 @@ def test_a_declared_setting_over_a_traces_preamble_is_said_once(tmp_path, comman
     assert result.err.splitlines() == [
         f"decode-analyze: warning: {trace}: the preamble says overlap=0, declared overlap=1: "
         f"the declared value stands"]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_engine_split_adds_up_to_the_decode_whatever_the_sources(tmp_path, seed):
+    """decode = compute + cache management + flash I/O (the stall, overlapped), to the last
+    digits, for random settings, logs of this run or another, and pairs of one run or two:
+    where no compute can be split off, the screen says why instead of giving a remainder."""
+    rng = random.Random(seed)
+    sweep = TRACES / "sweep"
+    key = rng.choice(sorted(SETTING_VALUES))
+    value = rng.choice(SETTING_VALUES[key])
+    ct = edited(rng.choice([LAYERS, sweep / "qwen3moe-l4-greedy-cache4mb-ct.csv"]),
+                tmp_path / "run-ct.csv", key, value if rng.random() < 0.5 else None)
+    io = edited(rng.choice([SERIAL, OVERLAP, REAL_TRACES["qwen3moe-l4-io-prefetch.csv"],
+                            sweep / "qwen3moe-l4-greedy-cache4mb-io.csv"]),
+                tmp_path / "run-io.csv", key, value if rng.random() < 0.5 else None)
+    log = rng.choice([None, SERIAL.with_suffix(".log"), OVERLAP.with_suffix(".log"),
+                      PREFETCH_LOG, sweep / "qwen3moe-l4-greedy-cache4mb.log"])
+    options = ["--engine-log", log] if log else ["--no-engine-log"]
+    pair = run("report", ct, io, "--format", "json", *options).json["pair"]
+    if pair["compute_ms_per_token"] is None:
+        text = run("report", ct, io, *options).out
+        assert any(words in text for words in (
+            "no split", "compute and cache mgmt", "reads beside it")), text
+        return
+    part = pair["stall_ms_per_token"] if pair["stall_ms_per_token"] is not None else \
+        pair["flash_io_ms_per_token"]
+    assert pair["compute_ms_per_token"] >= 0
+    assert math.isclose(pair["compute_ms_per_token"] + (pair["cache_mgmt_ms_per_token"] or 0.0)
+                        + part, pair["decode_ms_per_token"], rel_tol=1e-12)

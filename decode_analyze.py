@@ -55,7 +55,8 @@ sections above it:
                 its what-if made per decoded token from the io half's totals
   timeline      v2 traces on one clock: decode spans, unions of intervals
   engine        the engine's own end-of-run lines (NAME.log) beside the tool's figures
-  settings      merged_settings: what a preamble lacks (--set, the log's, the trace's) joined
+  settings      merged_settings: what a preamble lacks (--set, the log's, the trace's) joined,
+                every word that yields on one fact in one warning
   runs          run_table (the one table of runs: summary's rows, diff's sides, the fit's
                 configurations), Sample (what a pair gives a fit), repeats_of (outliers, a
                 loaded level by compute), calibration: the token model's costs fitted on one
@@ -70,8 +71,9 @@ sections above it:
                 the rest folded); csv_chunks (tidy CSV); write_output: whole or not at all,
                 never over an input; a long read's progress on a terminal (trace_io.Progress)
   pictures      Perfetto (export_perfetto) and SVG (svg_of)
-  command line  COMMANDS (the registry), parser_of, analyze_* (read, sum up, judge), run_report
-                (one run of diff or summary, read the one way), main
+  command line  COMMANDS (the registry), parser_of, analyze_* (read, sum up, judge; a pair's
+                settings settled by its io half, what the reads show first: shown_by_reads),
+                run_report (one run of diff or summary, read the one way), main
 """
 import argparse
 import codecs

@@ -6928,7 +6928,10 @@ def merged_settings(meta, given, warn, name):
             del words["compute trace"]
         yielding = ", ".join(f"the {source} {'say' if source == 'preambles' else 'says'} "
                              f"{' '.join(each)}" for source, each in words.items())
-        warn(f"{name}: {yielding}, " + (
+        # --set over the preambles is the command's, the same for every run of a summary or a
+        # diff: said once, not a line a run
+        named = "" if kept_source == "declared" and "log" not in words else f"{name}: "
+        warn(f"{named}{yielding}, " + (
             f"declared {kept}: the declared value stands" if kept_source == "declared" else
             f"the {kept_source} {kept}: the {kept_source}'s kept"))
     return meta, settings

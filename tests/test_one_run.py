@@ -93,8 +93,8 @@ def test_overlap_declared_stands_over_both_preambles(tmp_path):
     found, warnings = outputs(tmp_path, LAYERS, OVERLAP, "--set", "overlap=0")
     agree(found, "overlap", "0")
     assert warnings.splitlines() == [
-        f"decode-analyze: warning: {tmp_path / 'run-io.csv'}: the preamble says overlap=1, "
-        f"declared overlap=0: the declared value stands"]
+        "decode-analyze: warning: the preamble says overlap=1, declared overlap=0: the declared "
+        "value stands"]
 
 
 @pytest.mark.parametrize("key,compute,io,stands", [
@@ -675,13 +675,14 @@ def test_a_run_setting_the_preamble_names_is_in_the_header(tmp_path, key, value)
 @pytest.mark.parametrize("command", ["compute", "io"])
 def test_a_declared_setting_over_a_traces_preamble_is_said_once(tmp_path, command):
     """Bug: --set overlap=1 over a trace whose preamble says overlap=0 stood unsaid: two
-    sources that disagree, and no warning naming the key."""
+    sources that disagree, and no warning naming the key. The declaration is the command's,
+    so its word is said once for every run it overrules alike (summary, below)."""
     trace = LAYERS if command == "compute" else SERIAL
     result = run(command, trace, "--set", "overlap=1", "--no-engine-log", "--format", "json")
     assert result.code == 0 and result.json["meta"]["overlap"] == "1"
     assert result.err.splitlines() == [
-        f"decode-analyze: warning: {trace}: the preamble says overlap=0, declared overlap=1: "
-        f"the declared value stands"]
+        "decode-analyze: warning: the preamble says overlap=0, declared overlap=1: the declared "
+        "value stands"]
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -712,3 +713,17 @@ def test_the_engine_split_adds_up_to_the_decode_whatever_the_sources(tmp_path, s
     assert pair["compute_ms_per_token"] >= 0
     assert math.isclose(pair["compute_ms_per_token"] + (pair["cache_mgmt_ms_per_token"] or 0.0)
                         + part, pair["decode_ms_per_token"], rel_tol=1e-12)
+
+
+def test_a_declared_setting_over_every_runs_preambles_is_one_warning_in_a_summary():
+    """--set overlap=1 over six runs whose preambles all say overlap=0: one warning, not a
+    line a run."""
+    sweep = TRACES / "sweep"
+    runs = [path for name in ("cache1mb", "cache2mb", "cache4mb", "serial-rep1")
+            for path in (sweep / f"qwen3moe-l4-greedy-{name}-ct.csv",
+                         sweep / f"qwen3moe-l4-greedy-{name}-io.csv")]
+    result = run("summary", *runs, "--set", "overlap=1", "--no-engine-log")
+    assert result.code == 0
+    said = [line for line in result.err.splitlines() if "overlap" in line]
+    assert said == ["decode-analyze: warning: the preambles say overlap=0, declared overlap=1: "
+                    "the declared value stands"], result.err

@@ -57,6 +57,13 @@ def outputs(tmp_path, ct, io, *options, log=False):
     }, result.err
 
 
+def said_of(warnings, *keys):
+    """The warning lines that name any of `keys` as a word, read without the files they name
+    (a test's folder, a log's name, may hold the word)."""
+    return [line for line in warnings.splitlines()
+            if any(re.search(rf"\b{key}\b", re.sub(r"\S*/\S*: ", "", line)) for key in keys)]
+
+
 def agree(found, key, value):
     """Every output gives key=value (the what-if base its number; diff sees no change)."""
     assert found["compute half"].get(key) == value, found["compute half"]
@@ -67,6 +74,13 @@ def agree(found, key, value):
         assert found["what-if base"][key] == int(value)
     if key == "overlap" and value is not None:
         assert found["headline"] == f"overlap={value}"
+
+
+def said_once(found, warnings, key, value, ending):
+    """Every output gives key=value, and one warning names the key, ending with `ending`."""
+    agree(found, key, value)
+    said = said_of(warnings, key)
+    assert len(said) == 1 and said[0].endswith(ending), warnings
 
 
 def test_overlap_named_by_the_compute_preamble_alone_is_the_runs(tmp_path):
@@ -115,7 +129,7 @@ def test_a_setting_named_by_one_preamble_or_two_is_one_value(tmp_path, key, comp
     found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", key, compute),
                               edited(SERIAL, tmp_path / "io.csv", key, io))
     agree(found, key, stands)
-    said = [line for line in warnings.splitlines() if key in line]
+    said = said_of(warnings, key)
     differs = compute is not None and io is not None and compute != io
     lanes = key == "io_threads" and compute not in (None, stands)
     assert len(said) == (1 if differs or lanes else 0), warnings
@@ -389,7 +403,7 @@ def test_a_declared_setting_against_the_preambles_is_one_value(tmp_path, key, pr
                               edited(SERIAL, tmp_path / "io.csv", key, preamble),
                               "--set", f"{key}={declared}")
     agree(found, key, stands)
-    said = [line for line in warnings.splitlines() if key in line]
+    said = said_of(warnings, key)
     overruled = preamble not in (None, declared) and key not in ("cache", "cache_mb",
                                                                   "io_threads")
     assert len(said) == (1 if stands != declared or key == "cache_mb" or overruled else 0), \
@@ -412,27 +426,29 @@ def test_a_logs_setting_against_both_preambles_is_the_preambles_and_one_warning(
     (tmp_path / "run.log").write_bytes(OVERLAP.with_suffix(".log").read_bytes())
     found, warnings = outputs(tmp_path, LAYERS, SERIAL, log=True)
     agree(found, "overlap", "0")
-    said = [line for line in warnings.splitlines() if "overlap" in line]
+    said = said_of(warnings, "overlap")
     assert len(said) == 1 and "the log says overlap=1, the preamble overlap=0" in said[0], \
         warnings
 
 
-@pytest.mark.parametrize("where", ["preambles", "declared"])
+@pytest.mark.parametrize("where", ["preambles", "declared", "declared beside its log"])
 def test_speculative_reads_are_prefetch_whatever_the_settings_say(tmp_path, where):
     """The prefetch run's io trace reads speculatively: with prefetch=0 in both preambles, or
     declared, prefetch=1 was kept nowhere and said by no warning. What the trace shows stands
-    over what was written or declared, everywhere, in one warning."""
+    over what was written or declared, everywhere, in one warning. Bug, beside the run's log:
+    the compute half warned "the declared value stands", the io half "the trace's stands";
+    the io half settles prefetch, which its trace shows."""
     io = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]
     if where == "preambles":
         found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", "prefetch", "0"),
                                   edited(io, tmp_path / "io.csv", "prefetch", "0"))
     else:
-        found, warnings = outputs(tmp_path, LAYERS, io, "--set", "prefetch=0")
-    agree(found, "prefetch", "1")
-    said = [line for line in warnings.splitlines() if "prefetch" in line]
-    assert len(said) == 1 and said[0].endswith(
-        "the trace reads speculatively, so prefetch=1, where the settings say prefetch=0: the "
-        "trace's stands"), warnings
+        logged = where == "declared beside its log"
+        if logged:
+            (tmp_path / "run.log").write_bytes(PREFETCH_LOG.read_bytes())
+        found, warnings = outputs(tmp_path, LAYERS, io, "--set", "prefetch=0", log=logged)
+    said_once(found, warnings, "prefetch", "1", "the trace reads speculatively, so prefetch=1, "
+              "where the settings say prefetch=0: the trace's stands")
 
 
 def test_a_declared_setting_against_the_logs_is_the_declared_and_one_warning(tmp_path):
@@ -441,10 +457,8 @@ def test_a_declared_setting_against_the_logs_is_the_declared_and_one_warning(tmp
     (tmp_path / "run.log").write_bytes(PREFETCH_LOG.read_bytes())
     found, warnings = outputs(tmp_path, LAYERS, REAL_TRACES["qwen3moe-l4-io-prefetch.csv"],
                               "--set", "cache_mb=4", log=True)
-    agree(found, "cache_mb", "4")
-    said = [line for line in warnings.splitlines() if "cache_mb" in line]
-    assert len(said) == 1 and said[0].endswith(
-        "cache_mb=4, as declared, though cache_mb=1.9 (log): the declaration stands"), warnings
+    said_once(found, warnings, "cache_mb", "4",
+              "cache_mb=4, as declared, though cache_mb=1.9 (log): the declaration stands")
 
 
 @pytest.mark.parametrize("declared", ["cache=0", "cache_mb=0"])
@@ -510,46 +524,43 @@ def test_either_preambles_no_cache_settles_a_cached_trace_and_says_nothing_of_a_
     assert warnings == ""
 
 
-def test_a_logs_cache_against_the_preambles_no_cache_is_one_warning(tmp_path):
-    """Bug: a log of a 1.9 MiB cache beside preambles saying cache=0 gave a warning for each of
-    the log's two keys of the one fact, and a third that blamed the log for the preamble's no
-    cache. One warning, with both of the log's keys; the preambles' cache=0 stands."""
-    (tmp_path / "run.log").write_bytes(PREFETCH_LOG.read_bytes())
+@pytest.mark.parametrize("preamble,log,words", [
+    ("0", PREFETCH_LOG, "the log says cache_mb=1.9 cache=1, the preamble cache=0"),
+    ("1", SERIAL.with_suffix(".log"), "the log says cache=0, the preamble cache=1")])
+def test_a_logs_cache_against_the_preambles_is_one_warning(tmp_path, preamble, log, words):
+    """Bugs: a log of a 1.9 MiB cache beside preambles saying cache=0 gave a warning for each
+    of the log's two keys of the one fact, and a third that blamed the log for the preamble's
+    no cache. Preambles saying cache=1 beside a log without a moe-cache line (no cache) and a
+    cached run's trace: the log's no cache was said to yield to the preambles, then weighed
+    against the trace and said refuted again. A word that yields is said once, where it
+    yields, every key of it in the one warning; the preambles' cache stands."""
+    (tmp_path / "run.log").write_bytes(log.read_bytes())
     io = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]
-    found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", "cache", "0"),
-                              edited(io, tmp_path / "io.csv", "cache", "0"), log=True)
-    agree(found, "cache", "0")
-    said = [line for line in warnings.splitlines() if "cache" in line.rsplit("/", 1)[-1]]
-    assert len(said) == 1 and said[0].endswith(
-        "the log says cache_mb=1.9 cache=1, the preamble cache=0: the preamble's kept"), warnings
+    found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", "cache", preamble),
+                              edited(io, tmp_path / "io.csv", "cache", preamble), log=True)
+    agree(found, "cache", preamble)
+    said = said_of(warnings, "cache")
+    assert len(said) == 1 and said[0].endswith(f"{words}: the preamble's kept"), warnings
 
 
-def test_a_declared_prefetch_the_trace_refutes_beside_its_log_is_one_warning(tmp_path):
-    """Bug: --set prefetch=0 on the prefetch run, with its log: the compute half warned "the
-    declared value stands", the io half "the trace's stands", and prefetch=1 stood. The io
-    half settles prefetch, which its trace shows: one warning, the trace's."""
-    (tmp_path / "run.log").write_bytes(PREFETCH_LOG.read_bytes())
-    found, warnings = outputs(tmp_path, LAYERS, REAL_TRACES["qwen3moe-l4-io-prefetch.csv"],
-                              "--set", "prefetch=0", log=True)
-    agree(found, "prefetch", "1")
-    said = [line for line in warnings.splitlines() if "prefetch" in line.rsplit("/", 1)[-1]]
-    assert len(said) == 1 and said[0].endswith(
-        "the trace reads speculatively, so prefetch=1, where the settings say prefetch=0: the "
-        "trace's stands"), warnings
-
-
-def test_a_logs_overlap_beside_preambles_that_disagree_is_one_warning(tmp_path):
-    """Bug: the compute preamble's overlap=0 against the io preamble's and the log's overlap=1:
-    the compute half warned that the log's overlap=1 yielded to its preamble ("the preamble's
-    kept"), then the pair that the io trace's overlap=1 stood, as it did. The io half, which
-    knows both preambles, weighs the log's word: one warning, the one that holds."""
+@pytest.mark.parametrize("compute,io,stands,logged", [
+    ("0", OVERLAP, "1", ""), ("1", SERIAL, "0", ", the log says overlap=1")])
+def test_preambles_that_differ_beside_a_logs_overlap_are_one_warning(tmp_path, compute, io,
+                                                                    stands, logged):
+    """Bugs, beside an overlapped run's log: the compute preamble's overlap=0 against the io
+    preamble's overlap=1: the compute half warned that the log's overlap=1 yielded to its
+    preamble ("the preamble's kept"), then the pair that the io trace's overlap=1 stood, as it
+    did. The compute preamble's overlap=1 against the io one's overlap=0: the io half warned
+    that the log's overlap=1 yielded to its preamble, and the pair that the preambles
+    differed. The io half, which knows both preambles, leaves the log's word to the pair's
+    one warning, which names it where it differs from what stands."""
     (tmp_path / "run.log").write_bytes(OVERLAP.with_suffix(".log").read_bytes())
-    found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", "overlap", "0"),
-                              OVERLAP, log=True)
-    agree(found, "overlap", "1")
-    said = [line for line in warnings.splitlines() if "overlap" in line.rsplit("/", 1)[-1]]
-    assert said == ["decode-analyze: warning: overlap differs: '0' in the compute trace, '1' in "
-                    "the io trace: the io trace's stands"], warnings
+    found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", "overlap", compute),
+                              io, log=True)
+    agree(found, "overlap", stands)
+    assert said_of(warnings, "overlap") == [
+        f"decode-analyze: warning: overlap differs: '{compute}' in the compute trace, "
+        f"'{stands}' in the io trace{logged}: the io trace's stands"], warnings
 
 
 def test_a_logs_ngram_the_compute_trace_refutes_is_dropped_from_the_pair(tmp_path):
@@ -564,23 +575,8 @@ def test_a_logs_ngram_the_compute_trace_refutes_is_dropped_from_the_pair(tmp_pat
     found, warnings = outputs(tmp_path, LAYERS, SERIAL, log=True)
     for where in ("compute half", "io half", "summary"):
         assert "ngram" not in found[where], found[where]
-    said = [line for line in warnings.splitlines() if "ngram" in line.rsplit("/", 1)[-1]]
+    said = said_of(warnings, "ngram")
     assert len(said) == 1 and said[0].endswith("the trace's word stands"), warnings
-
-
-def test_a_logs_no_cache_the_preambles_overrule_is_not_weighed_again_against_the_trace(tmp_path):
-    """Bug: preambles saying cache=1 beside a log without a moe-cache line (no cache) and a
-    cached run's trace: the log's no cache was said to yield to the preambles, then weighed
-    against the trace and said refuted again. A word that yielded is said once, where it
-    yields."""
-    (tmp_path / "run.log").write_bytes(SERIAL.with_suffix(".log").read_bytes())
-    io = REAL_TRACES["qwen3moe-l4-io-prefetch.csv"]
-    found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", "cache", "1"),
-                              edited(io, tmp_path / "io.csv", "cache", "1"), log=True)
-    agree(found, "cache", "1")
-    said = [line for line in warnings.splitlines() if "cache" in line.rsplit("/", 1)[-1]]
-    assert len(said) == 1 and said[0].endswith(
-        "the log says cache=0, the preamble cache=1: the preamble's kept"), warnings
 
 
 def test_lanes_the_trace_read_on_stand_over_both_preambles_in_one_warning(tmp_path):
@@ -590,25 +586,8 @@ def test_lanes_the_trace_read_on_stand_over_both_preambles_in_one_warning(tmp_pa
     overrule is in the one warning."""
     found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", "io_threads", "8"),
                               edited(SERIAL, tmp_path / "io.csv", "io_threads", "2"))
-    agree(found, "io_threads", "4")
-    said = [line for line in warnings.splitlines() if "io_threads" in line.rsplit("/", 1)[-1]]
-    assert len(said) == 1 and said[0].endswith(
-        "io_threads=2 in the preamble, 8 in the compute trace, but the trace read on 4 lanes: "
-        "the trace's lanes stand"), warnings
-
-
-def test_preambles_that_differ_and_a_log_on_the_same_setting_are_one_warning(tmp_path):
-    """Bug: overlap=1 in the compute preamble, overlap=0 in the io one, and an overlapped run's
-    log: the io half warned that the log's overlap=1 yielded to its preamble, and the pair that
-    the preambles differed. One disagreement over one setting: the pair's warning, the log's
-    word in it."""
-    (tmp_path / "run.log").write_bytes(OVERLAP.with_suffix(".log").read_bytes())
-    found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", "overlap", "1"),
-                              SERIAL, log=True)
-    agree(found, "overlap", "0")
-    said = [line for line in warnings.splitlines() if "overlap" in line.rsplit("/", 1)[-1]]
-    assert said == ["decode-analyze: warning: overlap differs: '1' in the compute trace, '0' in "
-                    "the io trace, the log says overlap=1: the io trace's stands"], warnings
+    said_once(found, warnings, "io_threads", "4", "io_threads=2 in the preamble, 8 in the "
+              "compute trace, but the trace read on 4 lanes: the trace's lanes stand")
 
 
 def test_a_preambles_cache_that_served_nothing_is_not_refuted_by_a_trace_of_every_lookup(
@@ -622,7 +601,7 @@ def test_a_preambles_cache_that_served_nothing_is_not_refuted_by_a_trace_of_ever
     found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", "cache", "0"),
                               edited(SERIAL, tmp_path / "io.csv", "cache", "1"), log=True)
     agree(found, "cache", "1")
-    said = [line for line in warnings.splitlines() if "cache" in line.rsplit("/", 1)[-1]]
+    said = said_of(warnings, "cache")
     assert said == ["decode-analyze: warning: cache differs: '0' in the compute trace, '1' in "
                     "the io trace: the io trace's stands"], warnings
 
@@ -655,8 +634,7 @@ def test_any_sources_of_a_setting_give_one_value_and_at_most_one_warning(tmp_pat
                               log=bool(log))
     agree(found, key, found["io half"].get(key))
     keys = ("cache", "cache_mb") if key in ("cache", "cache_mb") else (key,)
-    said = [line for line in warnings.splitlines()
-            if any(re.search(rf"\b{name}\b", line.split(": ", 3)[-1]) for name in keys)]
+    said = said_of(warnings, *keys)
     assert len(said) <= 1, (key, compute, io, declared, log, trace, warnings)
 
 
@@ -724,6 +702,6 @@ def test_a_declared_setting_over_every_runs_preambles_is_one_warning_in_a_summar
                          sweep / f"qwen3moe-l4-greedy-{name}-io.csv")]
     result = run("summary", *runs, "--set", "overlap=1", "--no-engine-log")
     assert result.code == 0
-    said = [line for line in result.err.splitlines() if "overlap" in line]
+    said = said_of(result.err, "overlap")
     assert said == ["decode-analyze: warning: the preambles say overlap=0, declared overlap=1: "
                     "the declared value stands"], result.err

@@ -117,12 +117,8 @@ def test_overlap_declared_stands_over_both_preambles(tmp_path):
     ("o_direct", "0", None, "0"),
     ("o_direct", "1", "0", "0"),
     ("cache_mb", "64", None, "64"),
-    ("cache_mb", "64", "32", "32"),
-    ("overlap", "1", "0", "0"),
     ("cache", "1", "0", "0"),
-    ("cache", None, "1", "1"),  # a cache that never hit: the trace cannot refute it
     ("prefetch", "1", "0", "0"),
-    ("prefetch", "1", None, "1"),  # a prefetch that fetched nothing: the preamble's stands
     ("ngram", "2", "3", "3"),
 ])
 def test_a_setting_named_by_one_preamble_or_two_is_one_value(tmp_path, key, compute, io, stands):
@@ -612,9 +608,9 @@ SETTING_VALUES = {"io_threads": [None, "2", "4", "8"], "o_direct": [None, "0", "
                   "ngram": [None, "0", "1"]}
 
 
-# each of the first ten found a contradiction the settings had once (two warnings, or one
-# that named a value that did not stand); the rest are the first seeds
-@pytest.mark.parametrize("seed", [43, 66, 146, 245, 265, 281, 284, 319, 326, 366, *range(14)])
+# each found a contradiction the settings had once (two warnings, or one that named a value
+# that did not stand)
+@pytest.mark.parametrize("seed", [43, 66, 146, 245, 265, 281, 284, 319, 326, 366])
 def test_any_sources_of_a_setting_give_one_value_and_at_most_one_warning(tmp_path, seed):
     """A setting named by any of the compute preamble, the io preamble, --set and a log (of
     this run's kind or another's), beside a serial, an overlapped or a prefetching cached io

@@ -765,8 +765,8 @@ class TokenRows(Sequence):
 
     def keys(self):
         """Each token's (turn, phase, step), in order, without making its dict."""
-        columns = [self.table.columns[name] for name in TokenTable.KEYS]
-        return (tuple(column[row] for column in columns) for row in self.order)
+        return zip(*(map(self.table.columns[name].__getitem__, self.order)
+                     for name in TokenTable.KEYS))
 
     def __eq__(self, other):
         return isinstance(other, (list, TokenRows)) and list(self) == list(other)

@@ -3706,40 +3706,39 @@ def recounted(run_cache, decoded):
 
 
 def cache_contradiction(report, reading, cache):
-    """What the log says of the run's cache that its trace (a run_cache seen) refutes, or
-    None: a cache that served lookups (1% or more), or one that holds every expert the trace
-    looks up (it would never read one again), where no decode token is short of its experts;
-    or no cache (no moe-cache line) where tokens are."""
-    own, hit = report["run_cache"], (reading.measured or {}).get("hit_pct")
-    stands = {setting.key: setting for setting in reversed(reading.settings)}  # first wins
-    logged = any(setting["source"] == "log" for key, setting in report["settings"].items()
-                 if key in CACHE_KEYS)
-    # a declared cache is the user's word; a log's that yielded to a stronger one is said
-    # with it
-    if not own or not logged or "cache" in stands and stands["cache"].source == "declared":
+    """What the log says of the run's cache, where its word stood in the report's settings,
+    that its trace (a run_cache seen) refutes, or None: a cache that served lookups (1% or
+    more), or one that holds every expert the trace looks up (it would never read one again),
+    where no decode token is short of its experts; or no cache (no moe-cache line) where
+    tokens are. A declared cache is the user's word, and a log's word that yielded to a
+    stronger one was said where it yielded."""
+    own, hit, settings = report["run_cache"], (reading.measured or {}).get("hit_pct"), \
+        report["settings"]
+    logged = {key: settings[key]["value"] for key in CACHE_KEYS
+              if (settings.get(key) or {}).get("source") == "log"}
+    if not own or not logged or (settings.get("cache") or {}).get("source") == "declared":
         return None
     # a preamble's cache (cache=1, cache_mb above 0) may have served none: a trace of every
     # lookup cannot refute it
-    preamble_cache = any(ran_a_cache(key, report["meta"].get(key)) and (
-        report["settings"].get(key) or {}).get("source") != "log" for key in CACHE_KEYS)
+    preamble_cache = any(ran_a_cache(key, report["meta"].get(key)) and key not in logged
+                         for key in CACHE_KEYS)
     if not own["detected"] and hit and hit >= 1 and not preamble_cache:
         return (f"the engine's log says a cache served {hit:g}% of the lookups, but every "
                 f"decode token of the trace reads all of its experts: no cache ran here")
-    held = holds_every_expert(own, cache, stands.get("cache_mb"))
-    if held and stands["cache_mb"].source == "log":
-        return (f"the engine's log says cache_mb={stands['cache_mb'].value}, which holds all "
+    held = holds_every_expert(own, cache, logged.get("cache_mb"))
+    if held:
+        return (f"the engine's log says cache_mb={logged['cache_mb']}, which holds all "
                 f"{held}: no cache of that size ran here")
-    if own["detected"] and "cache" in stands and stands["cache"].value == "0" and \
-            stands["cache"].source == "log":  # a preamble's no cache settles it, as ran_cached
+    if own["detected"] and logged.get("cache") == "0":  # a preamble's no cache settles it
         return ("the engine's log shows no cache (no moe-cache line), but decode tokens of the "
                 "trace read fewer experts than the router picks: a cache ran here")
     return None
 
 
 def holds_every_expert(own, cache, size):
-    """Words for a cache of `size` (a Setting of cache_mb) that holds every expert the trace
-    looks up while the trace reads some again (such a cache never does), else None."""
-    mib = size and meta_number({"cache_mb": size.value}, "cache_mb")
+    """Words for a cache of `size` (cache_mb's text, or None) that holds every expert the
+    trace looks up while the trace reads some again (such a cache never does), else None."""
+    mib = size and meta_number({"cache_mb": size}, "cache_mb")
     if not mib or own["detected"] or not own["rereads"] or cache.capacity(mib) < cache.distinct:
         return None
     return (f"{cache.distinct} experts the trace looks up, but the trace reads "
@@ -4824,8 +4823,8 @@ def settled_cache(report, reading, cache):
         # a declaration settles it, said once with every word that yields: the log's (which
         # merged_settings left to this one), the compute preamble's, the trace's
         own, none = report["run_cache"], declared_no_cache(reading.settings)
-        size = next((setting for setting in reading.settings if setting.key == "cache_mb"
-                     and setting.source == "declared"), None)
+        size = next((setting.value for setting in reading.settings
+                     if setting.key == "cache_mb" and setting.source == "declared"), None)
         held = None if none or not own else holds_every_expert(own, cache, size)
         signs = [f"{key}={setting['value']} ({setting['source']})" for key, setting in
                  report["settings"].items() if key in CACHE_KEYS

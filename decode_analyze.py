@@ -4325,12 +4325,31 @@ class WhatIf:
     def modelled(self, name, value, figures, configs, method, fits=None):
         """A setting whose ms the token model gives: at one configuration, or, for a cache,
         over the configurations reading its (fewest, middle, most) MiB a token (the middle
-        None where unknown): the saving over that band, its point the middle's. Uncalibrated
-        under overlap, only bounds are honest: no point, at most the stall (none known:
-        nothing), and at least as slow as the serial figure says."""
+        None where unknown): the saving over that band, its point the middle's (None where an
+        end is unknown). Uncalibrated under overlap, only bounds are honest: no point, at most
+        the stall (none known: nothing), and at least as slow as the serial figure says."""
         savings = [None if config is None else self.saving_at(config, name, value)
                    for config in configs]
-        saving, = savings if len(savings) == 1 else (self.over_band(*savings),)
+        if len(savings) == 1:
+            saving, = savings
+        else:  # a cache's band of MiB
+            fewest, middle, most = savings
+            saving = None if fewest is None or most is None else middle or fewest
+        if saving is not None and len(savings) == 3:
+            if saving.model is not None:  # the model's band, then widened
+                model = figure(None if middle is None else middle.model["point"],
+                               most.model["min"], fewest.model["max"])
+                saving = saving._replace(model=model, saved=self.banded(
+                    *model.values(), self.noise, self.io_part))
+            elif saving.band["known"]:
+                saving = saving._replace(saved=figure(
+                    None if middle is None else middle.saved["point"], most.saved["min"],
+                    fewest.saved["max"]))
+            if saving.parts:  # each part over the MiB's band too
+                saving = saving._replace(parts=tuple(Ranged(
+                    saving.parts[index].value if middle else None,
+                    min(one.parts[index].low for one in (fewest, most)),
+                    max(one.parts[index].high for one in (fewest, most))) for index in (0, 1)))
         if saving is None:
             return self.setting(name, value, figures, Saving(
                 figure(None, None, None), method + ". ms not predicted: no rate for it"), fits)
@@ -4342,29 +4361,6 @@ class WhatIf:
                                             capped(saving.saved["max"], self.cap)))
         return self.setting(name, value, figures, saving._replace(
             method=f"{method}. {saving.method}"), fits)
-
-    def over_band(self, fewest, middle, most):
-        """One Saving over a cache's band of MiB: the savings at its fewest, middle and most
-        MiB a token (the middle None where unknown), its point the middle's; None where an
-        end is unknown."""
-        if fewest is None or most is None:
-            return None
-        saving = middle or fewest
-        if saving.model is not None:  # the model's band, then widened
-            model = figure(None if middle is None else middle.model["point"],
-                           most.model["min"], fewest.model["max"])
-            saving = saving._replace(model=model,
-                                     saved=self.banded(*model.values(), self.noise, self.io_part))
-        elif saving.band["known"]:
-            saving = saving._replace(saved=figure(
-                None if middle is None else middle.saved["point"], most.saved["min"],
-                fewest.saved["max"]))
-        if saving.parts:  # each part over the MiB's band too
-            saving = saving._replace(parts=tuple(Ranged(
-                saving.parts[index].value if middle else None,
-                min(one.parts[index].low for one in (fewest, most)),
-                max(one.parts[index].high for one in (fewest, most))) for index in (0, 1)))
-        return saving
 
     def fits(self, mib):
         """False when a cache of `mib` MiB exceeds a declared mem_limit_mb, else None."""

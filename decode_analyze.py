@@ -10758,22 +10758,6 @@ setting_option = option_type(declared_setting, lambda setting: True,
                              "KEY=VALUE (a lowercase key; a value of letters, digits, . + - _)")
 
 
-def checked_declarations(declared, warn):
-    """The declared settings, each key once: a key given twice with two values is refused
-    (which one was meant?); a key the tool does not read is said."""
-    found = {}
-    for setting in declared:
-        if found.get(setting.key, setting).value != setting.value:
-            raise UsageError(f"--set {setting.key}: given as {found[setting.key].value} and "
-                             f"{setting.value}: give one")
-        found[setting.key] = setting
-    for key in found:
-        if key not in KNOWN_SETTINGS:
-            warn(f"--set {key}: not a setting this tool reads ({', '.join(KNOWN_SETTINGS)}): "
-                 f"shown as declared, used by nothing")
-    return tuple(found.values())
-
-
 DESCRIPTION, _, _ = __doc__.partition("\nMap of this file")  # the help: the docstring's head
 # One argument of a command: add_argument(*flags, **settings).
 Option = namedtuple("Option", "flags settings")
@@ -11026,20 +11010,6 @@ its span. v1 traces have no timestamps: use report, whose I/O time is a range.""
 )}
 
 
-def input_paths(command, args):
-    """(kind, path) of every input the command line names, in order (both parts of a CT+IO)."""
-    paths = []
-    for each in command.inputs:
-        value = getattr(args, each.dest)
-        for argument in value if isinstance(value, list) else [value]:
-            if argument is not None:
-                if each.kind == "any" and argument == SIDE_SEPARATOR:
-                    continue  # diff's sides: A1 A2 vs B1 B2
-                parts = run_parts(argument) if each.kind in ("run", "any") else (argument,)
-                paths += [(each.kind, path) for path in parts]
-    return paths
-
-
 EPILOG = """\
 examples:
   decode-analyze report ct.csv io.csv           one run's two traces on one screen
@@ -11178,19 +11148,35 @@ def run(args, out, warn):
         for each, path in zip(command.inputs, () if second is None else
                               in_pair_order(first, second, warn)):
             setattr(args, each.dest, path)
-    paths = input_paths(command, args)
+    paths = []  # (kind, path) of every input named, in order (both parts of a CT+IO)
+    for each in command.inputs:
+        value = getattr(args, each.dest)
+        for argument in value if isinstance(value, list) else [value]:
+            if argument is not None and not (each.kind == "any" and argument == SIDE_SEPARATOR):
+                paths += [(each.kind, path) for path in (
+                    run_parts(argument) if each.kind in ("run", "any") else (argument,))]
     if [path for _, path in paths].count(trace_io.STDIN) > 1:
         raise TraceError(display_name(trace_io.STDIN), 0, "stdin can carry only one of the "
                                                           "inputs")
     check_outputs(args, paths)
     if args.engine_log is not None and args.no_engine_log:  # before any trace is read
         raise UsageError("--engine-log and --no-engine-log: give one of them")
+    # the declared settings, each key once: a key given twice with two values is refused
+    # (which one was meant?); a key the tool does not read is said
+    declared = {}
+    for setting in args.declared:
+        if declared.get(setting.key, setting).value != setting.value:
+            raise UsageError(f"--set {setting.key}: given as {declared[setting.key].value} and "
+                             f"{setting.value}: give one")
+        declared[setting.key] = setting
+    for key in (key for key in declared if key not in KNOWN_SETTINGS):
+        warn(f"--set {key}: not a setting this tool reads ({', '.join(KNOWN_SETTINGS)}): "
+             f"shown as declared, used by nothing")
     # one run's log; summary and diff find one per run
-    declared = checked_declarations(args.declared, warn)
     log = engine_log([path for _, path in paths], args.engine_log) \
         if ENGINE_LOG_OPTION in command.options and not args.no_engine_log else None
     reading = reading_with_log(reading_from(args, warn, [path for _, path in paths])._replace(
-        settings=declared), log)
+        settings=tuple(declared.values())), log)
     if getattr(args, "calibration", None) is not None:  # the user's runs' costs, beside the log's
         reading = reading._replace(measured={**(reading.measured or {}),
                                              "calibration": read_calibration(args.calibration),
@@ -11199,7 +11185,21 @@ def run(args, out, warn):
     if "engine" in KINDS[report["kind"]].record.names:
         report = with_engine_log(report, log, warn)
     report["warnings"] = list(warn.messages)  # diff's own among them: analyze_diff says each
-    write_pictures(args, report, paths, reading)
+    if args.perfetto is not None:
+        traces = dict(paths)
+        export = Export(traces.get("compute"), traces.get("io"), reading, args.tokens)
+        if not export_perfetto(args.perfetto, export):
+            reading.warn(f"{args.perfetto}: no token in --tokens {window_text(args.tokens)} "
+                         f"of the selection: the timeline is empty")
+    if args.svg is not None:
+        write_output(args.svg, svg_of(report))
+    if getattr(args, "calibration_out", None) is not None:
+        if report["calibration"] is None:  # a diff whose sides hold fewer than two pairs
+            raise UsageError("--calibration-out: a fit takes runs that are pairs (CT+IO, or "
+                             "x-ct.csv beside x-io.csv; diff: two or more), its base one whose "
+                             "compute is known (serial, or overlapped with the stall its log "
+                             "or v2 trace gives)")
+        write_output(args.calibration_out, "".join(json_chunks(report["calibration"])))
     view = View(args.top, args.layers or args.full, args.ascii, args.wide, args.explain,
                 args.full)
     text = FORMATS[args.format](report, view)
@@ -11279,24 +11279,6 @@ def check_outputs(args, paths):
             if trace_io.read_once(path):
                 raise TraceError(display_name(path), 0, "--perfetto reads its traces a second "
                                                         "time: give a file, not stdin or a pipe")
-
-
-def write_pictures(args, report, paths, reading):
-    if args.perfetto is not None:
-        traces = dict(paths)
-        export = Export(traces.get("compute"), traces.get("io"), reading, args.tokens)
-        if not export_perfetto(args.perfetto, export):
-            reading.warn(f"{args.perfetto}: no token in --tokens {window_text(args.tokens)} "
-                         f"of the selection: the timeline is empty")
-    if args.svg is not None:
-        write_output(args.svg, svg_of(report))
-    if getattr(args, "calibration_out", None) is not None:
-        if report["calibration"] is None:  # a diff whose sides hold fewer than two pairs
-            raise UsageError("--calibration-out: a fit takes runs that are pairs (CT+IO, or "
-                             "x-ct.csv beside x-io.csv; diff: two or more), its base one whose "
-                             "compute is known (serial, or overlapped with the stall its log "
-                             "or v2 trace gives)")
-        write_output(args.calibration_out, "".join(json_chunks(report["calibration"])))
 
 
 def takes_unicode(out):

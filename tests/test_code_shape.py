@@ -1,8 +1,9 @@
 """The code's shape, as the project keeps it: functions of one story (a step used once is
-written where it is used, not named apart: up to 80 lines) with few parameters, and record
-fields by name, not by position (an integer subscript is an end of a sorted array, a first
-member, never a field); the module read top to bottom: each section uses only names of the
-sections above it (or its own), and the docstring's map names every section in order."""
+written where it is used, not named apart: up to 100 lines, as bottle's longest stories) with
+few parameters, and record fields by name, not by position (an integer subscript is an end of
+a sorted array, a first member, never a field); the module read top to bottom: each section
+uses only names of the sections above it (or its own), and the docstring's map names every
+section in order."""
 import ast
 import re
 
@@ -11,7 +12,7 @@ import pytest
 from helpers import ROOT
 
 MODULES = ("decode_analyze.py", "trace_io.py")
-MOST_LINES, MOST_PARAMETERS, MOST_INTEGER_SUBSCRIPTS = 80, 6, 35
+MOST_LINES, MOST_PARAMETERS, MOST_INTEGER_SUBSCRIPTS = 100, 6, 35
 
 
 def functions():

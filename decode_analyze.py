@@ -1781,16 +1781,6 @@ def classify_graph(ops, names, layers, previous="other"):
     return nodes
 
 
-def segment_order(name):
-    """pre, blk.0 .. blk.N in numeric order, post, then anything else by name."""
-    if name == "pre":
-        return (0, 0, "")
-    match = re.fullmatch(r"blk\.(\d+)", name)
-    if match:
-        return (1, int(match.group(1)), "")
-    return (2, 0, "") if name == "post" else (3, 0, name)
-
-
 def compact_layer_lines(columns, rows, full):
     """The by-layer table, or for many layers a compact view of it: a summary line (min,
     median, max of each figure), the layers that stand out (a figure over STANDS_OUT times
@@ -2142,24 +2132,6 @@ NODE_GROUPS = {"op": attrgetter("op"), "layer": attrgetter("inferred_layer"),
                "category": attrgetter("category")}
 
 
-def node_tables(node_sums):
-    """Per-node sums, (Node, wall_ns, majflt, fault_wall_ns, nodes) each, added into groups:
-    {table: {group: NodeSums}} (NODE_GROUPS, and the faulting nodes' time by op), plus the
-    unclassified base names' wall_ns and the wall_ns moved to an inferred layer."""
-    node_sums = list(node_sums)
-    tables = group_sums(((node, (wall_ns, majflt, nodes))
-                         for node, wall_ns, majflt, _, nodes in node_sums), NODE_GROUPS, NodeSums)
-    tables.update(group_sums(((node, (fault_wall_ns, majflt, nodes))
-                              for node, _, majflt, fault_wall_ns, nodes in node_sums if majflt),
-                             {"fault": attrgetter("op")}, NodeSums))
-    unclassified = defaultdict(int)
-    for node, wall_ns, *_ in node_sums:
-        if node.category == "other":
-            unclassified[node.base] += wall_ns
-    return tables, unclassified, sum(wall_ns for node, wall_ns, *_ in node_sums
-                                     if node.inferred_layer != node.layer)
-
-
 def ordered_by(table, key):
     """The (name, value) pairs of a dict, ordered by key(name, value)."""
     return sorted(table.items(), key=lambda pair: key(*pair))
@@ -2167,20 +2139,6 @@ def ordered_by(table, key):
 
 def by_slowest(table):
     return ordered_by(table, lambda name, sums: (-sums.wall_ns, name))
-
-
-def op_rows(table, op_walls, per):
-    rows = []
-    for op, sums in by_slowest(table):
-        walls = sum((phase_walls.get(op, SortedParts()) for phase_walls in op_walls),
-                    SortedParts())
-        rows.append(OP_ROW(op=op, count=sums.nodes, ms_per_token=per.ms(sums.wall_ns),
-                           share=per.share(sums.wall_ns), majflt_per_token=per.count(sums.majflt),
-                           nodes_per_token=per.count(sums.nodes),
-                           avg_us=sums.wall_ns / sums.nodes / 1e3,
-                           p50_us=walls.percentile("p50") / 1e3,
-                           p99_us=walls.percentile("p99") / 1e3, max_us=walls.maximum() / 1e3))
-    return rows
 
 
 def group_rows(record, name_key, ordered, per):
@@ -2195,23 +2153,6 @@ def group_rows(record, name_key, ordered, per):
     return rows
 
 
-def tail_in_post(segments, tokens):
-    """The engine's layer-trace shape: the routing node closes a MoE layer's first segment,
-    but the last layer's MoE tail lands in `post`, so its `blk.N` has fewer segments per token
-    than the other layers'. None when the segments do not show it."""
-    blocks = {int(name[4:]): sums.nodes for name, sums in segments
-              if name.startswith("blk.") and name[4:].isdigit()}
-    if len(blocks) < 2 or "post" not in {name for name, _ in segments}:
-        return None
-    last = max(blocks)
-    others = sorted(nodes for layer, nodes in blocks.items() if layer != last)
-    typical = others[len(others) // 2]
-    if blocks[last] >= typical:
-        return None
-    return TAIL_IN_POST(layer=last, segments_per_token=blocks[last] / tokens,
-                        others_per_token=typical / tokens)
-
-
 def compute_report(trace, fold, selection, settings):
     """The whole compute report as a plain dict (the JSON output; text is rendered from it),
     without its verdicts; `settings` the report's (the settings joined to the preamble)."""
@@ -2222,13 +2163,42 @@ def compute_report(trace, fold, selection, settings):
     graphs = [graph for phase in phases for graph in fold.graphs.get(phase, {}).values()]
     loose = [fold.loose[phase] for phase in phases if phase in fold.loose]
     rows = sum(fold.rows[phase] for phase in phases)
-    tables, unclassified, reattributed = node_tables(chain(
-        *(graph.node_sums() for graph in graphs), *(part.node_sums() for part in loose)))
+    # Per-node sums, (Node, wall_ns, majflt, fault_wall_ns, nodes) each, added into groups:
+    # {table: {group: NodeSums}} (NODE_GROUPS, and the faulting nodes' time by op)
+    node_sums = list(chain(*(graph.node_sums() for graph in graphs),
+                           *(part.node_sums() for part in loose)))
+    tables = group_sums(((node, (wall_ns, majflt, nodes))
+                         for node, wall_ns, majflt, _, nodes in node_sums), NODE_GROUPS, NodeSums)
+    tables.update(group_sums(((node, (fault_wall_ns, majflt, nodes))
+                              for node, _, majflt, fault_wall_ns, nodes in node_sums if majflt),
+                             {"fault": attrgetter("op")}, NodeSums))
+    unclassified = defaultdict(int)  # the unclassified base names' wall_ns
+    for node, wall_ns, *_ in node_sums:
+        if node.category == "other":
+            unclassified[node.base] += wall_ns
     per = PerToken(len(tokens), total_ns)
     ops = set(chain(*(graph.ops for graph in graphs), *(node.op for part in loose
                                                         for node in part.sums)))
     granularity = "layer" if ops == {SEGMENT_OP} else "node"
-    segments = ordered_by(tables["segment"], lambda name, sums: segment_order(name))
+
+    def segment_order(name, _):  # pre, blk.0 .. blk.N in numeric order, post, then the rest
+        match = re.fullmatch(r"blk\.(\d+)", name)
+        return (0, 0, "") if name == "pre" else (1, int(match.group(1)), "") if match else \
+            (2, 0, "") if name == "post" else (3, 0, name)
+    segments = ordered_by(tables["segment"], segment_order)
+    # The engine's layer-trace shape: the routing node closes a MoE layer's first segment, but
+    # the last layer's MoE tail lands in `post`, so its `blk.N` has fewer segments per token
+    # than the other layers'
+    blocks = {int(name[4:]): sums.nodes for name, sums in segments
+              if name.startswith("blk.") and name[4:].isdigit()}
+    tail = None
+    if granularity == "layer" and len(blocks) > 1 and "post" in tables["segment"]:
+        last = max(blocks)
+        others = sorted(nodes for layer, nodes in blocks.items() if layer != last)
+        typical = others[len(others) // 2]
+        if blocks[last] < typical:
+            tail = TAIL_IN_POST(layer=last, segments_per_token=blocks[last] / len(tokens),
+                                others_per_token=typical / len(tokens))
     faulting_ns = sum(sums.wall_ns for sums in tables["fault"].values())
     faults = FAULTS(majflt_per_token=per.count(total_majflt), ms_per_token=per.ms(faulting_ns),
                     share=per.share(faulting_ns), by_op=[
@@ -2236,20 +2206,32 @@ def compute_report(trace, fold, selection, settings):
                                   ms_per_token=per.ms(sums.wall_ns), share=per.share(sums.wall_ns))
                         for op, sums in ordered_by(tables["fault"], lambda op, sums: (
                             -sums.majflt, -sums.wall_ns, op))])
+    op_walls = [fold.op_walls.get(phase, {}) for phase in phases]
+    by_op = []
+    for op, sums in by_slowest(tables["op"]):
+        walls = sum((phase_walls.get(op, SortedParts()) for phase_walls in op_walls),
+                    SortedParts())
+        by_op.append(OP_ROW(op=op, count=sums.nodes, ms_per_token=per.ms(sums.wall_ns),
+                            share=per.share(sums.wall_ns),
+                            majflt_per_token=per.count(sums.majflt),
+                            nodes_per_token=per.count(sums.nodes),
+                            avg_us=sums.wall_ns / sums.nodes / 1e3,
+                            p50_us=walls.percentile("p50") / 1e3,
+                            p99_us=walls.percentile("p99") / 1e3, max_us=walls.maximum() / 1e3))
     return COMPUTE_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="compute", path=trace.name,
         meta=trace.meta, settings=settings, version=trace.version, phase=label,
         selection=selection.as_dict(), tokens=len(tokens), granularity=granularity, rows=rows,
         nodes_per_token=per.count(rows), ms_per_token=per.ms(total_ns),
-        majflt_per_token=per.count(total_majflt),
-        by_op=op_rows(tables["op"], [fold.op_walls.get(p, {}) for p in phases], per),
-        faults=faults,
+        majflt_per_token=per.count(total_majflt), by_op=by_op, faults=faults,
         by_layer=group_rows(LAYER_ROW, "layer", sorted(tables["layer"].items()), per),
         by_layer_column=group_rows(LAYER_ROW, "layer", sorted(tables["layer_column"].items()),
                                    per),
-        reattributed_ms_per_token=per.ms(reattributed),
+        # the wall moved to an inferred layer
+        reattributed_ms_per_token=per.ms(sum(wall_ns for node, wall_ns, *_ in node_sums
+                                             if node.inferred_layer != node.layer)),
         segments=[] if granularity == "node" else group_rows(SEGMENT_ROW, "name", segments, per),
-        tail_in_post=tail_in_post(segments, len(tokens)) if granularity == "layer" else None,
+        tail_in_post=tail,
         by_category=[] if granularity == "layer" else
         group_rows(CATEGORY_ROW, "category", by_slowest(tables["category"]), per),
         unclassified=[UNCLASSIFIED_ROW(name=name, ms_per_token=per.ms(wall_ns))

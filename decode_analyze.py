@@ -43,7 +43,7 @@ sections above it:
                 token's flash I/O and cache management at any setting), WhatIf (what each
                 setting would buy, per a token its view chooses: the model's band, never
                 narrower than the machine's spread; a calibration only where it validated
-                itself, unused_because), best_changes,
+                itself, unused_because),
                 io_report, io_findings; Clock, the one reader of v2 rows as intervals (the
                 stall, the timeline, Perfetto)
   pair          pair_report: both traces of one run, per decoded token, with one set of
@@ -2550,19 +2550,6 @@ def stretch_verdict(report):
         f"{times(ratio(stretch['ms_per_token'], stretch['others_ms_per_token']), '.1f')} the "
         f"other tokens ({num(stretch['others_ms_per_token'], '.2f')} ms), {stretch['share']:.0%} "
         f"of the time: one stretch, not scattered outliers; slowed in it: {slowed}")
-
-
-def router_alone_verdict(router):
-    """From the compute trace alone, router time cannot be told from a wait for reads."""
-    if router["share"] <= ROUTER_SHARE:
-        return verdict("router_wait", False,
-            f"router not heavy: routing nodes take {router['ms_per_token']:.2f} ms per token, "
-            f"{router['share']:.0%} of compute (<= {ROUTER_SHARE:.0%})")
-    return verdict("router_wait", None,
-        f"router wait undetermined: routing nodes take {router['ms_per_token']:.2f} ms per "
-        f"token, {router['share']:.0%} of compute (> {ROUTER_SHARE:.0%}); with expert streaming "
-        f"that can be the wait for expert reads, billed to ffn_moe_weights after the top-k. "
-        f"Give this run's io trace to 'decode-analyze report' to tell")
 
 
 def outlier_verdict(report):
@@ -5406,16 +5393,6 @@ def changes_of(report):
             and not (setting["setting"] == "cache_mb" and own and setting["value"] == own)]
 
 
-def best_changes(report):
-    """The changes whose point saves more than this machine's noise (none known: more than
-    0.00 as shown) and that fit a declared memory limit, by the low end of their band (the
-    what-if's order)."""
-    noise = report["what_if"]["baseline"].get("noise_ms_per_token") or 0  # saved: may lack it
-    return [setting for setting in changes_of(report)
-            if round(setting["ms_per_token_saved"]["point"] or 0, 2) > max(noise, 0)
-            and setting["fits"] is not False]
-
-
 def best_change_blocks(report, view):
     """The answer to 'what do I change', up front: the best changes, each with what it saves;
     else that none saves more than the machine's noise."""
@@ -5423,7 +5400,11 @@ def best_change_blocks(report, view):
     if not what_if:
         return []
     noise = what_if["baseline"].get("noise_ms_per_token")  # a saved report's may lack it
-    best = best_changes(report)
+    # the changes whose point saves more than this machine's noise (none known: more than
+    # 0.00 as shown) and that fit a declared memory limit, by the low end of their band
+    best = [setting for setting in changes_of(report)
+            if round(setting["ms_per_token_saved"]["point"] or 0, 2) > max(noise or 0, 0)
+            and setting["fits"] is not False]
     lines = [f"  {setting['setting']}={setting['value']}: {offer_text(setting, noise)}"
              f"{memory_words(setting, resident=True)}" for setting in best[:BEST_SHOWN]]
     if not lines:
@@ -6990,16 +6971,6 @@ GROUP_CONFIGURATION = "configuration"  # one configuration, however far apart (t
 GROUP_COLUMN = "column"  # the column alone: a diff side is the runs its user gave it
 
 
-def is_again(known, entry):
-    """Whether `entry` is the run `known` again: in its column, of a configuration that
-    agrees, with the same figures to the last digit where both have one (and one at least)."""
-    return known.column == entry.column and known.figures.keys() == entry.figures.keys() \
-        and compatible(known.config, entry.config) \
-        and any(value is not None for value in known.figures.values()) \
-        and all(value == entry.figures[name] for name, value in known.figures.items()
-                if value is not None and entry.figures[name] is not None)
-
-
 def run_table(items, entry_of, warn, group):
     """The table of runs that summary, diff and the calibration's fit each read: the items
     (entry_of(item) a RunEntry) less those that repeat an earlier one of their column (the
@@ -7011,7 +6982,14 @@ def run_table(items, entry_of, warn, group):
     groups, seen = [], []  # [(column, configuration, items, entries)]; RunEntry of each kept
     for item in items:
         entry = entry_of(item)
-        same = next((known.name for known in seen if is_again(known, entry)), None)
+        # the run again: in its column, of a configuration that agrees, with the same figures
+        # to the last digit where both have one (and one at least)
+        same = next((known.name for known in seen if known.column == entry.column
+                     and known.figures.keys() == entry.figures.keys()
+                     and compatible(known.config, entry.config)
+                     and any(value is not None for value in known.figures.values())
+                     and all(value == entry.figures[name] for name, value in known.figures.items()
+                             if value is not None and entry.figures[name] is not None)), None)
         if same is not None:
             warn(f"{entry.name} is {same} again (the same figures, to the last digit): counted "
                  f"once")
@@ -7809,14 +7787,6 @@ def diff_rows(figures, alpha, test, unit=None):
     return rows
 
 
-def change_size(row):
-    """The row's largest absolute change over the NEWs; an added or removed row counts its
-    whole value."""
-    sizes = [abs(c["delta"]) if c["delta"] is not None else abs(c["new"] or row["base"] or 0)
-             for c in row["changes"]]
-    return max(sizes, default=0)
-
-
 # ── diff: the sides, compared part by part ───────────────────────────────────────────────────────
 class DiffSide:
     """The runs of one configuration: one side of a diff (one run each, without `vs`)."""
@@ -7907,9 +7877,11 @@ def diff_part(part, sides, alpha, test):
         if not any(run for sampled in figures.values() for side in sampled for run in side.runs):
             continue  # none or all zero (no faults, no speculative reads): nothing to compare
         rows = diff_rows(figures, alpha, test, unit_named(table.title))
-        # largest change first; among equal ones the largest base (the heaviest op first when
-        # nothing changed), then the name
-        rows.sort(key=lambda row: (-change_size(row), -abs(row["base"] or 0), str(row["name"])))
+        # largest change over the NEWs first (an added or removed row: its whole value); among
+        # equal ones the largest base (the heaviest op first when nothing changed), the name
+        rows.sort(key=lambda row: (-max((
+            abs(c["delta"]) if c["delta"] is not None else abs(c["new"] or row["base"] or 0)
+            for c in row["changes"]), default=0), -abs(row["base"] or 0), str(row["name"])))
         sections.append(DIFF_SECTION(part=part, title=table.title, key=table.key, rows=rows))
     return sections
 
@@ -10154,8 +10126,16 @@ def analyze_compute(path, reading, paired=False):
             f"nodes that took major faults are {share:.0%} of compute",
             after=": flash wait billed as compute" if flagged else ""))
     router = next((c for c in report["by_category"] if c["category"] == "router"), None)
-    if router and router["share"] is not None and not paired:
-        verdicts.append(router_alone_verdict(router))
+    if router and router["share"] is not None and not paired:  # from the compute trace
+        # alone, router time cannot be told from a wait for reads
+        words = (f"routing nodes take {router['ms_per_token']:.2f} ms per token, "
+                 f"{router['share']:.0%} of compute")
+        verdicts.append(verdict("router_wait", False,
+            f"router not heavy: {words} (<= {ROUTER_SHARE:.0%})")
+            if router["share"] <= ROUTER_SHARE else verdict("router_wait", None,
+            f"router wait undetermined: {words} (> {ROUTER_SHARE:.0%}); with expert streaming "
+            f"that can be the wait for expert reads, billed to ffn_moe_weights after the top-k. "
+            f"Give this run's io trace to 'decode-analyze report' to tell"))
     warm = report["warmup"]
     if warm["ratio"] is not None and not warm["from_turn_start"]:
         verdicts.append(verdict("warmup", None,
@@ -11205,7 +11185,12 @@ def written(out, text, args, report, view):
     come in chunks, each written as it is made; on a stream that takes no Unicode they are made
     ASCII from the start, since a chunk already written cannot be taken back."""
     if not isinstance(text, str):
-        if not takes_unicode(out):
+        try:  # whether the stream's encoding is one of Unicode's (a text-only stream is)
+            unicode = getattr(out, "buffer", None) is None or \
+                codecs.lookup(out.encoding or "utf-8").name.startswith("utf")
+        except LookupError:
+            unicode = False
+        if not unicode:
             text = json_chunks(report, ascii_only=True) if args.format == "json" else (
                 chunk.encode("ascii", "backslashreplace").decode("ascii") for chunk in text)
         for chunk in text:
@@ -11261,16 +11246,6 @@ def check_outputs(args, paths):
             if trace_io.read_once(path):
                 raise TraceError(display_name(path), 0, "--perfetto reads its traces a second "
                                                         "time: give a file, not stdin or a pipe")
-
-
-def takes_unicode(out):
-    """Whether the stream's encoding is one of Unicode's (a text-only stream is taken to be)."""
-    if getattr(out, "buffer", None) is None:
-        return True
-    try:
-        return codecs.lookup(out.encoding or "utf-8").name.startswith("utf")
-    except LookupError:
-        return False
 
 
 def write_out(out, text):

@@ -2498,6 +2498,17 @@ def memory_verdict(report, pressure=None):
     if not faults:
         return None  # no fault at all: fault_bound is not judged either
     flagged, steady, faulting = pressure or memory_pressure(report)
+    meta = report["meta"]  # what relieves it, by the run's mode (the log's settings too)
+    limit = meta_number(meta, "mem_limit_mb")
+    larger = f"a larger memory limit (it had {limit:g} MiB)" if limit else \
+        "more memory (a larger limit)"
+    size = f"cache_mb={meta['cache_mb']}: " if meta.get("cache_mb") else ""
+    remedies = f"a smaller expert cache ({size}it holds RAM the weights need); {larger}; no " \
+        f"larger cache" if cache_in_settings(meta) else \
+        f"{larger}; no expert cache (it would take RAM the weights need)" \
+        if meta.get("moe_stream") == "1" else \
+        f"if the experts were mmapped (no --moe-stream), stream them: --moe-stream; with a " \
+        f"cache, a smaller one; {larger}"
     if not flagged:
         return verdict("memory_pressure", False,
             f"no memory pressure: {faults:.1f} major faults per token (< "
@@ -2509,22 +2520,7 @@ def memory_verdict(report, pressure=None):
            else "") + f": pages of the weights are dropped and read again, so at least "
         f"{report['faults']['ms_per_token']:.2f} ms per token (the faulting nodes', "
         f"{num(report['faults']['share'], '.0%')} of compute) is lost, more as every op slows. "
-        f"Remedies: {pressure_remedies(report['meta'])}")
-
-
-def pressure_remedies(meta):
-    """What relieves memory pressure, by the run's mode (its settings, the log's included)."""
-    limit = meta_number(meta, "mem_limit_mb")
-    larger = f"a larger memory limit (it had {limit:g} MiB)" if limit else \
-        "more memory (a larger limit)"
-    if cache_in_settings(meta):
-        size = f"cache_mb={meta['cache_mb']}: " if meta.get("cache_mb") else ""
-        return f"a smaller expert cache ({size}it holds RAM the weights need); {larger}; no " \
-               f"larger cache"
-    if meta.get("moe_stream") == "1":
-        return f"{larger}; no expert cache (it would take RAM the weights need)"
-    return f"if the experts were mmapped (no --moe-stream), stream them: --moe-stream; with a " \
-           f"cache, a smaller one; {larger}"
+        f"Remedies: {remedies}")
 
 
 def stretch_verdict(report):
@@ -5543,6 +5539,17 @@ def pair_report(compute, io, measured, pressure, what_if_at=None, logged=()):
         return categories.get(name, {}).get("ms_per_token", 0.0) if categories else None
     wall = decoded_io_wall(io, tokens)
     split = engine_split(compute, io, measured or {}, wall.estimate)
+    # a serial decode waits for every read and its cache's management: reads longer than it
+    # (with the log's management) are not this decode's
+    flash, management = split.flash_io_ms_per_token, split.cache_mgmt_ms_per_token or 0.0
+    if flash is not None and flash + management > compute["ms_per_token"]:
+        managed = f" and the log's cache management, {management:.2f} ms," if management else ""
+        source = "the log" if split.flash_io_source == "log" else "estimated"
+        warnings.append(
+            f"the reads, {flash:.2f} ms a decoded token ({source}){managed} outlast its "
+            f"{compute['ms_per_token']:.2f} ms decode, which waits for every read of a serial "
+            f"run (overlap=0): the two traces are not of one run, or the io trace's latencies "
+            f"are not this decode's; no compute is split off")
     io_layers = {row["layer"]: rescaled(row, IO_LAYER_ROW, n, per_decoded)
                  for row in io["by_layer"]}
     compute_layers = {row["layer"]: row for row in compute["by_layer"]}
@@ -5569,7 +5576,7 @@ def pair_report(compute, io, measured, pressure, what_if_at=None, logged=()):
         adjacency=rescaled(io["adjacency"], ADJACENCY, n, per_decoded),
         read_split=read_split(compute["per_token"], readers),
         by_layer=by_layer,
-        warnings=warnings + outlasting_warnings(split, compute["ms_per_token"]))
+        warnings=warnings)
     units = generated_positions(compute)  # the what-if per generated position
     what_if = what_if_at and io["what_if"] and \
         what_if_at((units, per(compute["ms_per_token"], units, n / units)))
@@ -5616,20 +5623,6 @@ def engine_split(compute, io, measured, estimate):
         flash_io_source=None if beside else "I/O estimate" if logged is None else "log",
         stall_ms_per_token=stall, stall_source=None if stall is None else
         "io trace" if measured.get("stall_tokens") else "log")
-
-
-def outlasting_warnings(split, decode):
-    """A serial decode waits for every read and its cache's management: reads longer than it
-    (with the log's management) are not this decode's."""
-    flash, management = split.flash_io_ms_per_token, split.cache_mgmt_ms_per_token or 0.0
-    if flash is None or flash + management <= decode:
-        return []
-    managed = f" and the log's cache management, {management:.2f} ms," if management else ""
-    source = "the log" if split.flash_io_source == "log" else "estimated"
-    return [f"the reads, {flash:.2f} ms a decoded token ({source}){managed} outlast its "
-            f"{decode:.2f} ms decode, which waits for every read of a serial run (overlap=0): "
-            f"the two traces are not of one run, or the io trace's latencies are not this "
-            f"decode's; no compute is split off"]
 
 
 def per_position(compute, io, split, estimate):
@@ -6517,20 +6510,6 @@ def read_engine_log(path):
     return EngineLog(path, figures, turns, runs, lines, unread)
 
 
-def log_notes(log):
-    """What is to be said of a log as read: no engine line in it, or several runs'."""
-    if not log.lines:
-        return [f"{log.path}: no line of the engine's end-of-run summary in it (generation:, "
-                f"moe-stream:, ...): nothing to compare"]
-    notes = [f"{log.path}: line {number} ({lead.strip()}) not understood: its numbers are not "
-             f"the engine's (a decimal comma, an exponent, a sign, a part missing?); "
-             f"{', '.join(names)} unread" for number, lead, names in log.unread]
-    if log.runs > 1:
-        notes.append(f"{log.path}: holds the end-of-run lines of {log.runs} runs (appended, as "
-                     f"2>> does): its last run's are read")
-    return notes
-
-
 def log_beside(paths):
     """NAME.log beside the first trace that has one, or for a pair their shared NAME's
     (session-ct.csv and session-io.csv: session.log); None. A trace's NAME is its file name
@@ -6732,8 +6711,16 @@ def with_engine_log(report, log, warn):
     warning."""
     names = KINDS[report["kind"]].record.names
     engine = engine_report(log, report) if log else None
-    for note in log_notes(log) if log else ():
-        warn(note)
+    if log and not log.lines:
+        warn(f"{log.path}: no line of the engine's end-of-run summary in it (generation:, "
+             f"moe-stream:, ...): nothing to compare")
+    for number, lead, unread in log.unread if log else ():
+        warn(f"{log.path}: line {number} ({lead.strip()}) not understood: its numbers are not "
+             f"the engine's (a decimal comma, an exponent, a sign, a part missing?); "
+             f"{', '.join(unread)} unread")
+    if log and log.runs > 1:
+        warn(f"{log.path}: holds the end-of-run lines of {log.runs} runs (appended, as 2>> "
+             f"does): its last run's are read")
     chosen = any(half["selection"]["turns"] for half in report_halves(report).values())
     for turn in engine["turns"] if engine else ():
         if turn["trace_turn"] is None and not chosen:  # --turn left it out: no word

@@ -7130,17 +7130,14 @@ def calibration_sample(name, report):
     identity = MODEL_ID(model=meta.get("model"), n_layer=meta_int(meta, "n_layer") or None,
                         experts=reuse.get("experts"), top_k=own.get("top_k"),
                         expert_mib=expert_mib or None)
-    return checked_sample(Sample(
+    sample = Sample(
         name, identity, meta_int(meta, "io_threads") or io["lanes"], cached,
         overlapped(meta), mib,
         engine.get("flash_io_ms_per_token", pair["io_wall_ms_per_token"]["estimate"]),
         engine.get("cache_mgmt_ms_per_token"), misses_of(mib, expert_mib) if cached else 0.0,
-        pair.get("compute_ms_per_token"), pair["decode_ms_per_token"], configuration(meta)))
-
-
-def checked_sample(sample):
-    """A Sample whose figures a fit can use (a saved report may hold anything): lanes a whole
-    number from 1, every figure a finite number >= 0 (the optional ones null)."""
+        pair.get("compute_ms_per_token"), pair["decode_ms_per_token"], configuration(meta))
+    # figures a fit can use (a saved report may hold anything): lanes a whole number from 1,
+    # every figure a finite number >= 0 (the optional ones null)
     if type(sample.lanes) is not int or not 1 <= sample.lanes <= 1024:
         raise ValueError(f"lanes {str(sample.lanes)[:20]!r} is not a whole number from 1")
     for field in ("mib", "io_ms", "decode_ms", "management_ms", "compute_ms", "misses"):
@@ -7928,7 +7925,16 @@ def diff_report(sides, alpha, test, gates=()):
     base, *news = sides
     runs = [view for side in sides for view in side.views]
     parts = [part for part in DIFF_PARTS if all(part in view.parts for view in runs)]
-    changes = [side_changes(base, side, parts) for side in news]
+    changes = []  # the preamble keys and settings whose values differ from the base's; a
+    for side in news:  # key of both traces of a pair said once
+        found = []
+        for part in parts:
+            new_meta = side.meta(part)  # a key one side lacks is unknown there, not changed
+            for key, value in base.meta(part).items():
+                change = PREAMBLE_CHANGE(key=key, base=value, new=new_meta.get(key))
+                if key in new_meta and new_meta[key] != value and change not in found:
+                    found.append(change)
+        changes.append(found)
     first_part, *_ = parts
     warnings = [f"{side.named}: its runs differ in {key} ({value}): they are not repeats of one "
                 f"configuration" for side in sides
@@ -8002,19 +8008,6 @@ def router_notes(sides, sections):
     return notes
 
 
-def side_changes(base, new, parts):
-    """The preamble keys and settings whose values differ between two sides; a key of both
-    traces of a pair said once."""
-    found = []
-    for part in parts:
-        new_meta = new.meta(part)  # a key one side lacks is unknown there, not changed
-        for key, value in base.meta(part).items():
-            change = PREAMBLE_CHANGE(key=key, base=value, new=new_meta.get(key))
-            if key in new_meta and new_meta[key] != value and change not in found:
-                found.append(change)
-    return found
-
-
 # The figure a run's drift check reads, per part: a token's wall (compute), its I/O estimate (io).
 DRIFT_FIGURES = {"compute": ("ms", "ms per token"),
                  "io": ("io_ms", ESTIMATE_WORDS)}
@@ -8064,32 +8057,26 @@ def prediction_check(base, new, name):
             continue
         offered = next((setting for setting in base["what_if"]
                         if setting["setting"] == key and setting["value"] == value), None)
-        for figure_name, predicted in predicted_figures(base, offered):
+        if offered is None:
+            continue
+        # its hit share, MiB and I/O as the what-if gives them, else the I/O its saving leaves
+        # of the part it was taken from (a report saved before the what-if named its part: the
+        # I/O estimate)
+        found = [(name, offered["figures"][name]) for name in PREDICTED_FIGURES
+                 if isinstance(offered["figures"].get(name), dict)]
+        saved, estimate = offered["ms_per_token_saved"], base["measured"]["io_wall_ms_per_token"]
+        if "io_wall_ms_per_token" not in offered["figures"] and estimate is not None and (
+                saved["min"] is not None or saved["max"] is not None):
+            left = {end: None if ms is None else estimate - ms for end, ms in saved.items()}
+            found.append(("io_wall_ms_per_token", FIGURE(point=left["point"], min=left["max"],
+                                                         max=left["min"])))
+        for figure_name, predicted in found:
             measured = new["measured"].get(figure_name)
             rows.append(PREDICTION(new=name, setting=key, value=value, figure=figure_name,
                                    predicted=predicted, measured=measured,
                                    within=held(predicted, measured),
                                    unit=unit_named(figure_name)))
     return rows
-
-
-def predicted_figures(base, offered):
-    """(figure, its predicted FIGURE) of a what-if setting: its hit share, MiB and I/O as the
-    what-if gives them, else the I/O its saving leaves of the part it was taken from (a report
-    saved before the what-if named its part: the I/O estimate)."""
-    if offered is None:
-        return []
-    found = [(name, offered["figures"][name]) for name in PREDICTED_FIGURES
-             if isinstance(offered["figures"].get(name), dict)]
-    saved, estimate = offered["ms_per_token_saved"], base["measured"]["io_wall_ms_per_token"]
-    if "io_wall_ms_per_token" not in offered["figures"] and estimate is not None and (
-            saved["min"] is not None or saved["max"] is not None):
-        def left(ms):
-            return None if ms is None else estimate - ms
-        found.append(("io_wall_ms_per_token", FIGURE(point=left(saved["point"]),
-                                                     min=left(saved["max"]),
-                                                     max=left(saved["min"]))))
-    return found
 
 
 def held(predicted, measured):
@@ -10302,8 +10289,18 @@ def analyze_diff(arguments, reading, asked, logs=True):
                              copies, logs)
 
         def side(paths, tried=lambda index: Asked()):  # its runs, read as summary reads them
-            return [diff_view(run, inputs, reading, tried(index)) for index, run in enumerate(
-                once(summary_runs(paths, inputs.kinds, reading.warn), reading.warn))]
+            views = []
+            for index, run in enumerate(once(summary_runs(paths, inputs.kinds, reading.warn),
+                                             reading.warn)):
+                name = display_name(run.path) if run.io_path is None else \
+                    pair_name(display_name(run.path), display_name(run.io_path))
+                report = run_report(run, inputs, reading, tried(index))
+                try:
+                    views.append(DiffView(name, "saved report" if inputs.kinds.get(run.path)
+                                          == "json" else "trace", report))
+                except NOT_WRITTEN_HERE as exc:
+                    raise not_written_here(name, exc) from None
+            return views
         # a NEW's what-if gives its I/O part as the base's gives its own (the prediction check)
         news = [side(paths) for paths in new_sides]
         metas = [view.parts["io"]["meta"] for views in news for view in views
@@ -10360,18 +10357,6 @@ def diff_sides(arguments):
         raise UsageError(f"diff A1 A2 {SIDE_SEPARATOR} B1 B2: every side needs a run (a file "
                          f"named {SIDE_SEPARATOR} is ./{SIDE_SEPARATOR})")
     return sides
-
-
-def diff_view(run, inputs, reading, asked):
-    """One run of diff as a DiffView, its report as summary reads it (run_report)."""
-    held = inputs.kinds.get(run.path)
-    name = display_name(run.path) if run.io_path is None else \
-        pair_name(display_name(run.path), display_name(run.io_path))
-    report = run_report(run, inputs, reading, asked)
-    try:
-        return DiffView(name, "saved report" if held == "json" else "trace", report)
-    except NOT_WRITTEN_HERE as exc:
-        raise not_written_here(name, exc) from None
 
 
 def pair_name(compute_name, io_name):

@@ -2268,14 +2268,25 @@ def compute_stretch(tokens, total_ns, segment_totals, segments):
         return None
     rows = list(islice(tokens.rows(), best.start, best.stop))
     within_ns, others = sum(walls[best.start:best.stop]), len(walls) - len(best)
+    # the groups whose ms per token in the stretch is STRETCH_SLOWED x theirs outside it at
+    # least, the most added ms first; None unknown
+    groups_ns, others_ns = group_walls(tokens, rows, segment_totals, segments)
+    slowed = None if groups_ns is None else []
+    for name, wall_ns in (groups_ns or {}).items():
+        within = wall_ns / len(best) / NS_PER_MS
+        outside = ratio(others_ns.get(name, 0), others * NS_PER_MS)
+        grown = ratio(within, outside)
+        if grown is None or grown >= STRETCH_SLOWED:
+            slowed.append(STRETCH_GROUP(name=name, ms_per_token=within,
+                                        others_ms_per_token=outside, ratio=grown))
     return COMPUTE_STRETCH(
         turn=turns[best.start], first_step=steps[best.start], last_step=steps[best.stop - 1],
         tokens=len(best), ms_per_token=fsum(walls[best.start:best.stop]) / len(best) / NS_PER_MS,
         others_ms_per_token=fsum(chain(walls[:best.start], walls[best.stop:])) / others /
         NS_PER_MS if others else None,
         share=ratio(within_ns, total_ns),
-        slowed=slowed_groups(*group_walls(tokens, rows, segment_totals, segments), len(best),
-                             others))
+        slowed=slowed and sorted(slowed, key=lambda row: (
+            row["others_ms_per_token"] - row["ms_per_token"], row["name"])))
 
 
 def longest_run(flags, turns):
@@ -2314,23 +2325,6 @@ def group_walls(tokens, inside, segment_totals, segments):
             within[name] += wall_ns
     return within, {name: segment_totals.get(name, 0) - wall_ns for name, wall_ns in
                     within.items()}
-
-
-def slowed_groups(within_ns, others_ns, inside, others):
-    """The groups whose ms per token in the stretch (`inside` tokens) is STRETCH_SLOWED x
-    theirs outside it (`others` tokens) at least, the most added ms first; None unknown."""
-    if within_ns is None:
-        return None
-    found = []
-    for name, wall_ns in within_ns.items():
-        within = wall_ns / inside / NS_PER_MS
-        outside = ratio(others_ns.get(name, 0), others * NS_PER_MS)
-        grown = ratio(within, outside)
-        if grown is None or grown >= STRETCH_SLOWED:
-            found.append(STRETCH_GROUP(name=name, ms_per_token=within,
-                                       others_ms_per_token=outside, ratio=grown))
-    return sorted(found, key=lambda row: (row["others_ms_per_token"] - row["ms_per_token"],
-                                          row["name"]))
 
 
 def us_by_token(tokens, prefix, groups):
@@ -8365,7 +8359,15 @@ def diff_headline_blocks(report, view):
     settings that differ."""
     sides = report["sides"]
     labels = [input_label(index, len(sides)) for index in range(len(sides))]
-    lines = decode_lines(report, labels)
+    rows = {(section["part"], row["name"]): row for section in report["sections"]
+            if section["title"].endswith(" headline") for row in section["rows"]}
+    decode = next((rows[key] for key in DECODE_LABELS if key in rows), None)
+    lines = []  # the decode's ms per token, base -> each NEW, with its ratio and test
+    for label, change in zip(labels[1:], decode["changes"] if decode else ()):
+        tested = "" if change["p"] is None else \
+            f", p{p_words(change['p'])}{'' if change['significant'] else ' ~'}"
+        lines.append(f"  {decode['name']}: base {figure_text(decode['base'])} -> {label} "
+                     f"{figure_text(change['new'])} ({times(change['ratio'], '.2f')}{tested})")
     lines += [f"  {label}, its log{'s' if side['runs'] > 1 else ''}: "
               f"{engine_split_text(side['engine'], side['runs'])}"
               for label, side in zip(labels, sides) if side["engine"]]
@@ -8375,22 +8377,6 @@ def diff_headline_blocks(report, view):
                          for c in changes) or "none"
         lines.append(f"  settings that differ{'' if len(sides) == 2 else ' in ' + label}: {words}")
     return [Block(f"headline (n={runs_text(report)})", [Prose(lines, "    ")])]
-
-
-def decode_lines(report, labels):
-    """The decode's ms per token, base -> each NEW, with its ratio and test."""
-    rows = {(section["part"], row["name"]): row for section in report["sections"]
-            if section["title"].endswith(" headline") for row in section["rows"]}
-    row = next((rows[key] for key in DECODE_LABELS if key in rows), None)
-    if row is None:
-        return []
-    lines = []
-    for label, change in zip(labels[1:], row["changes"]):
-        tested = "" if change["p"] is None else \
-            f", p{p_words(change['p'])}{'' if change['significant'] else ' ~'}"
-        lines.append(f"  {row['name']}: base {figure_text(row['base'])} -> {label} "
-                     f"{figure_text(change['new'])} ({times(change['ratio'], '.2f')}{tested})")
-    return lines
 
 
 Moved = namedtuple("Moved", "title name base change")  # a row's change against one NEW

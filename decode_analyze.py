@@ -4413,9 +4413,9 @@ class WhatIf:
 
     def cached_config(self, mib):
         """The run's configuration with a cache that leaves `mib` MiB a token to read (None:
-        unknown)."""
+        unknown), an expert's MiB a miss (a cache's setting has an expert's size)."""
         return None if mib is None else self.own._replace(
-            mib=mib, cached=True, misses=misses_of(mib, self.cache.expert_bytes / MIB))
+            mib=mib, cached=True, misses=mib / (self.cache.expert_bytes / MIB))
 
     def o_direct_settings(self, asked):
         """Buffered reads, for a run that read with O_DIRECT; O_DIRECT, for one that did not."""

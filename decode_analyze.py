@@ -43,7 +43,7 @@ sections above it:
                 token's flash I/O and cache management at any setting), WhatIf (what each
                 setting would buy, per a token its view chooses: the model's band, never
                 narrower than the machine's spread; a calibration only where it validated
-                itself, unused_because),
+                itself, unused_because), best_changes,
                 io_report, io_findings; Clock, the one reader of v2 rows as intervals (the
                 stall, the timeline, Perfetto)
   pair          pair_report: both traces of one run, per decoded token, with one set of
@@ -5383,6 +5383,16 @@ def changes_of(report):
             and not (setting["setting"] == "cache_mb" and own and setting["value"] == own)]
 
 
+def best_changes(report):
+    """The changes whose point saves more than this machine's noise (none known: more than
+    0.00 as shown) and that fit a declared memory limit, by the low end of their band (the
+    what-if's order)."""
+    noise = report["what_if"]["baseline"].get("noise_ms_per_token") or 0  # saved: may lack it
+    return [setting for setting in changes_of(report)
+            if round(setting["ms_per_token_saved"]["point"] or 0, 2) > max(noise, 0)
+            and setting["fits"] is not False]
+
+
 def best_change_blocks(report, view):
     """The answer to 'what do I change', up front: the best changes, each with what it saves;
     else that none saves more than the machine's noise."""
@@ -5390,11 +5400,7 @@ def best_change_blocks(report, view):
     if not what_if:
         return []
     noise = what_if["baseline"].get("noise_ms_per_token")  # a saved report's may lack it
-    # the changes whose point saves more than this machine's noise (none known: more than
-    # 0.00 as shown) and that fit a declared memory limit, by the low end of their band
-    best = [setting for setting in changes_of(report)
-            if round(setting["ms_per_token_saved"]["point"] or 0, 2) > max(noise or 0, 0)
-            and setting["fits"] is not False]
+    best = best_changes(report)
     lines = [f"  {setting['setting']}={setting['value']}: {offer_text(setting, noise)}"
              f"{memory_words(setting, resident=True)}" for setting in best[:BEST_SHOWN]]
     if not lines:

@@ -7023,16 +7023,6 @@ OUTLIER_MADS, OUTLIER_RATIO, LEVEL_RATIO = 5.0, 2.0, 1.5
 MAD_SCALE = 1.4826  # a MAD of normal noise times this is its sd
 
 
-def read_calibration(path):
-    """The calibration a --calibration-out file holds, checked: its schema, its model, and
-    every number the what-if reads (a file of anything else is refused, naming the field)."""
-    fit = trace_io.read_json_object(path, "a calibration")
-    problem = calibration_problem(fit)
-    if problem:
-        raise TraceError(path, 0, f"not a calibration summary --calibration-out wrote: {problem}")
-    return fit
-
-
 def calibration_problem(fit):
     """What is wrong with a calibration read from a file, or None."""
     if fit.get("calibration_schema") != CALIBRATION_SCHEMA:
@@ -9818,31 +9808,26 @@ def outlier_labels(panel, tokens, values, median, width, size):
 FAULT_BAND = "faulting nodes"
 
 
-def compute_series(report):
-    """(title, names, {name: ms per token}) of the compute panel: by node category, with the
-    faulting nodes' time as its own band when there are faults (the categories then share
-    the rest of each token in proportion to their time); a layer trace's one series."""
+def compute_panels(report, start):
+    """The compute panel, by node category, with the faulting nodes' time as its own band when
+    there are faults (the categories then share the rest of each token in proportion to their
+    time), a layer trace's one series; then the profile by layer."""
     tokens = report["per_token"]
     samples = report["category_us_by_token"]
-    if not samples:
-        return ("compute ms per token (a layer trace: no node categories)", ["compute"],
-                {"compute": [t["ms"] for t in tokens]})
-    names = [c["category"] for c in report["by_category"]]
-    series = {name: [us / 1e3 for us in samples[name]] for name in names}
+    names = [c["category"] for c in report["by_category"]] if samples else ["compute"]
+    series = {name: [us / 1e3 for us in samples[name]] for name in names} if samples else \
+        {"compute": [t["ms"] for t in tokens]}
     faulting = [t.get("faulting_ms") or 0.0 for t in tokens]
-    if not any(faulting):
-        return "compute ms per token, by node category", names, series
-    totals = [sum(values) for values in zip(*series.values())]
-    kept = [max(0.0, 1 - fault / total) if total else 0.0
-            for fault, total in zip(faulting, totals)]
-    series = {name: [v * k for v, k in zip(values, kept)] for name, values in series.items()}
-    return ("compute ms per token: faulting nodes, then categories (the rest, in proportion)",
-            [FAULT_BAND] + names, {FAULT_BAND: faulting, **series})
-
-
-def compute_panels(report, start):
-    tokens = report["per_token"]
-    title, names, series = compute_series(report)
+    title = "compute ms per token, by node category" if samples else \
+        "compute ms per token (a layer trace: no node categories)"
+    if samples and any(faulting):
+        totals = [sum(values) for values in zip(*series.values())]
+        kept = [max(0.0, 1 - fault / total) if total else 0.0
+                for fault, total in zip(faulting, totals)]
+        title = "compute ms per token: faulting nodes, then categories (the rest, in proportion)"
+        series = {FAULT_BAND: faulting, **{name: [v * k for v, k in zip(values, kept)]
+                                          for name, values in series.items()}}
+        names = [FAULT_BAND] + names
     panel, width, size = token_axis_panel(start, title, "ms", tokens, series, names)
     outlier_labels(panel, tokens, [t["ms"] for t in tokens], report["token_ms"]["p50"], width,
                    size)
@@ -11104,8 +11089,14 @@ def run(args, out, warn):
     reading = reading_with_log(reading_from(args, warn, [path for _, path in paths])._replace(
         settings=tuple(declared.values())), log)
     if getattr(args, "calibration", None) is not None:  # the user's runs' costs, beside the log's
-        reading = reading._replace(measured={**(reading.measured or {}),
-                                             "calibration": read_calibration(args.calibration),
+        # checked: its schema, its model, and every number the what-if reads (a file of
+        # anything else is refused, naming the field)
+        fit = trace_io.read_json_object(args.calibration, "a calibration")
+        problem = calibration_problem(fit)
+        if problem:
+            raise TraceError(args.calibration, 0, f"not a calibration summary "
+                                                  f"--calibration-out wrote: {problem}")
+        reading = reading._replace(measured={**(reading.measured or {}), "calibration": fit,
                                              "calibration_path": args.calibration})
     report = command.analyze(args, reading)
     if "engine" in KINDS[report["kind"]].record.names:

@@ -3886,21 +3886,6 @@ def run_hit_band(own):
     return figure((least + most) / 2, least, most) if most > least else figure(least)
 
 
-def proposed_cache_sizes(meta, cache, cached):
-    """For a run that had a cache, its own size, twice that and every expert (what its trace
-    of misses can bound); else a quarter, a half (the size the cache verdict judges) and all
-    of the distinct experts' footprint, in whole MiB (the engine's unit), and the run's own
-    size when its settings name one."""
-    own = meta_number(meta, "cache_mb")
-    if cached:
-        sizes = {math.ceil(cache.distinct * cache.expert_bytes / MIB)}
-        if own:
-            sizes |= {own, own * 2} if own * 2 < max(sizes) else {own}
-        return sorted(sizes)
-    shares = {footprint_share_mib(cache, share) for share in (0.25, 0.5, 1)}
-    return sorted(shares | ({own} if own else set()))
-
-
 def footprint_share_mib(cache, share):
     """A share of the distinct experts' footprint in whole MiB (the engine's unit), at least 1:
     the what-if's default sizes, and at half the cache the cache verdict judges."""
@@ -4838,10 +4823,17 @@ def add_cache_what_ifs(report, fold, selected, asked, reading, curve=True):
         report["reuse"]["judged"] = what_if.cache_setting(footprint_share_mib(cache, 0.5))
     if asked is None:
         return None
-    limit = meta_number(report["meta"], "mem_limit_mb")  # a cache it cannot hold is not proposed
-    asked = Asked(list(asked.cache_sizes) or [
-        size for size in proposed_cache_sizes(report["meta"], cache, cached)
-        if limit is None or size <= limit], list(asked.lanes) or DEFAULT_LANES)
+    # The sizes tried unless asked: for a run that had a cache, its own size, twice that and
+    # every expert (what its trace of misses can bound); else a quarter, a half (the size the
+    # cache verdict judges) and all of the distinct experts' footprint, in whole MiB (the
+    # engine's unit), and the run's own size when its settings name one; none it cannot hold
+    own, limit = (meta_number(report["meta"], key) for key in ("cache_mb", "mem_limit_mb"))
+    every = math.ceil(cache.distinct * cache.expert_bytes / MIB)
+    sizes = set() if not own else {own, own * 2} if cached and own * 2 < every else {own}
+    sizes |= {every} if cached else {footprint_share_mib(cache, share) for share in (0.25, 0.5, 1)}
+    asked = Asked(list(asked.cache_sizes) or [size for size in sorted(sizes)
+                                              if limit is None or size <= limit],
+                  list(asked.lanes) or DEFAULT_LANES)
     report["what_if"] = what_if.report_of(asked)
     return lambda decoded: WhatIf(report, cache, runs, fold.lookups, measured,
                                   decoded).report_of(asked)

@@ -799,3 +799,13 @@ def test_a_pairs_what_if_is_made_per_decoded_token_from_the_runs_totals(inputs):
         read = mib * r["io"]["tokens"]  # the MiB it reads in all
         assert cache["figures"]["mib_per_token"][end] == pytest.approx(
             read / pair["tokens"], rel=1e-12)
+
+
+def test_a_run_that_traced_every_lookup_tries_its_named_cache_size_not_twice_it():
+    """A run whose trace reads every lookup (no cache served it) is tried at a quarter, a half
+    and all of its experts' footprint (2, 3 and 6 MiB here) and at the size its settings name,
+    2.5 MiB; twice that, 5, is tried only for a run whose trace shows its cache's misses."""
+    r = report("io", TRACES / "qwen3moe-l4-io-serial.csv", "--what-if", "--set", "cache_mb=2.5",
+               "--no-engine-log")
+    sizes = sorted(s["value"] for s in r["what_if"]["settings"] if s["setting"] == "cache_mb")
+    assert sizes == [0, 2, 2.5, 3, 6]

@@ -1251,23 +1251,6 @@ def wrap_items(prefix, items, indent="    ", separator=","):
     return lines + [line]
 
 
-def path_lines(lead, path, detail):
-    """An input's path whole: on the lead's line with its detail when they fit, else on lines
-    of its own, cut after a / where it must be (a path is never shortened)."""
-    if len(lead) + len(path) + len(detail) <= TEXT_WIDTH:
-        return [lead + path + detail]
-    lines, line = [lead.rstrip()], "    "
-    for piece in re.findall(r"[^/]*/|[^/]+$", path) or [path]:
-        if len(line) + len(piece) > TEXT_WIDTH and line.strip():
-            lines.append(line)
-            line = "      "
-        line += piece
-        while len(line) > TEXT_WIDTH:  # a piece longer than a line: cut where the line ends
-            lines.append(line[:TEXT_WIDTH])
-            line = "      " + line[TEXT_WIDTH:]
-    return lines + [line] + ([f"    {detail.strip()}"] if detail else [])
-
-
 def fit(text, width=TEXT_WIDTH):
     """A single entry (a path) kept whole on its line: shortened in the middle if need be."""
     text = safe(text)
@@ -8866,9 +8849,25 @@ def text_of(report, view):
 
 
 def text_header(header, view):
+    """What made the report, each input's path whole: on its label's line with its detail when
+    they fit, else on lines of its own, cut after a / where it must be (never shortened)."""
     lines = [f"decode-analyze {TOOL_VERSION} {header.command}"]
     for label, path, detail in header.paths:
-        lines += path_lines(f"  {safe(label)}: ", safe(str(path)), safe(detail))
+        lead, path, detail = f"  {safe(label)}: ", safe(str(path)), safe(detail)
+        if len(lead) + len(path) + len(detail) <= TEXT_WIDTH:
+            lines.append(lead + path + detail)
+            continue
+        lines.append(lead.rstrip())
+        line = "    "
+        for piece in re.findall(r"[^/]*/|[^/]+$", path) or [path]:
+            if len(line) + len(piece) > TEXT_WIDTH and line.strip():
+                lines.append(line)
+                line = "      "
+            line += piece
+            while len(line) > TEXT_WIDTH:  # a piece longer than a line: cut where it ends
+                lines.append(line[:TEXT_WIDTH])
+                line = "      " + line[TEXT_WIDTH:]
+        lines += [line] + ([f"    {detail.strip()}"] if detail else [])
     if header.keys:
         lines += wrap_items("", [fit(f"{key}={header.meta.get(key, '?')}")
                                  for key in header.keys], indent="", separator="")

@@ -2323,17 +2323,26 @@ def token_views(tokens, book):
     speculative decodes and the warm-up."""
     table = tokens.table
     slowest = heapq.nlargest(SLOWEST, tokens.rows(), key=table.column("wall_ns").__getitem__)
-    # prefill batches and the prompt tokens they hold: a batch's step is the prompt's last
-    # position, so it holds step + 1 prompt tokens (the decode of its turn starts there)
-    batches = prompt = total = 0
-    for phase, _, step, value in token_columns(tokens, "wall_ns"):
+    # Prefill batches and the prompt tokens they hold: a batch's step is the prompt's last
+    # position, so it holds step + 1 prompt tokens (the decode of its turn starts there).
+    # Decodes and the positions they generate: a decode generates those up to the next decode
+    # of its turn (speculative decoding verifies a batch per step); a turn's last decode, one.
+    indexes = book.steps_of(DECODE)
+    batches = prompt = total = decodes = positions = decode_total = 0
+    for phase, turn, step, value in token_columns(tokens, "wall_ns"):
         if phase == PREFILL:  # floats summed in trace order, as sum() adds them
             batches, prompt, total = batches + 1, prompt + step + 1, total + value / NS_PER_MS
+        elif phase == DECODE:
+            following = indexes[turn].following(step)
+            decodes, decode_total = decodes + 1, decode_total + value / NS_PER_MS
+            positions += (step + 1 if following is None else following) - step
     return {
         "token_ms": spread_of(tokens.values("wall_ns"), NS_PER_MS),
         "slowest": [compute_token_row(table, row) for row in slowest],
         "per_token": TokenRows(tokens, compute_token_row, COMPUTE_TOKEN_FIGURES),
-        "decodes": decode_positions(tokens, book, "wall_ns", NS_PER_MS),
+        "decodes": DECODES(decodes=decodes, positions=positions, speculative=positions > decodes,
+                           ms_per_decode=ratio(decode_total, decodes),
+                           ms_per_position=ratio(decode_total, positions)),
         "prefill": PREFILL_BATCHES(batches=batches, prompt_tokens=prompt,
                                    ms_per_batch=ratio(total, batches),
                                    ms_per_prompt_token=ratio(total, prompt)),
@@ -2386,22 +2395,6 @@ def warmup(tokens, book, name, unit):
     return WARMUP(tokens=WARMUP_TOKENS, first_mean=first_mean, rest_mean=rest_mean,
                   ratio=None if first_mean is None or not rest_mean else first_mean / rest_mean,
                   from_turn_start=from_start)
-
-
-def decode_positions(tokens, book, name, unit):
-    """Decodes vs generated positions: a decode generates the positions up to the next decode
-    of its turn (speculative decoding verifies a batch per step); a turn's last decode, one.
-    Figures: the column `name` over `unit`."""
-    indexes = book.steps_of(DECODE)
-    decodes = positions = total = 0
-    for phase, turn, step, value in token_columns(tokens, name):
-        if phase == DECODE:  # floats summed in trace order, as sum() adds them
-            following = indexes[turn].following(step)
-            decodes, total = decodes + 1, total + value / unit
-            positions += (step + 1 if following is None else following) - step
-    return DECODES(decodes=decodes, positions=positions,
-                   speculative=positions > decodes, ms_per_decode=ratio(total, decodes),
-                   ms_per_position=ratio(total, positions))
 
 
 def generated_positions(compute):

@@ -1784,7 +1784,18 @@ def compact_layer_lines(columns, rows, full):
         keep = {id(row) for row in sorted(shown, key=lambda r: -distance[id(r)])
                 [:STANDOUTS_SHOWN]}
         shown = [row for row in shown if id(row) in keep]
-    merged = folded_runs(shown, figures)
+    runs = []  # (first row, first layer, last layer) of consecutive layers that read alike
+    for row in shown:
+        if runs:
+            first, low, high = runs.pop()
+            if high == row["layer"] - 1 and all(cell(col, row) == cell(col, first)
+                                                for col in figures):
+                runs.append((first, low, row["layer"]))
+                continue
+            runs.append((first, low, high))
+        runs.append((row, row["layer"], row["layer"]))
+    merged = [{**first, "layer": f"{low}-{high}" if high != low else low}
+              for first, low, high in runs]
     lines = wrap_items(f"  {len(rows)} layers, min/median/max:", summary)
     if not merged:
         return lines + ["  no layer stands out (all within "
@@ -1792,30 +1803,6 @@ def compact_layer_lines(columns, rows, full):
     most = f"; the {STANDOUTS_SHOWN} furthest of {len(shown) + hidden}" if hidden else ""
     return lines + wrap(f"  layers that stand out (beyond {STANDS_OUT}x of a median{most}; "
                         f"--layers: all):") + table_lines(columns, merged)
-
-
-class LayerRun:
-    """Consecutive layers low..high whose lines read as `row`'s."""
-
-    __slots__ = ("low", "high", "row")
-
-    def __init__(self, row):
-        self.low = self.high = row["layer"]
-        self.row = row
-
-
-def folded_runs(rows, figures):
-    """Runs of consecutive layers whose figures read the same, one row each (layer `0-46`)."""
-    runs = []
-    for row in rows:
-        last = runs[-1] if runs else None
-        if last and last.high == row["layer"] - 1 and all(
-                cell(col, row) == cell(col, last.row) for col in figures):
-            last.high = row["layer"]
-        else:
-            runs.append(LayerRun(row))
-    return [{**run.row, "layer": f"{run.low}-{run.high}" if run.high != run.low else run.low}
-            for run in runs]
 
 
 # ── compute: the fold ────────────────────────────────────────────────────────────────────────────

@@ -6997,10 +6997,21 @@ def calibration_problem(fit):
     costs = [(f"ms_per_mib.{lanes}", cost, True) for lanes, cost in fit["ms_per_mib"].items()]
     costs += [(name, fit.get(name), name != "lane_exponent") for name in (
         "lane_exponent", "cached_rate_factor", "management_ms_per_miss", "overlap_factor")]
-    for name, cost, positive in costs:
-        problem = cost_problem(cost, positive and name != "management_ms_per_miss")
-        if problem:
-            return f"{name}: {problem}"
+    for name, cost, positive in costs:  # None allowed: not fitted
+        positive = positive and name != "management_ms_per_miss"
+        if cost is None:
+            continue
+        if not isinstance(cost, dict) or not all(is_number(cost.get(bound))
+                                                 for bound in ("value", "min", "max")):
+            return f"{name}: not a cost with a finite value, min and max: {str(cost)[:60]!r}"
+        if cost["max"] > COST_MOST:
+            return f"{name}: max {cost['max']:g} is past any run's ({COST_MOST:g})"
+        if not cost["min"] <= cost["value"] <= cost["max"]:
+            return (f"{name}: min {cost['min']:g}, value {cost['value']:g}, max "
+                    f"{cost['max']:g} out of order")
+        if (positive and cost["min"] <= 0) or cost["min"] < 0:
+            return f"{name}: min {cost['min']:g} is " + ("not above 0" if positive else
+                                                        "below 0")
     if not all(lanes.isascii() and lanes.isdigit() and 0 < int(lanes) <= 1024
                for lanes in fit["ms_per_mib"]):
         return "ms_per_mib: a key that is not a lane count"
@@ -7033,23 +7044,6 @@ def calibration_problem(fit):
 
 
 COST_MOST = 1e6  # no cost of a real run comes near (ms a MiB, a miss; a factor); past it, edited
-
-
-def cost_problem(cost, positive):
-    """What is wrong with one cost (None allowed: not fitted), or None."""
-    if cost is None:
-        return None
-    if not isinstance(cost, dict) or not all(is_number(cost.get(bound))
-                                             for bound in ("value", "min", "max")):
-        return f"not a cost with a finite value, min and max: {str(cost)[:60]!r}"
-    if cost["max"] > COST_MOST:
-        return f"max {cost['max']:g} is past any run's ({COST_MOST:g})"
-    if not cost["min"] <= cost["value"] <= cost["max"]:
-        return f"min {cost['min']:g}, value {cost['value']:g}, max {cost['max']:g} out of order"
-    if (positive and cost["min"] <= 0) or cost["min"] < 0:
-        return f"min {cost['min']:g} is not above 0" if positive else \
-            f"min {cost['min']:g} is below 0"
-    return None
 
 
 def is_number(value):
@@ -7131,21 +7125,6 @@ def repeats_of(config, runs):
     return Repeats(config, ordered, kept[:cut], kept[cut:], outliers)
 
 
-def change_of(config, base):
-    """(label, kind) of a configuration against the base's: the what-if keys it changes
-    (`cache` and `cache_mb` one change), `other` when it differs in a key no setting is."""
-    if any(base[key] != value for key, value in config.items()
-           if key in base and key not in WHAT_IF_KEYS):
-        return "another setup", "other"
-    changed = [key for key in WHAT_IF_KEYS if config.get(key) != base.get(key)]
-    if "cache" in changed and "cache_mb" in changed:
-        changed.remove("cache")
-    if not changed:
-        return "base", ""
-    label = ", ".join(f"{key}={config.get(key, 'unset')}" for key in changed)
-    return label, "+".join(sorted({"cache_mb" if key == "cache" else key for key in changed}))
-
-
 def fitted_costs(samples, base_compute):
     """The token model's costs fitted on `samples` (no outliers among them): ms per MiB by
     lanes of the serial runs without a cache, the lane exponent across lane counts, the
@@ -7210,7 +7189,20 @@ def calibration(samples):
     if others:  # fitted on the base's model alone, the others named
         fit = calibration([one for one in samples if one.identity["model"] == model])
         return fit and {**fit, "other_model_runs": others}
-    changes = [(group, *change_of(group.config, base.config)) for group in groups]
+    changes = []  # (group, label, kind): the what-if keys its configuration changes from the
+    for group in groups:  # base's (`cache` and `cache_mb` one change), `other` when it differs
+        config = group.config  # in a key no setting is
+        changed = [key for key in WHAT_IF_KEYS if config.get(key) != base.config.get(key)]
+        if "cache" in changed and "cache_mb" in changed:
+            changed.remove("cache")
+        if any(base.config[key] != value for key, value in config.items()
+               if key in base.config and key not in WHAT_IF_KEYS):
+            changes.append((group, "another setup", "other"))
+        else:
+            changes.append((group, ", ".join(f"{key}={config.get(key, 'unset')}" for key in
+                                             changed) or "base",
+                            "+".join(sorted({"cache_mb" if key == "cache" else key
+                                             for key in changed}))))
     modelled = [(group, label, kind) for group, label, kind in changes
                 if kind != "other" and set(kind.split("+")) <= MODELLED_KINDS | {""}]
     kept = [one for group, _, _ in modelled for one in group.runs if one not in group.outliers]

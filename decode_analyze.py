@@ -10404,7 +10404,23 @@ def analyze_summary(arguments, reading, sort, logs=True, group=True):
         inputs = read_inputs(arguments, copies, logs)
         runs = once(summary_runs(arguments, inputs.kinds, reading.warn), reading.warn)
         names = shortest_names([display_name(run.path) for run in runs])
-        rows = [summary_row(name, run, inputs, reading) for name, run in zip(names, runs)]
+        rows = []  # each run's row, its preamble under `meta` until the keys that differ are known
+        for name, run in zip(names, runs):
+            report = run_report(run, inputs, reading)
+            try:
+                row = summary_figures(name, run, report)
+                limit = FIGURE_LIMIT if inputs.kinds.get(run.path) == "json" else math.inf
+                for field in SUMMARY_FIGURES:  # a number each: a saved report may hold anything
+                    row[field] = figure_value(row[field], limit)
+                if type(row["tokens"]) is not int:
+                    raise ValueError("tokens is not a whole number")
+                row["flagged"] = [str(verdict_id) for verdict_id in row["flagged"]]
+                row["meta"] = {str(key): str(value) for key, value in row["meta"].items()}
+                row["granularity"] = granularity_name(row["granularity"])  # it keys the groups
+                row["sample"] = calibration_sample(name, report)
+            except NOT_WRITTEN_HERE as exc:
+                raise not_written_here(display_name(run.path), exc) from None
+            rows.append(row)
     # a row's name, what tells its run from every other (its kind, tokens and headline
     # figures) and its configuration
     table = run_table(rows, lambda row: RunEntry(
@@ -10481,25 +10497,6 @@ def run_report(run, inputs, reading, asked=Asked()):
         report = analyze_input(inputs.local[run.path], display_name(run.path),
                                inputs.kinds[run.path], reading, IoOptions(True, True, asked))
     return with_engine_log(report, log, reading.warn) if log else report
-
-
-def summary_row(name, run, inputs, reading):
-    """One run's row (its preamble under `meta`, until the keys that differ are known)."""
-    report = run_report(run, inputs, reading)
-    try:
-        row = summary_figures(name, run, report)
-        limit = FIGURE_LIMIT if inputs.kinds.get(run.path) == "json" else math.inf
-        for field in SUMMARY_FIGURES:  # every figure a number: a saved report may hold anything
-            row[field] = figure_value(row[field], limit)
-        if type(row["tokens"]) is not int:
-            raise ValueError("tokens is not a whole number")
-        row["flagged"] = [str(verdict_id) for verdict_id in row["flagged"]]
-        row["meta"] = {str(key): str(value) for key, value in row["meta"].items()}
-        row["granularity"] = granularity_name(row["granularity"])  # it keys the groups
-        row["sample"] = calibration_sample(name, report)
-        return row
-    except NOT_WRITTEN_HERE as exc:
-        raise not_written_here(display_name(run.path), exc) from None
 
 
 def analyze_timeline(compute_path, io_path, reading):

@@ -8741,6 +8741,17 @@ def summary_table(report, wide=False):
               if any(row[field.name] not in (None, HIDDEN_WHEN.get(field.name)) for row in rows)]
     numbers = {id(row): place for place, row in enumerate(rows, start=1)}  # equal rows too
     number = column("#", lambda row: numbers[id(row)])
+
+    def spread_column(field):  # a figure, and its runs' sd after it (±) in a row of repeats
+        shown = shown_column(field)
+
+        def written(row):
+            sd, some = row["spread"].get(field.name), row["figure_runs"].get(field.name)
+            value = shown.format(row[field.name])
+            value = value if sd is None else f"{value} ±{shown.format(sd)}"
+            return value if some is None else f"{value} ({some}/{row['n']})"
+        return shown if shown.align == "<" else Column(shown.header, lambda row: row, written,
+                                                       ">")
     left_out = []
     while True:  # the keys' columns, then the figures, that fit
         columns = (number, *keys, *map(spread_column, fields))
@@ -8759,20 +8770,6 @@ def summary_table(report, wide=False):
 
 # a column every row has at this value says nothing: one run each, no cache managed
 HIDDEN_WHEN = {"n": 1, "cache_mgmt_ms_per_token": 0.0}
-
-
-def spread_column(field):
-    """A figure's column, its runs' standard deviation after it (±) in a row of repeats."""
-    shown = shown_column(field)
-    if shown.align == "<":
-        return shown
-
-    def written(row):
-        sd, some = row["spread"].get(field.name), row["figure_runs"].get(field.name)
-        value = shown.format(row[field.name])
-        value = value if sd is None else f"{value} ±{shown.format(sd)}"
-        return value if some is None else f"{value} ({some}/{row['n']})"
-    return Column(shown.header, lambda row: row, written, ">")
 
 
 def summary_blocks(report, view):

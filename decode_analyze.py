@@ -4664,6 +4664,8 @@ def io_report(trace, fold, reading, settings, asked=None, curve=True):
     lanes = meta_int(meta, "io_threads") or len(by_lane)
     busy_ms = per.count(busy_ns / NS_PER_MS)
     runs = sum(phase_reads.runs.runs for phase_reads in chosen)
+    table, row_of = tokens.table, partial(io_token_row, fold.latencies)
+    heaviest = heapq.nlargest(SLOWEST, tokens.rows(), key=table.column("read_bytes").__getitem__)
     report = IO_REPORT(
         schema=SCHEMA, tool_version=TOOL_VERSION, kind="io", path=trace.name, meta=meta,
         settings=settings,
@@ -4691,25 +4693,17 @@ def io_report(trace, fold, reading, settings, asked=None, curve=True):
                             runs_per_token=per.count(runs) if fold.adjacent else None,
                             coalesce_factor=ratio(reads, runs) if fold.adjacent else None),
         run_cache=None, reuse=None, what_if=None,
-        **io_token_parts(tokens, fold.latencies, fold.per_lane))
+        token_mib=spread_of(tokens.values("read_bytes"), MIB),
+        token_reads=spread_of(tokens.values("reads")),
+        heaviest=[row_of(table, row) for row in heaviest],
+        per_token=TokenRows(tokens, row_of, IO_TOKEN_FIGURES),
+        # what the SVG stacks, so counted only with --svg; JSON keys are text, so lanes are
+        lane_bytes_by_token={lane: tokens.values(LANE_COLUMN + lane) for lane in sorted(
+            (name[len(LANE_COLUMN):] for name in table.columns if name.startswith(
+                LANE_COLUMN)), key=int)} if fold.per_lane else None)
     what_if_at = None if fold.lookups is None else \
         add_cache_what_ifs(report, fold, (chosen, phases), asked, reading, curve)
     return report, what_if_at
-
-
-def io_token_parts(tokens, latencies, per_lane):
-    """The io report's parts token by token: spreads, the heaviest, every token, and with
-    per_lane (--svg) each lane's bytes."""
-    table, row_of = tokens.table, partial(io_token_row, latencies)
-    heaviest = heapq.nlargest(SLOWEST, tokens.rows(), key=table.column("read_bytes").__getitem__)
-    return {"token_mib": spread_of(tokens.values("read_bytes"), MIB),
-            "token_reads": spread_of(tokens.values("reads")),
-            "heaviest": [row_of(table, row) for row in heaviest],
-            "per_token": TokenRows(tokens, row_of, IO_TOKEN_FIGURES),
-            # what the SVG stacks, so counted only with --svg; JSON keys are text, so lanes are
-            "lane_bytes_by_token": {lane: tokens.values(LANE_COLUMN + lane) for lane in sorted(
-                (name[len(LANE_COLUMN):] for name in table.columns if name.startswith(
-                    LANE_COLUMN)), key=int)} if per_lane else None}
 
 
 def settled_cache(report, reading, cache):

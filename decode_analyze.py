@@ -8581,24 +8581,9 @@ def summary_runs(arguments, kinds, warn):
     names pair (in either order, one to one; the run stands at its compute trace's place), and
     each other input alone (a path given twice is two runs). kinds: what each argument that is
     a file holds."""
-    pairs = name_pairs(arguments, kinds)
-    paired_ios = set(pairs.values())
-    runs = []
-    for index, argument in enumerate(arguments):
-        if argument not in kinds:
-            parts = run_parts(argument)
-            runs.append(Run(*in_pair_order(*parts, warn)) if len(parts) == 2 else Run(*parts))
-        elif index in pairs:
-            runs.append(Run(argument, arguments[pairs[index]]))
-        elif index not in paired_ios:
-            runs.append(Run(argument))
-    return runs
-
-
-def name_pairs(arguments, kinds):
-    """{compute position: io position} of the traces whose names pair. A name pairs only where
-    it is unambiguous: one io path for a compute trace, one compute path for an io trace; the
-    same path given twice pairs twice."""
+    # {compute position: io position} of the traces whose names pair. A name pairs only where
+    # it is unambiguous: one io path for a compute trace, one compute path for an io trace; the
+    # same path given twice pairs twice.
     positions = defaultdict(list)  # (kind, matched name) -> positions, in order
     for index, argument in enumerate(arguments):
         if kinds.get(argument) in ("compute", "io"):
@@ -8623,7 +8608,17 @@ def name_pairs(arguments, kinds):
         if any(len({arguments[at] for at in side}) != 1 for side in (ios, computes[name])):
             continue  # x-io.csv and x-io.csv.gz both given: which is this run's?
         pairs.update(zip(computes[name], ios))
-    return pairs
+    paired_ios = set(pairs.values())
+    runs = []
+    for index, argument in enumerate(arguments):
+        if argument not in kinds:
+            parts = run_parts(argument)
+            runs.append(Run(*in_pair_order(*parts, warn)) if len(parts) == 2 else Run(*parts))
+        elif index in pairs:
+            runs.append(Run(argument, arguments[pairs[index]]))
+        elif index not in paired_ios:
+            runs.append(Run(argument))
+    return runs
 
 
 def summary_figures(name, run, report):

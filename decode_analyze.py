@@ -6565,11 +6565,32 @@ def engine_report(log, report):
     ours = tool_figures(report, generated.value if generated else None)
     io = report_halves(report).get("io")  # each layer its reads span is a wait of the engine's
     read_layers = len([row for row in io["by_layer"] if row["reads_per_token"]]) if io else 0
+    meta, logged = io["meta"] if io else {}, log.figures
+    # Why the engine's figure sums something this run's traces do not show, where real runs
+    # found so (then shown, not compared). What an overlapped run did beside its reads, that
+    # the engine times and its trace does not:
+    beside = " and ".join(kind for kind, ran in (
+        ("a cache", had_cache(io)),
+        ("prefetch", io["spec"]["reads"] or meta.get("prefetch") == "1"
+         or logged.get("speculative_mib") is not None),
+        ("speculative decoding", "positions_per_decode" in logged)) if ran) \
+        if io and overlapped(meta) else ""
+    speculative, read = (logged.get(key) for key in ("speculative_mib", "read_mib"))
+    unlike = {"flash_io_ms_per_token": (
+        f"overlapped with {beside}, the engine's flash I/O sums time the trace does not hold "
+        f"(the lanes' busy time is 11-23% below it on 14 real runs: speculative reads' waits, "
+        f"reads past the decode's barrier)" if beside else
+        "o_direct=0: reads from the page cache are timed around the copy by the engine, not "
+        "by the trace (0.36 against 0.25 ms on a real run)" if meta.get("o_direct") == "0"
+        else None),
+        "rereads": "a run that prefetched: the engine's re-reads count speculative loads the "
+                   "trace books apart (997 against 839 on a real run)"
+        if speculative and read and speculative.value > 0.01 * read.value else None}
     compared = {}
     for name, engine in log.figures.items():
         tool = ours.get(name)
         note = None if tool is None else UNCOMPARED[name].why if name in UNCOMPARED else \
-            unlike_sums(name, report, log.figures)
+            unlike.get(name)
         least = max(engine.rounding, LAYER_WAIT_MS * read_layers
                     if name == "flash_io_ms_per_token" else 0.0)
         agrees = None if tool is None or note else agrees_with_engine(
@@ -6580,33 +6601,6 @@ def engine_report(log, report):
     return ENGINE(log=log.path, figures=compared, turns=turn_rows(log.turns, report),
                   unread=[ENGINE_UNREAD(line=number, lead=lead.strip(), figures=list(names))
                           for number, lead, names in log.unread])
-
-
-def unlike_sums(name, report, logged):
-    """Why the engine's figure sums something this run's traces do not show, where real runs
-    found so (then shown, not compared); else None. logged: the log's {figure: EngineValue}."""
-    io = report_halves(report).get("io")
-    meta = io["meta"] if io else {}
-    if name == "flash_io_ms_per_token" and overlapped(meta):
-        # what an overlapped run did beside its reads that the engine times and its trace
-        # does not
-        beside = " and ".join(kind for kind, ran in (
-            ("a cache", had_cache(io)),
-            ("prefetch", io["spec"]["reads"] or io["meta"].get("prefetch") == "1"
-             or (logged.get("speculative_mib") is not None)),
-            ("speculative decoding", "positions_per_decode" in logged)) if ran)
-        if beside:
-            return (f"overlapped with {beside}, the engine's flash I/O sums time the trace does "
-                    f"not hold (the lanes' busy time is 11-23% below it on 14 real runs: "
-                    f"speculative reads' waits, reads past the decode's barrier)")
-    if name == "flash_io_ms_per_token" and meta.get("o_direct") == "0":
-        return ("o_direct=0: reads from the page cache are timed around the copy by the "
-                "engine, not by the trace (0.36 against 0.25 ms on a real run)")
-    speculative, read = (logged.get(key) for key in ("speculative_mib", "read_mib"))
-    if name == "rereads" and speculative and read and speculative.value > 0.01 * read.value:
-        return ("a run that prefetched: the engine's re-reads count speculative loads the "
-                "trace books apart (997 against 839 on a real run)")
-    return None
 
 
 def turn_rows(turns, report):

@@ -87,7 +87,7 @@ def test_calibration_out_writes_the_fit_and_report_reads_it_back(tmp_path, fit):
     assert result.code == 0, result.err
     assert json.loads(target.read_text()) == fit
     said = " ".join(result.out.split())
-    assert f"calibration, fitted on 6 run(s) of qwen3moe-l4.gguf" in said
+    assert "calibration, fitted on 6 run(s) of qwen3moe-l4.gguf" in said
     assert "0 of 0 inside their band, of 3 held out" in said
     # summary says what a report given the file will do with it, and the comparison it rests on
     tally = fit["validation"]

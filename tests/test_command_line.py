@@ -377,7 +377,6 @@ def test_stdin_redirected_from_a_file_is_never_written_over(tmp_path, argv):
     (fstat: its device and inode) is an input, however the output names it (a symlink, a hard
     link); the run is refused and the file kept."""
     import subprocess
-    import sys
     trace = tmp_path / "ct.csv"
     original = (ROOT / "tests/data/sweep/qwen3moe-l4-greedy-serial-rep1-ct.csv").read_bytes()
     trace.write_bytes(original)

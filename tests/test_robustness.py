@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from helpers import REAL_TRACES, ROOT, TOOL, ct_text, io_text, run_measured
+from helpers import ROOT, TOOL, ct_text, io_text, run_measured
 
 
 # The suite's share of fuzzing, bounded so that the whole suite stays well inside a minute on a

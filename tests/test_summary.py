@@ -2,7 +2,6 @@
 by CT+IO; the keys that tell runs apart; sorting; memory that does not grow with the runs."""
 import json
 import re
-import shutil
 
 import pytest
 

@@ -4785,9 +4785,12 @@ def add_cache_what_ifs(report, fold, selected, asked, reading, curve=True):
     # cache verdict judges) and all of the distinct experts' footprint, in whole MiB (the
     # engine's unit), and the run's own size when its settings name one; none it cannot hold
     own, limit = (meta_number(report["meta"], key) for key in ("cache_mb", "mem_limit_mb"))
-    every = math.ceil(cache.distinct * cache.expert_bytes / MIB)
-    sizes = set() if not own else {own, own * 2} if cached and own * 2 < every else {own}
-    sizes |= {every} if cached else {footprint_share_mib(cache, share) for share in (0.25, 0.5, 1)}
+    sizes = {own} if own else set()
+    if cached:
+        every = math.ceil(cache.distinct * cache.expert_bytes / MIB)
+        sizes |= {every} | ({own * 2} if own and own * 2 < every else set())
+    else:
+        sizes |= {footprint_share_mib(cache, share) for share in (0.25, 0.5, 1)}
     asked = Asked(list(asked.cache_sizes) or [size for size in sorted(sizes)
                                               if limit is None or size <= limit],
                   list(asked.lanes) or DEFAULT_LANES)
@@ -6762,6 +6765,12 @@ def join_settings(trace, reading):
     return settings
 
 
+# A --set word over a preamble's on these is said where the trace is weighed with them: the
+# cache with what its trace shows (settled_cache), the lanes where the trace's overrule them
+# (weighed_io)
+SAID_WITH_THE_TRACE = (*CACHE_KEYS, "io_threads")
+
+
 def merged_settings(meta, given, warn, name):
     """The preamble with the given Settings joined, and the report's `settings`: a declared
     value wins over the preamble's (of two sources, SOURCE_RANK's first); a log's that
@@ -6791,7 +6800,7 @@ def merged_settings(meta, given, warn, name):
             differs = stands["value"] != value
             if source == "log" and differs and not (cache_settled and key in CACHE_KEYS) or \
                     source == "compute trace" and differs and stands["source"] == "declared" \
-                    and key not in (*CACHE_KEYS, "io_threads"):
+                    and key not in SAID_WITH_THE_TRACE:
                 yields(source, key, value, stands["source"], f"{stood}={stands['value']}")
             continue
         if source != "declared" and key in meta:
@@ -6799,9 +6808,8 @@ def merged_settings(meta, given, warn, name):
             if meta[key] != value and source not in ("trace", "compute trace"):
                 yields(source, key, value, "preamble", f"{key}={meta[key]}")
             continue
-        # declared over the preamble's word: said, but for the cache (said with what its
-        # trace shows, settled_cache) and the lanes (said where the trace's overrule it)
-        if key in meta and meta[key] != value and key not in (*CACHE_KEYS, "io_threads"):
+        # declared over the preamble's word: said, but where the trace is weighed too
+        if key in meta and meta[key] != value and key not in SAID_WITH_THE_TRACE:
             yields("preamble", key, meta[key], "declared", f"{key}={value}")
         meta[key] = value
         settings[key] = SETTING(value=value, source=source)
@@ -9757,17 +9765,19 @@ def compute_panels(report, start):
     time), a layer trace's one series; then the profile by layer."""
     tokens = report["per_token"]
     samples = report["category_us_by_token"]
-    names = [c["category"] for c in report["by_category"]] if samples else ["compute"]
-    series = {name: [us / 1e3 for us in samples[name]] for name in names} if samples else \
-        {"compute": [t["ms"] for t in tokens]}
     faulting = [t.get("faulting_ms") or 0.0 for t in tokens]
-    title = "compute ms per token, by node category" if samples else \
-        "compute ms per token (a layer trace: no node categories)"
+    if not samples:
+        title, names = "compute ms per token (a layer trace: no node categories)", ["compute"]
+        series = {"compute": [t["ms"] for t in tokens]}
+    else:
+        title = "compute ms per token, by node category"
+        names = [c["category"] for c in report["by_category"]]
+        series = {name: [us / 1e3 for us in samples[name]] for name in names}
     if samples and any(faulting):
+        title = "compute ms per token: faulting nodes, then categories (the rest, in proportion)"
         totals = [sum(values) for values in zip(*series.values())]
         kept = [max(0.0, 1 - fault / total) if total else 0.0
                 for fault, total in zip(faulting, totals)]
-        title = "compute ms per token: faulting nodes, then categories (the rest, in proportion)"
         series = {FAULT_BAND: faulting, **{name: [v * k for v, k in zip(values, kept)]
                                           for name, values in series.items()}}
         names = [FAULT_BAND] + names

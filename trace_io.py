@@ -209,19 +209,17 @@ class TraceError(Exception):
 
 
 def parse_preamble_line(text):
-    """Split one preamble line (without '#') into (leading words, {key: value}).
+    """Split one preamble line (without '#') into (leading words, [(key, value)] in order).
 
     A value runs up to the next `key=` token, so a value may hold spaces (`model=tiny moe.gguf`).
     """
     starts = list(_KEY_START.finditer(text))
     if not starts:
-        return text.split(), {}
+        return text.split(), []
     words = text[: starts[0].start(1)].split()
-    meta = {}
-    for this, following in zip(starts, starts[1:] + [None]):
-        end = following.start(1) if following else len(text)
-        meta[this.group(1)] = text[this.end(): end].strip()
-    return words, meta
+    ends = [following.start(1) for following in starts[1:]] + [len(text)]
+    return words, [(this.group(1), text[this.end(): end].strip())
+                   for this, end in zip(starts, ends)]
 
 
 def _open_binary(path):
@@ -485,10 +483,16 @@ class Trace:
                 raise TraceError(self.name, 0, "empty file: no header line"
                                  if self.line == 0 else "no header line after the preamble")
             if line.startswith("#"):
-                words, meta = parse_preamble_line(line[1:])
+                words, pairs = parse_preamble_line(line[1:])
                 if words and self.kind_word is None:
                     self.kind_word, self.version = (words + [None])[:2]
-                self.meta.update(meta)
+                for key, value in pairs:  # a key said twice is a contradiction: said, once
+                    if self.meta.get(key, value) != value:
+                        self.warn(f"{self.name}:{self.line}: the preamble names "
+                                  f"{key if key.isascii() and key.isprintable() else shown(key)}"
+                                  f" again: {shown(self.meta[key])}, then {shown(value)}: the "
+                                  f"last stands")
+                    self.meta[key] = value
                 continue
             if not line.strip():
                 continue

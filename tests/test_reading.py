@@ -267,6 +267,21 @@ def test_crlf_bom_and_spaces_in_preamble_values(write):
     assert r["ms_per_token"] == 4.0 and {op["op"] for op in r["by_op"]} == {"MUL_MAT", "ADD"}
 
 
+def test_a_preamble_key_named_twice_with_two_values_is_said_and_the_last_stands(write):
+    """One key given two values, on one preamble line or two, was taken silently (the last):
+    a header that names a column twice is refused, a setting said twice is a contradiction."""
+    preamble = "# compute_trace v1\n# model=m n_layer=4 io_threads=2\n# n_layer=8 \x1b[2J=9\n" \
+               "# \x1b[2J=7 model=m io_threads=4 io_threads=4\n"
+    path = write(ct_text(GOOD, preamble=preamble))
+    result = run("compute", path, "--format", "json")
+    assert result.code == 0
+    assert result.json["meta"]["n_layer"] == "8" and result.json["meta"]["io_threads"] == "4"
+    assert [warning.replace(str(path), "t.csv") for warning in result.json["warnings"]] == [
+        "t.csv:3: the preamble names n_layer again: '4', then '8': the last stands",
+        "t.csv:4: the preamble names '\\x1b[2J' again: '9', then '7': the last stands",
+        "t.csv:4: the preamble names io_threads again: '2', then '4': the last stands"]
+
+
 def test_gzip_by_magic_bytes(write):
     path = write(gzip.compress(ct_text(GOOD).encode()), name="trace.csv")
     assert report("compute", path)["ms_per_token"] == 4.0

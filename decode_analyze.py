@@ -55,7 +55,8 @@ sections above it:
                 its what-if made per decoded token from the io half's totals
   timeline      v2 traces on one clock: decode spans, unions of intervals
   engine        the engine's own end-of-run lines (NAME.log) beside the tool's figures
-  settings      merged_settings: what a preamble lacks (--set, the log's, the trace's) joined,
+  settings      KNOWN_SETTINGS (the values each setting takes: --set's and a preamble's),
+                merged_settings: what a preamble lacks (--set, the log's, the trace's) joined,
                 every word that yields on one fact in one warning
   runs          run_table (the one table of runs: summary's rows, diff's sides, the fit's
                 configurations), Sample (what a pair gives a fit), repeats_of (outliers, a
@@ -6709,6 +6710,44 @@ def with_engine_log(report, log, warn):
 SETTING_KEY = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 SETTING_VALUE = re.compile(r"[A-Za-z0-9_.+-]{1,40}")
 Setting = namedtuple("Setting", "key value source")
+MAX_CACHE_MB = 1 << 30  # a PiB: past any device's memory
+
+# The settings the tool reads, and the values each takes: a flag 0 or 1, a whole count, or a
+# size in MiB (a decimal: a log's resident 1.9). Any other key is shown as declared, said.
+KnownSetting = namedtuple("KnownSetting", "accepts wanted")
+
+
+def setting_count(most):
+    return lambda value: value.isascii() and value.isdigit() and 1 <= int(value) <= most
+
+
+def setting_mib(least):
+    return lambda value: bool(PLAIN_DECIMAL.fullmatch(value)) and \
+        least <= float(value) <= MAX_CACHE_MB
+
+
+KNOWN_SETTINGS = {
+    **{key: KnownSetting(("0", "1").__contains__, "0 or 1")
+       for key in ("cache", "prefetch", "overlap", "o_direct", "ngram", "moe_stream")},
+    "cache_mb": KnownSetting(setting_mib(0), f"MiB from 0 (no cache) to {MAX_CACHE_MB}"),
+    "mem_limit_mb": KnownSetting(setting_mib(1), f"MiB from 1 to {MAX_CACHE_MB}"),
+    "io_threads": KnownSetting(setting_count(256), "a whole number of lanes from 1 to 256"),
+    "n_threads": KnownSetting(setting_count(4096), "a whole number from 1 to 4096"),
+    "cores": KnownSetting(setting_count(4096), "a whole number of cores from 1 to 4096")}
+
+
+def readable_preamble(trace, warn):
+    """The trace's preamble without the values of settings the tool reads that it cannot read
+    (io_threads=abc, overlap=7), each said: the next source's word on the setting stands, and
+    no header shows a value that the figures ignore."""
+    for key, value in list(trace.meta.items()):
+        known = KNOWN_SETTINGS.get(key)
+        if known and not known.accepts(value):
+            warn(f"{trace.name}: the preamble's {key}={trace_io.shown(value)} is not "
+                 f"{known.wanted}: left out, as if not named")
+            del trace.meta[key]
+
+
 # Which source's value stands where two name a setting the preamble lacks: the first here
 SOURCE_RANK = {"declared": 0, "compute trace": 1, "log": 2, "trace": 3}
 
@@ -6763,7 +6802,8 @@ def reading_with_log(reading, log):
 
 
 def join_settings(trace, reading):
-    """Join the reading's settings to the trace's preamble: its `settings`."""
+    """Join the reading's settings to the trace's readable preamble: its `settings`."""
+    readable_preamble(trace, reading.warn)
     trace.meta, settings = merged_settings(trace.meta, reading.settings, reading.warn, trace.name)
     return settings
 
@@ -10501,9 +10541,11 @@ def analyze_timeline(compute_path, io_path, reading):
     if io_path is not None:
         io_trace, io_fold = fold_file(io_path, TIMELINE_IO_READ, TimelineIoFold, reading,
                                       check=require_v2)  # every read and wait, whatever its token
+        readable_preamble(io_trace, reading.warn)
         differs = trace_id_warning((trace.name, trace.meta), (io_trace.name, io_trace.meta))
         if differs:
             reading.warn(differs)
+    readable_preamble(trace, reading.warn)
     backwards = fold.clock.backwards + (io_fold.clock.backwards if io_fold else 0)
     if backwards:
         reading.warn(f"{backwards} row(s) end before they start: counted as empty intervals")
@@ -10557,7 +10599,6 @@ steps_range = option_type(step_bounds, lambda bounds: None in bounds or operator
                           "A:B with A <= B (either side optional)")
 sort_column = option_type(lambda text: text if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_ /]{0,40}", text)
                           else None, lambda text: True, "a column or a preamble key")
-MAX_CACHE_MB = 1 << 30  # a PiB: past any device's memory
 
 
 def whole_list(text):
@@ -10596,28 +10637,6 @@ def declared_setting(text):
     return Setting(key, value, "declared")
 
 
-# The settings the tool reads, and the values each takes: a flag 0 or 1, a whole count, or a
-# size in MiB (a decimal: a log's resident 1.9). Any other key is shown as declared, said.
-KnownSetting = namedtuple("KnownSetting", "accepts wanted")
-
-
-def setting_count(most):
-    return lambda value: value.isascii() and value.isdigit() and 1 <= int(value) <= most
-
-
-def setting_mib(least):
-    return lambda value: bool(PLAIN_DECIMAL.fullmatch(value)) and \
-        least <= float(value) <= MAX_CACHE_MB
-
-
-KNOWN_SETTINGS = {
-    **{key: KnownSetting(("0", "1").__contains__, "0 or 1")
-       for key in ("cache", "prefetch", "overlap", "o_direct", "ngram", "moe_stream")},
-    "cache_mb": KnownSetting(setting_mib(0), f"MiB from 0 (no cache) to {MAX_CACHE_MB}"),
-    "mem_limit_mb": KnownSetting(setting_mib(1), f"MiB from 1 to {MAX_CACHE_MB}"),
-    "io_threads": KnownSetting(setting_count(256), "a whole number of lanes from 1 to 256"),
-    "n_threads": KnownSetting(setting_count(4096), "a whole number from 1 to 4096"),
-    "cores": KnownSetting(setting_count(4096), "a whole number of cores from 1 to 4096")}
 setting_option = option_type(declared_setting, lambda setting: True,
                              "KEY=VALUE (a lowercase key; a value of letters, digits, . + - _)")
 

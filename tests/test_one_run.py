@@ -119,7 +119,7 @@ def test_overlap_declared_stands_over_both_preambles(tmp_path):
     ("cache_mb", "64", None, "64"),
     ("cache", "1", "0", "0"),
     ("prefetch", "1", "0", "0"),
-    ("ngram", "2", "3", "3"),
+    ("ngram", "0", "1", "1"),
 ])
 def test_a_setting_named_by_one_preamble_or_two_is_one_value(tmp_path, key, compute, io, stands):
     found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", key, compute),
@@ -634,8 +634,25 @@ def test_any_sources_of_a_setting_give_one_value_and_at_most_one_warning(tmp_pat
     assert len(said) <= 1, (key, compute, io, declared, log, trace, warnings)
 
 
+@pytest.mark.parametrize("key,value,compute", [("io_threads", "abc", "4"), ("io_threads", "0", "4"),
+                                               ("overlap", "7", "0"), ("o_direct", "x", None),
+                                               ("cache_mb", "-3", "64"), ("ngram", "3", None)])
+def test_a_preamble_value_the_tool_cannot_read_is_said_and_left_out(tmp_path, key, value, compute):
+    """Bug: io_threads=abc in an io preamble was kept in its meta and header, and the pair's
+    warning said "the io trace's stands", while every figure used the lanes the trace read on
+    (overlap=7 was shown, and read as serial). A value --set would refuse is one warning, and
+    the next source's word stands everywhere: the compute preamble's, or none."""
+    found, warnings = outputs(tmp_path, edited(LAYERS, tmp_path / "ct.csv", key, compute),
+                              edited(SERIAL, tmp_path / "io.csv", key, value))
+    agree(found, key, compute)
+    wanted = da.KNOWN_SETTINGS[key].wanted
+    assert said_of(warnings, key) == [
+        f"decode-analyze: warning: {tmp_path / 'run-io.csv'}: the preamble's {key}='{value}' is "
+        f"not {wanted}: left out, as if not named"], warnings
+
+
 @pytest.mark.parametrize("key,value", [("cache", "1"), ("cache_mb", "64"), ("prefetch", "0"),
-                                       ("ngram", "2")])
+                                       ("ngram", "1")])
 def test_a_run_setting_the_preamble_names_is_in_the_header(tmp_path, key, value):
     """Bug: cache=1 in an io trace's preamble set the what-if's base (a cached run) but showed
     nowhere in the header, which named io_threads, o_direct and overlap alone; a joined one

@@ -4710,15 +4710,23 @@ def io_report(trace, fold, reading, settings, asked=None, curve=True):
     return report, what_if_at
 
 
+# What the log says of its cache, beside its settings: another run's, where the trace refutes it
+LOG_CACHE_FIGURES = ("cache_mgmt_ms_per_token", "hit_pct", "resident_mib", "evictions", "rereads")
+
+
 def settled_cache(report, reading, cache):
-    """One word on the run's cache: the trace's over the log's (cache_contradiction); a
-    declared no cache (cache=0 or cache_mb=0) over both, since the trace's cache is inferred (a
-    router may pick fewer experts than k by design). The settings that yield are dropped from
-    the report's meta and settings, said once; whether any were."""
+    """One word on the run's cache: the trace's over the log's (cache_contradiction), whose
+    cache figures leave reading.measured with it (no split or what-if manages a cache the
+    run did not have); a declared no cache (cache=0 or cache_mb=0) over both, since the
+    trace's cache is inferred (a router may pick fewer experts than k by design). The
+    settings that yield are dropped from the report's meta and settings, said once; whether
+    any were."""
     contradiction = cache_contradiction(report, reading, cache)
     if contradiction:
         reading.warn(f"{report['path']}: {contradiction} (a log of another run?); the trace's "
                      f"word stands")
+        for name in LOG_CACHE_FIGURES:
+            reading.measured.pop(name, None)
         dropped = {"log"}
     else:
         # a declaration settles it, said once with every word that yields: the log's (which

@@ -718,3 +718,23 @@ def test_a_declared_setting_over_every_runs_preambles_is_one_warning_in_a_summar
     said = said_of(result.err, "overlap")
     assert said == ["decode-analyze: warning: the preambles say overlap=0, declared overlap=1: "
                     "the declared value stands"], result.err
+
+
+def test_a_logs_cache_the_trace_refutes_takes_its_management_with_it():
+    """Bug: given another run's log (a 48-layer run's cache of 64 MiB, 23 ms of management a
+    token) beside the 4-layer serial pair, the trace refuted the log's cache (cache=0, the
+    trace's) while its 23 ms of management stayed in the split and the what-if's base: the
+    run had no cache and paid 23 ms to manage it, the split had no compute, and every setting
+    saved the whole 20.25 ms decode. The log's cache figures are another run's: they go with it."""
+    log = TRACES / "l48-sweep" / "qwen3moe-l48-e128-cache64.log"
+    result = run("report", LAYERS, SERIAL, "--engine-log", log, "--format", "json")
+    assert result.code == 0
+    report = result.json
+    assert report["io"]["settings"]["cache"] == {"value": "0", "source": "trace"}
+    assert report["pair"]["cache_mgmt_ms_per_token"] == 0.0
+    assert report["what_if"]["baseline"]["cache_mgmt_ms_per_token"] == 0.0
+    decode = report["pair"]["decode_ms_per_token"]
+    assert math.isclose(report["pair"]["compute_ms_per_token"],
+                        decode - report["pair"]["flash_io_ms_per_token"])
+    assert all((setting["ms_per_token_saved"]["point"] or 0) < decode / 2
+               for setting in report["what_if"]["settings"]), report["what_if"]["settings"]

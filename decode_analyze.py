@@ -4712,6 +4712,9 @@ def io_report(trace, fold, reading, settings, asked=None, curve=True):
 
 # What the log says of its cache, beside its settings: another run's, where the trace refutes it
 LOG_CACHE_FIGURES = ("cache_mgmt_ms_per_token", "hit_pct", "resident_mib", "evictions", "rereads")
+# The log's split of its decode: another run's where the log's decode is not the traces'
+LOG_SPLIT = ("compute_ms_per_token", "cache_mgmt_ms_per_token", "flash_io_ms_per_token",
+             "stall_ms_per_token")
 
 
 def settled_cache(report, reading, cache):
@@ -10242,7 +10245,15 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     # what-if weighs it
     decoded = Counter(token["turn"] for token in compute["per_token"]) \
         if compute["phase"] == "decode" else {}
-    reading = reading._replace(measured={**(reading.measured or {}), "decoded": decoded})
+    measured = {**(reading.measured or {}), "decoded": decoded}
+    # The log's split is the run's only where the log's decode is the traces' (compared where
+    # both hold the whole decode, within the tolerance or the log's rounding): another run's
+    # log, or one of a run the traces were cut from, is compared below, and weighs nothing
+    traced = tool_figures(compute).get("decode_ms_per_token")
+    if None not in (traced, measured.get("decode_ms_per_token")) and not agrees_with_engine(
+            measured["decode_ms_per_token"], traced, ENGINE_MS_ROUNDING):
+        measured = {name: value for name, value in measured.items() if name not in LOG_SPLIT}
+    reading = reading._replace(measured=measured)
     io, measured, what_if_at = analyze_reads(io_path, reading._replace(
         selection=reading.selection.paired()))
     if compute["phase"] != io["phase"]:  # a compute trace without decode rows: all, both

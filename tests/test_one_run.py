@@ -738,3 +738,20 @@ def test_a_logs_cache_the_trace_refutes_takes_its_management_with_it():
                         decode - report["pair"]["flash_io_ms_per_token"])
     assert all((setting["ms_per_token_saved"]["point"] or 0) < decode / 2
                for setting in report["what_if"]["settings"]), report["what_if"]["settings"]
+
+
+def test_a_log_whose_decode_is_not_the_traces_weighs_nothing_in_the_split():
+    """Bug: another run's log (an overlapped 48-layer run's: a 237 ms decode, 3 ms of cache
+    management) beside the 4-layer serial pair (a 42.46 ms decode) was compared and found to
+    differ, but its 3 ms of management stayed in the split and the what-if's base, and moved
+    io_threads=8 from saving 0.97 ms to 3.97. A log whose decode is not the traces' is
+    another run's: the split and the what-if are those of the pair without a log."""
+    log = TRACES / "l48-sweep" / "qwen3moe-l48-e128-node-overlap.log"
+    shown = run("report", LAYERS, SERIAL, "--engine-log", log, "--format", "json")
+    alone = run("report", LAYERS, SERIAL, "--no-engine-log", "--format", "json")
+    assert shown.code == alone.code == 0
+    assert "the engine's decode_ms_per_token is 237, the traces' 42.46" in shown.err
+    split = ("compute_ms_per_token", "cache_mgmt_ms_per_token", "flash_io_ms_per_token")
+    assert [shown.json["pair"][name] for name in split] == \
+        [alone.json["pair"][name] for name in split]
+    assert shown.json["what_if"]["settings"] == alone.json["what_if"]["settings"]

@@ -4705,6 +4705,8 @@ def io_report(trace, fold, reading, settings, asked=None, curve=True):
         lane_bytes_by_token={lane: tokens.values(LANE_COLUMN + lane) for lane in sorted(
             (name[len(LANE_COLUMN):] for name in table.columns if name.startswith(
                 LANE_COLUMN)), key=int)} if fold.per_lane else None)
+    without_another_runs_split(reading.measured, "read_mib", report["read_bytes"] / MIB
+                               if whole_decode(report) else None, LOG_MIB_ROUNDING)
     what_if_at = None if fold.lookups is None else \
         add_cache_what_ifs(report, fold, (chosen, phases), asked, reading, curve)
     return report, what_if_at
@@ -4712,9 +4714,22 @@ def io_report(trace, fold, reading, settings, asked=None, curve=True):
 
 # What the log says of its cache, beside its settings: another run's, where the trace refutes it
 LOG_CACHE_FIGURES = ("cache_mgmt_ms_per_token", "hit_pct", "resident_mib", "evictions", "rereads")
-# The log's split of its decode: another run's where the log's decode is not the traces'
+# The log's split of its decode: another run's where the log's decode, or its MiB read, is
+# not the traces'
 LOG_SPLIT = ("compute_ms_per_token", "cache_mgmt_ms_per_token", "flash_io_ms_per_token",
              "stall_ms_per_token")
+LOG_MIB_ROUNDING = 0.05  # the engine prints MiB read to 1 decimal
+
+
+def without_another_runs_split(measured, name, traced, rounding):
+    """Where the log's figure `name` is not the traces' (`traced`, of a whole decode: within
+    ENGINE_TOLERANCE or the log's rounding), its split leaves `measured` (in place): the log is
+    another run's, or one of a run the traces were cut from, compared with them (the engine
+    table) and weighing nothing in the split or the what-if."""
+    logged = (measured or {}).get(name)
+    if None not in (logged, traced) and not agrees_with_engine(logged, traced, rounding):
+        for split in LOG_SPLIT:
+            measured.pop(split, None)
 
 
 def settled_cache(report, reading, cache):
@@ -10246,13 +10261,9 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
     decoded = Counter(token["turn"] for token in compute["per_token"]) \
         if compute["phase"] == "decode" else {}
     measured = {**(reading.measured or {}), "decoded": decoded}
-    # The log's split is the run's only where the log's decode is the traces' (compared where
-    # both hold the whole decode, within the tolerance or the log's rounding): another run's
-    # log, or one of a run the traces were cut from, is compared below, and weighs nothing
-    traced = tool_figures(compute).get("decode_ms_per_token")
-    if None not in (traced, measured.get("decode_ms_per_token")) and not agrees_with_engine(
-            measured["decode_ms_per_token"], traced, ENGINE_MS_ROUNDING):
-        measured = {name: value for name, value in measured.items() if name not in LOG_SPLIT}
+    without_another_runs_split(measured, "decode_ms_per_token",
+                               tool_figures(compute).get("decode_ms_per_token"),
+                               ENGINE_MS_ROUNDING)
     reading = reading._replace(measured=measured)
     io, measured, what_if_at = analyze_reads(io_path, reading._replace(
         selection=reading.selection.paired()))

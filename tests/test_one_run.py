@@ -755,3 +755,15 @@ def test_a_log_whose_decode_is_not_the_traces_weighs_nothing_in_the_split():
     assert [shown.json["pair"][name] for name in split] == \
         [alone.json["pair"][name] for name in split]
     assert shown.json["what_if"]["settings"] == alone.json["what_if"]["settings"]
+
+
+def test_a_log_whose_reads_are_not_the_traces_weighs_nothing_in_an_io_what_if():
+    """The same for an io trace alone, which has no decode to compare: another run's log reads
+    2448 MiB against the trace's 204, and its 3 ms of management moved io_threads=8 from
+    saving 0.97 ms a read-token to 3.97. Its split weighs nothing: the what-if is the trace's."""
+    log = TRACES / "l48-sweep" / "qwen3moe-l48-e128-node-overlap.log"
+    shown = run("io", SERIAL, "--what-if", "--engine-log", log, "--format", "json")
+    alone = run("io", SERIAL, "--what-if", "--no-engine-log", "--format", "json")
+    assert shown.code == alone.code == 0
+    assert "the engine's read_mib is 2448, the traces' 204" in shown.err
+    assert shown.json["what_if"] == alone.json["what_if"]

@@ -4705,30 +4705,24 @@ def io_report(trace, fold, reading, settings, asked=None, curve=True):
         lane_bytes_by_token={lane: tokens.values(LANE_COLUMN + lane) for lane in sorted(
             (name[len(LANE_COLUMN):] for name in table.columns if name.startswith(
                 LANE_COLUMN)), key=int)} if fold.per_lane else None)
+    # the log's MiB read (printed to 1 decimal) against the trace's: another run's log weighs
+    # nothing in the what-if
     without_another_runs_split(reading.measured, "read_mib", report["read_bytes"] / MIB
-                               if whole_decode(report) else None, LOG_MIB_ROUNDING)
+                               if whole_decode(report) else None, 0.05)
     what_if_at = None if fold.lookups is None else \
         add_cache_what_ifs(report, fold, (chosen, phases), asked, reading, curve)
     return report, what_if_at
 
 
-# What the log says of its cache, beside its settings: another run's, where the trace refutes it
-LOG_CACHE_FIGURES = ("cache_mgmt_ms_per_token", "hit_pct", "resident_mib", "evictions", "rereads")
-# The log's split of its decode: another run's where the log's decode, or its MiB read, is
-# not the traces'
-LOG_SPLIT = ("compute_ms_per_token", "cache_mgmt_ms_per_token", "flash_io_ms_per_token",
-             "stall_ms_per_token")
-LOG_MIB_ROUNDING = 0.05  # the engine prints MiB read to 1 decimal
-
-
 def without_another_runs_split(measured, name, traced, rounding):
     """Where the log's figure `name` is not the traces' (`traced`, of a whole decode: within
-    ENGINE_TOLERANCE or the log's rounding), its split leaves `measured` (in place): the log is
-    another run's, or one of a run the traces were cut from, compared with them (the engine
-    table) and weighing nothing in the split or the what-if."""
+    ENGINE_TOLERANCE or the log's rounding), its split of the decode leaves `measured` (in
+    place): the log is another run's, or one of a run the traces were cut from, compared with
+    them (the engine table) and weighing nothing in the split or the what-if."""
     logged = (measured or {}).get(name)
     if None not in (logged, traced) and not agrees_with_engine(logged, traced, rounding):
-        for split in LOG_SPLIT:
+        for split in ("compute_ms_per_token", "cache_mgmt_ms_per_token",
+                      "flash_io_ms_per_token", "stall_ms_per_token"):
             measured.pop(split, None)
 
 
@@ -4743,7 +4737,8 @@ def settled_cache(report, reading, cache):
     if contradiction:
         reading.warn(f"{report['path']}: {contradiction} (a log of another run?); the trace's "
                      f"word stands")
-        for name in LOG_CACHE_FIGURES:
+        for name in ("cache_mgmt_ms_per_token", "hit_pct", "resident_mib", "evictions",
+                     "rereads"):  # what the log says of its cache: another run's
             reading.measured.pop(name, None)
         dropped = {"log"}
     else:

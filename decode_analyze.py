@@ -6780,16 +6780,34 @@ SHOWN_BY_TRACE = {"prefetch": ("io", "speculative read", lambda report: report["
                             lambda report: report["decodes"]["speculative"])}
 
 
+def refuted_by_trace(report):
+    """(key, source, the sign the trace lacks) of each setting of the report, joined to its
+    preamble, that says prefetch=1 or ngram=1 where the trace holds no sign of it. Only a
+    whole decode can refute: a selection may leave out what showed it."""
+    if not whole_decode(report):
+        return []
+    return [(key, report["settings"][key]["source"], sign)
+            for key, (kind, sign, shown) in SHOWN_BY_TRACE.items()
+            if report["kind"] == kind and (report["settings"].get(key) or {}).get("value") == "1"
+            and not shown(report)]
+
+
+def declared_yet_refuted(report):
+    """A warning for each setting --set declares that the report's trace refutes: the user's
+    word stands, said."""
+    return [f"{report['path']}: {key}=1 declared, but the trace holds no {sign}: the "
+            f"declaration stands" for key, source, sign in refuted_by_trace(report)
+            if source == "declared"]
+
+
 def without_refuted_settings(report, warn):
     """The report without the log's settings its trace refutes (prefetch=1 with no speculative
-    read, ngram=1 with no decode of several positions), each said: the trace's word stands.
-    Only a whole decode can refute: a selection may leave out what showed it."""
-    if not whole_decode(report):
-        return report
-    for key, (kind, sign, shown) in SHOWN_BY_TRACE.items():
-        setting = report["settings"].get(key)
-        if report["kind"] != kind or not setting or setting["source"] != "log" or \
-                setting["value"] != "1" or shown(report):
+    read, ngram=1 with no decode of several positions), each said: the trace's word stands;
+    a declared one stands, said."""
+    for words in declared_yet_refuted(report):
+        warn(words)
+    for key, source, sign in refuted_by_trace(report):
+        if source != "log":
             continue
         warn(f"{report['path']}: the engine's log says {key}=1, but the trace holds no {sign} "
              f"(a log of another run?); the trace's word stands")
@@ -10269,7 +10287,8 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
         setting for setting in reading.settings if setting.source == "log"))
     report["pair"]["verdicts"], report["io"]["verdicts"] = pair_verdicts(
         report["compute"], report["io"], report["pair"], measured, pressure)  # run's settings
-    for message in report["pair"]["warnings"]:
+    # the compute half hears --set's word from the io half (pair_report): it is weighed here
+    for message in report["pair"]["warnings"] + declared_yet_refuted(report["compute"]):
         reading.warn(message)
     return report
 

@@ -767,3 +767,26 @@ def test_a_log_whose_reads_are_not_the_traces_weighs_nothing_in_an_io_what_if():
     assert shown.code == alone.code == 0
     assert "the engine's read_mib is 2448, the traces' 204" in shown.err
     assert shown.json["what_if"] == alone.json["what_if"]
+
+
+@pytest.mark.parametrize("command,key,sign", [
+    ("compute", "ngram", "decode covering two positions or more"),
+    ("io", "prefetch", "speculative read"),
+    ("report", "ngram", "decode covering two positions or more"),
+    ("report", "prefetch", "speculative read")])
+def test_a_declared_setting_the_whole_trace_refutes_stands_and_is_said(command, key, sign):
+    """Bug: --set ngram=1 (or prefetch=1) on a run whose whole decode shows none stood unsaid,
+    where the log's same word is dropped, said: two sources that disagree, and no warning. The
+    user's word stands; the trace's is said once. A selection refutes nothing."""
+    traced = {"compute": [LAYERS], "io": [SERIAL], "report": [LAYERS, SERIAL]}[command]
+    result = run(command, *traced, "--set", f"{key}=1", "--no-engine-log", "--format", "json")
+    assert result.code == 0
+    path = LAYERS if key == "ngram" else SERIAL
+    assert result.json["warnings"] == [f"{path}: {key}=1 declared, but the trace holds no "
+                                       f"{sign}: the declaration stands"]
+    halves = [result.json] if command != "report" else [result.json["compute"],
+                                                        result.json["io"]]
+    assert all(half["settings"][key] == {"value": "1", "source": "declared"} for half in halves)
+    selected = run(command, *traced, "--set", f"{key}=1", "--no-engine-log", "--steps", "70:90",
+                   "--format", "json")
+    assert selected.code == 0 and selected.json["warnings"] == []

@@ -10092,6 +10092,16 @@ class UsageError(Exception):
     """The command line asks for what cannot be done (exit status 2)."""
 
 
+def layers_past_preamble(report, warn):
+    """Said where the trace holds a layer past its preamble's n_layer (n_layer=2 beside layer
+    3): the header would name fewer layers than the tables show. The tables are the trace's."""
+    named = meta_int(report["meta"], "n_layer")
+    deepest = max((row["layer"] for row in report["by_layer"]), default=-1)
+    if named and deepest >= named:
+        warn(f"{report['path']}: the preamble says n_layer={named}, but the trace holds layer "
+             f"{deepest}: the tables show the trace's layers")
+
+
 def analyze_compute(path, reading, paired=False):
     """Read, sum up and judge a compute trace: its report dict (`paired`: a pair's part,
     without the verdicts the pair judges)."""
@@ -10099,6 +10109,7 @@ def analyze_compute(path, reading, paired=False):
                             in_parts_if_it_may(reading))
     report = without_refuted_settings(compute_report(
         trace, fold, reading.selection, join_settings(trace, reading)), reading.warn)
+    layers_past_preamble(report, reading.warn)
     words = None if paired else declared_cache_warning(trace.name, reading.settings)
     if words:  # no trace of reads to say it with
         reading.warn(words)
@@ -10235,6 +10246,7 @@ def weighed_io(path, reading, asked):
     report["meta"], shown = merged_settings(report["meta"], own, reading.warn, trace.name)
     report["settings"].update(shown)
     report = without_refuted_settings(report, reading.warn)
+    layers_past_preamble(report, reading.warn)
     if report["req_bytes"] > report["read_bytes"]:
         reading.warn(f"{trace.name}: the reads asked for more bytes ({report['req_bytes']}) "
                      f"than they read ({report['read_bytes']}): short reads, so the alignment "

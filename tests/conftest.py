@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import (HALF_READ_CT, HALF_READ_IO, ROOT, SIX_READS, ct_text, io_text,  # noqa: E402
-                     report_with_warnings, run)
+from helpers import (CT_48_LAYERS, HALF_READ_CT, HALF_READ_IO, ROOT, SIX_READS,  # noqa: E402
+                     ct_text, io_text, report_with_warnings, run)
 
 
 def compiled_once():
@@ -75,10 +75,11 @@ def one_token_traces(folder, count, many=True):
     rows = [f"{layer % 48},{('MUL_MAT', 'ADD', 'RMS_NORM')[i % 3]},blk-{layer % 48}-{i % 7},"
             f"{1000 + i % 977},{i % 5 == 0 and 2 or 0}" for i, layer in
             ((i, i // 7) for i in range(count))]
-    (folder / "single.csv").write_text(ct_text([f"0,1,7,{i},{row}" for i, row in enumerate(rows)]))
+    (folder / "single.csv").write_text(ct_text([f"0,1,7,{i},{row}" for i, row in enumerate(rows)],
+                                               CT_48_LAYERS))
     if many:
         (folder / "many.csv").write_text(ct_text([f"0,1,{7 + i // 160},{i % 160},{row}"
-                                                  for i, row in enumerate(rows)]))
+                                                  for i, row in enumerate(rows)], CT_48_LAYERS))
     return folder
 
 

@@ -114,6 +114,10 @@ def ct_text(rows, preamble="# compute_trace v1\n# model=m.gguf arch=qwen3moe n_l
     return preamble + header + "\n" + "".join(row + "\n" for row in rows)
 
 
+# A preamble of 48 layers, for rows that number them so (n_layer=2 beside layer 47 is said)
+CT_48_LAYERS = "# compute_trace v1\n# model=m.gguf arch=qwen3moe n_layer=48 n_threads=4\n"
+
+
 def io_text(rows, preamble="# io_trace v1\n# model=m.gguf io_threads=2 o_direct=1 overlap=0\n",
             header=IO_HEADER):
     return preamble + header + "\n" + "".join(row + "\n" for row in rows)

@@ -6,7 +6,7 @@ import pytest
 
 import decode_analyze
 from decode_analyze import classify, infer_layers
-from helpers import REAL_TRACES, ct_text, report, run, shared_trace
+from helpers import CT_48_LAYERS, REAL_TRACES, ct_text, report, run, shared_trace
 
 
 # Two turns that both reach step 4 (a session file), one prefill batch, and a KV view with
@@ -211,7 +211,7 @@ def test_top_limits_text_not_json(session):
 
 
 def test_layer_granularity_segments(write):
-    path = write(ct_text(LAYER_ROWS))
+    path = write(ct_text(LAYER_ROWS, CT_48_LAYERS))
     r = report("compute", path)
     assert r["granularity"] == "layer"
     assert [s["name"] for s in r["segments"]] == ["pre", "blk.2", "blk.10", "post", "odd"]

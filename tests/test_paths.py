@@ -16,7 +16,8 @@ from hypothesis import given, settings, strategies as st
 import decode_analyze
 import trace_io
 import tracegen
-from helpers import REAL_TRACES, assert_token_start, ct_text, difference, io_text, report, run
+from helpers import (CT_48_LAYERS, REAL_TRACES, assert_token_start, ct_text, difference, io_text,
+                     report, run)
 
 
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
@@ -489,8 +490,10 @@ def test_a_giant_token_classifies_its_layers_as_ordinary_tokens_do(write):
     def rows(step_of):
         return [f"0,1,{step_of(copy)},{seq},{lay},{op},{name},{ns},0"
                 for copy in range(copies) for seq, (op, name, lay, ns) in enumerate(graph)]
-    giant = report("compute", write(ct_text(rows(lambda copy: 7)), "giant.csv"), "--layers")
-    many = report("compute", write(ct_text(rows(lambda copy: 7 + copy)), "many.csv"), "--layers")
+    giant = report("compute", write(ct_text(rows(lambda copy: 7), CT_48_LAYERS), "giant.csv"),
+                   "--layers")
+    many = report("compute", write(ct_text(rows(lambda copy: 7 + copy), CT_48_LAYERS),
+                                   "many.csv"), "--layers")
     assert giant["tokens"] == 1 and many["tokens"] == copies
     for table, key in (("by_layer", "layer"), ("by_category", "category"), ("by_op", "op")):
         assert {row[key]: round(row["ms_per_token"], 9) for row in giant[table]} == \

@@ -15,8 +15,8 @@ from hypothesis import example, given, settings, strategies as st
 
 import decode_analyze
 import trace_io
-from helpers import (CT_HEADER, IO_HEADER, ROOT, TOOL, TOOL_SHELL, ct_text, error_of, io_text,
-                     report, run)
+from helpers import (CT_HEADER, IO_HEADER, REAL_TRACES, ROOT, TOOL, TOOL_SHELL, ct_text, error_of,
+                     io_text, report, run)
 
 
 GOOD = ["0,1,4,0,0,MUL_MAT,Qcur-0,1000000,0", "0,1,4,1,0,ADD,l_out-0,3000000,2"]
@@ -631,3 +631,20 @@ def test_a_pipe_is_read_once_by_io_and_report(tmp_path):
                  f"--format json")
     assert pair.returncode == 0, pair.stderr
     assert json.loads(pair.stdout)["io"]["reads"] == from_file["reads"]
+
+
+@pytest.mark.parametrize("command", ["compute", "io"])
+def test_a_layer_past_the_preambles_n_layer_is_said(write, command):
+    """Bug: a preamble saying n_layer=2 over rows of layer 3 stood unsaid: the header named two
+    layers, the tables showed four. The tables are the trace's, and the difference is said."""
+    source = REAL_TRACES["qwen3moe-l4-ct-node.csv" if command == "compute" else
+                         "qwen3moe-l4-io-serial.csv"]
+    text = source.read_text()
+    path = write(text.replace("n_layer=4", "n_layer=2", 1))
+    result = run(command, path, "--no-engine-log", "--format", "json")
+    assert result.code == 0 and result.json["warnings"] == [
+        f"{path}: the preamble says n_layer=2, but the trace holds layer 3: the tables show the "
+        f"trace's layers"]
+    assert max(row["layer"] for row in result.json["by_layer"]) == 3
+    same = run(command, write(text, name="same.csv"), "--no-engine-log", "--format", "json")
+    assert same.code == 0 and same.json["warnings"] == []

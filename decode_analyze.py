@@ -4658,13 +4658,16 @@ def io_report(trace, fold, reading, settings, asked=None, curve=True):
     latency = {spec: sum((r.latency[spec] for r in chosen), SortedParts()) for spec in "01"}
     latencies = latency["0"] + latency["1"]
     # The lanes the trace read on, where they are more than the preamble names (the trace's
-    # stand); a row for every named lane, since a lane that never read is the most idle of all.
+    # stand); a row for every named lane, since a lane that never read is the most idle of all:
+    # those the trace did not read on, the least numbers first (it may number them past the
+    # named count: lanes 0 and 7 of two are two lanes)
     named = meta_int(trace.meta, "io_threads")
     meta, settings = ({**trace.meta, "io_threads": str(len(by_lane))}, {
         **settings, "io_threads": SETTING(value=str(len(by_lane)), source="trace")}) \
         if named and len(by_lane) > named else (trace.meta, settings)
-    for lane in range(named):
-        by_lane.setdefault(lane, ReadSums())
+    unread = filterfalse(by_lane.__contains__, range(named + len(by_lane)))
+    for lane in islice(unread, max(0, named - len(by_lane))):
+        by_lane[lane] = ReadSums()
     lanes = meta_int(meta, "io_threads") or len(by_lane)
     busy_ms = per.count(busy_ns / NS_PER_MS)
     runs = sum(phase_reads.runs.runs for phase_reads in chosen)

@@ -422,3 +422,22 @@ def test_a_tokens_figure_read_from_its_column_is_its_dicts(command, path, figure
     assert isinstance(rows, decode_analyze.TokenRows) and len(from_columns) > 100
     assert list(from_columns) == [token[figure] for token in rows]
     assert decode_analyze.token_figure(list(rows), figure) == list(from_columns)
+
+
+@pytest.mark.parametrize("lanes,named,rows", [((0, 7), 2, [0, 7]), ((5, 6), 4, [0, 1, 5, 6]),
+                                              ((0, 2), 4, [0, 1, 2, 3])])
+def test_the_by_lane_table_holds_as_many_lanes_as_the_estimate(write, lanes, named, rows):
+    """Bug: a trace that read on lanes 0 and 7 under io_threads=2 drew three lanes (0, 7 and
+    the named lane 1, which never read) beside an estimate of two lanes at once, and called
+    them unbalanced. The table holds the lanes the estimate counts: those read on, and, where
+    fewer than named, the least numbers unread (a lane that never read is the most idle)."""
+    reads = "".join(f"0,1,{64 + step},0,{step},0,{lanes[step % 2]},0,0,65536,65536,100000\n"
+                    for step in range(4))
+    result = run("io", write(io_text([], preamble=f"# io_trace v1\n# model=m io_threads={named} "
+                                                  f"o_direct=1 overlap=0\n") + reads),
+                 "--format", "json")
+    assert result.code == 0
+    assert [row["lane"] for row in result.json["by_lane"]] == rows
+    assert result.json["lanes"] == len(rows) == named
+    unbalanced = [v for v in result.json["verdicts"] if v["id"] == "lanes_unbalanced"]
+    assert (unbalanced[0]["flagged"] if unbalanced else False) == (len(rows) > len(lanes))

@@ -7405,9 +7405,12 @@ def calibration_blocks(report, view):
     fit = report.get("calibration")
     if not fit:
         return []
+    # 0 is the fit's word for no quiet repeats (docs/json.md): a spread not measured
+    spread = f"quiet repeats' spread {fit['quiet_spread_ms']:.2f} ms (no band is narrower)" \
+        if fit["quiet_spread_ms"] else ("no configuration ran twice quietly, so this machine's "
+                                        "spread is not measured (repeat one to measure it)")
     lines = [f"  base: decode {fit['base_decode_ms']:.2f} ms, compute "
-             f"{fit['base_compute_ms']:.2f} ms (median of its quiet runs); quiet repeats' "
-             f"spread {fit['quiet_spread_ms']:.2f} ms (no band is narrower)"]
+             f"{fit['base_compute_ms']:.2f} ms (median of its quiet runs); {spread}"]
     for group in fit["configurations"]:
         lines += repeats_lines(group)
     costs = [(f"flash I/O ms per MiB, {counted(int(lanes), 'lane')}", cost)

@@ -608,3 +608,21 @@ def test_loaded_repeats_are_told_by_their_compute():
                                       for i in (1, 2, 3, 5, 6, 7, 8)]
     assert base["outliers"] == ["qwen3moe-l48-e128-serial-rep4-ct.csv"]
     assert len(base["quiet"]) == 3 and fit["base_compute_ms"] < 12
+
+
+def test_a_fit_without_repeats_says_the_spread_is_not_measured():
+    """Bug: a fit of runs none of which repeats another said "quiet repeats' spread 0.00 ms (no
+    band is narrower)": a spread never measured, shown as none. Its JSON keeps 0, the field's
+    word for no quiet repeats (docs/json.md); its text says so, and what would measure it."""
+    runs = [f"{SWEEP}/qwen3moe-l4-greedy-{name}-ct.csv+{SWEEP}/qwen3moe-l4-greedy-{name}-io.csv"
+            for name in ("serial-rep1", "cache2mb", "cache4mb")]
+    result = run("summary", *runs)
+    assert result.code == 0
+    text = " ".join(result.out.split())
+    assert "no configuration ran twice quietly, so this machine's spread is not measured " \
+           "(repeat one to measure it)" in text and "spread 0.00" not in text
+    assert report("summary", *runs)["calibration"]["quiet_spread_ms"] == 0.0
+    repeats = (runs[0].replace("rep1", rep) for rep in ("rep2", "rep3"))
+    repeated = run("summary", *runs, *repeats)
+    assert re.search(r"quiet repeats' spread [1-9][0-9.]* ms \(no band is narrower\)",
+                     " ".join(repeated.out.split()))

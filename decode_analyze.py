@@ -6783,39 +6783,26 @@ SHOWN_BY_TRACE = {"prefetch": ("io", "speculative read", lambda report: report["
                             lambda report: report["decodes"]["speculative"])}
 
 
-def refuted_by_trace(report):
-    """(key, source, the sign the trace lacks) of each setting of the report, joined to its
-    preamble, that says prefetch=1 or ngram=1 where the trace holds no sign of it. Only a
-    whole decode can refute: a selection may leave out what showed it."""
-    if not whole_decode(report):
-        return []
-    return [(key, report["settings"][key]["source"], sign)
-            for key, (kind, sign, shown) in SHOWN_BY_TRACE.items()
-            if report["kind"] == kind and (report["settings"].get(key) or {}).get("value") == "1"
-            and not shown(report)]
-
-
-def declared_yet_refuted(report):
-    """A warning for each setting --set declares that the report's trace refutes: the user's
-    word stands, said."""
-    return [f"{report['path']}: {key}=1 declared, but the trace holds no {sign}: the "
-            f"declaration stands" for key, source, sign in refuted_by_trace(report)
-            if source == "declared"]
-
-
 def without_refuted_settings(report, warn):
     """The report without the log's settings its trace refutes (prefetch=1 with no speculative
     read, ngram=1 with no decode of several positions), each said: the trace's word stands;
-    a declared one stands, said."""
-    for words in declared_yet_refuted(report):
-        warn(words)
-    for key, source, sign in refuted_by_trace(report):
-        if source != "log":
+    a declared one stands, said. Only a whole decode can refute: a selection may leave out
+    what showed it."""
+    if not whole_decode(report):
+        return report
+    for key, (kind, sign, shown) in SHOWN_BY_TRACE.items():
+        setting = report["settings"].get(key)
+        if report["kind"] != kind or not setting or setting["value"] != "1" or shown(report):
             continue
-        warn(f"{report['path']}: the engine's log says {key}=1, but the trace holds no {sign} "
-             f"(a log of another run?); the trace's word stands")
-        del report["settings"][key]
-        report["meta"] = {name: value for name, value in report["meta"].items() if name != key}
+        if setting["source"] == "declared":
+            warn(f"{report['path']}: {key}=1 declared, but the trace holds no {sign}: the "
+                 f"declaration stands")
+        elif setting["source"] == "log":
+            warn(f"{report['path']}: the engine's log says {key}=1, but the trace holds no "
+                 f"{sign} (a log of another run?); the trace's word stands")
+            del report["settings"][key]
+            report["meta"] = {name: value for name, value in report["meta"].items()
+                              if name != key}
     return report
 
 
@@ -10305,9 +10292,10 @@ def analyze_pair(compute_path, io_path, reading, asked=Asked()):
         setting for setting in reading.settings if setting.source == "log"))
     report["pair"]["verdicts"], report["io"]["verdicts"] = pair_verdicts(
         report["compute"], report["io"], report["pair"], measured, pressure)  # run's settings
-    # the compute half hears --set's word from the io half (pair_report): it is weighed here
-    for message in report["pair"]["warnings"] + declared_yet_refuted(report["compute"]):
+    for message in report["pair"]["warnings"]:
         reading.warn(message)
+    # the compute half hears --set's word from the io half (pair_report): it is weighed here
+    without_refuted_settings(report["compute"], reading.warn)
     return report
 
 

@@ -371,6 +371,12 @@ class Selection:
         return ordinal >= self.skip
 
     @property
+    def whole_decode(self):
+        """Whether it takes every decoded token: a log's count of them (its figures' den) is its."""
+        return self.phase in (None, "decode") and not self.turns and \
+            self.steps == (None, None) and not self.skip
+
+    @property
     def splittable(self):
         """Whether a file may be read in parts: --skip needs every earlier token of a turn."""
         return self.skip == 0
@@ -6825,9 +6831,14 @@ def reading_with_log(reading, log):
         ("moe_stream", "read_mib"), ("prefetch", "speculative_mib"),
         ("overlap", "stall_ms_per_token"),
         ("ngram", "positions_per_decode")) if shown_by in figures]
+    # The log's figures are per token it generated, all of them: some of them selected take
+    # its figures as averages, never rescaled by its count of tokens (18 ms of management over
+    # 64 tokens is not 54.86 over 21)
+    measured = {name: figure.value for name, figure in figures.items()
+                if name != "tokens" or reading.selection.whole_decode}
     return reading._replace(
         settings=declared + tuple(Setting(key, value, "log") for key, value in implied),
-        measured={name: figure.value for name, figure in figures.items()})
+        measured=measured)
 
 
 def join_settings(trace, reading):
@@ -7600,8 +7611,8 @@ class DiffView:
         else:
             logged = (report.get("engine") or {}).get("figures", {}).get("tokens")
             generated = logged.get("engine") if isinstance(logged, dict) else None
-            self.decoded = logged_tokens(generated, io["tokens"]) if io and isinstance(
-                generated, (int, float)) else None
+            self.decoded = logged_tokens(generated, io["tokens"]) if io and whole_decode(io) \
+                and isinstance(generated, (int, float)) else None
         self.kind = kind
         # a pair's what-if as report shows it (per decoded token, within the decode and the
         # memory): one run, one prediction, whichever command asks

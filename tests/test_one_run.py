@@ -3,6 +3,7 @@ preamble, the io trace's, --set, the engine's log, what the trace shows), every 
 output of the pair (report's two halves and header, its headline, its what-if's base, summary's
 row and diff's sides) reads one value, and two sources that disagree are one warning naming the
 key. The runs are the real 4-layer serial and overlapped runs, their preambles edited here."""
+import json
 import math
 import random
 import re
@@ -223,6 +224,34 @@ def test_the_engine_table_gives_the_management_the_split_takes(cached_report):
     assert logged["agrees"] is None and "the log's own" in logged["note"]
     table = da.text_of(report, da.View(layers=True, full=True))  # as --full draws it
     assert re.search(r"cache_mgmt_ms_per_token +18\.000 +18\.000 +1\.000 +the log's", table)
+
+
+def test_a_selection_takes_the_logs_figures_as_averages_not_rescaled_by_its_tokens():
+    """Bug: with --steps 90:110 (21 of 64 decoded tokens) the log's 64 generated tokens stood
+    for the selection's: the what-if's cache management was 18 x 64 / 21 = 54.86 ms beside the
+    split's 18, and the run's cache counted 64 tokens' lookups against 21 tokens' misses, a hit
+    share of 73.9% where the reads say 20.6%. The log counts the whole run; a selection's
+    figures take its per-token figures as they are."""
+    report = run("report", *CACHED, "--steps", "90:110", "--format", "json").json
+    own = report["io"]["run_cache"]
+    assert report["io"]["tokens"] == 21 and own["decode_lookups"] == 21 * 48 * 8
+    misses = own["turns"][0]["decode_misses"]
+    assert own["decode_hit_share"] == pytest.approx(1 - misses / (21 * 48 * 8), rel=1e-12)
+    assert own["decode_hit_share"] < 0.25
+    base = report["what_if"]["baseline"]
+    assert report["pair"]["cache_mgmt_ms_per_token"] == 18.0
+    assert base["cache_mgmt_ms_per_token"] == pytest.approx(18.0, rel=1e-12)
+
+
+def test_a_saved_io_selection_is_not_counted_by_its_logs_tokens(tmp_path):
+    """The same rule for a saved io report: diff took the log's 64 generated tokens as the
+    decoded tokens of a selection of 21, and rescaled its what-if's figures by 21/64."""
+    saved = tmp_path / "io.json"
+    run("io", CACHED[1], "--steps", "90:110", "--what-if", "--format", "json", "--output",
+        saved, "--engine-log", CACHED[0].parent / "qwen3moe-l48-e128-cache256-rep1.log")
+    report = json.loads(saved.read_text())
+    assert report["engine"]["figures"]["tokens"]["engine"] == 64 and report["tokens"] == 21
+    assert da.DiffView(str(saved), "saved report", report).decoded is None
 
 
 def test_without_a_log_a_cached_runs_compute_and_management_are_said_together():

@@ -1467,9 +1467,17 @@ def engine_blocks(report, view):
     agreeing = sum(row["agrees"] == "yes" for row in rows)
     unread = [name for line in engine.get("unread") or () for name in line["figures"]]
     words = [f"  {agreeing} of {len(rows) + len(unread)} agree with the tool's"
-            + (f", {len(odd)} differ{'s' if len(odd) == 1 else ''} (above)" if odd else "")
-            + "; the rest the tool derives or lacks: " + ", ".join(
-                row["figure"] for row in rows if row["agrees"] != "yes" and row not in odd)]
+             + (f", {len(odd)} differ{'s' if len(odd) == 1 else ''} (above)" if odd else "")
+             + "; the rest the tool derives or lacks: " + ", ".join(
+                 row["figure"] for row in rows if row["agrees"] != "yes" and row not in odd)]
+    selected = [half["selection"] for half in report_halves(report).values()
+                if not whole_decode(half)]
+    if selected and not any(row["tool"] is not None for row in rows):
+        chosen = selected[0]
+        words = [f"  none compared: the log sums every decoded token of the run, the traces' "
+                 f"figures are of " + ", ".join(describe_selection(chosen) + [
+                     f"phase {chosen['phase']}"] * (chosen["phase"] in ("prefill", "all")))
+                 + " (the log's per-token figures are taken as the run's averages)"]
     words += [f"  line {line['line']} of the log ({line['lead']}) not understood: "
              f"{', '.join(line['figures'])} unread" for line in engine.get("unread") or ()]
     parts = [Full("every engine figure", Grid(table, rows), Grid(table, odd) if odd else None),

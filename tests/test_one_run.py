@@ -241,6 +241,11 @@ def test_a_selection_takes_the_logs_figures_as_averages_not_rescaled_by_its_toke
     base = report["what_if"]["baseline"]
     assert report["pair"]["cache_mgmt_ms_per_token"] == 18.0
     assert base["cache_mgmt_ms_per_token"] == pytest.approx(18.0, rel=1e-12)
+    # the engine table compares nothing, and says why, where it said "0 of 14 agree"
+    text = " ".join(da.text_of(report, da.View()).split())
+    assert "none compared: the log sums every decoded token of the run, the traces' figures " \
+        "are of steps 90:110 (the log's per-token figures are taken as the run's averages)" \
+        in text and "agree with the tool's" not in text
 
 
 def test_a_saved_io_selection_is_not_counted_by_its_logs_tokens(tmp_path):

@@ -330,6 +330,13 @@ def report_halves(report):
         else {kind: report}
 
 
+def whole_decode(report):
+    """Whether a report (or a pair's half) is of every decoded token: what the log sums."""
+    selection = report["selection"]
+    return report["phase"] == "decode" and not selection["turns"] and \
+        selection["steps"] == [None, None] and not selection["skip"]
+
+
 def figure_value(value, limit=FIGURE_LIMIT):
     """A number from a report, or None; anything else (a string, 1e400, a figure no run
     reaches, whose delta or ratio would overflow) is not a report this tool wrote."""
@@ -4035,12 +4042,6 @@ def validated_half(errors, kinds, spread):
     return max(sum(errors.get(kind, worst) for kind in kinds), spread or 0.0)
 
 
-def whole_decode(report):
-    selection = report["selection"]
-    return report["phase"] == "decode" and not selection["turns"] and \
-        selection["steps"] == [None, None] and not selection["skip"]
-
-
 # The engine's flash I/O is the wall time it waited per layer's reads; a v1 trace holds each
 # read's latency, not the wake-up and dispatch around a layer's reads: 44-65 us per layer on
 # every shared real run (the estimate 0.89-0.94x the engine's), so that much is allowed too.
@@ -6599,9 +6600,15 @@ def own_cache_figures(io):
 
 # The figures the tool estimates where the engine measures: a gap in one is the estimate's,
 # said as what the trace lacks, never blamed on the log (a count that differs may be).
-ESTIMATES = {"flash_io_ms_per_token": "the tool's I/O estimate, from each read's latency; the "
-             "engine measured the wait, with the wake-ups and queueing around the reads that a "
-             "trace does not time: trust the engine's"}
+# Why the engine's flash I/O may differ from the traces' figure: serial, the tool's is an
+# estimate; overlapped, the readers' summed time, the engine's own count
+ESTIMATES = {(name, beside): words for name, beside, words in (
+    ("flash_io_ms_per_token", False, "the tool's I/O estimate, from each read's latency; the "
+     "engine measured the wait, with the wake-ups and queueing around the reads that a trace "
+     "does not time: trust the engine's"),
+    ("flash_io_ms_per_token", True, "the tool's lanes busy, the readers' summed time, which an "
+     "overlapped run's engine counts as flash I/O: a run that read in series, or a log of "
+     "another run?"))}
 
 
 def engine_report(log, report):
@@ -6728,12 +6735,14 @@ def with_engine_log(report, log, warn):
         warn(f"{log.path}: the traces' turn(s) {', '.join(map(str, unlogged))} have no turn "
              f"line in the log: nothing of them is compared (a log of another session, or "
              f"cut short?)")
+    io = report_halves(report).get("io")
+    beside = bool(io) and overlapped(io["meta"])
     for name, figure in (engine["figures"] if engine else {}).items():
         if figure["agrees"] is False:
             warn(f"{log.path}: the engine's {name} is {figure['engine']:.4g}, the traces' "
                  f"{figure['tool']:.4g} ({times(figure['ratio'], '.2f')}, beyond "
                  f"{ENGINE_TOLERANCE:.0%}): " + ESTIMATES.get(
-                     name, "a log of another run, or a trace cut short?"))
+                     (name, beside), "a log of another run, or a trace cut short?"))
     return {name: engine if name == "engine" else report[name] for name in names
             if name in report or name == "engine"}
 

@@ -259,6 +259,22 @@ def test_a_saved_io_selection_is_not_counted_by_its_logs_tokens(tmp_path):
     assert da.DiffView(str(saved), "saved report", report).decoded is None
 
 
+def test_a_flash_io_that_differs_under_overlap_names_the_figure_it_was_compared_with():
+    """Bug: a serial run declared overlap=1 compares the log's flash I/O with lanes busy, the
+    readers' summed time (350.6 ms against 90.96), but the warning called 350.6 "the tool's
+    I/O estimate, from each read's latency", which the screen gives as 89.40."""
+    serial = [TRACES / "l48-sweep" / f"qwen3moe-l48-e128-serial-rep10-{part}"
+              for part in ("ct.csv", "io.csv.gz")]
+    result = run("report", *serial, "--set", "overlap=1", "--format", "json")
+    lanes_busy = result.json["io"]["busy_ms_per_token"]
+    figure = result.json["engine"]["figures"]["flash_io_ms_per_token"]
+    assert figure["tool"] == pytest.approx(lanes_busy, rel=1e-12) and figure["agrees"] is False
+    warning = next(line for line in result.err.splitlines() if "flash_io_ms_per_token" in line)
+    assert f"the traces' {lanes_busy:.4g} " in warning
+    assert "the tool's lanes busy, the readers' summed time" in warning
+    assert "I/O estimate" not in warning
+
+
 def test_without_a_log_a_cached_runs_compute_and_management_are_said_together():
     report = run("report", *CACHED, "--no-engine-log", "--format", "json").json
     pair = report["pair"]

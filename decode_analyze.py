@@ -1489,18 +1489,27 @@ def engine_blocks(report, view):
              f"{', '.join(line['figures'])} unread" for line in engine.get("unread") or ()]
     parts = [Full("every engine figure", Grid(table, rows), Grid(table, odd) if odd else None),
              Prose(words)] if rows or unread else []
-    turns = [f"  turn {turn['turn']} (trace {num(turn['trace_turn'], 'd', 'none')}): "
-             f"{turn['generated']} generated" + (  # the traced count said where it differs
-                 "" if turn.get("tool_generated") in (None, turn["generated"]) else
-                 f" (traced {turn['tool_generated']})") + f", hit {turn['cache_hit_pct']}% (traced "
-             f"{num(turn['tool_cache_hit_pct'], '.1f')}), read {turn['read_mib']} MiB (traced "
-             f"{num(turn['tool_read_mib'], '.1f')})" + (
-                 f", {turn['ms_per_token']:.2f} ms/token (traced "
-                 f"{num(turn['tool_ms_per_token'], '.2f')})" if turn["ms_per_token"] else "")
-             + ("; not in the traces" if turn["trace_turn"] is None else "" if
-                turn["differs"] is None else f"; DIFFERS: {', '.join(turn['differs'])}"
-                if turn["differs"] else "; agrees")
-             for turn in engine["turns"]]
+    # a turn --turn left out is in the traces, unread: its log line alone
+    absent = "not selected (--turn)" if any(
+        half["selection"]["turns"] for half in report_halves(report).values()) else \
+        "not in the traces"
+    turns = []
+    for turn in engine["turns"]:
+        traced = turn["trace_turn"] is not None
+
+        def beside(name, spec):
+            return f" (traced {num(turn['tool_' + name], spec)})" if traced else ""
+        counted = turn.get("tool_generated") in (None, turn["generated"])  # said if it differs
+        turns.append(
+            f"  turn {turn['turn']}" + (f" (trace {turn['trace_turn']})" if traced else "")
+            + f": {turn['generated']} generated" + ("" if counted else
+                                                    f" (traced {turn['tool_generated']})")
+            + f", hit {turn['cache_hit_pct']}%{beside('cache_hit_pct', '.1f')}, read "
+            f"{turn['read_mib']} MiB{beside('read_mib', '.1f')}" + (
+                f", {turn['ms_per_token']:.2f} ms/token{beside('ms_per_token', '.2f')}"
+                if turn["ms_per_token"] else "")
+            + (f"; {absent}" if not traced else "" if turn["differs"] is None else
+               f"; DIFFERS: {', '.join(turn['differs'])}" if turn["differs"] else "; agrees"))
     notes = [f"  {name}: {figure['note']}" for name, figure in engine["figures"].items()
              if figure["note"] and name not in UNCOMPARED]
     return [Block(f"the engine's own figures (ms, MiB, % as named; agrees: within "

@@ -81,8 +81,13 @@ def test_a_turn_chosen_is_still_set_beside_its_turn_line():
     third = next(t for t in chosen if t["turn"] == 3)
     for name in ("tool_read_mib", "tool_cache_hit_pct", "tool_ms_per_token"):
         assert third[name] == whole[3][name], name
+    text = " ".join(run("report", *SESSION, "--turn", "2").out.split())
     assert "turn 3 (trace 2): 64 generated, hit 13.5% (traced 12.9), read 88.2 MiB " \
-        "(traced 88.2)" in " ".join(run("report", *SESSION, "--turn", "2").out.split())
+        "(traced 88.2)" in text
+    # Bug: the turns --turn left out said "(trace none) ... (traced n/a) ...; not in the
+    # traces", which hold them
+    assert "turn 1: 64 generated, hit 13.2%, read 87.8 MiB; not selected (--turn)" in text
+    assert "not in the traces" not in text and "trace none" not in text
 
 
 def test_a_cache_that_never_hit_is_simulated_at_its_size_for_the_engines_figures():

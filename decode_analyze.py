@@ -8090,7 +8090,10 @@ def setting_number(meta, key):
     return SETTINGS_OFF.get(key) if value is None else value
 
 
-PREDICTED_FIGURES = ("hit_share", "mib_per_token", "io_wall_ms_per_token")
+# The figures checked, each with its words in the text: io_wall_ms_per_token is the I/O part
+# (docs/what-if.md), flash I/O and cache management, not the I/O estimate the headline names so
+PREDICTED_FIGURES = {"hit_share": "hit share", "mib_per_token": "MiB per token",
+                     "io_wall_ms_per_token": "I/O part ms"}
 
 
 def prediction_check(base, new, name):
@@ -8478,8 +8481,9 @@ def prediction_blocks(report, view):
         return around if predicted["point"] is None or low == high else \
             f"{written(row, predicted['point'])} ({around})"
     columns = ((text_column("new", "new"),) if several else ()) \
-        + tuple(shown_column(PREDICTION.field(name)) for name in ("setting", "value", "figure")) \
-        + (column("predicted", band), column("measured", lambda row: written(row, row["measured"])),
+        + tuple(shown_column(PREDICTION.field(name)) for name in ("setting", "value")) \
+        + (text_column("figure", lambda row: PREDICTED_FIGURES.get(row["figure"], row["figure"])),
+           column("predicted", band), column("measured", lambda row: written(row, row["measured"])),
            column("within", lambda row: AGREEMENT[row["within"]]))
     return [Block(f"did the prediction hold? the base's what-if beside what the new run measured "
                   f"(per decoded token, per read-token without one; within: inside the band, "

@@ -4135,8 +4135,9 @@ class WhatIf:
         self.ms_per_mib = ratio(self.estimate, mib)
         measured = measured or {}
         self.cap = overlap_cap(report["meta"], measured, self.tokens)  # inf: serial
-        # the log's figures are per generated token (else, per read-token)
-        generated = logged_tokens(measured.get("tokens"), report["tokens"]) or report["tokens"]
+        # the log's figures are per generated token, all of them; without the log's count (a
+        # selection), as the split takes them: per one of `tokens`
+        generated = logged_tokens(measured.get("tokens"), report["tokens"]) or self.tokens
         self.per_read = generated / self.tokens
         self.management = (measured.get("cache_mgmt_ms_per_token") or 0.0) * self.per_read
         # summary --calibration-out's, from --calibration: used where it validated itself

@@ -275,6 +275,32 @@ def test_a_flash_io_that_differs_under_overlap_names_the_figure_it_was_compared_
     assert "I/O estimate" not in warning
 
 
+def test_a_logs_figures_without_its_count_are_per_decoded_token_in_the_what_if(tmp_path):
+    """Bug: where the log's count of tokens does not stand (a selection; a log without its
+    generation line), the what-if took the log's figures as per read-token: the cached run
+    whose one token read nothing (its experts all cached) had management 18 in the split and
+    18 x 63/64 in the what-if. The log's figures are per generated token, as the split takes
+    them: per decoded token."""
+    import gzip
+    lines = gzip.decompress(CACHED[1].read_bytes()).decode().splitlines(keepends=True)
+    header = next(i for i, line in enumerate(lines) if line.startswith("turn,"))
+    step = lines[header].split(",").index("step")
+    served = [line for line in lines[header + 1:] if line.split(",")[step] == "100"]
+    assert served  # its rows go: a token served whole from the cache
+    io = tmp_path / "run-io.csv"
+    io.write_text("".join(line for line in lines if line not in served))
+    ct = tmp_path / "run-ct.csv"
+    ct.write_bytes(CACHED[0].read_bytes())
+    (tmp_path / "run.log").write_bytes(
+        (CACHED[0].parent / "qwen3moe-l48-e128-cache256-rep1.log").read_bytes())
+    for extra in ((), ("--steps", "0:")):
+        report = run("report", ct, io, *extra, "--format", "json").json
+        assert (report["io"]["tokens"], report["compute"]["tokens"]) == (63, 64)
+        assert report["pair"]["cache_mgmt_ms_per_token"] == 18.0, extra
+        assert report["what_if"]["baseline"]["cache_mgmt_ms_per_token"] == \
+            pytest.approx(18.0, rel=1e-12), extra
+
+
 def test_without_a_log_a_cached_runs_compute_and_management_are_said_together():
     report = run("report", *CACHED, "--no-engine-log", "--format", "json").json
     pair = report["pair"]

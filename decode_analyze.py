@@ -1484,7 +1484,8 @@ def engine_blocks(report, view):
         words = [f"  none compared: the log sums every decoded token of the run, the traces' "
                  f"figures are of " + ", ".join(describe_selection(chosen) + [
                      f"phase {chosen['phase']}"] * (chosen["phase"] in ("prefill", "all")))
-                 + " (the log's per-token figures are taken as the run's averages)"]
+                 + ("" if report["kind"] == "compute" else  # which takes none of them
+                    " (the log's per-token figures are taken as the run's averages)")]
     words += [f"  line {line['line']} of the log ({line['lead']}) not understood: "
              f"{', '.join(line['figures'])} unread" for line in engine.get("unread") or ()]
     parts = [Full("every engine figure", Grid(table, rows), Grid(table, odd) if odd else None),

@@ -246,6 +246,10 @@ def test_a_selection_takes_the_logs_figures_as_averages_not_rescaled_by_its_toke
     assert "none compared: the log sums every decoded token of the run, the traces' figures " \
         "are of steps 90:110 (the log's per-token figures are taken as the run's averages)" \
         in text and "agree with the tool's" not in text
+    # compute alone takes none of the log's figures, and says none is taken
+    text = " ".join(run("compute", CACHED[0], "--steps", "90:110").out.split())
+    assert "none compared: the log sums every decoded token of the run, the traces' figures " \
+        "are of steps 90:110 " in text and "averages" not in text
 
 
 def test_a_saved_io_selection_is_not_counted_by_its_logs_tokens(tmp_path):

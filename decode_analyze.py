@@ -3719,6 +3719,21 @@ def ran_cached(io):
 CACHE_KEYS = ("cache", "cache_mb")  # the run's cache: one fact, two keys
 
 
+# What a log says of its run's cache: its moe-cache line's figures (the cache it managed),
+# each set aside with its cache where the run's cache is not the log's (log_cache_stands)
+LOG_CACHE_FIGURES = ("cache_mgmt_ms_per_token", "hit_pct", "resident_mib", "evictions", "rereads")
+
+
+def log_cache_stands(figures, io):
+    """Whether a log's figures (names) speak of the run's cache as the settings that stand
+    do: a moe-cache line of a run that had a cache, or a moe-stream line without one of a run
+    that had none. Where they do not (the trace refuted the log, or a declaration overruled
+    it), the log's cache figures weigh nothing: its management is another cache's."""
+    if "hit_pct" in figures or "resident_mib" in figures:
+        return had_cache(io)
+    return "read_mib" not in figures or not had_cache(io)
+
+
 def fact_keys(key):
     """The keys of the fact a setting is of: both cache keys for either, else the key."""
     return CACHE_KEYS if key in CACHE_KEYS else (key,)
@@ -4756,24 +4771,20 @@ def without_another_runs_split(measured, name, traced, rounding):
 
 
 def settled_cache(report, reading, cache):
-    """One word on the run's cache: the trace's over the log's (cache_contradiction), whose
-    cache figures leave reading.measured with it (no split or what-if manages a cache the
-    run did not have); a declared no cache (cache=0 or cache_mb=0) over both, since the
-    trace's cache is inferred (a router may pick fewer experts than k by design). The
-    settings that yield are dropped from the report's meta and settings, said once; whether
-    any were."""
+    """One word on the run's cache: the trace's over the log's (cache_contradiction); a
+    declared no cache (cache=0 or cache_mb=0) over both, since the trace's cache is inferred
+    (a router may pick fewer experts than k by design). The settings that yield are dropped
+    from the report's meta and settings, said once, and where the log's word yields, its cache
+    figures leave reading.measured with it (log_cache_stands): no split or what-if manages a
+    cache the run did not have. Whether any setting was dropped."""
     contradiction = cache_contradiction(report, reading, cache)
+    own, none = report["run_cache"], declared_no_cache(reading.settings)
     if contradiction:
         reading.warn(f"{report['path']}: {contradiction} (a log of another run?); the trace's "
                      f"word stands")
-        for name in ("cache_mgmt_ms_per_token", "hit_pct", "resident_mib", "evictions",
-                     "rereads"):  # what the log says of its cache: another run's
-            reading.measured.pop(name, None)
-        dropped = {"log"}
     else:
         # a declaration settles it, said once with every word that yields: the log's (which
         # merged_settings left to this one), the compute preamble's, the trace's
-        own, none = report["run_cache"], declared_no_cache(reading.settings)
         size = next((setting.value for setting in reading.settings
                      if setting.key == "cache_mb" and setting.source == "declared"), None)
         held = None if none or not own else holds_every_expert(own, cache, size)
@@ -4786,14 +4797,15 @@ def settled_cache(report, reading, cache):
         words = declared_cache_warning(report["path"], reading.settings, signs)
         if words:
             reading.warn(words)
-        if not none:
-            return False
-        dropped = {"log", "compute trace"}
+    dropped = {"log"} if contradiction else {"log", "compute trace"} if none else set()
     gone = {key for key, setting in report["settings"].items()
             if key in CACHE_KEYS and setting["source"] in dropped}
     report["meta"] = {key: value for key, value in report["meta"].items() if key not in gone}
     for key in gone:
         del report["settings"][key]
+    if not log_cache_stands(reading.measured or {}, report):
+        for name in LOG_CACHE_FIGURES:
+            reading.measured.pop(name, None)
     return bool(gone)
 
 
@@ -5180,7 +5192,9 @@ def cache_worth_words(report, io):
     """What managing the run's cache costs a token (its log's, else the default a miss), and
     what turning it off would save (the what-if's cache_mb=0): a cache that costs more than it
     saves is called out."""
-    logged = ((report.get("engine") or {}).get("figures") or {}).get("cache_mgmt_ms_per_token")
+    figures = (report.get("engine") or {}).get("figures") or {}
+    # the log's management where its cache is the run's: the one the split and what-if take
+    logged = figures.get("cache_mgmt_ms_per_token") if log_cache_stands(figures, io) else None
     per = "per read-token" if report["kind"] == "io" else per_words(report)
     expert_mib = (io.get("reuse") or {}).get("expert_mib")
     if logged:  # printed to 1 ms

@@ -305,6 +305,40 @@ def test_a_logs_figures_without_its_count_are_per_decoded_token_in_the_what_if(t
             pytest.approx(18.0, rel=1e-12), extra
 
 
+def test_a_declared_no_cache_takes_the_logs_cache_management_with_the_logs_cache():
+    """Bug: --set cache=0 on the 256 MiB run (its log: cache mgmt 18) put cache=0 (declared)
+    in the header beside "compute 8.15 + cache mgmt 18.00 (the engine's log)" in the split,
+    and 18 ms of management in the what-if's base: a run declared without a cache managed
+    one. The log's cache figures leave with its cache, as where the trace refutes it."""
+    report = run("report", *CACHED, "--set", "cache=0", "--format", "json").json
+    pair = report["pair"]
+    assert report["compute"]["meta"]["cache"] == report["io"]["meta"]["cache"] == "0"
+    assert pair["cache_mgmt_ms_per_token"] == 0.0
+    assert pair["compute_ms_per_token"] == pytest.approx(
+        pair["decode_ms_per_token"] - pair["flash_io_ms_per_token"], abs=1e-9)
+    assert report["what_if"]["baseline"]["cache_mgmt_ms_per_token"] == 0.0
+    text = " ".join(da.text_of(report, da.View()).split())
+    assert "cache mgmt 18.00 (the engine's log)" not in text and "managing it" not in text
+
+
+def test_a_logs_management_is_not_the_headers_where_the_trace_refutes_its_cache(tmp_path):
+    """Bug: a log without its moe-cache line (no cache, to the log) beside the cached run's
+    traces, its moe-stream line managing a cache for 200 ms: the trace refuted the log's no
+    cache, the split said "no log gives the management", and the header said "managing it
+    cost 200 ms per decoded token (the engine's log)". The header takes the management the
+    split takes: none of the log's, the default's estimate."""
+    log = tmp_path / "run.log"
+    log.write_text("moe-stream: read 3871.0 MiB (60.48 MiB/token), decode 0.125 s/token "
+                   "(compute 0.009 + cache mgmt 0.200 + flash I/O 0.099 s/token, 612 MiB/s)\n")
+    result = run("report", *CACHED, "--engine-log", log, "--format", "json")
+    assert "a cache ran here" in result.err
+    report = result.json
+    assert report["pair"]["cache_mgmt_ms_per_token"] is None
+    text = " ".join(da.text_of(report, da.View()).split())
+    assert "no log gives the management" in text and "200 ms" not in text
+    assert "managing it costs about" in text
+
+
 def test_without_a_log_a_cached_runs_compute_and_management_are_said_together():
     report = run("report", *CACHED, "--no-engine-log", "--format", "json").json
     pair = report["pair"]

@@ -263,6 +263,9 @@ UNCOMPARED = {"compute_ms_per_token": Uncompared(
                   "remainder", "a remainder: decode - flash I/O - cache mgmt"),
               "cache_mgmt_ms_per_token": Uncompared(
                   "the log's", "no trace times it: the tool's is the log's own")}
+# A log's cache figures where its cache is not the run's (log_cache_stands)
+SET_ASIDE = Uncompared("set aside", "the log's cache is not the run's (the trace refutes it, or "
+                                    "a declaration overrules it): its figures weigh nothing")
 
 ENGINE_FIGURE = Record("engine figure", (("engine", Shown("engine", 3)),
     ("tool", Shown("tool", 3)), ("ratio", Shown("ratio", 3)), ("agrees", Shown("agrees")), "note"))
@@ -1467,6 +1470,7 @@ def engine_blocks(report, view):
         return []
     rows = [{"figure": name, **figure,
              "agrees": AGREEMENT[figure["agrees"]] if not figure["note"] else
+             SET_ASIDE.word if figure["note"] == SET_ASIDE.why else
              UNCOMPARED[name].word if name in UNCOMPARED else "not alike"}
             for name, figure in engine["figures"].items()]
     table = (text_column("figure", "figure"), *table_of(ENGINE_FIGURE))
@@ -1512,7 +1516,10 @@ def engine_blocks(report, view):
             + (f"; {absent}" if not traced else "" if turn["differs"] is None else
                f"; DIFFERS: {', '.join(turn['differs'])}" if turn["differs"] else "; agrees"))
     notes = [f"  {name}: {figure['note']}" for name, figure in engine["figures"].items()
-             if figure["note"] and name not in UNCOMPARED]
+             if figure["note"] and name not in UNCOMPARED and figure["note"] != SET_ASIDE.why]
+    aside = [name for name, figure in engine["figures"].items()
+             if figure["note"] == SET_ASIDE.why]
+    notes += [f"  {', '.join(aside)}: {SET_ASIDE.why}"] if aside else []
     return [Block(f"the engine's own figures (ms, MiB, % as named; agrees: within "
                   f"{ENGINE_TOLERANCE:.0%} or the engine's rounding)",
                   parts + ([Prose(notes + turns, "    ")] if notes or turns else []))]
@@ -6664,10 +6671,11 @@ def engine_report(log, report):
                    "trace books apart (997 against 839 on a real run)"
         if speculative and read and speculative.value > 0.01 * read.value else None}
     compared = {}
+    aside = () if not io or log_cache_stands(logged, io) else LOG_CACHE_FIGURES
     for name, engine in log.figures.items():
         tool = ours.get(name)
-        note = None if tool is None else UNCOMPARED[name].why if name in UNCOMPARED else \
-            unlike.get(name)
+        note = SET_ASIDE.why if name in aside else None if tool is None else \
+            UNCOMPARED[name].why if name in UNCOMPARED else unlike.get(name)
         least = max(engine.rounding, LAYER_WAIT_MS * read_layers
                     if name == "flash_io_ms_per_token" else 0.0)
         agrees = None if tool is None or note else agrees_with_engine(

@@ -319,6 +319,14 @@ def test_a_declared_no_cache_takes_the_logs_cache_management_with_the_logs_cache
     assert report["what_if"]["baseline"]["cache_mgmt_ms_per_token"] == 0.0
     text = " ".join(da.text_of(report, da.View()).split())
     assert "cache mgmt 18.00 (the engine's log)" not in text and "managing it" not in text
+    # the engine table said its 0.000 was "the log's" own 18: the log's cache figures are set
+    # aside, and said so once
+    figures = report["engine"]["figures"]
+    for name in ("cache_mgmt_ms_per_token", "hit_pct", "resident_mib", "evictions", "rereads"):
+        assert figures[name]["note"] == da.SET_ASIDE.why and figures[name]["agrees"] is None
+    full = " ".join(da.text_of(report, da.View(full=True)).split())
+    assert re.search(r"cache_mgmt_ms_per_token 18\.000 0\.000 0\.000 set aside", full)
+    assert full.count("its figures weigh nothing") == 1
 
 
 def test_a_logs_management_is_not_the_headers_where_the_trace_refutes_its_cache(tmp_path):

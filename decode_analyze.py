@@ -3709,6 +3709,15 @@ def holds_every_expert(own, cache, size):
             f"{own['rereads']} of them again")
 
 
+def lanes_read(io):
+    """The lanes an io report's reads ran on: those of its lane table that read (a named lane
+    that never read is an idle row), whose rate the trace measured; its lanes without a read."""
+    rows = io.get("by_lane")  # a saved report's may hold anything: then its lanes
+    read = sum(1 for row in rows if isinstance(row, dict) and row.get("reads_per_token")) \
+        if isinstance(rows, list) else 0
+    return read or io["lanes"]
+
+
 def had_cache(io):
     """Whether the run had a cache: its trace shows one, or its settings name one (a cache
     that served nothing, 0% hit, traces every lookup, and managed all the same)."""
@@ -4178,7 +4187,7 @@ class WhatIf:
         # what hiding or bypassing the reads saves at most: their time, within the decode
         self.io_most = self.io_ms if self.decode is None else min(self.io_ms, self.decode)
         cached = had_cache(report)
-        self.own = Config(mib, meta_int(report["meta"], "io_threads") or report["lanes"],
+        self.own = Config(mib, lanes_read(report),  # the lanes whose rate is measured
                           cached, misses_of(mib, cache.expert_bytes / MIB) if cached else 0.0,
                           overlapped(report["meta"]))
         # a cached run's management a miss, from its log (per generated token, printed to 1 ms)
@@ -4440,7 +4449,8 @@ class WhatIf:
         io_threads, else the lanes its trace read on): its MiB at the token model's ms per MiB
         there."""
         settings = []
-        for lanes in (lanes for lanes in asked.lanes if lanes != self.own.lanes):
+        named = meta_int(self.report["meta"], "io_threads")  # a named lane may never read
+        for lanes in (lanes for lanes in asked.lanes if lanes not in (self.own.lanes, named)):
             config = self.own._replace(lanes=lanes)
             part = self.model.part(config._replace(overlap=False))
             settings.append(self.modelled(
@@ -7199,7 +7209,7 @@ def calibration_sample(name, report):
                         experts=reuse.get("experts"), top_k=own.get("top_k"),
                         expert_mib=expert_mib or None)
     sample = Sample(
-        name, identity, meta_int(meta, "io_threads") or io["lanes"], cached,
+        name, identity, lanes_read(io), cached,
         overlapped(meta), mib,
         engine.get("flash_io_ms_per_token", pair["io_wall_ms_per_token"]["estimate"]),
         engine.get("cache_mgmt_ms_per_token"), misses_of(mib, expert_mib) if cached else 0.0,
@@ -10292,6 +10302,13 @@ def weighed_io(path, reading, asked):
             and setting.value != report["meta"].get("io_threads")]
         reading.warn(f"{trace.name}: {', '.join(words)}, but the trace read on "
                      f"{counted(report['lanes'], 'lane')}: the trace's lanes stand")
+    elif (report["settings"].get("io_threads") or {}).get("source") == "declared" and \
+            report["lanes"] > lanes_read(report):  # the preamble's idle lanes: the verdict's
+        read = lanes_read(report)
+        reading.warn(f"{trace.name}: io_threads={report['lanes']} declared, but the trace read on "
+                     f"{counted(read, 'lane')}: the declared value stands, the other "
+                     f"{report['lanes'] - read} idle (the lanes verdict weighs them; the "
+                     f"what-if's rates are the {counted(read, 'lane')}')")
     # The settings the trace shows: whether the run had a cache (with --cache or --what-if),
     # and prefetch, when it read speculatively: that is prefetching, whatever was written or
     # declared of it, so it takes the place of any other word

@@ -397,7 +397,7 @@ def test_no_output_is_written_over_the_calibration_it_reads(tmp_path, option):
 @pytest.mark.parametrize("edit,said", [
     (lambda r: r["pair"].update(io_mib_per_token=-1.0), "the fit's mib '-1.0'"),
     (lambda r: r["pair"].update(decode_ms_per_token=1e999), "the fit's decode_ms 'inf'"),
-    (lambda r: (r["io"].update(lanes=2.5), r["io"]["meta"].pop("io_threads"),
+    (lambda r: (r["io"].update(lanes=2.5, by_lane=[]), r["io"]["meta"].pop("io_threads"),
                 r["compute"]["meta"].pop("io_threads")), "lanes '2.5' is not a whole number")])
 def test_a_saved_report_fed_into_a_fit_is_checked(tmp_path, edit, said):
     """A saved report's figures enter the fit only finite, >= 0, with whole lanes; else the

@@ -1488,8 +1488,8 @@ def engine_blocks(report, view):
         words = [f"  none compared: the log sums every decoded token of the run, the traces' "
                  f"figures are of " + ", ".join(describe_selection(chosen) + [
                      f"phase {chosen['phase']}"] * (chosen["phase"] in ("prefill", "all")))
-                 + ("" if report["kind"] == "compute" else  # which takes none of them
-                    " (the log's per-token figures are taken as the run's averages)")]
+                 + ("" if report["kind"] == "compute" or chosen["phase"] in ("prefill", "all")
+                    else " (the log's per-token figures are taken as the run's averages)")]
     words += [f"  line {line['line']} of the log ({line['lead']}) not understood: "
              f"{', '.join(line['figures'])} unread" for line in engine.get("unread") or ()]
     parts = [Full("every engine figure", Grid(table, rows), Grid(table, odd) if odd else None),
@@ -4196,6 +4196,11 @@ class WhatIf:
                                 None if managed is None or not self.own.misses else
                                 management_cost([(managed, self.own.misses / self.per_read)]),
                                 self.per_token(report.get("slowest_reads_ms_per_token")))
+        # a cached run's management no log gives: the model's at its own configuration, as at
+        # every setting's (the header's estimate), not none
+        if managed is None and self.own.cached:
+            part = self.model.part(self.own._replace(overlap=False))
+            self.management = 0.0 if part is None else part.management.value
         # the run's own I/O part as measured (serial: its I/O, the log's where it has one, and
         # its cache management), as the model gives it (overlapped); None unknown: every saving
         # is taken from it
@@ -6893,9 +6898,12 @@ def reading_with_log(reading, log):
         ("ngram", "positions_per_decode")) if shown_by in figures]
     # The log's figures are per token it generated, all of them: some of them selected take
     # its figures as averages, never rescaled by its count of tokens (18 ms of management over
-    # 64 tokens is not 54.86 over 21)
+    # 64 tokens is not 54.86 over 21); they are the decode's, nothing of a prefill batch
+    selection = reading.selection
+    decode = selection.phase in (None, "decode")
     measured = {name: figure.value for name, figure in figures.items()
-                if name != "tokens" or reading.selection.whole_decode}
+                if (name != "tokens" or selection.whole_decode) and (decode or not (
+                    name.endswith("_per_token") or name in ("tokens", "positions_per_decode")))}
     return reading._replace(
         settings=declared + tuple(Setting(key, value, "log") for key, value in implied),
         measured=measured)

@@ -379,6 +379,37 @@ def test_without_a_log_a_cached_runs_compute_and_management_are_said_together():
     assert f"= compute and cache mgmt {together:.2f} (no log gives the management)" in text
 
 
+def test_a_cached_run_without_a_logs_management_has_the_models_in_its_what_if():
+    """Bug: a cached run without a log: the header said "managing it costs about 17.74 ms"
+    (the default a MiB missed), the what-if's base managed nothing ("cache mgmt 0.00 ms"), so
+    every io_threads setting "cost" the management it priced at its own lanes (the synthetic
+    faults run: "io_threads=8 costs 4.77 ms: cache mgmt 0.00 -> 5.20 ms") and turning the cache
+    off saved no management. The base's management is the model's at its own configuration."""
+    report = run("report", *CACHED, "--no-engine-log", "--format", "json").json
+    base = report["what_if"]["baseline"]
+    estimate = da.DEFAULT_COSTS["management_ms_per_mib"]["value"] * base["mib_per_token"]
+    assert base["cache_mgmt_ms_per_token"] == pytest.approx(estimate, rel=1e-9)
+    text = " ".join(da.text_of(report, da.View()).split())
+    assert f"managing it costs about {estimate:.2f} ms" in text
+    for setting in report["what_if"]["settings"]:
+        if setting["setting"] == "io_threads":  # lanes change no management
+            assert setting["figures"]["cache_mgmt_ms_per_token"]["point"] == \
+                pytest.approx(base["cache_mgmt_ms_per_token"], rel=1e-9)
+    off, = (s for s in report["what_if"]["settings"] if (s["setting"], s["value"]) == ("cache_mb", 0))
+    assert off["figures"]["cache_mgmt_ms_per_token"]["point"] == 0.0
+
+
+def test_a_prefill_selection_takes_none_of_the_logs_decode_figures():
+    """Bug: --phase prefill split a prefill batch as "compute 343.94 + cache mgmt 18.00 (the
+    engine's log)": the log's management a decoded token, given to a 64-token batch."""
+    report = run("report", *CACHED, "--phase", "prefill", "--format", "json").json
+    assert report["pair"]["cache_mgmt_ms_per_token"] is None  # no log gives a batch's
+    assert report["what_if"]["baseline"]["cache_mgmt_ms_per_token"] != 18.0
+    text = " ".join(da.text_of(report, da.View()).split())
+    assert "(the engine's log)" not in text.split("the engine's log: decode")[0]
+    assert "the traces' figures are of phase prefill " in text + " " and "averages" not in text
+
+
 def test_a_run_without_a_cache_manages_nothing():
     pair = run("report", *QUIET, "--no-engine-log", "--format", "json").json["pair"]
     assert pair["cache_mgmt_ms_per_token"] == 0.0

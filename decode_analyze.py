@@ -4200,7 +4200,10 @@ class WhatIf:
         # every setting's (the header's estimate), not none
         if managed is None and self.own.cached:
             part = self.model.part(self.own._replace(overlap=False))
-            self.management = 0.0 if part is None else part.management.value
+            # never more than a pair's decode leaves beside the flash I/O (the compute and the
+            # management together): a default that does not fit the run is capped by it
+            room = math.inf if self.most is None else max(0.0, self.most - self.io_ms)
+            self.management = 0.0 if part is None else min(part.management.value, room)
         # the run's own I/O part as measured (serial: its I/O, the log's where it has one, and
         # its cache management), as the model gives it (overlapped); None unknown: every saving
         # is taken from it
@@ -5226,9 +5229,16 @@ def cache_worth_words(report, io):
         mib_ms = DEFAULT_COSTS["management_ms_per_mib"]["value"]
         mib = report["pair"]["io_mib_per_token"] if report["kind"] == "report" else \
             io["mib_per_token"]
-        managed = (f"managing it costs about {mib_ms * mib:.2f} ms {per} ({mib_ms:.3f} ms a "
-                   f"MiB missed, real runs', x {mib:.2f} MiB missed: "
-                   f"{misses_of(mib, expert_mib):.1f} misses)")
+        # at most what the split leaves beside the flash I/O, as the what-if takes it
+        pair = report.get("pair") or {}
+        room = None if pair.get("flash_io_ms_per_token") is None else \
+            max(0.0, pair["decode_ms_per_token"] - pair["flash_io_ms_per_token"])
+        about = mib_ms * mib
+        managed = (f"managing it costs about {min(about, room or about):.2f} ms {per} "
+                   f"({mib_ms:.3f} ms a MiB missed, real runs', x {mib:.2f} MiB missed: "
+                   f"{misses_of(mib, expert_mib):.1f} misses" + (
+                       f"; at most the {room:.2f} ms the decode leaves beside its flash I/O)"
+                       if room is not None and about > room else ")"))
     else:
         return []
     off = next((setting["ms_per_token_saved"] for setting in

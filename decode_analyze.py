@@ -1485,8 +1485,8 @@ def engine_blocks(report, view):
                 if not whole_decode(half)]
     if selected and not any(row["tool"] is not None for row in rows):
         chosen = selected[0]
-        words = [f"  none compared: the log sums every decoded token of the run, the traces' "
-                 f"figures are of " + ", ".join(describe_selection(chosen) + [
+        words = ["  none compared: the log sums every decoded token of the run, the traces' "
+                 "figures are of " + ", ".join(describe_selection(chosen) + [
                      f"phase {chosen['phase']}"] * (chosen["phase"] in ("prefill", "all")))
                  + ("" if report["kind"] == "compute" or chosen["phase"] in ("prefill", "all")
                     else " (the log's per-token figures are taken as the run's averages)")]

@@ -418,12 +418,19 @@ def test_a_default_management_never_passes_what_the_decode_leaves_beside_its_fla
 def test_a_prefill_selection_takes_none_of_the_logs_decode_figures():
     """Bug: --phase prefill split a prefill batch as "compute 343.94 + cache mgmt 18.00 (the
     engine's log)": the log's management a decoded token, given to a 64-token batch."""
-    report = run("report", *CACHED, "--phase", "prefill", "--format", "json").json
-    assert report["pair"]["cache_mgmt_ms_per_token"] is None  # no log gives a batch's
-    assert report["what_if"]["baseline"]["cache_mgmt_ms_per_token"] != 18.0
-    text = " ".join(da.text_of(report, da.View()).split())
-    assert "(the engine's log)" not in text.split("the engine's log: decode")[0]
-    assert "the traces' figures are of phase prefill " in text + " " and "averages" not in text
+    for phase in ("prefill", "all"):
+        report = run("report", *CACHED, "--phase", phase, "--format", "json").json
+        assert report["pair"]["cache_mgmt_ms_per_token"] is None  # no log gives a batch's
+        managed = report["what_if"]["baseline"]["cache_mgmt_ms_per_token"]
+        assert managed != 18.0
+        text = " ".join(da.text_of(report, da.View()).split())
+        # the header too (bug: under --phase all it said "managing it cost 18 ms (the engine's
+        # log)" beside the what-if's 22.08)
+        assert "(the engine's log)" not in text.split("the engine's log: decode")[0]
+        assert f"managing it costs about {managed:.2f} ms" in text if phase == "all" else \
+            "managing it" not in text  # no decode token: no cache of its own to say
+        assert f"the traces' figures are of phase {phase} " in text + " "
+        assert "averages" not in text
 
 
 def test_a_run_without_a_cache_manages_nothing():

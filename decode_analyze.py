@@ -383,8 +383,7 @@ class Selection:
     @property
     def whole_decode(self):
         """Whether it takes every decoded token: a log's count of them (its figures' den) is its."""
-        return self.phase in (None, "decode") and not self.turns and \
-            self.steps == (None, None) and not self.skip
+        return whole_decode({"phase": self.phase or "decode", "selection": self.as_dict()})
 
     @property
     def splittable(self):
@@ -6658,9 +6657,8 @@ def own_cache_figures(io):
 
 
 # The figures the tool estimates where the engine measures: a gap in one is the estimate's,
-# said as what the trace lacks, never blamed on the log (a count that differs may be).
-# Why the engine's flash I/O may differ from the traces' figure: serial, the tool's is an
-# estimate; overlapped, the readers' summed time, the engine's own count
+# said as what the trace lacks, never blamed on the log (a count that differs may be). Flash
+# I/O, serial (False), is the tool's estimate; overlapped (True), the readers' summed time
 ESTIMATES = {(name, beside): words for name, beside, words in (
     ("flash_io_ms_per_token", False, "the tool's I/O estimate, from each read's latency; the "
      "engine measured the wait, with the wake-ups and queueing around the reads that a trace "

@@ -8026,10 +8026,15 @@ def diff_report(sides, alpha, test, gates=()):
     for side in news:  # key of both traces of a pair said once
         found = []
         for part in parts:
-            new_meta = side.meta(part)  # a key one side lacks is unknown there, not changed
-            for key, value in base.meta(part).items():
-                change = PREAMBLE_CHANGE(key=key, base=value, new=new_meta.get(key))
-                if key in new_meta and new_meta[key] != value and change not in found:
+            # a key one side lacks is unknown there, not changed, but a setting that is off
+            # when unnamed (SETTINGS_OFF: the prediction check's rule): cache_mb 0 -> 64
+            old_meta, new_meta = base.meta(part), side.meta(part)
+            for key in dict.fromkeys([*old_meta, *new_meta]):
+                value, theirs = old_meta.get(key), new_meta.get(key)
+                change = PREAMBLE_CHANGE(key=key, base=value, new=theirs)
+                known = None not in (value, theirs) or key in SETTINGS_OFF and \
+                    setting_number(old_meta, key) != setting_number(new_meta, key)
+                if known and value != theirs and change not in found:
                     found.append(change)
         changes.append(found)
     first_part, *_ = parts

@@ -603,7 +603,9 @@ def test_the_headline_is_on_the_first_screen_with_both_sides_engine_split(bases)
     screen = " ".join(" ".join(first).split())
     assert f"base, its log{several}: {split(bases)}" in screen
     assert f"new, its log: {split(['cache2mb'])}" in screen
-    assert "  settings that differ: cache 0 -> 1" in first
+    # the cache's size too, which the prediction check names (bug: a key the base lacked was
+    # never said, though a cache_mb unnamed is no cache)
+    assert "  settings that differ: cache 0 -> 1, cache_mb (none) -> 1.9" in first
     said = next(line for line in first if line.startswith("  changed significantly: "))
     assert said.startswith("  changed significantly: not tested" if len(bases) == 1 else
                            "  changed significantly: none of ")

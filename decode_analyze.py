@@ -6061,7 +6061,9 @@ def per_decoded_blocks(report, view):
         f"the engine's log; the I/O estimate {estimate:.2f})" if logged else "the I/O estimate)")
     stall = pair.get("stall_ms_per_token")  # a schema 7 report's: none
     if pair["compute_ms_per_token"] is not None:
-        managing = f"cache mgmt {managed:.2f} (the engine's log) + " if managed else ""
+        managing = f"cache mgmt {managed:.2f} (the engine's log" + (
+            ")" if had_cache(io) else ", booked by a run without a cache)") + " + " \
+            if managed else ""  # an overlapped run without one logs 3 ms of it
         if stall is not None:
             io_part = (f"stall {stall:.2f} (" + ("the io trace's waits" if
                        pair["stall_source"] == "io trace" else "the engine's log") +

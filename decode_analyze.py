@@ -5216,11 +5216,11 @@ def cache_worth_words(report, io):
     """What managing the run's cache costs a token (its log's, else the default a miss), and
     what turning it off would save (the what-if's cache_mb=0): a cache that costs more than it
     saves is called out."""
-    figures = (report.get("engine") or {}).get("figures") or {}
-    # the log's management where its cache is the run's and the tokens are its decode's: the
-    # one the split and what-if take
-    logged = figures.get("cache_mgmt_ms_per_token") \
-        if log_cache_stands(figures, io) and io["phase"] == "decode" else None
+    # the log's management where the engine table did not set it aside (its cache is not the
+    # run's) and the tokens are its decode's: the one the split and what-if take
+    logged = ((report.get("engine") or {}).get("figures") or {}).get("cache_mgmt_ms_per_token")
+    if not logged or logged["note"] == SET_ASIDE.why or io["phase"] != "decode":
+        logged = None
     per = "per read-token" if report["kind"] == "io" else per_words(report)
     expert_mib = (io.get("reuse") or {}).get("expert_mib")
     if logged:  # printed to 1 ms

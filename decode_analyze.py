@@ -6661,13 +6661,13 @@ def own_cache_figures(io):
 # The figures the tool estimates where the engine measures: a gap in one is the estimate's,
 # said as what the trace lacks, never blamed on the log (a count that differs may be). Flash
 # I/O, serial (False), is the tool's estimate; overlapped (True), the readers' summed time
-ESTIMATES = {(name, beside): words for name, beside, words in (
-    ("flash_io_ms_per_token", False, "the tool's I/O estimate, from each read's latency; the "
-     "engine measured the wait, with the wake-ups and queueing around the reads that a trace "
-     "does not time: trust the engine's"),
-    ("flash_io_ms_per_token", True, "the tool's lanes busy, the readers' summed time, which an "
-     "overlapped run's engine counts as flash I/O: a run that read in series, or a log of "
-     "another run?"))}
+ESTIMATES = {
+    ("flash_io_ms_per_token", False): "the tool's I/O estimate, from each read's latency; the "
+    "engine measured the wait, with the wake-ups and queueing around the reads that a trace does "
+    "not time: trust the engine's",
+    ("flash_io_ms_per_token", True): "the tool's lanes busy, the readers' summed time, which an "
+    "overlapped run's engine counts as flash I/O: a run that read in series, or a log of another "
+    "run?"}
 
 
 def engine_report(log, report):

@@ -10317,7 +10317,7 @@ def weighed_io(path, reading, asked):
                                                                           or {}):
         reading.warn(f"{trace.name}: the stall this v2 trace's wait rows measure takes a second "
                      f"pass over it: give a file, not a pipe or stdin, for the stall")
-    named = trace.meta.get("io_threads")
+    named, read = trace.meta.get("io_threads"), lanes_read(report)
     if named != report["meta"].get("io_threads"):  # the trace's lanes stand over every word
         words = [f"io_threads={named} " + ("declared" if any(
             setting.key == "io_threads" and setting.source == "declared"
@@ -10328,8 +10328,7 @@ def weighed_io(path, reading, asked):
         reading.warn(f"{trace.name}: {', '.join(words)}, but the trace read on "
                      f"{counted(report['lanes'], 'lane')}: the trace's lanes stand")
     elif (report["settings"].get("io_threads") or {}).get("source") == "declared" and \
-            report["lanes"] > lanes_read(report):  # the preamble's idle lanes: the verdict's
-        read = lanes_read(report)
+            report["lanes"] > read:  # a preamble's idle lanes: the lanes verdict's
         reading.warn(f"{trace.name}: io_threads={report['lanes']} declared, but the trace read on "
                      f"{counted(read, 'lane')}: the declared value stands, the other "
                      f"{report['lanes'] - read} idle (the lanes verdict weighs them; the "
